@@ -1,0 +1,165 @@
+"""Compare what an implementation reported with what the spec expects.
+
+``first_divergence`` finds the first difference between an expected and an
+actual step outcome and names the rule it breaks, so that a golden scenario
+and the lockstep machine report the same rule for the same mistake:
+
+- an error where none was expected, or none where one was: the rule of the
+  expected error, or the rule the operation exercises;
+- a different result: the operation's rule (USE-CAPACITY for a Use, ...);
+- the first differing event: EVENT-ID for its id, EVENT-SOURCE for tier or
+  dp_rank, EVENT-ORDER when a Removed comes where a Stored was due,
+  STORE-NEW-ONLY / PARENT-ANCHOR / STORE-TOKENS-HASH for a Stored,
+  EVICT-POLICY / REMOVE-EXACT for a Removed, and the G2 rules on the
+  host-pinned tier;
+- different counters: COUNTERS (QUARANTINE-HOLD when only the quarantine
+  differs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kvspec.spec.rules import RuleId
+from kvspec.spec.wire import (
+    Counters,
+    Deref,
+    Destroy,
+    KvEvent,
+    OpResult,
+    Promote,
+    Removed,
+    Reset,
+    Stored,
+    SwapIn,
+    Tick,
+    Use,
+    event_to_json,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Divergence:
+    rule: RuleId
+    what: str
+    expected: Any
+    actual: Any
+
+    def describe(self) -> str:
+        return f"{self.what}\n  expected: {self.expected}\n  actual:   {self.actual}"
+
+
+def op_rule(op: Any) -> RuleId:
+    """The rule an operation's result is governed by."""
+    if isinstance(op, Use):
+        return RuleId.USE_CAPACITY
+    if isinstance(op, Deref):
+        return RuleId.DEREF_OWNER
+    if isinstance(op, Promote):
+        return RuleId.PROMOTE_NEW
+    if isinstance(op, Destroy):
+        return RuleId.DESTROY_ACTIVE
+    if isinstance(op, Tick):
+        return RuleId.TIME_MONOTONIC
+    if isinstance(op, SwapIn):
+        return RuleId.SWAPIN_RESERVE
+    if isinstance(op, Reset):
+        return RuleId.CLEAR_ALL
+    return RuleId.USE_VALIDATE
+
+
+def _ev(e: KvEvent | None) -> str:
+    return "(none)" if e is None else e.brief()
+
+
+def event_divergence(expected: list[KvEvent], actual: list[KvEvent], op: Any = None) -> Divergence | None:
+    """The first differing event, with the rule the difference breaks."""
+    for i in range(max(len(expected), len(actual))):
+        exp = expected[i] if i < len(expected) else None
+        act = actual[i] if i < len(actual) else None
+        if exp is not None and act is not None and event_to_json(exp) == event_to_json(act):
+            continue
+        return Divergence(_event_rule(exp, act, expected, actual, op), f"event {i} of the operation", _ev(exp), _ev(act))
+    return None
+
+
+def _event_rule(
+    exp: KvEvent | None, act: KvEvent | None, expected: list[KvEvent], actual: list[KvEvent], op: Any
+) -> RuleId:
+    host = (exp or act).storage_tier == "host_pinned" if (exp or act) is not None else False  # type: ignore[union-attr]
+    if exp is None or act is None:
+        one = exp or act
+        assert one is not None
+        if one.storage_tier == "host_pinned":
+            if one.kind == "stored":
+                return RuleId.G2_STORE_ON_COMPLETE
+            return RuleId.G2_EVICT
+        if isinstance(op, Tick) and one.kind == "removed":
+            return RuleId.DEVICE_REMOVE_IMMEDIATE
+        if one.kind == "stored":
+            return RuleId.STORE_NEW_ONLY
+        if one.kind == "removed":
+            # a Removed the implementation should have published earlier or later
+            if isinstance(op, Tick) or (exp is None and any(e.kind == "removed" for e in expected)):
+                return RuleId.REMOVE_EXACT
+            return RuleId.REMOVE_EXACT
+        return RuleId.CLEAR_ALL
+    if exp.kind != act.kind:
+        if exp.storage_tier != act.storage_tier:
+            return RuleId.EVENT_SOURCE
+        if exp.kind == "stored" and act.kind == "removed":
+            return RuleId.EVENT_ORDER
+        if exp.kind == "removed" and act.kind == "stored":
+            return RuleId.EVENT_ORDER if any(e.kind == "stored" for e in expected) else RuleId.STORE_NEW_ONLY
+        return RuleId.CLEAR_ALL
+    if exp.event_id != act.event_id:
+        return RuleId.EVENT_ID
+    if exp.storage_tier != act.storage_tier or exp.dp_rank != act.dp_rank:
+        return RuleId.EVENT_SOURCE
+    if isinstance(exp.data, Stored) and isinstance(act.data, Stored):
+        e, a = exp.data.stored, act.data.stored
+        if [b.block_hash for b in e.blocks] != [b.block_hash for b in a.blocks]:
+            return RuleId.G2_STORE_ON_COMPLETE if host else RuleId.STORE_NEW_ONLY
+        if e.parent_hash != a.parent_hash:
+            return RuleId.G2_STORE_ON_COMPLETE if host else RuleId.PARENT_ANCHOR
+        if [b.tokens_hash for b in e.blocks] != [b.tokens_hash for b in a.blocks]:
+            return RuleId.G2_STORE_ON_COMPLETE if host else RuleId.STORE_TOKENS_HASH
+        return RuleId.G2_STORE_ON_COMPLETE if host else RuleId.STORE_NEW_ONLY  # token ids differ
+    if isinstance(exp.data, Removed) and isinstance(act.data, Removed):
+        e_h, a_h = exp.data.removed.block_hashes, act.data.removed.block_hashes
+        if host:
+            return RuleId.G2_EVICT
+        if len(e_h) == len(a_h) and set(e_h) != set(a_h):
+            return RuleId.EVICT_POLICY
+        return RuleId.REMOVE_EXACT
+    return RuleId.EVENT_SOURCE
+
+
+def counters_divergence(expected: Counters | dict[str, int], actual: Counters) -> Divergence | None:
+    exp = expected.model_dump() if isinstance(expected, Counters) else dict(expected)
+    act = actual.model_dump()
+    diff = {k: (v, act.get(k)) for k, v in exp.items() if act.get(k) != v}
+    if not diff:
+        return None
+    rule = RuleId.QUARANTINE_HOLD if set(diff) <= {"quarantined_blocks", "active_blocks", "free_blocks"} and (
+        "quarantined_blocks" in diff
+    ) else RuleId.COUNTERS
+    return Divergence(
+        rule,
+        "counters " + ", ".join(sorted(diff)),
+        {k: v[0] for k, v in diff.items()},
+        {k: v[1] for k, v in diff.items()},
+    )
+
+
+def result_divergence(expected: OpResult, actual: OpResult, op: Any) -> Divergence | None:
+    if expected.value == actual.value and type(expected.value) is type(actual.value) and expected.status == actual.status:
+        return None
+    rule = op_rule(op)
+    if isinstance(op, Use) and actual.status != expected.status and "blocked_on_offload" in (
+        actual.status,
+        expected.status,
+    ):
+        rule = RuleId.OFFLOAD_BLOCKS_USE
+    return Divergence(rule, "result", expected.model_dump(), actual.model_dump())

@@ -1,0 +1,87 @@
+"""Run a golden scenario against an implementation, step by step.
+
+The first step whose outcome differs from the scenario's expectation raises a
+``ConformanceFailure`` naming the rule, the step, the operations so far and
+the first divergence. A step expected to be rejected must come back as a
+typed error with that rule id, publish nothing and leave the counters as
+they were.
+"""
+
+from __future__ import annotations
+
+from kvspec.spec.scenario import Scenario
+from kvspec.spec.wire import Counters, OpResult, StepOutcome
+
+from kvspec.spec.rules import RuleId
+
+from .diff import Divergence, counters_divergence, event_divergence, op_rule, result_divergence
+from .failures import ConformanceFailure
+from .implementation import Implementation
+from .report import format_ops
+
+
+def check_step(scenario: Scenario, index: int, outcome: StepOutcome, before: Counters | None) -> Divergence | None:
+    step = scenario.steps[index]
+    exp = step.expect
+    op = step.op
+    if exp.error is not None:
+        if outcome.error is None:
+            return Divergence(exp.error, "the operation must be rejected", f"error {exp.error}", outcome.result)
+        if outcome.error.rule != exp.error:
+            return Divergence(exp.error, "rejected under the wrong rule", exp.error, outcome.error.rule)
+        if outcome.events:
+            return Divergence(exp.error, "a rejected operation published events", [], [e.brief() for e in outcome.events])
+        if before is not None:
+            d = counters_divergence(before, outcome.counters)
+            if d is not None:
+                return Divergence(exp.error, "a rejected operation changed the counters", d.expected, d.actual)
+        return None
+    if outcome.error is not None:
+        return Divergence(
+            op_rule(op),
+            "the operation was rejected",
+            "a result",
+            f"error [{outcome.error.rule}] {outcome.error.message}",
+        )
+    assert outcome.result is not None
+    if exp.result is not None or exp.status is not None:
+        want = OpResult(
+            value=exp.result if exp.result is not None else outcome.result.value,
+            status=exp.status if exp.status is not None else outcome.result.status,
+        )
+        d = result_divergence(want, outcome.result, op)
+        if d is not None:
+            return d
+    if exp.events is not None:
+        d = event_divergence(exp.events, outcome.events, op)
+        if d is not None:
+            return d
+    if exp.counters is not None:
+        d = counters_divergence(exp.counters, outcome.counters)
+        if d is not None:
+            return d
+    if exp.earliest_deadline_ms is not None and outcome.earliest_deadline_ms != exp.earliest_deadline_ms:
+        return Divergence(
+            RuleId.TIME_MONOTONIC, "earliest pending deadline", exp.earliest_deadline_ms, outcome.earliest_deadline_ms
+        )
+    return None
+
+
+def run_scenario(scenario: Scenario, impl: Implementation) -> list[StepOutcome]:
+    """Run every step; raise ConformanceFailure at the first divergence."""
+    outcomes: list[StepOutcome] = []
+    before: Counters | None = None
+    for i, step in enumerate(scenario.steps):
+        outcome = impl.step(step.op)
+        d = check_step(scenario, i, outcome, before)
+        if d is not None:
+            ops = [s.op for s in scenario.steps[: i + 1]]
+            raise ConformanceFailure(
+                d.rule,
+                f"scenario {scenario.name!r} diverged at step {i}"
+                + (f" ({step.note})" if step.note else "")
+                + f"\n{format_ops(ops)}\nfirst divergence: {d.describe()}",
+            )
+        outcomes.append(outcome)
+        before = outcome.counters
+    return outcomes

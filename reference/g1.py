@@ -1,0 +1,682 @@
+"""The G1 block manager model of the ``kvbm`` and ``atomic`` profiles.
+
+One instance is one manager (one dp_rank): a fixed number of G1 slots, each
+free, partial (a mutable block owned by one request, keyed by a uuid), active
+(a registered full block with owners), inactive (registered, no owner, in the
+eviction policy's pool), quarantined (evicted, held until its offload to G2
+completes) or reserved (a swap-in destination). Blocks are named by sequence
+hash; the positional lineage hash (position, hash, parent) keys the registry
+and links the lineage forest.
+
+Every operation is validated in full before anything changes; an invalid one
+raises ``InvalidOperation`` with the rule id and the state is untouched. The
+model is pure: no I/O, no clock (time enters through ``Tick``), no randomness.
+
+Where the profiles differ (see spec/SPEC.md, "Profiles"):
+
+- ``kvbm`` (the kvbm mocker seed): a Use places blocks in order and stops at
+  the first one without a slot, keeping what it placed; one Stored per Use,
+  its parent the last reused full block of the batch (wherever it stands) or
+  the caller's parent; Removed after Stored. With an offload tier attached,
+  an eviction quarantines its slot and the Use stops (blocked on offload).
+- ``atomic`` (the newest generation): a Use that cannot place every block
+  changes nothing; inactive hits of the batch are pinned before any eviction;
+  each reused block in the batch closes the current Stored group and anchors
+  the next; two full blocks at one position are rejected.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvspec.spec.config import ManagerConfig, OffloadConfig
+from kvspec.spec.errors import ConfigError, InvalidOperation
+from kvspec.spec.rules import RuleId
+from kvspec.spec.wire import (
+    BlockRef,
+    Counters,
+    Deref,
+    Destroy,
+    FullBlock,
+    KvEvent,
+    OpResult,
+    PartialBlock,
+    Plh,
+    Promote,
+    Reset,
+    SwapIn,
+    Tick,
+    Use,
+    make_removed,
+    make_stored,
+)
+
+from .outcome import Step
+from .policies import Policy, make_policy
+
+PlhId = tuple[int, int, int | None]  # (position, hash, parent): the registry key
+
+
+def plh_id(p: Plh) -> PlhId:
+    return (p.position, p.hash, p.parent)
+
+
+@dataclass(slots=True)
+class Block:
+    """A registered G1 block and the metadata its events carry."""
+
+    seq: int
+    plh: Plh
+    parent_hash: int | None  # the block before it when it was registered
+    local_hash: int
+    token_ids: list[int] | None
+    owners: int = 0
+    #: False when a router was told it is gone although it is still here (the
+    #: kvbm seed drops the metadata of a block evicted and re-registered in
+    #: one batch); its later eviction then publishes no Removed.
+    announced: bool = True
+
+
+@dataclass(slots=True)
+class G2Entry:
+    seq: int
+    parent_hash: int | None
+    local_hash: int
+    token_ids: list[int] | None
+
+
+@dataclass(slots=True, order=True)
+class Transfer:
+    """A pending copy on a link: G1->G2 (offload) or G2->G1 (onboard)."""
+
+    deadline: float
+    order: int
+    kind: str = field(compare=False)  # "offload" | "onboard"
+    payload: Any = field(compare=False)
+
+
+@dataclass(slots=True)
+class _Onboard:
+    blocks: list[tuple[int, Plh]]  # (seq, plh) of the G2 prefix
+    parent: int | None
+    slots: int  # reserved destination slots
+
+
+class G1Model:
+    """Reference model of one G1 manager (profiles kvbm and atomic)."""
+
+    def __init__(self, config: ManagerConfig) -> None:
+        if config.profile not in ("kvbm", "atomic"):
+            raise ConfigError(f"G1Model runs the kvbm and atomic profiles, not {config.profile!r}")
+        self.config = config
+        self.atomic = config.profile == "atomic"
+        self.capacity = config.capacity
+        self.block_size = config.block_size
+        self.dp_rank = config.dp_rank
+        self.policy: Policy = make_policy(config.eviction)
+        self.partial: dict[str, None] = {}
+        self.blocks: dict[int, Block] = {}
+        self.by_plh: dict[PlhId, int] = {}
+        self.touches: dict[int, int] = {}
+        self.next_event_id = 0
+        self.free = config.capacity
+        self.active_full = 0
+        self.refs = 0
+        # offload tier
+        self.offload: OffloadConfig | None = config.offload
+        self.now = 0.0
+        self.quarantined = 0
+        self.reserved = 0
+        self.g2: OrderedDict[int, G2Entry] = OrderedDict()
+        self.pending: list[Transfer] = []
+        self._transfer_seq = 0
+        self._link_free = {"offload": 0.0, "onboard": 0.0}
+        self._evicted_meta: dict[int, Block] = {}
+
+    # ------------------------------------------------------------------ queries
+    def counters(self) -> Counters:
+        held = self.quarantined + self.reserved
+        return Counters(
+            active_blocks=len(self.partial) + self.active_full + held,
+            active_refs=len(self.partial) + self.refs,
+            inactive_blocks=len(self.policy),
+            free_blocks=self.free,
+            quarantined_blocks=self.quarantined,
+        )
+
+    def registered(self, tier: str = "device") -> set[int]:
+        if tier == "host_pinned":
+            return set(self.g2)
+        return set(self.blocks)
+
+    def announced(self, tier: str = "device") -> set[int]:
+        if tier == "host_pinned":
+            return set(self.g2)
+        return {s for s, b in self.blocks.items() if b.announced}
+
+    def owners(self) -> dict[int, int]:
+        return {s: b.owners for s, b in self.blocks.items() if b.owners > 0}
+
+    def inactive(self) -> list[int]:
+        return list(self.policy)
+
+    def allowed_victims(self) -> list[int]:
+        return self.policy.allowed()
+
+    def earliest_deadline(self) -> float | None:
+        return min((t.deadline for t in self.pending), default=None)
+
+    def fingerprint(self) -> Any:
+        pol = self.policy
+        pol_state: Any = (
+            sorted((k, n.seq, n.tick, n.parent, n.children) for k, n in pol._nodes.items())  # type: ignore[attr-defined]
+            if pol.name == "lineage"
+            else list(pol)
+        )
+        return (
+            tuple(self.partial),
+            tuple(
+                (s, b.owners, plh_id(b.plh), b.parent_hash, b.local_hash, b.announced)
+                for s, b in sorted(self.blocks.items())
+            ),
+            pol_state,
+            self.next_event_id,
+            self.counters(),
+            tuple(sorted(self.touches.items())),
+            self.now,
+            tuple(self.g2),
+            tuple((t.deadline, t.order, t.kind) for t in sorted(self.pending)),
+        )
+
+    # --------------------------------------------------------------- dispatch
+    def apply(self, op: Any, *, prefer: Collection[int] = ()) -> Step:
+        if isinstance(op, Use):
+            return self._use(op, prefer)
+        if isinstance(op, Deref):
+            return self._deref(op)
+        if isinstance(op, Promote):
+            return self._promote(op)
+        if isinstance(op, Tick):
+            return self._tick(op)
+        if isinstance(op, SwapIn):
+            return self._swap_in(op, prefer)
+        if isinstance(op, Destroy):
+            raise InvalidOperation(RuleId.DESTROY_ACTIVE, "Destroy is an operation of the legacy profile only")
+        if isinstance(op, Reset):
+            raise InvalidOperation(RuleId.CLEAR_ALL, "a prefix-cache reset is an operation of the vllm profile only")
+        raise InvalidOperation(RuleId.USE_VALIDATE, f"unknown operation {type(op).__name__}")
+
+    # ------------------------------------------------------------- validation
+    def _check_identity(self, seq: int, plh: Plh) -> None:
+        b = self.blocks.get(seq)
+        if b is not None and plh_id(b.plh) != plh_id(plh):
+            raise InvalidOperation(
+                RuleId.USE_VALIDATE,
+                f"block {seq} is registered with lineage hash {plh_id(b.plh)}, not {plh_id(plh)}",
+            )
+        other = self.by_plh.get(plh_id(plh))
+        if other is not None and other != seq:
+            raise InvalidOperation(
+                RuleId.USE_VALIDATE, f"lineage hash {plh_id(plh)} belongs to block {other}, not {seq}"
+            )
+
+    def _validate_use(self, op: Use) -> None:
+        fulls = [b.full for b in op.blocks if isinstance(b, FullBlock)]
+        n = len(fulls)
+        if len(op.plhs) != n:
+            raise InvalidOperation(RuleId.USE_VALIDATE, f"plhs has {len(op.plhs)} entries for {n} full blocks")
+        if op.local_hashes and len(op.local_hashes) != n:
+            raise InvalidOperation(
+                RuleId.USE_VALIDATE, f"local_hashes has {len(op.local_hashes)} entries for {n} full blocks"
+            )
+        if op.token_ids is not None:
+            if len(op.token_ids) != n:
+                raise InvalidOperation(
+                    RuleId.USE_VALIDATE, f"token_ids has {len(op.token_ids)} entries for {n} full blocks"
+                )
+            for i, toks in enumerate(op.token_ids):
+                if len(toks) != self.block_size:
+                    raise InvalidOperation(
+                        RuleId.USE_VALIDATE,
+                        f"token_ids[{i}] has {len(toks)} tokens; a full block has {self.block_size}",
+                    )
+        if isinstance(op.parent, PartialBlock):
+            raise InvalidOperation(RuleId.USE_VALIDATE, "a partial block cannot be the parent of a Use")
+        seen_pos: set[int] = set()
+        for seq, plh in zip(fulls, op.plhs, strict=True):
+            self._check_identity(seq, plh)
+            if self.atomic:
+                if plh.position in seen_pos:
+                    raise InvalidOperation(
+                        RuleId.USE_VALIDATE, f"two full blocks at position {plh.position} in one batch"
+                    )
+                seen_pos.add(plh.position)
+
+    # ------------------------------------------------------------ slot taking
+    def _take_slot(self, prefer: Collection[int]) -> tuple[bool, int | None]:
+        """Take one slot: a free one first, else evict one inactive block.
+
+        Returns (got_slot, evicted_seq). With an offload tier an eviction does
+        not yield a usable slot: the victim's slot is quarantined instead and
+        the caller must stop (OFFLOAD-BLOCKS-USE)."""
+        if self.free:
+            self.free -= 1
+            return True, None
+        victim = self._pick_victim(prefer)
+        if victim is None:
+            return False, None
+        self._evict(victim)
+        if self.offload is not None:
+            return False, victim
+        return True, victim
+
+    def _pick_victim(self, prefer: Collection[int]) -> int | None:
+        allowed = self.policy.allowed()
+        if not allowed:
+            return None
+        if prefer:
+            for seq in allowed:
+                if seq in prefer:
+                    return seq
+        return allowed[0]
+
+    def _evict(self, seq: int) -> None:
+        """Take ``seq`` out of the pool and the registry (its slot is reused)."""
+        self.policy.evict(seq)
+        b = self.blocks.pop(seq)
+        del self.by_plh[plh_id(b.plh)]
+        self._evicted_meta[seq] = b
+
+    # ---------------------------------------------------------------- events
+    def _stored(self, seqs: list[int], metas: list[Block], parent: int | None) -> KvEvent:
+        tokens: list[list[int]] | None = [m.token_ids for m in metas]  # type: ignore[misc]
+        if any(t is None for t in tokens):  # type: ignore[union-attr]
+            tokens = None
+        ev = make_stored(
+            self.next_event_id,
+            seqs,
+            [m.local_hash for m in metas],
+            parent,
+            dp_rank=self.dp_rank,
+            token_ids=tokens,
+        )
+        self.next_event_id += 1
+        return ev
+
+    def _removed(self, seqs: list[int], tier: str = "device") -> KvEvent:
+        ev = make_removed(self.next_event_id, seqs, dp_rank=self.dp_rank, tier=tier)  # type: ignore[arg-type]
+        self.next_event_id += 1
+        return ev
+
+    def _register(self, seq: int, plh: Plh, parent: int | None, local: int, toks: list[int] | None) -> Block:
+        b = Block(seq, plh, parent, local, toks, owners=1)
+        self.blocks[seq] = b
+        self.by_plh[plh_id(plh)] = seq
+        self.active_full += 1
+        self.refs += 1
+        self.touches[seq] = self.touches.get(seq, 0) + 1
+        return b
+
+    def _hit(self, b: Block) -> None:
+        """An owner joins ``b`` (USE-HIT-ACTIVE / USE-HIT-INACTIVE)."""
+        if b.owners == 0:
+            self.policy.remove(b.seq)
+            self.active_full += 1
+        b.owners += 1
+        self.refs += 1
+        self.touches[b.seq] = self.touches.get(b.seq, 0) + 1
+
+    # ------------------------------------------------------------------- Use
+    def _use(self, op: Use, prefer: Collection[int]) -> Step:
+        self._validate_use(op)
+        if self.atomic:
+            return self._use_atomic(op, prefer)
+        self._evicted_meta = {}
+        evicted: list[int] = []
+        new_seqs: list[int] = []
+        new_meta: list[Block] = []
+        anchor = op.parent.full if isinstance(op.parent, FullBlock) else None
+        meta_parent = anchor
+        placed = 0
+        status = "ok"
+        fi = 0
+        for ref in op.blocks:
+            if isinstance(ref, FullBlock):
+                seq, idx = ref.full, fi
+                fi += 1
+                b = self.blocks.get(seq)
+                if b is not None:
+                    self._hit(b)
+                    anchor = seq
+                else:
+                    got, victim = self._take_slot(prefer)
+                    if victim is not None:
+                        evicted.append(victim)
+                    if not got:
+                        status = "blocked_on_offload" if victim is not None else "capacity"
+                        if victim is not None:
+                            self._extend_quarantine(op.blocks[placed + 1 :], op.plhs[fi:], prefer, evicted)
+                        break
+                    local = op.local_hashes[idx] if op.local_hashes else 0
+                    toks = op.token_ids[idx] if op.token_ids is not None else None
+                    nb = self._register(seq, op.plhs[idx], meta_parent, local, toks)
+                    new_seqs.append(seq)
+                    new_meta.append(nb)
+                meta_parent = seq
+            else:
+                if ref.partial not in self.partial:
+                    got, victim = self._take_slot(prefer)
+                    if victim is not None:
+                        evicted.append(victim)
+                    if not got:
+                        status = "blocked_on_offload" if victim is not None else "capacity"
+                        if victim is not None:
+                            self._extend_quarantine(op.blocks[placed + 1 :], op.plhs[fi:], prefer, evicted)
+                        break
+                    self.partial[ref.partial] = None
+            placed += 1
+        events: list[KvEvent] = []
+        if new_seqs:
+            events.append(self._stored(new_seqs, new_meta, anchor))
+        events.extend(self._publish_evictions(evicted))
+        return Step(OpResult(value=placed, status=status), events)  # type: ignore[arg-type]
+
+    def _pending_allocations(self, rest: list[BlockRef], plhs: list[Plh]) -> int:
+        n = 0
+        for ref in rest:
+            if isinstance(ref, FullBlock):
+                if ref.full not in self.blocks:
+                    n += 1
+            elif ref.partial not in self.partial:
+                n += 1
+        return n
+
+    def _extend_quarantine(
+        self, rest: list[BlockRef], plhs: list[Plh], prefer: Collection[int], evicted: list[int]
+    ) -> None:
+        """A Use blocked on offload evicts (and quarantines) as many more
+        victims as the rest of the batch would need, so that they all offload
+        together; it stops early at a free slot or an empty pool."""
+        for _ in range(self._pending_allocations(rest, plhs)):
+            if self.free:
+                return
+            victim = self._pick_victim(prefer)
+            if victim is None:
+                return
+            self._evict(victim)
+            evicted.append(victim)
+
+    def _publish_evictions(self, evicted: list[int]) -> list[KvEvent]:
+        """Device Removed for the evicted blocks (after the Stored), and with an
+        offload tier, quarantine their slots and queue their transfers."""
+        if not evicted:
+            return []
+        metas = self._evicted_meta
+        self._evicted_meta = {}
+        gone: list[int] = []
+        handled: set[int] = set()
+        for seq in evicted:
+            meta = metas[seq]
+            if self.offload is not None:
+                self.quarantined += 1
+                self._queue("offload", G2Entry(seq, meta.parent_hash, meta.local_hash, meta.token_ids))
+            if seq in handled:
+                continue
+            handled.add(seq)
+            # The kvbm seed looks an evicted block's metadata up by lineage hash
+            # after the batch and drops it: a block evicted and registered again
+            # within one batch is reported Removed although it is back, and its
+            # later eviction is reported by nobody.
+            again = self.blocks.get(seq)
+            reregistered = again is not None and plh_id(again.plh) == plh_id(meta.plh)
+            if reregistered or meta.announced:
+                gone.append(seq)
+            if reregistered:
+                again.announced = False  # type: ignore[union-attr]
+        return [self._removed(gone)] if gone else []
+
+    # ------------------------------------------------------------ atomic Use
+    def _use_atomic(self, op: Use, prefer: Collection[int]) -> Step:
+        missing: set[int] = set()
+        pinned: list[Block] = []
+        new_partials = {r.partial for r in op.blocks if isinstance(r, PartialBlock) and r.partial not in self.partial}
+        for ref in op.blocks:
+            if isinstance(ref, FullBlock):
+                b = self.blocks.get(ref.full)
+                if b is None:
+                    missing.add(ref.full)
+                elif b.owners == 0 and b not in pinned:
+                    pinned.append(b)
+        needed = len(missing) + len(new_partials)
+        if needed > self.free + len(self.policy) - len(pinned):
+            return Step(OpResult(value=0, status="capacity"), [])
+        self._evicted_meta = {}
+        # pin the batch's inactive hits first so no allocation evicts them
+        for b in pinned:
+            self.policy.remove(b.seq)
+            self.active_full += 1
+        evicted: list[int] = []
+        events: list[KvEvent] = []
+        group: list[int] = []
+        group_meta: list[Block] = []
+        anchor = op.parent.full if isinstance(op.parent, FullBlock) else None
+        meta_parent = anchor
+        pinned_ids = {b.seq for b in pinned}
+        fi = 0
+        for ref in op.blocks:
+            if isinstance(ref, FullBlock):
+                seq, idx = ref.full, fi
+                fi += 1
+                b = self.blocks.get(seq)
+                if b is not None:
+                    if seq in pinned_ids:
+                        pinned_ids.discard(seq)
+                        b.owners += 1
+                        self.refs += 1
+                        self.touches[seq] = self.touches.get(seq, 0) + 1
+                    else:
+                        self._hit(b)
+                    if group:
+                        events.append(self._stored(group, group_meta, anchor))
+                        group, group_meta = [], []
+                    anchor = seq
+                else:
+                    got, victim = self._take_slot(prefer)
+                    assert got, "atomic Use: capacity was checked"
+                    if victim is not None:
+                        evicted.append(victim)
+                    local = op.local_hashes[idx] if op.local_hashes else 0
+                    toks = op.token_ids[idx] if op.token_ids is not None else None
+                    group.append(seq)
+                    group_meta.append(self._register(seq, op.plhs[idx], meta_parent, local, toks))
+                meta_parent = seq
+            elif ref.partial not in self.partial:
+                got, victim = self._take_slot(prefer)
+                assert got, "atomic Use: capacity was checked"
+                if victim is not None:
+                    evicted.append(victim)
+                self.partial[ref.partial] = None
+        if group:
+            events.append(self._stored(group, group_meta, anchor))
+        events.extend(self._publish_evictions(evicted))
+        return Step(OpResult(value=len(op.blocks), status="ok"), events)
+
+    # ----------------------------------------------------------------- Deref
+    def _deref(self, op: Deref) -> Step:
+        need: dict[int, int] = {}
+        seen_partial: set[str] = set()
+        for ref in op.blocks:
+            if isinstance(ref, FullBlock):
+                need[ref.full] = need.get(ref.full, 0) + 1
+                b = self.blocks.get(ref.full)
+                owners = b.owners if b is not None else 0
+                if need[ref.full] > owners:
+                    state = "unknown" if b is None else ("inactive" if owners == 0 else f"held by {owners}")
+                    raise InvalidOperation(
+                        RuleId.DEREF_UNKNOWN, f"Deref of full block {ref.full} ({state}) drops more owners than it has"
+                    )
+            else:
+                if ref.partial not in self.partial or ref.partial in seen_partial:
+                    raise InvalidOperation(RuleId.DEREF_UNKNOWN, f"Deref of partial block {ref.partial} that is not held")
+                seen_partial.add(ref.partial)
+        for ref in op.blocks:
+            if isinstance(ref, FullBlock):
+                b = self.blocks[ref.full]
+                b.owners -= 1
+                self.refs -= 1
+                if b.owners == 0:
+                    self.active_full -= 1
+                    self.policy.insert(b.seq, (b.plh.position, b.plh.hash), b.plh.parent_key(), self.touches[b.seq])
+            else:
+                del self.partial[ref.partial]
+                self.free += 1
+        return Step(OpResult(value=None), [])
+
+    # --------------------------------------------------------------- Promote
+    def _promote(self, op: Promote) -> Step:
+        if op.uuid not in self.partial:
+            raise InvalidOperation(RuleId.PROMOTE_UNKNOWN, f"Promote of partial block {op.uuid} that is not held")
+        if op.token_ids is not None and len(op.token_ids) != self.block_size:
+            raise InvalidOperation(
+                RuleId.USE_VALIDATE,
+                f"Promote token_ids has {len(op.token_ids)} tokens; a full block has {self.block_size}",
+            )
+        self._check_identity(op.seq_hash, op.plh)
+        del self.partial[op.uuid]
+        b = self.blocks.get(op.seq_hash)
+        if b is not None:  # PROMOTE-EXISTING: the partial slot goes back to free
+            self.free += 1
+            self._hit(b)
+            return Step(OpResult(value=None), [])
+        nb = self._register(op.seq_hash, op.plh, op.parent_hash, op.local_hash, op.token_ids)
+        return Step(OpResult(value=None), [self._stored([op.seq_hash], [nb], op.parent_hash)])
+
+    # ----------------------------------------------------------- offload tier
+    def _queue(self, kind: str, payload: Any) -> None:
+        assert self.offload is not None
+        start = max(self.now, self._link_free[kind])
+        deadline = start + self.offload.transfer_ms() * (
+            len(payload.blocks) if kind == "onboard" else 1
+        )
+        self._link_free[kind] = deadline
+        self.pending.append(Transfer(deadline, self._transfer_seq, kind, payload))
+        self._transfer_seq += 1
+
+    def _tick(self, op: Tick) -> Step:
+        if op.now_ms < self.now:  # TIME-MONOTONIC: a tick backwards changes nothing
+            return Step(OpResult(value=0), [])
+        self.now = op.now_ms
+        due = sorted(t for t in self.pending if t.deadline <= self.now)
+        if not due:
+            return Step(OpResult(value=0), [])
+        done = {id(t) for t in due}
+        self.pending = [t for t in self.pending if id(t) not in done]
+        events: list[KvEvent] = []
+        for t in due:
+            if t.kind == "offload":
+                events.extend(self._complete_offload(t.payload))
+            else:
+                events.extend(self._complete_onboard(t.payload))
+        return Step(OpResult(value=len(due)), events)
+
+    def _complete_offload(self, e: G2Entry) -> list[KvEvent]:
+        """QUARANTINE-RELEASE, G2-EVICT, G2-STORE-ON-COMPLETE."""
+        assert self.offload is not None
+        self.quarantined -= 1
+        self.free += 1
+        if e.seq in self.g2:
+            self.g2.move_to_end(e.seq)
+            return []
+        events: list[KvEvent] = []
+        if len(self.g2) >= self.offload.num_g2_blocks:
+            victim, _ = self.g2.popitem(last=False)
+            events.append(self._removed([victim], "host_pinned"))
+        self.g2[e.seq] = e
+        ev = make_stored(
+            self.next_event_id,
+            [e.seq],
+            [e.local_hash],
+            e.parent_hash,
+            dp_rank=self.dp_rank,
+            tier="host_pinned",
+            token_ids=[e.token_ids] if e.token_ids is not None else None,
+        )
+        self.next_event_id += 1
+        events.append(ev)
+        return events
+
+    def _swap_in(self, op: SwapIn, prefer: Collection[int]) -> Step:
+        if self.offload is None:
+            return Step(OpResult(value=0, status="no_hits"), [])
+        prefix: list[tuple[int, Plh]] = []
+        for blk in op.blocks:
+            if blk.seq_hash not in self.g2:
+                break
+            prefix.append((blk.seq_hash, blk.plh))
+        if not prefix:
+            return Step(OpResult(value=0, status="no_hits"), [])
+        # SWAPIN-RESERVE: destination slots first; free slots, then evictions
+        self._evicted_meta = {}
+        reserved = 0
+        evicted: list[int] = []
+        while reserved < len(prefix):
+            got, victim = self._take_slot(prefer)
+            if victim is not None:
+                evicted.append(victim)
+            if not got:
+                if victim is None:  # no capacity: the seed reports this as no hits
+                    self.free += reserved
+                    return Step(OpResult(value=0, status="no_hits"), self._publish_evictions(evicted))
+                for _ in range(len(prefix) - reserved - 1):
+                    if self.free:
+                        break
+                    v = self._pick_victim(prefer)
+                    if v is None:
+                        break
+                    self._evict(v)
+                    evicted.append(v)
+                self.free += reserved
+                return Step(OpResult(value=0, status="blocked_on_offload"), self._publish_evictions(evicted))
+            reserved += 1
+        self.reserved += reserved
+        self._queue("onboard", _Onboard(prefix, op.parent, reserved))
+        return Step(OpResult(value=reserved, status="scheduled"), self._publish_evictions(evicted))
+
+    def _complete_onboard(self, job: _Onboard) -> list[KvEvent]:
+        """SWAPIN-SKIP-PRESENT and SWAPIN-ANCHOR: register the onboarded blocks
+        as inactive; a block already in G1 closes the current Stored group and
+        anchors the next one."""
+        events: list[KvEvent] = []
+        group: list[int] = []
+        group_meta: list[Block] = []
+        anchor = job.parent
+        meta_parent = job.parent
+        slots = job.slots
+        self.reserved -= job.slots
+        for seq, plh in job.blocks[: job.slots]:
+            slots -= 1
+            if seq in self.blocks or plh_id(plh) in self.by_plh:
+                self.free += 1
+                if group:
+                    events.append(self._stored(group, group_meta, anchor))
+                    group, group_meta = [], []
+                anchor = meta_parent = seq
+                continue
+            meta = self.g2.get(seq)
+            local = meta.local_hash if meta else 0
+            toks = meta.token_ids if meta else None
+            b = Block(seq, plh, meta_parent, local, toks, owners=0)
+            self.blocks[seq] = b
+            self.by_plh[plh_id(plh)] = seq
+            self.touches[seq] = self.touches.get(seq, 0) + 1
+            self.policy.insert(seq, (plh.position, plh.hash), plh.parent_key(), self.touches[seq])
+            group.append(seq)
+            group_meta.append(b)
+            meta_parent = seq
+        self.free += slots
+        if group:
+            events.append(self._stored(group, group_meta, anchor))
+        return events

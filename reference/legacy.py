@@ -1,0 +1,257 @@
+"""The ``legacy`` profile: the published dynamo-mocker 1.0.2 KV manager.
+
+One hash cache of capacity N holds active entries (block -> owner count) and
+an LRU list of inactive entries; partial blocks are entries like any other.
+Where it differs from ``kvbm`` (spec/SPEC.md, "Profiles"):
+
+- a Use returns a boolean; when no slot is left it returns false at once,
+  keeping the blocks it placed but publishing no Stored for them;
+- an eviction publishes its Removed immediately, before the batch's Stored;
+- the Stored's parent is the last hit block of the batch, and its tokens
+  hashes are the tail of the caller's local hashes;
+- ``Destroy`` removes active blocks outright and publishes Removed;
+- a Deref of a block that is not active is ignored; a partial block whose
+  last owner goes becomes an inactive entry (it is not freed).
+
+Operations the seed would panic on part-way (a Destroy of a block that is not
+active, a Promote of a partial that is not held, a Use that would make a held
+partial block the Stored parent, missing local hashes) are rejected here
+before anything changes, with the rule id.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Collection
+from typing import Any
+
+from kvspec.spec.config import ManagerConfig
+from kvspec.spec.errors import ConfigError, InvalidOperation
+from kvspec.spec.rules import RuleId
+from kvspec.spec.wire import (
+    BlockRef,
+    Counters,
+    Deref,
+    Destroy,
+    FullBlock,
+    KvEvent,
+    OpResult,
+    PartialBlock,
+    Promote,
+    Reset,
+    SwapIn,
+    Tick,
+    Use,
+    make_removed,
+    make_stored,
+)
+
+from .outcome import Step
+
+Key = tuple[str, int | str]  # ("F", seq) or ("P", uuid)
+
+
+def key_of(ref: BlockRef) -> Key:
+    return ("F", ref.full) if isinstance(ref, FullBlock) else ("P", ref.partial)
+
+
+class LegacyModel:
+    """Reference model of the legacy profile (LRU only, no offload)."""
+
+    def __init__(self, config: ManagerConfig) -> None:
+        if config.profile != "legacy":
+            raise ConfigError("LegacyModel runs the legacy profile only")
+        self.config = config
+        self.capacity = config.capacity
+        self.block_size = config.block_size
+        self.dp_rank = config.dp_rank
+        self.active: dict[Key, int] = {}
+        self.inactive: OrderedDict[Key, None] = OrderedDict()
+        self.unannounced: set[int] = set()
+        self.next_event_id = 0
+
+    # ---------------------------------------------------------------- queries
+    def counters(self) -> Counters:
+        n_active = len(self.active)
+        return Counters(
+            active_blocks=n_active,
+            active_refs=sum(self.active.values()),
+            inactive_blocks=len(self.inactive),
+            free_blocks=self.capacity - n_active - len(self.inactive),
+        )
+
+    def registered(self, tier: str = "device") -> set[int]:
+        if tier != "device":
+            return set()
+        return {k[1] for k in (*self.active, *self.inactive) if k[0] == "F"}  # type: ignore[misc]
+
+    def announced(self, tier: str = "device") -> set[int]:
+        return self.registered(tier) - self.unannounced
+
+    def owners(self) -> dict[int, int]:
+        return {k[1]: n for k, n in self.active.items() if k[0] == "F"}  # type: ignore[misc]
+
+    def inactive_blocks(self) -> list[int]:
+        return [k[1] for k in self.inactive if k[0] == "F"]  # type: ignore[misc]
+
+    def allowed_victims(self) -> list[int]:
+        first = next(iter(self.inactive), None)
+        return [first[1]] if first is not None and first[0] == "F" else []  # type: ignore[list-item]
+
+    def earliest_deadline(self) -> float | None:
+        return None
+
+    def fingerprint(self) -> Any:
+        return (
+            tuple(sorted(self.active.items(), key=repr)),
+            tuple(self.inactive),
+            tuple(sorted(self.unannounced)),
+            self.next_event_id,
+        )
+
+    # --------------------------------------------------------------- dispatch
+    def apply(self, op: Any, *, prefer: Collection[int] = ()) -> Step:
+        if isinstance(op, Use):
+            return self._use(op)
+        if isinstance(op, Deref):
+            return self._deref(op)
+        if isinstance(op, Destroy):
+            return self._destroy(op)
+        if isinstance(op, Promote):
+            return self._promote(op)
+        if isinstance(op, Tick):
+            return Step(OpResult(value=0), [])
+        if isinstance(op, SwapIn):
+            return Step(OpResult(value=0, status="no_hits"), [])
+        if isinstance(op, Reset):
+            raise InvalidOperation(RuleId.CLEAR_ALL, "a prefix-cache reset is an operation of the vllm profile only")
+        raise InvalidOperation(RuleId.USE_VALIDATE, f"unknown operation {type(op).__name__}")
+
+    def _event_id(self) -> int:
+        eid = self.next_event_id
+        self.next_event_id += 1
+        return eid
+
+    # ------------------------------------------------------------------- Use
+    def _use(self, op: Use) -> Step:
+        n_full = sum(1 for b in op.blocks if isinstance(b, FullBlock))
+        if len(op.local_hashes) != n_full:
+            raise InvalidOperation(
+                RuleId.USE_VALIDATE,
+                f"the legacy Use needs one local hash per full block ({len(op.local_hashes)} for {n_full})",
+            )
+        if op.token_ids is not None and len(op.token_ids) != n_full:
+            raise InvalidOperation(
+                RuleId.USE_VALIDATE, f"token_ids has {len(op.token_ids)} entries for {n_full} full blocks"
+            )
+        if op.parent is not None:
+            raise InvalidOperation(RuleId.USE_VALIDATE, "the legacy Use takes no parent")
+        for ref in op.blocks:
+            if isinstance(ref, PartialBlock) and ("P", ref.partial) in self.active:
+                raise InvalidOperation(
+                    RuleId.USE_VALIDATE, f"partial block {ref.partial} is already held (it would become the parent)"
+                )
+        events: list[KvEvent] = []
+        stored: list[int] = []
+        stored_tokens: list[list[int]] = []
+        parent: int | None = None
+        fi = 0
+        for ref in op.blocks:
+            k = key_of(ref)
+            idx = fi
+            if isinstance(ref, FullBlock):
+                fi += 1
+            if k in self.active:
+                self.active[k] += 1
+                parent = ref.full if isinstance(ref, FullBlock) else parent
+                continue
+            if k in self.inactive:
+                del self.inactive[k]
+                self.active[k] = 1
+                parent = ref.full if isinstance(ref, FullBlock) else parent
+                continue
+            if len(self.active) + len(self.inactive) >= self.capacity:
+                if not self.inactive:
+                    # USE-CAPACITY (legacy): false at once; placed blocks stay, no Stored
+                    self.unannounced.update(stored)
+                    return Step(OpResult(value=False, status="capacity"), events)
+                victim, _ = self.inactive.popitem(last=False)
+                if victim[0] == "F":
+                    self.unannounced.discard(victim[1])  # type: ignore[arg-type]
+                    events.append(
+                        make_removed(self._event_id(), [victim[1]], dp_rank=self.dp_rank)  # type: ignore[list-item]
+                    )
+            self.active[k] = 1
+            if isinstance(ref, FullBlock):
+                stored.append(ref.full)
+                if op.token_ids is not None:
+                    stored_tokens.append(op.token_ids[idx])
+        if stored:
+            tokens_hashes = op.local_hashes[len(op.local_hashes) - len(stored) :]
+            events.append(
+                make_stored(
+                    self._event_id(),
+                    stored,
+                    list(tokens_hashes),
+                    parent,
+                    dp_rank=self.dp_rank,
+                    token_ids=stored_tokens if op.token_ids is not None else None,
+                )
+            )
+        return Step(OpResult(value=True), events)
+
+    # ------------------------------------------------------------ the others
+    def _deref(self, op: Deref) -> Step:
+        for ref in op.blocks:
+            k = key_of(ref)
+            n = self.active.get(k)
+            if n is None:
+                continue  # the legacy manager ignores a Deref of a block it does not hold
+            if n == 1:
+                del self.active[k]
+                self.inactive[k] = None
+            else:
+                self.active[k] = n - 1
+        return Step(OpResult(value=True), [])
+
+    def _destroy(self, op: Destroy) -> Step:
+        keys = [key_of(r) for r in op.blocks]
+        for k in keys:
+            if k not in self.active:
+                raise InvalidOperation(RuleId.DESTROY_ACTIVE, f"Destroy of block {k[1]} that is not active")
+        if len(set(keys)) != len(keys):
+            raise InvalidOperation(RuleId.DESTROY_ACTIVE, "Destroy names a block twice")
+        gone: list[int] = []
+        for k in keys:
+            del self.active[k]
+            if k[0] == "F":
+                gone.append(k[1])  # type: ignore[arg-type]
+                self.unannounced.discard(k[1])  # type: ignore[arg-type]
+        events = [make_removed(self._event_id(), gone, dp_rank=self.dp_rank)] if gone else []
+        return Step(OpResult(value=True), events)
+
+    def _promote(self, op: Promote) -> Step:
+        pk: Key = ("P", op.uuid)
+        if self.active.get(pk) != 1:
+            raise InvalidOperation(
+                RuleId.PROMOTE_UNKNOWN, f"Promote of partial block {op.uuid} that is not held by exactly one owner"
+            )
+        del self.active[pk]
+        fk: Key = ("F", op.seq_hash)
+        if fk in self.active:
+            self.active[fk] += 1
+            return Step(OpResult(value=True), [])
+        if fk in self.inactive:
+            del self.inactive[fk]
+            self.active[fk] = 1
+            return Step(OpResult(value=True), [])
+        self.active[fk] = 1
+        ev = make_stored(
+            self._event_id(),
+            [op.seq_hash],
+            [op.local_hash],
+            op.parent_hash,
+            dp_rank=self.dp_rank,
+            token_ids=[op.token_ids] if op.token_ids is not None else None,
+        )
+        return Step(OpResult(value=True), [ev])

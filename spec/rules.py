@@ -1,0 +1,167 @@
+"""The rule catalogue: every rule of the spec, by its stable id.
+
+SPEC.md explains each rule in prose; this module is the same list as data, so
+that the model, the router view, the checker, the tests and the reports can
+name a rule by one identifier. A test keeps the two in step (every id here has
+a section in SPEC.md and every id SPEC.md defines is here).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class RuleId(StrEnum):
+    """Stable rule ids. The string value is the id used everywhere."""
+
+    # -- operations on the G1 lifecycle ------------------------------------
+    USE_VALIDATE = "USE-VALIDATE"
+    USE_HIT_ACTIVE = "USE-HIT-ACTIVE"
+    USE_HIT_INACTIVE = "USE-HIT-INACTIVE"
+    USE_NEW = "USE-NEW"
+    USE_PARTIAL = "USE-PARTIAL"
+    USE_CAPACITY = "USE-CAPACITY"
+    DEREF_OWNER = "DEREF-OWNER"
+    DEREF_UNKNOWN = "DEREF-UNKNOWN"
+    DEREF_PARTIAL = "DEREF-PARTIAL"
+    DESTROY_ACTIVE = "DESTROY-ACTIVE"
+    PROMOTE_NEW = "PROMOTE-NEW"
+    PROMOTE_EXISTING = "PROMOTE-EXISTING"
+    PROMOTE_UNKNOWN = "PROMOTE-UNKNOWN"
+    EVICT_POLICY = "EVICT-POLICY"
+    COUNTERS = "COUNTERS"
+    # -- the event protocol -------------------------------------------------
+    STORE_NEW_ONLY = "STORE-NEW-ONLY"
+    STORE_NO_DUP = "STORE-NO-DUP"
+    STORE_TOKENS_HASH = "STORE-TOKENS-HASH"
+    PARENT_ANCHOR = "PARENT-ANCHOR"
+    REMOVE_EXACT = "REMOVE-EXACT"
+    REMOVE_NO_ORPHAN = "REMOVE-NO-ORPHAN"
+    EVENT_ID = "EVENT-ID"
+    EVENT_ORDER = "EVENT-ORDER"
+    EVENT_SOURCE = "EVENT-SOURCE"
+    # -- the vLLM-style pool ------------------------------------------------
+    STORE_COPY = "STORE-COPY"
+    REMOVE_COPY = "REMOVE-COPY"
+    CLEAR_ALL = "CLEAR-ALL"
+    VLLM_PREFIX_HIT = "VLLM-PREFIX-HIT"
+    VLLM_FREE_ORDER = "VLLM-FREE-ORDER"
+    VLLM_LAZY_REMOVE = "VLLM-LAZY-REMOVE"
+    # -- the offload tier (G2) ----------------------------------------------
+    QUARANTINE_HOLD = "QUARANTINE-HOLD"
+    QUARANTINE_RELEASE = "QUARANTINE-RELEASE"
+    OFFLOAD_BLOCKS_USE = "OFFLOAD-BLOCKS-USE"
+    G2_STORE_ON_COMPLETE = "G2-STORE-ON-COMPLETE"
+    G2_EVICT = "G2-EVICT"
+    DEVICE_REMOVE_IMMEDIATE = "DEVICE-REMOVE-IMMEDIATE"
+    TIME_MONOTONIC = "TIME-MONOTONIC"
+    SWAPIN_RESERVE = "SWAPIN-RESERVE"
+    SWAPIN_SKIP_PRESENT = "SWAPIN-SKIP-PRESENT"
+    SWAPIN_ANCHOR = "SWAPIN-ANCHOR"
+    # -- hashing ------------------------------------------------------------
+    HASH_LOCAL = "HASH-LOCAL"
+    HASH_SEQUENCE = "HASH-SEQUENCE"
+    # -- proven invariants (z3) ---------------------------------------------
+    INV_CONSERVE = "INV-CONSERVE"
+    INV_OWNERS = "INV-OWNERS"
+    INV_ROUTER_MATCH = "INV-ROUTER-MATCH"
+    INV_NO_DUP = "INV-NO-DUP"
+    INV_QUARANTINE = "INV-QUARANTINE"
+    INV_ANCHOR = "INV-ANCHOR"
+
+
+class Concern(StrEnum):
+    LIFECYCLE = "lifecycle"
+    PROTOCOL = "protocol"
+    VLLM = "vllm pool"
+    OFFLOAD = "offload"
+    HASHING = "hashing"
+    INVARIANT = "invariant"
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    id: RuleId
+    concern: Concern
+    title: str
+    #: True when a consumer of the event stream alone (the router view) can
+    #: check the rule; False when it needs the operations (the lockstep checker).
+    stream_checkable: bool = False
+    #: Strict rules are off by default in the router view and switched on by
+    #: the caller (they are router-safety properties some profiles do not keep).
+    strict: bool = False
+
+
+_L, _P, _V, _O, _H, _I = (
+    Concern.LIFECYCLE,
+    Concern.PROTOCOL,
+    Concern.VLLM,
+    Concern.OFFLOAD,
+    Concern.HASHING,
+    Concern.INVARIANT,
+)
+
+RULES: dict[RuleId, Rule] = {
+    r.id: r
+    for r in [
+        Rule(RuleId.USE_VALIDATE, _L, "a malformed Use is rejected before any state changes"),
+        Rule(RuleId.USE_HIT_ACTIVE, _L, "an active full block in Use gains one owner"),
+        Rule(RuleId.USE_HIT_INACTIVE, _L, "an inactive full block in Use is reactivated with one owner"),
+        Rule(RuleId.USE_NEW, _L, "an unknown full block in Use takes a slot and is registered"),
+        Rule(RuleId.USE_PARTIAL, _L, "a partial block in Use takes a slot unless already held"),
+        Rule(RuleId.USE_CAPACITY, _L, "what a Use returns and keeps when slots run out"),
+        Rule(RuleId.DEREF_OWNER, _L, "Deref drops one owner; at zero the block becomes inactive"),
+        Rule(RuleId.DEREF_UNKNOWN, _L, "Deref of a block that is not active is an error"),
+        Rule(RuleId.DEREF_PARTIAL, _L, "Deref of a partial block returns its slot to free"),
+        Rule(RuleId.DESTROY_ACTIVE, _L, "Destroy (legacy) removes an active block and reports it"),
+        Rule(RuleId.PROMOTE_NEW, _L, "a promoted partial block that is new is registered in place"),
+        Rule(RuleId.PROMOTE_EXISTING, _L, "a promoted partial block that exists joins the existing block"),
+        Rule(RuleId.PROMOTE_UNKNOWN, _L, "Promote of a partial block that is not held is an error"),
+        Rule(RuleId.EVICT_POLICY, _L, "victims are inactive blocks chosen by the configured policy"),
+        Rule(RuleId.COUNTERS, _L, "active + inactive + free slots = capacity, refs >= active full"),
+        Rule(RuleId.STORE_NEW_ONLY, _P, "Stored names exactly the newly registered blocks, in order"),
+        Rule(RuleId.STORE_NO_DUP, _P, "no hash is Stored twice in a tier without a Removed between", True),
+        Rule(RuleId.STORE_TOKENS_HASH, _P, "a stored block's tokens_hash is its own local hash", True),
+        Rule(RuleId.PARENT_ANCHOR, _P, "a Stored's parent is the block before its first block, and stored", True),
+        Rule(RuleId.REMOVE_EXACT, _P, "Removed names exactly the evicted blocks, each stored in the tier", True),
+        Rule(RuleId.REMOVE_NO_ORPHAN, _P, "a Removed leaves no stored child of a removed block", True, True),
+        Rule(RuleId.EVENT_ID, _P, "event ids start at 0 and increase by 1 per event, per manager", True),
+        Rule(RuleId.EVENT_ORDER, _P, "within one operation, Stored before Removed (per profile)"),
+        Rule(RuleId.EVENT_SOURCE, _P, "every event carries the manager's dp_rank and a storage tier", True),
+        Rule(RuleId.STORE_COPY, _V, "vllm: each Stored of a hash adds one physical copy", True),
+        Rule(RuleId.REMOVE_COPY, _V, "vllm: each Removed takes away one stored copy of the hash", True),
+        Rule(RuleId.CLEAR_ALL, _V, "vllm: a reset succeeds only with every block free and emits one Cleared", True),
+        Rule(RuleId.VLLM_PREFIX_HIT, _V, "vllm: a prompt hits whole cached blocks, at most num_tokens - 1"),
+        Rule(RuleId.VLLM_FREE_ORDER, _V, "vllm: freed blocks queue in reverse; hashless blocks reused first"),
+        Rule(RuleId.VLLM_LAZY_REMOVE, _V, "vllm: a cached block is Removed only when its slot is reused"),
+        Rule(RuleId.QUARANTINE_HOLD, _O, "an offloading G1 slot stays unavailable until its transfer completes"),
+        Rule(RuleId.QUARANTINE_RELEASE, _O, "at completion the slot returns to free exactly once"),
+        Rule(RuleId.OFFLOAD_BLOCKS_USE, _O, "a Use whose eviction starts an offload stops there"),
+        Rule(RuleId.G2_STORE_ON_COMPLETE, _O, "host-pinned Stored is published at transfer completion"),
+        Rule(RuleId.G2_EVICT, _O, "a full G2 evicts by its policy and publishes host-pinned Removed", True),
+        Rule(RuleId.DEVICE_REMOVE_IMMEDIATE, _O, "device Removed is published at eviction, not at completion"),
+        Rule(RuleId.TIME_MONOTONIC, _O, "time moves only through tick; a tick backwards changes nothing"),
+        Rule(RuleId.SWAPIN_RESERVE, _O, "swap-in reserves destination slots before anything else"),
+        Rule(RuleId.SWAPIN_SKIP_PRESENT, _O, "swap-in skips blocks already in G1"),
+        Rule(RuleId.SWAPIN_ANCHOR, _O, "swapped-in blocks are registered inactive, Stored anchored to the prefix"),
+        Rule(RuleId.HASH_LOCAL, _H, "local hash = xxh3-64, seed 1337, over the tokens as little-endian u32"),
+        Rule(RuleId.HASH_SEQUENCE, _H, "sequence hash chains the parent's sequence hash with the local hash"),
+        Rule(RuleId.INV_CONSERVE, _I, "free + partial + active + inactive + quarantined = capacity"),
+        Rule(RuleId.INV_OWNERS, _I, "a block is active iff it has an owner"),
+        Rule(RuleId.INV_ROUTER_MATCH, _I, "the router view per tier equals the registered blocks"),
+        Rule(RuleId.INV_NO_DUP, _I, "no block hash is registered in two G1 slots"),
+        Rule(RuleId.INV_QUARANTINE, _I, "a quarantined slot is never free, registered, or allocated"),
+        Rule(RuleId.INV_ANCHOR, _I, "every Stored's parent is registered (or the root) when emitted"),
+    ]
+}
+
+assert set(RULES) == set(RuleId), "every RuleId needs a catalogue entry"
+
+
+def rule(rule_id: str | RuleId) -> Rule:
+    """Look a rule up by id; raises KeyError naming the unknown id."""
+    try:
+        return RULES[RuleId(rule_id)]
+    except ValueError:
+        raise KeyError(f"unknown rule id {rule_id!r}") from None

@@ -1,0 +1,84 @@
+"""Golden scenario files: operations in, results, counters and events out.
+
+A scenario is a JSON file under ``spec/scenarios/``. It names the rules it
+exercises, the profile and configuration it runs under, the capabilities an
+implementation needs to run it, and a list of steps. Each step holds one
+operation and what must come out of it: the result, or the rule id of the
+error that must reject it; the events, exactly (ids, tiers, hashes, parents,
+token ids); and any counters or block states to check. A key left out of
+``expect`` is not checked; ``"events": []`` checks that nothing was published.
+
+Expected values are written by hand from the source they cite (a seed's unit
+test, a witness), never computed by the model they check.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import Field, field_validator
+
+from .config import ManagerConfig
+from .rules import RuleId
+from .wire import KvEvent, Operation, Status, Wire
+
+SCENARIO_DIR = Path(__file__).parent / "scenarios"
+
+
+class Expect(Wire):
+    result: int | bool | None = None
+    status: Status | None = None
+    #: the operation must be rejected with this rule id (and change nothing)
+    error: RuleId | None = None
+    events: list[KvEvent] | None = None
+    #: counters to check (any subset of the Counters fields)
+    counters: dict[str, int] | None = None
+    #: exact owner counts of the active full blocks (hash as a string key)
+    active: dict[str, int] | None = None
+    #: exactly the inactive full blocks (any order)
+    inactive: list[int] | None = None
+    #: blocks that must be registered in the host-pinned tier (any order)
+    g2: list[int] | None = None
+    earliest_deadline_ms: float | None = None
+
+    @field_validator("active")
+    @classmethod
+    def _int_keys(cls, v: dict[str, int] | None) -> dict[str, int] | None:
+        if v is not None:
+            for k in v:
+                int(k)
+        return v
+
+
+class ScenarioStep(Wire):
+    op: Operation
+    expect: Expect = Expect()
+    note: str | None = None
+
+
+class Scenario(Wire):
+    name: str
+    description: str
+    #: where the expected values come from (a seed test, a witness, an issue)
+    source: str
+    rules: Annotated[list[RuleId], Field(min_length=1)]
+    config: ManagerConfig
+    #: capabilities an implementation must declare to run this scenario
+    requires: list[str] = []
+    steps: Annotated[list[ScenarioStep], Field(min_length=1)]
+
+
+def load_scenario(path: Path) -> Scenario:
+    return Scenario.model_validate(json.loads(path.read_text()))
+
+
+def all_scenarios(directory: Path = SCENARIO_DIR) -> list[tuple[Path, Scenario]]:
+    """Every scenario file under ``directory`` (recursively), sorted by path."""
+    return [(p, load_scenario(p)) for p in sorted(directory.rglob("*.json"))]
+
+
+def dump_scenario(s: Scenario) -> str:
+    data: Any = s.model_dump(mode="json", exclude_none=True)
+    return json.dumps(data, indent=1) + "\n"
