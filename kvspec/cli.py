@@ -1,0 +1,43 @@
+"""The ``kvspec`` command line.
+
+Each subcommand lives in the module that owns its job and exposes
+``add_arguments(parser)`` and ``run(args) -> int``; this file only lists them,
+so importing the CLI stays cheap (z3 loads only for ``prove``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "replay": ("kvspec.conformance.replay", "run a replay file against an implementation"),
+    "mutants": ("kvspec.conformance.mutants", "run the suite against every mutant; table of kills"),
+    "prove": ("kvspec.reference.smt.cli_prove", "prove the lifecycle invariants with z3"),
+    "witnesses": ("kvspec.reference.smt.cli_witnesses", "regenerate the bounded-model-checking scenarios"),
+    "schemas": ("kvspec.spec.schema_export", "write (or --check) the JSON Schemas in spec/schema/"),
+    "check-log": ("kvspec.conformance.check_log", "check a recorded event log with the router view"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="kvspec", description=__doc__.splitlines()[0] if __doc__ else None)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module, help_text) in SUBCOMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.set_defaults(_module=module)
+        # arguments are added lazily below, once we know which subcommand runs
+    args, rest = parser.parse_known_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    mod = importlib.import_module(args._module)
+    full = argparse.ArgumentParser(prog=f"kvspec {args.command}", description=SUBCOMMANDS[args.command][1])
+    mod.add_arguments(full)
+    sub_args = full.parse_args(rest)
+    return int(mod.run(sub_args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,149 @@
+"""Profiles: the rule sets of known implementation generations, as data.
+
+A profile says which rules apply to an implementation generation and which
+protocol rules that generation is known to break (and when). The reference
+model reproduces each profile's behaviour, breaks included, so that the suite
+can tell which generation an implementation follows; the router view still
+reports a known break, and the suite files it under the profile instead of
+failing the implementation for it. SPEC.md ("Profiles") is the prose of this
+table; a test keeps the two in step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from .rules import RuleId
+
+R = RuleId
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    name: str
+    title: str
+    source: str
+    use_result: Literal["count", "bool", "request"]
+    use_all_or_nothing: bool
+    stored_grouping: Literal["one_per_use", "split_at_reuse", "one_per_cache_call"]
+    removed_timing: Literal["after_stored", "at_eviction", "lazy"]
+    policies: tuple[str, ...]
+    view_mode: Literal["set", "copies"]
+    operations: tuple[str, ...]
+    #: rules that do not apply to this profile at all (replaced or absent)
+    not_applicable: frozenset[RuleId] = frozenset()
+    #: protocol rules this generation is known to break, and when
+    known_breaks: dict[RuleId, str] = field(default_factory=dict)
+
+    def applies(self, rule: RuleId | str) -> bool:
+        return RuleId(rule) not in self.not_applicable
+
+    def known_break(self, rule: RuleId | str, policy: str | None = None) -> str | None:
+        """The documented reason when this profile is known to break ``rule``."""
+        reason = self.known_breaks.get(RuleId(rule))
+        if reason is None:
+            return None
+        if RuleId(rule) == R.REMOVE_NO_ORPHAN and policy == "lineage":
+            return None  # the lineage policy evicts leaves only
+        return reason
+
+
+_ORPHAN = "LRU-style policies evict by age, so a parent can go before its still-stored children"
+_INTERLEAVE = (
+    "a batch whose reused block comes after a new block anchors the whole Stored to that "
+    "later block, which is not the block before the first stored one"
+)
+
+PROFILES: dict[str, Profile] = {
+    p.name: p
+    for p in [
+        Profile(
+            name="kvbm",
+            title="kvbm mocker (kvbm-logical block manager)",
+            source="seeds/dynamo_mocker_kvbm_kv_manager.rs.txt",
+            use_result="count",
+            use_all_or_nothing=False,
+            stored_grouping="one_per_use",
+            removed_timing="after_stored",
+            policies=("lineage", "lru", "multi_lru", "unordered"),
+            view_mode="set",
+            operations=("use", "deref", "promote", "tick", "swap_in"),
+            not_applicable=frozenset({R.DESTROY_ACTIVE, R.STORE_COPY, R.REMOVE_COPY, R.CLEAR_ALL,
+                                      R.VLLM_PREFIX_HIT, R.VLLM_FREE_ORDER, R.VLLM_LAZY_REMOVE}),
+            known_breaks={
+                R.PARENT_ANCHOR: _INTERLEAVE,
+                R.STORE_NO_DUP: (
+                    "a block evicted by an earlier allocation of the same batch and then registered "
+                    "again is Stored a second time before the batch's Removed names it"
+                ),
+                R.REMOVE_NO_ORPHAN: _ORPHAN,
+            },
+        ),
+        Profile(
+            name="atomic",
+            title="newest mocker generation (all-or-nothing Use, split Stored groups)",
+            source="issue #2 (no seed): the generation after the kvbm mocker",
+            use_result="count",
+            use_all_or_nothing=True,
+            stored_grouping="split_at_reuse",
+            removed_timing="after_stored",
+            policies=("lineage", "lru", "multi_lru", "unordered"),
+            view_mode="set",
+            operations=("use", "deref", "promote"),
+            not_applicable=frozenset({R.DESTROY_ACTIVE, R.STORE_COPY, R.REMOVE_COPY, R.CLEAR_ALL,
+                                      R.VLLM_PREFIX_HIT, R.VLLM_FREE_ORDER, R.VLLM_LAZY_REMOVE}),
+            known_breaks={R.REMOVE_NO_ORPHAN: _ORPHAN},
+        ),
+        Profile(
+            name="legacy",
+            title="dynamo-mocker 1.0.2 (hash cache)",
+            source="seeds/dynamo_mocker_1.0.2_kv_manager.rs.txt",
+            use_result="bool",
+            use_all_or_nothing=False,
+            stored_grouping="one_per_use",
+            removed_timing="at_eviction",
+            policies=("lru",),
+            view_mode="set",
+            operations=("use", "deref", "destroy", "promote"),
+            not_applicable=frozenset({R.STORE_COPY, R.REMOVE_COPY, R.CLEAR_ALL, R.VLLM_PREFIX_HIT,
+                                      R.VLLM_FREE_ORDER, R.VLLM_LAZY_REMOVE, R.DEREF_UNKNOWN,
+                                      R.DEREF_PARTIAL}),
+            known_breaks={
+                R.EVENT_ORDER: "each eviction publishes its Removed at once, before the batch's Stored",
+                R.PARENT_ANCHOR: _INTERLEAVE,
+                R.STORE_TOKENS_HASH: (
+                    "the Stored takes the tail of the caller's local hashes, which is misaligned when "
+                    "a reused block follows a new one"
+                ),
+                R.STORE_NEW_ONLY: "a Use that runs out of slots keeps the blocks it placed but publishes no Stored",
+                R.REMOVE_EXACT: (
+                    "blocks placed by a failed Use were never Stored, yet their eviction publishes Removed"
+                ),
+                R.REMOVE_NO_ORPHAN: _ORPHAN,
+            },
+        ),
+        Profile(
+            name="vllm",
+            title="vLLM-style block pool (request level)",
+            source="DESIGN.md facts on vLLM's BlockPool; the ai-dynamo-runtime mocker",
+            use_result="request",
+            use_all_or_nothing=True,
+            stored_grouping="one_per_cache_call",
+            removed_timing="lazy",
+            policies=("lru",),
+            view_mode="copies",
+            operations=("use", "deref", "promote", "reset"),
+            not_applicable=frozenset({R.STORE_NO_DUP, R.REMOVE_EXACT, R.DESTROY_ACTIVE, R.EVICT_POLICY,
+                                      R.USE_HIT_INACTIVE}),
+            known_breaks={R.REMOVE_NO_ORPHAN: _ORPHAN},
+        ),
+    ]
+}
+
+
+def profile(name: str) -> Profile:
+    try:
+        return PROFILES[name]
+    except KeyError:
+        raise KeyError(f"unknown profile {name!r}; known: {sorted(PROFILES)}") from None
