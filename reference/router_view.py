@@ -213,8 +213,10 @@ class RouterView:
                 msg = self.hash_check(prev, h, b.tokens_hash, toks)
                 if msg is not None:
                     out.append(self._flag(RuleId.STORE_TOKENS_HASH, msg, ev, key, block=h))
-            if h in seen:
+            if h in seen and self.mode == "set":
                 out.append(self._flag(RuleId.STORE_NO_DUP, f"block {h} appears twice in one Stored", ev, key))
+                prev = h
+                continue
             seen.add(h)
             n = tier.copies.get(h, 0)
             if n and self.mode == "set":
