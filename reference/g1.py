@@ -82,7 +82,11 @@ class Block:
 
 @dataclass(slots=True)
 class G2Entry:
+    """A block's metadata as it travels to G2 and back: what G1 registered
+    (G2-STORE-ON-COMPLETE publishes it; a swap-in registers it again)."""
+
     seq: int
+    plh: Plh
     parent_hash: int | None
     local_hash: int
     token_ids: list[int] | None
@@ -100,7 +104,9 @@ class Transfer:
 
 @dataclass(slots=True)
 class _Onboard:
-    blocks: list[tuple[int, Plh]]  # (seq, plh) of the G2 prefix
+    #: the G2 prefix as the caller named it, with G2's metadata read when the
+    #: swap-in started (a later G2 eviction cannot change what is copied in)
+    blocks: list[tuple[int, Plh, G2Entry]]
     parent: int | None
     slots: int  # reserved destination slots
 
@@ -187,8 +193,9 @@ class G1Model:
             self.counters(),
             tuple(sorted(self.touches.items())),
             self.now,
-            tuple(self.g2),
-            tuple((t.deadline, t.order, t.kind) for t in sorted(self.pending)),
+            tuple((e.seq, plh_id(e.plh), e.parent_hash, e.local_hash, _tokens_key(e.token_ids)) for e in self.g2.values()),
+            tuple((t.deadline, t.order, t.kind, _payload_key(t)) for t in sorted(self.pending)),
+            tuple(sorted(self._link_free.items())),
         )
 
     # --------------------------------------------------------------- dispatch
@@ -422,7 +429,7 @@ class G1Model:
             meta = metas[seq]
             if self.offload is not None:
                 self.quarantined += 1
-                self._queue("offload", G2Entry(seq, meta.parent_hash, meta.local_hash, meta.token_ids))
+                self._queue("offload", G2Entry(seq, meta.plh, meta.parent_hash, meta.local_hash, meta.token_ids))
             if seq in handled:
                 continue
             handled.add(seq)
@@ -555,25 +562,40 @@ class G1Model:
         return Step(OpResult(value=None), [self._stored([op.seq_hash], [nb], op.parent_hash)])
 
     # ----------------------------------------------------------- offload tier
-    def _queue(self, kind: str, payload: Any) -> None:
+    #
+    # Transfer timing (OffloadConfig.transfer_ms): one block takes
+    # ``block_size_bytes / bandwidth`` on its link. Each direction is one link
+    # (G1->G2 "offload", G2->G1 "onboard"), shared by its transfers one after
+    # another in the order they were queued: a transfer starts when the link
+    # is free and the clock has reached the moment it was queued, and holds
+    # the link for its blocks. So n evictions queued together complete at n
+    # consecutive deadlines, and an onboard of n blocks completes as one job.
+    # A zero or missing size makes transfers instant: the deadline is the
+    # current time and the transfer completes at the next tick (even a tick
+    # to the same time). Deadlines are fixed when a transfer is queued, so the
+    # earliest pending deadline never moves except by completing.
+
+    def _queue(self, kind: str, payload: G2Entry | _Onboard) -> None:
         assert self.offload is not None
+        n = len(payload.blocks) if isinstance(payload, _Onboard) else 1
         start = max(self.now, self._link_free[kind])
-        deadline = start + self.offload.transfer_ms() * (
-            len(payload.blocks) if kind == "onboard" else 1
-        )
+        deadline = start + self.offload.transfer_ms() * n
         self._link_free[kind] = deadline
         self.pending.append(Transfer(deadline, self._transfer_seq, kind, payload))
         self._transfer_seq += 1
 
     def _tick(self, op: Tick) -> Step:
-        if op.now_ms < self.now:  # TIME-MONOTONIC: a tick backwards changes nothing
+        """TIME-MONOTONIC: move the clock to ``now_ms`` and complete every
+        transfer due by then, earliest deadline first (queue order on a tie).
+        A tick earlier than the clock changes nothing at all."""
+        if op.now_ms < self.now:
             return Step(OpResult(value=0), [])
         self.now = op.now_ms
         due = sorted(t for t in self.pending if t.deadline <= self.now)
         if not due:
             return Step(OpResult(value=0), [])
-        done = {id(t) for t in due}
-        self.pending = [t for t in self.pending if id(t) not in done]
+        done = {t.order for t in due}
+        self.pending = [t for t in self.pending if t.order not in done]
         events: list[KvEvent] = []
         for t in due:
             if t.kind == "offload":
@@ -583,7 +605,11 @@ class G1Model:
         return Step(OpResult(value=len(due)), events)
 
     def _complete_offload(self, e: G2Entry) -> list[KvEvent]:
-        """QUARANTINE-RELEASE, G2-EVICT, G2-STORE-ON-COMPLETE."""
+        """QUARANTINE-RELEASE (the source slot goes back to free, once),
+        G2-EVICT (a full G2 evicts its least recently used block first and
+        names it in a host-pinned Removed), G2-STORE-ON-COMPLETE (host-pinned
+        Stored with the metadata G1 registered). A block G2 already holds is
+        not stored twice: it only becomes G2's most recently used."""
         assert self.offload is not None
         self.quarantined -= 1
         self.free += 1
@@ -608,17 +634,34 @@ class G1Model:
         events.append(ev)
         return events
 
+    def _validate_swap_in(self, op: SwapIn) -> None:
+        """A swap-in names blocks by (sequence hash, lineage hash); both must
+        agree with what G1 and G2 hold, as for a Use (USE-VALIDATE)."""
+        for blk in op.blocks:
+            self._check_identity(blk.seq_hash, blk.plh)
+            g2 = self.g2.get(blk.seq_hash)
+            if g2 is not None and plh_id(g2.plh) != plh_id(blk.plh):
+                raise InvalidOperation(
+                    RuleId.USE_VALIDATE,
+                    f"block {blk.seq_hash} is held in G2 with lineage hash {plh_id(g2.plh)}, not {plh_id(blk.plh)}",
+                )
+
     def _swap_in(self, op: SwapIn, prefer: Collection[int]) -> Step:
+        """SWAPIN-RESERVE: find the longest prefix of ``op.blocks`` held in G2
+        and reserve one G1 slot per block before anything else (free slots
+        first, then evictions, which with an offload tier block the swap-in
+        like a Use); on success queue one onboard transfer for the prefix."""
         if self.offload is None:
             return Step(OpResult(value=0, status="no_hits"), [])
-        prefix: list[tuple[int, Plh]] = []
+        self._validate_swap_in(op)
+        prefix: list[tuple[int, Plh, G2Entry]] = []
         for blk in op.blocks:
-            if blk.seq_hash not in self.g2:
+            g2 = self.g2.get(blk.seq_hash)
+            if g2 is None:
                 break
-            prefix.append((blk.seq_hash, blk.plh))
+            prefix.append((blk.seq_hash, blk.plh, g2))
         if not prefix:
             return Step(OpResult(value=0, status="no_hits"), [])
-        # SWAPIN-RESERVE: destination slots first; free slots, then evictions
         self._evicted_meta = {}
         reserved = 0
         evicted: list[int] = []
@@ -627,9 +670,12 @@ class G1Model:
             if victim is not None:
                 evicted.append(victim)
             if not got:
-                if victim is None:  # no capacity: the seed reports this as no hits
-                    self.free += reserved
+                if victim is None:  # no slot at all: the seed reports no hits
+                    self.free += reserved  # the reserved slots are given back
                     return Step(OpResult(value=0, status="no_hits"), self._publish_evictions(evicted))
+                # blocked on a G1 offload: while the reserved slots are still
+                # held, evict (and quarantine) as many more victims as the
+                # reservation still lacks, so that they offload together
                 for _ in range(len(prefix) - reserved - 1):
                     if self.free:
                         break
@@ -638,17 +684,20 @@ class G1Model:
                         break
                     self._evict(v)
                     evicted.append(v)
-                self.free += reserved
+                self.free += reserved  # then the reserved slots are given back
                 return Step(OpResult(value=0, status="blocked_on_offload"), self._publish_evictions(evicted))
             reserved += 1
         self.reserved += reserved
+        for seq, _plh, _e in prefix:  # copying a block back counts as a use of it in G2
+            self.g2.move_to_end(seq)
         self._queue("onboard", _Onboard(prefix, op.parent, reserved))
         return Step(OpResult(value=reserved, status="scheduled"), self._publish_evictions(evicted))
 
     def _complete_onboard(self, job: _Onboard) -> list[KvEvent]:
         """SWAPIN-SKIP-PRESENT and SWAPIN-ANCHOR: register the onboarded blocks
-        as inactive; a block already in G1 closes the current Stored group and
-        anchors the next one."""
+        as inactive with the metadata G2 held; a block already in G1 (by
+        sequence hash or lineage hash) gives its slot back, closes the current
+        Stored group and anchors the next one to itself."""
         events: list[KvEvent] = []
         group: list[int] = []
         group_meta: list[Block] = []
@@ -656,7 +705,7 @@ class G1Model:
         meta_parent = job.parent
         slots = job.slots
         self.reserved -= job.slots
-        for seq, plh in job.blocks[: job.slots]:
+        for seq, plh, meta in job.blocks[: job.slots]:
             slots -= 1
             if seq in self.blocks or plh_id(plh) in self.by_plh:
                 self.free += 1
@@ -665,10 +714,7 @@ class G1Model:
                     group, group_meta = [], []
                 anchor = meta_parent = seq
                 continue
-            meta = self.g2.get(seq)
-            local = meta.local_hash if meta else 0
-            toks = meta.token_ids if meta else None
-            b = Block(seq, plh, meta_parent, local, toks, owners=0)
+            b = Block(seq, plh, meta_parent, meta.local_hash, meta.token_ids, owners=0)
             self.blocks[seq] = b
             self.by_plh[plh_id(plh)] = seq
             self.touches[seq] = self.touches.get(seq, 0) + 1
@@ -680,3 +726,15 @@ class G1Model:
         if group:
             events.append(self._stored(group, group_meta, anchor))
         return events
+
+
+def _tokens_key(toks: list[int] | None) -> tuple[int, ...] | None:
+    return None if toks is None else tuple(toks)
+
+
+def _payload_key(t: Transfer) -> Any:
+    """What a pending transfer carries, as a comparable value (fingerprint)."""
+    p = t.payload
+    if isinstance(p, G2Entry):
+        return (p.seq, plh_id(p.plh), p.parent_hash, p.local_hash, _tokens_key(p.token_ids))
+    return (tuple((seq, plh_id(plh)) for seq, plh, _ in p.blocks), p.parent, p.slots)
