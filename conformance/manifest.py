@@ -8,6 +8,7 @@ turn failures of declared deviations into expected failures, keyed by rule id.
 
 from __future__ import annotations
 
+import os
 import tomllib
 from importlib import resources
 from pathlib import Path
@@ -34,6 +35,9 @@ class Start(Wire):
     #: c_abi: C sources (relative to the folder) compiled into a shared library
     sources: list[str] = []
     cflags: list[str] = ["-O2", "-std=c11", "-Wall", "-Werror"]
+    #: c_abi: "process" runs the library in a child host (a crash in it is an
+    #: AdapterError); "inprocess" loads it into the test process (faster)
+    isolation: Literal["process", "inprocess"] = "process"
     #: seconds one call may take before the adapter is declared hung
     timeout_s: float = Field(default=10.0, gt=0)
     startup_timeout_s: float = Field(default=30.0, gt=0)
@@ -90,6 +94,8 @@ class Manifest(Wire):
     start: Start = Start()
     capabilities: Capabilities = Capabilities()
     deviations: list[Deviation] = []
+    #: the adapter runs named variants, picked by ``--impl=DIR/VARIANT``
+    variants: bool = False
 
     def deviation(self, rule: str, profile: str | None = None) -> Deviation | None:
         for d in self.deviations:
@@ -105,6 +111,11 @@ def _builtin_adapters_dir() -> Path:
     return Path(str(resources.files("kvspec.adapters")))
 
 
+#: the environment variable that names the variant of a ``variants = true``
+#: adapter (set by ``resolve_adapter_dir`` for ``--impl=DIR/VARIANT``)
+VARIANT_ENV = "KVSPEC_ADAPTER_VARIANT"
+
+
 def resolve_adapter_dir(impl: str) -> Path:
     """``--impl`` value to an adapter folder: a path (absolute or relative to
     the working directory), else a bundled adapter by name or by
@@ -117,6 +128,17 @@ def resolve_adapter_dir(impl: str) -> Path:
         bundled = _builtin_adapters_dir() / name
         if (bundled / "manifest.toml").is_file():
             return bundled.resolve()
+    # DIR/VARIANT, DIR an adapter whose manifest says ``variants = true`` (as
+    # adapters/mutants/NAME): the adapter is DIR and the variant name reaches
+    # its factory through the environment variable VARIANT_ENV.
+    if len(p.parts) > 1:
+        bases = [p.parent]
+        if p.parent.parent.name == "adapters" or len(p.parts) == 2:
+            bases.append(_builtin_adapters_dir() / p.parent.name)
+        for base in bases:
+            if (base / "manifest.toml").is_file() and load_manifest(base).variants:
+                os.environ[VARIANT_ENV] = p.name
+                return base.resolve()
     raise ConfigError(f"--impl={impl}: no manifest.toml in {p} and no bundled adapter of that name")
 
 

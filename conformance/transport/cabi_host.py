@@ -1,0 +1,129 @@
+"""Host process for a C ABI library: loads it with ctypes and speaks spec/PROTOCOL.md on stdio.
+
+Started by ``conformance.transport.cabi.CAbiImplementation`` (isolation
+"process") as::
+
+    python -S cabi_host.py LIBRARY NAME CAPABILITIES_JSON
+
+so that a crash of the C code kills this small process, not the test run;
+the parent's ``JsonlImplementation`` turns that into an ``AdapterError`` with
+the exit status. WHY standard library only (and ``-S``): the host starts once
+per opened implementation, and importing pydantic would cost more than the
+whole test step; the parent validates every reply anyway.
+
+The host forwards each request's ``op`` to ``kvspec_call`` and each reply
+(already StepOutcome JSON) back verbatim inside ``{"id":N,"outcome":...}``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import sys
+from typing import Any
+
+PROTOCOL_VERSION = 1
+ABI_VERSION = 1
+E_REQUEST = -1
+_ERR_CAP = 1024
+
+
+def _load(path: str) -> Any:
+    dll = ctypes.CDLL(path)
+    dll.kvspec_abi_version.argtypes = []
+    dll.kvspec_abi_version.restype = ctypes.c_int
+    dll.kvspec_open.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+    dll.kvspec_open.restype = ctypes.c_void_p
+    dll.kvspec_call.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+    dll.kvspec_call.restype = ctypes.c_int
+    dll.kvspec_close.argtypes = [ctypes.c_void_p]
+    dll.kvspec_close.restype = None
+    return dll
+
+
+def _send(out: Any, obj: dict[str, Any] | bytes) -> None:
+    out.write(obj if isinstance(obj, bytes) else json.dumps(obj).encode() + b"\n")
+    out.flush()
+
+
+def _error(rid: Any, code: str, message: str) -> dict[str, Any]:
+    return {"id": rid if isinstance(rid, int) and rid >= 1 else None, "error": {"code": code, "message": message}}
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 3:
+        print("usage: cabi_host.py LIBRARY NAME CAPABILITIES_JSON", file=sys.stderr)
+        return 2
+    lib_path, name, caps_json = argv
+    inp, out = sys.stdin.buffer, sys.stdout.buffer
+    line = inp.readline()
+    if not line:
+        return 0
+    try:
+        hello = json.loads(line)
+        versions, config = hello["versions"], hello["config"]
+    except (ValueError, KeyError, TypeError) as e:
+        _send(out, {"type": "refused", "error": {"code": "internal_error", "message": f"bad hello: {e}"}})
+        return 1
+    if PROTOCOL_VERSION not in versions:
+        msg = f"the C ABI host speaks protocol version {PROTOCOL_VERSION}, not {versions}"
+        _send(out, {"type": "refused", "error": {"code": "unsupported_version", "message": msg}})
+        return 1
+    try:
+        dll = _load(lib_path)
+    except (OSError, AttributeError) as e:
+        _send(out, {"type": "refused", "error": {"code": "internal_error", "message": f"cannot load {lib_path}: {e}"}})
+        return 1
+    if dll.kvspec_abi_version() != ABI_VERSION:
+        msg = f"{lib_path} implements ABI version {dll.kvspec_abi_version()}, the host speaks {ABI_VERSION}"
+        _send(out, {"type": "refused", "error": {"code": "internal_error", "message": msg}})
+        return 1
+    err = ctypes.create_string_buffer(_ERR_CAP)
+    handle = dll.kvspec_open(json.dumps(config).encode(), err, _ERR_CAP)
+    if not handle:
+        msg = err.value.decode(errors="replace")
+        _send(out, {"type": "refused", "error": {"code": "unsupported_config", "message": msg}})
+        return 1
+    _send(
+        out,
+        {
+            "type": "ready",
+            "name": name,
+            "protocol": PROTOCOL_VERSION,
+            "profile": config.get("profile", "kvbm"),
+            "capabilities": json.loads(caps_json),
+        },
+    )
+    call = dll.kvspec_call
+    buf = ctypes.create_string_buffer(64 * 1024)
+    try:
+        for line in inp:
+            try:
+                msg = json.loads(line)
+                if msg.get("type") == "bye":
+                    return 0
+                rid, op = msg["id"], msg["op"]
+                if type(rid) is not int or rid < 1:
+                    raise TypeError(f"id must be a positive integer, got {rid!r}")
+            except (ValueError, KeyError, TypeError, AttributeError) as e:
+                _send(out, _error(None, "malformed_request", f"cannot read the request: {e}"))
+                continue
+            req = json.dumps(op, separators=(",", ":")).encode()
+            n = call(handle, req, buf, len(buf))
+            if n >= len(buf):  # the op was applied; fetch its held reply into a bigger buffer
+                buf = ctypes.create_string_buffer(max(n + 1, 2 * len(buf)))
+                n = call(handle, None, buf, len(buf))
+            if n == E_REQUEST:
+                _send(out, _error(rid, "malformed_request", buf.value.decode(errors="replace")))
+            elif n < 0 or n >= len(buf):
+                _send(out, _error(rid, "internal_error", f"kvspec_call returned {n}: {buf.value.decode(errors='replace')}"))
+                return 1
+            else:
+                _send(out, b'{"id":%d,"outcome":%s}\n' % (rid, buf.raw[:n]))
+    finally:
+        dll.kvspec_close(handle)
+    return 0  # EOF on stdin: the parent is gone
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
