@@ -1,0 +1,337 @@
+"""``kvspec mutants``: run the conformance suite against every mutant.
+
+The suite is only worth trusting if it fails on broken implementations. The
+mutants (``adapters/mutants/catalogue.py``) are realistic bugs; this command
+runs the whole suite (Hypothesis profile ``ci``, stop at the first failure)
+against each in its own pytest process, a few at a time, and prints a table:
+which mutant was killed, by which test, under which rule, and how long the
+suite took to kill it. It exits non-zero if any mutant survives or its run
+breaks, so CI can gate on it.
+
+Before any mutant it runs the suite once on the unmutated reference behind
+the same adapter (variant ``none``): if that fails, every kill would be
+meaningless and the run stops as invalid.
+
+A kill is a failed test in the pytest run. An expected failure cannot count:
+the mutants' manifest declares no deviation, and the JUnit report marks an
+xfail as skipped, which is never read as a kill.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from kvspec.spec.rules import RuleId
+
+Status = Literal["killed", "passed", "error", "timeout"]
+
+_RULE_RE = re.compile(r"\[([A-Z][A-Z0-9]*(?:-[A-Z0-9]+)+)\]")
+_KNOWN_RULES = {r.value for r in RuleId}
+
+
+@dataclass(frozen=True, slots=True)
+class SuiteRun:
+    """The outcome of one pytest run of the suite against one variant."""
+
+    name: str
+    status: Status
+    seconds: float
+    test: str | None = None
+    rule: str | None = None
+    detail: str = ""
+
+
+# ------------------------------------------------------------------ locations
+
+
+def suite_dir() -> Path:
+    """The installed conformance suite (this package's folder)."""
+    return Path(__file__).resolve().parent
+
+
+def mutants_adapter_dir() -> Path:
+    import kvspec.adapters
+
+    return Path(kvspec.adapters.__file__).resolve().parent / "mutants"
+
+
+# --------------------------------------------------------- reading the result
+
+
+def rule_in(text: str) -> str | None:
+    """The first known rule id written as ``[RULE-ID]`` in ``text``."""
+    for m in _RULE_RE.finditer(text):
+        if m.group(1) in _KNOWN_RULES:
+            return m.group(1)
+    return None
+
+
+def first_failure(junit: Path) -> tuple[str, str | None, str] | None:
+    """(test, rule, message) of the first failed or errored test case in a
+    JUnit report; skipped cases (skips and xfails) are never failures."""
+    try:
+        root = ET.parse(junit).getroot()
+    except (OSError, ET.ParseError):
+        return None
+    for case in root.iter("testcase"):
+        for child in case:
+            if child.tag not in ("failure", "error"):
+                continue
+            module = (case.get("classname") or "").rsplit(".", 1)[-1]
+            test = f"{module}::{case.get('name', '?')}" if module else case.get("name", "?")
+            message = child.get("message") or ""
+            text = f"{message}\n{child.text or ''}"
+            first_line = next((ln.strip() for ln in message.splitlines() if ln.strip()), child.tag)
+            return test, rule_in(text), first_line[:200]
+    return None
+
+
+def _tail(text: str, lines: int = 25) -> str:
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def classify(name: str, returncode: int, junit: Path, output: str, seconds: float) -> SuiteRun:
+    """Turn a finished pytest run into a SuiteRun.
+
+    Exit 0: the suite passed (a mutant survived). Exit 1 with a failed test
+    case: killed, by that test. Anything else (collection error, usage
+    error, internal error, no report) is an error of the run, not a kill."""
+    if returncode == 0:
+        return SuiteRun(name, "passed", seconds)
+    failure = first_failure(junit)
+    if returncode == 1 and failure is not None:
+        test, rule, message = failure
+        return SuiteRun(name, "killed", seconds, test, rule, message)
+    return SuiteRun(name, "error", seconds, detail=f"pytest exit status {returncode}\n{_tail(output)}")
+
+
+# ------------------------------------------------------------- running pytest
+
+_live: set[subprocess.Popen[str]] = set()
+_live_lock = threading.Lock()
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def pytest_command(name: str, suite: Path, junit: Path, replay_dir: Path, profile: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "pytest",
+        str(suite),
+        f"--impl={mutants_adapter_dir() / name}",
+        f"--hypothesis-profile={profile}",
+        "-x",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        f"--junitxml={junit}",
+        f"--kvspec-replay-dir={replay_dir}",
+    ]
+
+
+def run_suite(name: str, *, suite: Path, timeout: float, profile: str = "ci") -> SuiteRun:
+    """Run the suite against variant ``name`` in a child process group that
+    is killed whole when the run passes ``timeout`` seconds."""
+    with tempfile.TemporaryDirectory(prefix=f"kvspec-mutant-{name}-") as tmp:
+        junit = Path(tmp) / "junit.xml"
+        cmd = pytest_command(name, suite, junit, Path(tmp) / "replays", profile)
+        start = time.monotonic()
+        proc = subprocess.Popen(
+            cmd,
+            cwd=suite.parent,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        with _live_lock:
+            _live.add(proc)
+        try:
+            out, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            out, _ = proc.communicate()
+            return SuiteRun(name, "timeout", time.monotonic() - start, detail=f"no verdict after {timeout:g} s")
+        finally:
+            _kill_group(proc)  # whatever the suite started is gone with it
+            with _live_lock:
+                _live.discard(proc)
+        return classify(name, proc.returncode, junit, out, time.monotonic() - start)
+
+
+def kill_all() -> None:
+    with _live_lock:
+        procs = list(_live)
+    for p in procs:
+        _kill_group(p)
+
+
+def run_many(
+    names: Iterable[str],
+    run: Callable[[str], SuiteRun],
+    jobs: int,
+    on_done: Callable[[SuiteRun, int, int], None] | None = None,
+) -> list[SuiteRun]:
+    """Run ``run(name)`` for every name on ``jobs`` workers; Ctrl-C kills
+    every child process group before it propagates."""
+    names = list(names)
+    results: list[SuiteRun] = []
+    futures: list[Future[SuiteRun]] = []
+    pool = ThreadPoolExecutor(max_workers=max(1, jobs))
+    try:
+        futures = [pool.submit(run, n) for n in names]
+        for fut in as_completed(futures):
+            r = fut.result()
+            results.append(r)
+            if on_done is not None:
+                on_done(r, len(results), len(names))
+    except BaseException:
+        for f in futures:
+            f.cancel()
+        kill_all()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    order = {n: i for i, n in enumerate(names)}
+    return sorted(results, key=lambda r: order[r.name])
+
+
+# -------------------------------------------------------------------- report
+
+_SHOWN = {"killed": "killed", "passed": "SURVIVED", "error": "ERROR", "timeout": "TIMEOUT"}
+
+
+def format_table(runs: list[SuiteRun], expected: dict[str, str]) -> str:
+    header = ("mutant", "result", "time_s", "rule", "expected rule", "killed by test")
+    rows = [
+        (
+            r.name,
+            _SHOWN[r.status],
+            f"{r.seconds:.1f}",
+            r.rule or ("(no rule id)" if r.status == "killed" else "-"),
+            expected.get(r.name, "-"),
+            r.test or "-",
+        )
+        for r in runs
+    ]
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=True)]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in (header, *rows)]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def summary(runs: list[SuiteRun]) -> list[str]:
+    killed = [r for r in runs if r.status == "killed"]
+    lines = [f"killed {len(killed)}/{len(runs)} mutants"]
+    for status, label in (("passed", "survived"), ("error", "run errors"), ("timeout", "timed out")):
+        names = [r.name for r in runs if r.status == status]
+        if names:
+            lines.append(f"{label}: {', '.join(names)}")
+    if killed:
+        worst = max(killed, key=lambda r: r.seconds)
+        med = statistics.median(r.seconds for r in killed)
+        lines.append(f"time to kill: median {med:.1f} s, worst {worst.seconds:.1f} s ({worst.name})")
+    return lines
+
+
+# ----------------------------------------------------------------------- CLI
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--list", action="store_true", help="list the mutants and exit")
+    parser.add_argument("--only", default="", metavar="NAME,...", help="run only these mutants (comma-separated)")
+    parser.add_argument("--jobs", type=int, default=2, help="suite runs at a time (default 2)")
+    parser.add_argument(
+        "--timeout", type=float, default=900.0, help="seconds one suite run may take (default 900)"
+    )
+    parser.add_argument("--hypothesis-profile", default="ci", help="Hypothesis settings profile (default ci)")
+    parser.add_argument(
+        "--suite", type=Path, default=None, help="the conformance suite folder (default: the installed one)"
+    )
+    parser.add_argument(
+        "--skip-sanity", action="store_true",
+        help="do not run the unmutated reference first (local debugging only; the result is then not a proof)",
+    )
+
+
+def _list() -> int:
+    from kvspec.adapters.mutants.catalogue import CATALOGUE
+
+    w = max(len(m.id) for m in CATALOGUE)
+    for m in CATALOGUE:
+        needs = f" [needs {', '.join(m.needs)}]" if m.needs else ""
+        print(f"{m.id:<{w}}  {','.join(m.profiles):<19} {m.rule:<24} {m.description}{needs}")
+    print(f"{len(CATALOGUE)} mutants")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    from kvspec.adapters.mutants.catalogue import CATALOGUE, MUTANTS, UNMUTATED
+
+    if args.list:
+        return _list()
+    names = [m.id for m in CATALOGUE]
+    if args.only:
+        wanted = [n.strip() for n in args.only.split(",") if n.strip()]
+        unknown = [n for n in wanted if n not in MUTANTS]
+        if unknown:
+            print(f"kvspec mutants: unknown mutant(s): {', '.join(unknown)} (see --list)", file=sys.stderr)
+            return 2
+        names = wanted
+    suite = (args.suite or suite_dir()).resolve()
+
+    def one(name: str) -> SuiteRun:
+        return run_suite(name, suite=suite, timeout=args.timeout, profile=args.hypothesis_profile)
+
+    try:
+        if not args.skip_sanity:
+            print(f"sanity: the suite against the unmutated reference ({suite}) ...", file=sys.stderr, flush=True)
+            sane = one(UNMUTATED)
+            if sane.status != "passed":
+                print(
+                    f"INVALID RUN: the suite does not pass on the unmutated reference ({sane.status}"
+                    f"{', ' + sane.test if sane.test else ''}{', rule ' + sane.rule if sane.rule else ''}); "
+                    f"no kill would mean anything.\n{sane.detail}",
+                    file=sys.stderr,
+                )
+                return 2
+            print(f"sanity: passed in {sane.seconds:.1f} s", file=sys.stderr, flush=True)
+
+        def progress(r: SuiteRun, i: int, n: int) -> None:
+            print(f"[{i}/{n}] {r.name}: {_SHOWN[r.status]} in {r.seconds:.1f} s", file=sys.stderr, flush=True)
+
+        runs = run_many(names, one, args.jobs, progress)
+    except KeyboardInterrupt:
+        kill_all()
+        print("kvspec mutants: interrupted", file=sys.stderr)
+        return 130
+    print(format_table(runs, {m.id: str(m.rule) for m in CATALOGUE}))
+    for r in runs:
+        if r.status in ("error", "timeout"):
+            print(f"\n{r.name}: {r.status}\n{r.detail}")
+    print()
+    for line in summary(runs):
+        print(line)
+    return 0 if all(r.status == "killed" for r in runs) else 1
