@@ -1,0 +1,170 @@
+"""JSON-lines server of the reference model: ``python -m kvspec.adapters.reference_jsonl.server``.
+
+It is both the proof that the subprocess path works end to end and a worked
+example for anyone writing an adapter in another language: read ``hello``,
+answer ``ready`` (or ``refused``), then answer one line per request until
+``bye`` or end of input. See spec/PROTOCOL.md.
+
+The capabilities it announces are those of ``adapters/reference`` (it runs
+the same model), so the handshake check in the parent catches a
+``reference_jsonl/manifest.toml`` that claims more than the model has.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from typing import IO, Any
+
+from kvspec.adapters.reference.adapter import outcome_of
+from kvspec.conformance.manifest import Capabilities, _builtin_adapters_dir, load_manifest
+from kvspec.reference import make_model
+from kvspec.spec.errors import ConfigError
+from kvspec.spec.protocol import (
+    MAX_REQUEST_BYTES,
+    SUPPORTED_VERSIONS,
+    ErrorReply,
+    HandshakeError,
+    Hello,
+    ProtocolError,
+    Ready,
+    Refused,
+    Request,
+)
+from pydantic import ValidationError
+
+NAME = "kvspec reference model (JSON lines)"
+
+
+def _capabilities() -> Capabilities:
+    return load_manifest(_builtin_adapters_dir() / "reference").capabilities
+
+
+def _brief(err: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(x) for x in e['loc']) or '(message)'}: {e['msg']}" for e in err.errors(include_url=False)[:4]
+    )
+
+
+class Server:
+    """One session: the handshake, then requests until bye or EOF."""
+
+    def __init__(self, rfile: IO[bytes], wfile: IO[bytes]) -> None:
+        self.rfile = rfile
+        self.wfile = wfile
+
+    def send(self, data: bytes) -> None:
+        self.wfile.write(data + b"\n")
+        self.wfile.flush()
+
+    def read_line(self) -> bytes | None:
+        """The next line without its newline; None at EOF. An overlong line is
+        consumed to its end and returned truncated past the limit (it fails
+        validation with a clear message)."""
+        line = self.rfile.readline(MAX_REQUEST_BYTES + 1)
+        if not line:
+            return None
+        if not line.endswith(b"\n") and len(line) > MAX_REQUEST_BYTES:
+            while True:  # skip the rest of the overlong line
+                more = self.rfile.readline(MAX_REQUEST_BYTES)
+                if not more or more.endswith(b"\n"):
+                    break
+            return b"\x00overlong"
+        return line.rstrip(b"\r\n")
+
+    def refuse(self, code: str, message: str) -> int:
+        self.send(Refused(type="refused", error=HandshakeError(code=code, message=message)).model_dump_json().encode())  # type: ignore[arg-type]
+        return 1
+
+    def handshake(self) -> Any | None:
+        """Answer hello; return the model, or None after a refusal."""
+        line = self.read_line()
+        if line is None:
+            return None
+        try:
+            hello = Hello.model_validate_json(line)
+        except ValidationError as e:
+            self.refuse("unsupported_config", f"first line is not a valid hello: {_brief(e)}")
+            return None
+        common = set(hello.versions) & set(SUPPORTED_VERSIONS)
+        if not common:
+            self.refuse("unsupported_version", f"speaks versions {list(SUPPORTED_VERSIONS)}, offered {hello.versions}")
+            return None
+        try:
+            model = make_model(hello.config)
+        except ConfigError as e:
+            self.refuse("unsupported_config", str(e))
+            return None
+        except Exception as e:
+            traceback.print_exc()
+            self.refuse("internal_error", f"cannot build the model: {type(e).__name__}: {e}")
+            return None
+        ready = Ready(
+            type="ready", name=NAME, protocol=max(common), profile=hello.config.profile, capabilities=_capabilities()
+        )
+        self.send(ready.model_dump_json(exclude_none=True).encode())
+        return model
+
+    def error(self, rid: Any, code: str, message: str) -> None:
+        rid = rid if type(rid) is int and rid >= 1 else None
+        reply = ErrorReply(id=rid, error=ProtocolError(code=code, message=message))  # type: ignore[arg-type]
+        self.send(reply.model_dump_json().encode())
+
+    def serve(self) -> int:
+        model = self.handshake()
+        if model is None:
+            return 1
+        while True:
+            line = self.read_line()
+            if line is None:
+                return 0
+            try:
+                req = Request.model_validate_json(line)
+            except ValidationError as e:
+                if self._other_message(line, e):
+                    return 0
+                continue
+            try:
+                outcome = outcome_of(model, req.op)
+            except Exception as e:
+                traceback.print_exc()
+                self.error(req.id, "internal_error", f"{type(e).__name__}: {e}")
+                continue
+            # null and absent mean the same in every optional field: leave them out
+            self.send(b'{"id":%d,"outcome":%s}' % (req.id, outcome.model_dump_json(exclude_none=True).encode()))
+
+    def _other_message(self, line: bytes, err: ValidationError) -> bool:
+        """A line that is not a request: bye (True: stop), or a protocol error reply."""
+        try:
+            obj = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            self.error(None, "malformed_request", f"not valid JSON: {e}")
+            return False
+        if isinstance(obj, dict) and obj.get("type") == "bye":
+            return True
+        if isinstance(obj, dict) and "type" in obj:
+            self.error(None, "unexpected_message", f"unexpected {obj['type']!r} message after the handshake")
+            return False
+        rid = obj.get("id") if isinstance(obj, dict) else None
+        self.error(rid, "malformed_request", _brief(err))
+        return False
+
+
+def main() -> int:
+    # Keep the protocol channel clean: fd 1 becomes stderr for anything that
+    # prints, and the protocol writes to a private duplicate of the real stdout.
+    proto_out = os.fdopen(os.dup(1), "wb", buffering=65536)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    try:
+        return Server(sys.stdin.buffer, proto_out).serve()
+    except BrokenPipeError:
+        return 0
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,304 @@
+"""The JSON-lines transport: an implementation running as a child process.
+
+``JsonlImplementation`` starts the command of a ``kind = "subprocess"``
+manifest, performs the handshake of spec/PROTOCOL.md and then sends one
+operation per line, validating every reply against ``spec.protocol``.
+
+It treats the child as untrusted. Every way the child can misbehave ends in
+an ``AdapterError`` that says what went wrong and on which request, within
+the manifest's timeouts, with the child's exit status and the tail of its
+stderr when they exist: a hang (no reply within ``start.timeout_s``), a
+crash, a line that is not JSON, a reply to the wrong id, a reply that does
+not match the schema (the offending fields named), an oversized reply, a
+protocol error reply, a refused or inconsistent handshake. The process group
+is killed before the error is raised, and the implementation is dead from
+then on: the next call raises at once instead of talking to a child whose
+state nobody knows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from kvspec.spec.config import ManagerConfig
+from kvspec.spec.errors import AdapterError, ConfigError
+from kvspec.spec.protocol import (
+    SUPPORTED_VERSIONS,
+    ErrorReply,
+    Hello,
+    OutcomeReply,
+    Ready,
+    Refused,
+)
+from kvspec.spec.wire import StepOutcome, parse_operation
+from pydantic import BaseModel, ValidationError
+
+from ..implementation import Implementation
+from ..manifest import Capabilities, Manifest
+from .process import ChildExitedError, ChildProcess, ChildTimeoutError, LineTooLongError, describe_exit
+
+#: how long a child may take to exit after ``bye`` before it is signalled
+BYE_GRACE_S = 1.0
+#: how long to wait for a crashing child's exit status and last stderr
+CRASH_GRACE_S = 1.0
+_EXCERPT = 120
+
+
+def expand_command(command: list[str], adapter_dir: Path) -> list[str]:
+    """Replace ``{python}`` (this interpreter) and ``{adapter_dir}`` in argv."""
+    return [part.replace("{python}", sys.executable).replace("{adapter_dir}", str(adapter_dir)) for part in command]
+
+
+def encode_hello(config: ManagerConfig) -> bytes:
+    """The hello line the parent writes (without its newline)."""
+    return Hello(type="hello", versions=list(SUPPORTED_VERSIONS), config=config).model_dump_json().encode()
+
+
+def encode_request(rid: int, op: Any) -> bytes:
+    """One request line (without its newline): every field of the op, nulls included."""
+    return b'{"id":%d,"op":%s}' % (rid, op.model_dump_json().encode())
+
+
+def excerpt(raw: bytes, limit: int = _EXCERPT, total: int | None = None) -> str:
+    """A short, printable form of a line, for error messages (control characters escaped)."""
+    text = raw[:limit].decode("utf-8", errors="replace")
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    size = len(raw) if total is None else total
+    more = f"... ({size} bytes)" if size > limit else ""
+    return f"'{text}{more}'"
+
+
+def summarize_validation(err: ValidationError, limit: int = 4) -> str:
+    """``field.path: message`` for the first few errors of a pydantic error."""
+    parts = []
+    for e in err.errors(include_url=False)[:limit]:
+        loc = ".".join(str(x) for x in e["loc"]) or "(message)"
+        parts.append(f"{loc}: {e['msg']}")
+    more = err.error_count() - limit
+    if more > 0:
+        parts.append(f"and {more} more")
+    return "; ".join(parts)
+
+
+#: list capabilities by the singular prefix ``Capabilities.has`` uses
+_LIST_CAPABILITY = {"profiles": "profile", "policies": "policy", "tiers": "tier"}
+
+
+def capability_mismatches(claimed: Capabilities, announced: Capabilities) -> list[str]:
+    """What the manifest claims that the child's handshake does not."""
+    out = []
+    for name, value in claimed:
+        got = getattr(announced, name)
+        if isinstance(value, bool):
+            if value and not got:
+                out.append(name)
+        elif isinstance(value, list):
+            prefix = _LIST_CAPABILITY.get(name, name)
+            out.extend(f"{prefix}:{v}" for v in value if v not in got)
+        elif isinstance(value, int) and got < value:
+            out.append(f"{name} >= {value} (announces {got})")
+    return out
+
+
+class AdapterProtocolError(AdapterError):
+    """The child answered a request with a protocol-level error reply."""
+
+    def __init__(self, message: str, *, code: str, stderr_tail: str = "", exit_status: int | None = None) -> None:
+        super().__init__(message, stderr_tail=stderr_tail, exit_status=exit_status)
+        self.code = code
+
+
+class JsonlImplementation(Implementation):
+    """An implementation in a child process speaking spec/PROTOCOL.md."""
+
+    def __init__(self, manifest: Manifest, adapter_dir: Path, config: ManagerConfig) -> None:
+        if not manifest.start.command:
+            raise ConfigError(f"{manifest.name}: kind 'subprocess' needs start.command (argv list)")
+        self.manifest = manifest
+        self.config = config
+        self.adapter_dir = Path(adapter_dir)
+        self.timeout_s = manifest.start.timeout_s
+        self.max_reply_bytes = manifest.start.max_reply_bytes
+        self.ready: Ready | None = None
+        self.exit_status: int | None = None
+        self._next_id = 0
+        self._dead: str | None = None
+        self._closed = False
+        argv = expand_command(manifest.start.command, self.adapter_dir)
+        started = time.monotonic()
+        try:
+            self._child = ChildProcess(argv, cwd=self.adapter_dir)
+        except AdapterError as e:
+            raise AdapterError(f"adapter {manifest.name!r}: {e}") from e
+        try:
+            self.ready = self._handshake(started + manifest.start.startup_timeout_s)
+        except BaseException:
+            # the caller never gets the object, so it cannot close it
+            self._child.kill()
+            self._child.close(grace_s=0, term_s=0)
+            raise
+
+    # ------------------------------------------------------------- info
+
+    @property
+    def pid(self) -> int:
+        return self._child.pid
+
+    @property
+    def pgid(self) -> int:
+        return self._child.pgid
+
+    @property
+    def dead(self) -> str | None:
+        """Why the implementation is unusable, or None while it is healthy."""
+        return self._dead
+
+    # ------------------------------------------------------------- failure
+
+    def _fail(self, what: str, *, cls: type[AdapterError] = AdapterError, **extra: Any) -> AdapterError:
+        """Kill the group, collect exit status and stderr, mark dead; return the error to raise."""
+        child = self._child
+        rc = child.returncode  # before the kill: a status of its own making
+        child.kill()
+        child.drain_stderr(0.5)
+        self.exit_status = rc if rc is not None else child.returncode
+        message = f"adapter {self.manifest.name!r}: {what}"
+        self._dead = message
+        child.close(grace_s=0, term_s=0)
+        return cls(message, stderr_tail=child.stderr_tail(), exit_status=rc, **extra)
+
+    def _crash(self, during: str, e: ChildExitedError) -> AdapterError:
+        rc = self._child.wait_exit(CRASH_GRACE_S)
+        if rc is None:
+            what = f"closed its stdout {during} but did not exit"
+        else:
+            what = f"exited {during} ({describe_exit(rc)})"
+        if e.partial:
+            what += f"; unterminated last output: {excerpt(e.partial)}"
+        return self._fail(what)
+
+    def _read(self, deadline: float, during: str, limit_s: float) -> bytes:
+        try:
+            return self._child.read_line(deadline, self.max_reply_bytes)
+        except ChildTimeoutError:
+            raise self._fail(
+                f"no reply {during} within {limit_s:g} s: the adapter hangs; its process group was killed"
+            ) from None
+        except ChildExitedError as e:
+            raise self._crash(during, e) from None
+        except LineTooLongError as e:
+            raise self._fail(
+                f"reply {during} is larger than max_reply_bytes={self.max_reply_bytes} "
+                f"({e.size} bytes read without an end of line), starting {excerpt(e.excerpt, 60, e.size)}"
+            ) from None
+
+    def _write(self, data: bytes, deadline: float, during: str, limit_s: float) -> None:
+        try:
+            self._child.write(data, deadline)
+        except ChildTimeoutError:
+            raise self._fail(
+                f"stopped reading its stdin {during} for {limit_s:g} s; its process group was killed"
+            ) from None
+        except ChildExitedError as e:
+            raise self._crash(during, e) from None
+
+    def _decode(self, raw: bytes, during: str) -> dict[str, Any]:
+        try:
+            obj = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise self._fail(f"reply {during} is not valid JSON ({e}): {excerpt(raw)}") from None
+        if not isinstance(obj, dict):
+            raise self._fail(f"reply {during} is not a JSON object: {excerpt(raw)}")
+        return obj
+
+    def _validate(self, model: type[BaseModel], obj: dict[str, Any], raw: bytes, during: str) -> Any:
+        try:
+            return model.model_validate(obj)
+        except ValidationError as e:
+            raise self._fail(
+                f"{model.__name__} {during} does not match the protocol schema: "
+                f"{summarize_validation(e)}; line: {excerpt(raw)}"
+            ) from None
+
+    # ------------------------------------------------------------- handshake
+
+    def _handshake(self, deadline: float) -> Ready:
+        limit = self.manifest.start.startup_timeout_s
+        self._write(encode_hello(self.config) + b"\n", deadline, "during the handshake", limit)
+        raw = self._read(deadline, "to hello (the handshake)", limit)
+        obj = self._decode(raw, "to hello")
+        kind = obj.get("type")
+        if kind == "refused":
+            refused: Refused = self._validate(Refused, obj, raw, "to hello")
+            raise self._fail(
+                f"refused the handshake ({refused.error.code}): {refused.error.message}",
+                cls=AdapterProtocolError,
+                code=refused.error.code,
+            )
+        if kind != "ready":
+            raise self._fail(f"answered hello with {kind!r} instead of 'ready' or 'refused': {excerpt(raw)}")
+        ready: Ready = self._validate(Ready, obj, raw, "to hello")
+        if ready.protocol not in SUPPORTED_VERSIONS:
+            raise self._fail(
+                f"chose protocol version {ready.protocol}, which the parent did not offer "
+                f"(offered {list(SUPPORTED_VERSIONS)})"
+            )
+        if ready.profile != self.config.profile:
+            raise self._fail(f"runs profile {ready.profile!r} but was configured with {self.config.profile!r}")
+        missing = capability_mismatches(self.manifest.capabilities, ready.capabilities)
+        if missing:
+            raise self._fail(
+                f"manifest.toml declares capabilities the adapter's handshake does not: {', '.join(missing)}"
+            )
+        return ready
+
+    # ------------------------------------------------------------- steps
+
+    def step(self, op: Any) -> StepOutcome:
+        if self._dead is not None:
+            raise AdapterError(f"not usable after an earlier failure: {self._dead}")
+        if self._closed:
+            raise AdapterError(f"adapter {self.manifest.name!r} is closed")
+        if isinstance(op, dict):
+            op = parse_operation(op)
+        self._next_id += 1
+        rid = self._next_id
+        during = f"to request {rid} ({getattr(op, 'op', type(op).__name__)})"
+        if self._child.buffered():
+            raise self._fail(f"wrote unsolicited output before request {rid}: {excerpt(self._child.buffered())}")
+        deadline = time.monotonic() + self.timeout_s
+        self._write(encode_request(rid, op) + b"\n", deadline, during, self.timeout_s)
+        raw = self._read(deadline, during, self.timeout_s)
+        obj = self._decode(raw, during)
+        got = obj.get("id")
+        if got != rid or type(got) is not int:
+            raise self._fail(f"reply {during} carries id {got!r}, expected {rid}: {excerpt(raw)}")
+        if "outcome" in obj:
+            reply: OutcomeReply = self._validate(OutcomeReply, obj, raw, during)
+            return reply.outcome
+        if "error" in obj:
+            err: ErrorReply = self._validate(ErrorReply, obj, raw, during)
+            raise self._fail(
+                f"protocol error {during}: {err.error.code}: {err.error.message}",
+                cls=AdapterProtocolError,
+                code=err.error.code,
+            )
+        raise self._fail(f"reply {during} has neither 'outcome' nor 'error': {excerpt(raw)}")
+
+    # ------------------------------------------------------------- close
+
+    def close(self) -> None:
+        """Say bye, give the child ``BYE_GRACE_S`` to exit, then signal the group. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        child = self._child
+        if not child.closed and self._dead is None and child.alive():
+            with contextlib.suppress(AdapterError):  # it is going away anyway; close() escalates
+                child.write(b'{"type":"bye"}\n', time.monotonic() + 0.2)
+        self.exit_status = child.close(grace_s=BYE_GRACE_S, term_s=1.0)

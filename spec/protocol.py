@@ -1,0 +1,204 @@
+"""The JSON-lines adapter protocol: every message, as pydantic models.
+
+An implementation in any language can be tested by running it as a child
+process that speaks this protocol over its stdin/stdout (spec/PROTOCOL.md is
+the prose; ``spec/schema/protocol.json`` is generated from these models and a
+test keeps the checked-in file current). The models are the single definition
+both sides use: the parent (``conformance.transport.jsonl``) validates every
+reply against them, and the reference server
+(``adapters/reference_jsonl/server.py``) validates every request.
+
+Messages, one JSON object per line:
+
+    parent -> child   Hello, Request, Bye
+    child  -> parent  Ready or Refused (answering Hello), then per Request
+                      an OutcomeReply or an ErrorReply
+
+Two kinds of errors are kept apart on purpose. An operation the *spec*
+rejects is an ordinary outcome: ``OutcomeReply.outcome.error`` carries the
+rule id (spec.wire.StepOutcome has a result xor an error), and the suite
+checks it like any other result. A *protocol* error (a request the child
+could not parse, an operation kind it does not implement) is an
+``ErrorReply`` with a ``code`` from ``ProtocolErrorCode``; the parent treats
+it as a broken adapter, never as a spec verdict.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from kvspec.conformance.manifest import Capabilities
+from pydantic import Field
+from pydantic.json_schema import models_json_schema
+
+from .config import ManagerConfig, ProfileName
+from .wire import Operation, StepOutcome, Wire
+
+#: The protocol version this module describes (an integer; see PROTOCOL.md
+#: "Versions"). Any change to a message's shape makes a new version.
+PROTOCOL_VERSION = 1
+#: Every version this package can speak, oldest first.
+SUPPORTED_VERSIONS: tuple[int, ...] = (1,)
+
+#: Largest request line (bytes, without the newline) a parent may send; a
+#: child must accept lines up to this size.
+MAX_REQUEST_BYTES = 1024 * 1024
+
+#: Request ids are positive integers the parent counts up from 1.
+RequestId = Annotated[int, Field(ge=1, le=2**53 - 1, strict=True)]
+
+SCHEMA_PATH = Path(__file__).parent / "schema" / "protocol.json"
+
+
+# --------------------------------------------------------------------------
+# Handshake
+# --------------------------------------------------------------------------
+
+
+class Hello(Wire):
+    """First line the parent writes: the versions it speaks and the config."""
+
+    type: Literal["hello"]
+    #: protocol versions the parent speaks (non-empty, any order)
+    versions: Annotated[list[Annotated[int, Field(ge=1, strict=True)]], Field(min_length=1)]
+    #: the manager to build (spec/config.py)
+    config: ManagerConfig
+
+
+class Ready(Wire):
+    """The child accepts: who it is, the version chosen, what it can do."""
+
+    type: Literal["ready"]
+    #: the implementation's name (free text, shown in reports)
+    name: Annotated[str, Field(min_length=1, max_length=200)]
+    #: the version the child chose; must be one of Hello.versions
+    protocol: Annotated[int, Field(ge=1, strict=True)]
+    #: the profile the child runs (must equal Hello.config.profile)
+    profile: ProfileName
+    #: same fields as the manifest's [capabilities] table
+    capabilities: Capabilities
+    #: the implementation's own version string, if it has one
+    implementation_version: Annotated[str, Field(max_length=200)] | None = None
+
+
+HandshakeErrorCode = Literal["unsupported_version", "unsupported_config", "internal_error"]
+
+
+class HandshakeError(Wire):
+    code: HandshakeErrorCode
+    message: Annotated[str, Field(max_length=65536)]
+
+
+class Refused(Wire):
+    """The child refuses the handshake (and then exits)."""
+
+    type: Literal["refused"]
+    error: HandshakeError
+
+
+# --------------------------------------------------------------------------
+# Requests and replies
+# --------------------------------------------------------------------------
+
+
+class Request(Wire):
+    """One operation. The parent waits for its reply before the next one."""
+
+    id: RequestId
+    op: Operation
+
+
+class OutcomeReply(Wire):
+    """The child applied (or, per the spec, rejected) the operation."""
+
+    id: RequestId
+    outcome: StepOutcome
+
+
+ProtocolErrorCode = Literal["malformed_request", "unsupported_op", "unexpected_message", "internal_error"]
+
+
+class ProtocolError(Wire):
+    """A request the child could not handle at the protocol level."""
+
+    code: ProtocolErrorCode
+    message: Annotated[str, Field(max_length=65536)]
+
+
+class ErrorReply(Wire):
+    """Protocol-level failure of one request. ``id`` is null when the
+    request was so malformed that its id could not be read."""
+
+    id: RequestId | None
+    error: ProtocolError
+
+
+class Bye(Wire):
+    """Last line the parent writes; the child exits with status 0."""
+
+    type: Literal["bye"]
+
+
+PARENT_MESSAGES: tuple[type[Wire], ...] = (Hello, Request, Bye)
+CHILD_MESSAGES: tuple[type[Wire], ...] = (Ready, Refused, OutcomeReply, ErrorReply)
+
+
+# --------------------------------------------------------------------------
+# JSON Schema
+# --------------------------------------------------------------------------
+
+
+def protocol_schema() -> dict[str, Any]:
+    """The JSON Schema (2020-12) of every protocol message.
+
+    ``$defs`` holds each message by name; the top level accepts any one of
+    them, and ``$defs/ParentMessage`` / ``$defs/ChildMessage`` accept the
+    messages of one direction.
+    """
+    models = [*PARENT_MESSAGES, *CHILD_MESSAGES]
+    _, top = models_json_schema([(m, "validation") for m in models], ref_template="#/$defs/{model}")
+    defs = top["$defs"]
+    # pydantic cannot export StepOutcome's "result xor error" validator; say it in the schema
+    defs["StepOutcome"]["oneOf"] = [
+        {"required": ["result"], "properties": {"result": {"type": "object"}}},
+        {"required": ["error"], "properties": {"error": {"type": "object"}}},
+    ]
+    defs["ParentMessage"] = {"oneOf": [{"$ref": f"#/$defs/{m.__name__}"} for m in PARENT_MESSAGES]}
+    defs["ChildMessage"] = {"oneOf": [{"$ref": f"#/$defs/{m.__name__}"} for m in CHILD_MESSAGES]}
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": f"https://kvspec.invalid/schema/protocol-v{PROTOCOL_VERSION}.json",
+        "title": f"kvspec JSON-lines adapter protocol, version {PROTOCOL_VERSION}",
+        "description": "One JSON object per line over the child's stdin/stdout; see spec/PROTOCOL.md.",
+        "oneOf": [{"$ref": "#/$defs/ParentMessage"}, {"$ref": "#/$defs/ChildMessage"}],
+        "$defs": dict(sorted(defs.items())),
+    }
+
+
+def protocol_schema_text() -> str:
+    """The schema exactly as checked in (stable key order, trailing newline)."""
+    return json.dumps(protocol_schema(), indent=2, sort_keys=False) + "\n"
+
+
+def write_protocol_schema(path: Path = SCHEMA_PATH) -> bool:
+    """Write the schema to ``path``; return True if the file changed."""
+    text = protocol_schema_text()
+    old = path.read_text() if path.is_file() else None
+    if old == text:
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return True
+
+
+if __name__ == "__main__":  # python -m kvspec.spec.protocol [--check]
+    if "--check" in sys.argv[1:]:
+        current = SCHEMA_PATH.read_text() if SCHEMA_PATH.is_file() else ""
+        if current != protocol_schema_text():
+            print(f"{SCHEMA_PATH} is out of date; run: python -m kvspec.spec.protocol", file=sys.stderr)
+            sys.exit(1)
+        sys.exit(0)
+    print(f"{SCHEMA_PATH}: {'written' if write_protocol_schema() else 'unchanged'}")
