@@ -1,0 +1,303 @@
+"""Request-level adapter for the Dynamo mocker in the ``ai-dynamo-runtime`` wheel.
+
+Each ``RustMocker`` is one child process (``worker.py``) running one mocker
+engine with a vLLM-style pool of ``capacity`` blocks (and, when the setup has
+one, the write-through host tier), publishing its KV events on Dynamo's ZMQ
+event plane on loopback. The parent (this module) only speaks JSON lines
+with the child through ``conformance.transport.process.ChildProcess``, and
+validates everything that comes back into kvspec's wire models.
+
+Start-up and shutdown leave nothing behind: the child leads its own process
+group and ``close()`` ends the group (EOF, then SIGTERM, then SIGKILL), so
+the runtime's tokio threads and the loopback listener it never closes go with
+it. When ``unshare -rn`` works here, the child runs in a network namespace of
+its own with only loopback up, so even the publishers' 0.0.0.0 binds are
+unreachable from outside (``KVSPEC_RUST_MOCKER_NETNS``: ``auto`` (default),
+``1`` to require it, ``0`` to never use it). Ports are the OS's choice (the
+engine binds port 0 and advertises the port it got).
+
+The wheel missing is ``ImplementationUnavailableError`` (the suite skips and
+says so); the wheel present but the engine not starting is ``AdapterError``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib.metadata
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from kvspec.conformance.manifest import Manifest
+from kvspec.conformance.requests_api import (
+    ConcurrentRun,
+    ImplementationUnavailableError,
+    RequestImplementation,
+    RequestOutcome,
+)
+from kvspec.conformance.transport.process import (
+    ChildExitedError,
+    ChildProcess,
+    ChildTimeoutError,
+    LineTooLongError,
+)
+from kvspec.reference.requests import PoolSetup, RequestSpec
+from kvspec.spec.codecs import from_router_event
+from kvspec.spec.errors import AdapterError, ConfigError, WireError
+from kvspec.spec.wire import KvEvent
+
+WHEEL = "ai-dynamo-runtime"
+TESTED_VERSION = "1.6.1"
+#: the engine's own speed-up of its simulated step times (tests want it fast)
+SPEEDUP = 10000.0
+#: a request is over when no event arrived for this long after it completed
+QUIESCE_MS = float(os.environ.get("KVSPEC_RUST_MOCKER_QUIESCE_MS", "25"))
+#: host-tier transfers take bytes/bandwidth of simulated time: keep them tiny
+KV_BYTES_PER_TOKEN = 2
+MAX_REPLY_BYTES = 64 * 1024 * 1024
+_LOOPBACK_ENV = {
+    "DYN_TCP_RPC_HOST": "127.0.0.1",
+    "DYN_EVENT_PLANE_HOST": "127.0.0.1",
+    "DYN_SYSTEM_HOST": "127.0.0.1",
+    "DYN_TCP_RESPONSE_STREAM_HOST": "127.0.0.1",
+    "DYN_SELF_HOST_METADATA": "0",
+}
+
+
+def wheel_version() -> str | None:
+    """The installed ai-dynamo-runtime version, or None."""
+    try:
+        return importlib.metadata.version(WHEEL)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+@functools.cache
+def netns_works() -> bool:
+    """Can this user start a process in a fresh network namespace with lo up?"""
+    if shutil.which("unshare") is None or shutil.which("ip") is None:
+        return False
+    try:
+        r = subprocess.run(
+            ["unshare", "-rn", "sh", "-c", "ip link set lo up"],
+            capture_output=True, timeout=10, check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return r.returncode == 0
+
+
+def child_argv() -> list[str]:
+    """The worker's command line, inside a loopback-only namespace when possible."""
+    argv = [sys.executable, "-m", "kvspec.adapters.rust_mocker.worker"]
+    mode = os.environ.get("KVSPEC_RUST_MOCKER_NETNS", "auto")
+    if mode == "0":
+        return argv
+    if netns_works():
+        return ["unshare", "-rn", "sh", "-c", 'ip link set lo up && exec "$0" "$@"', *argv]
+    if mode == "1":
+        raise AdapterError("KVSPEC_RUST_MOCKER_NETNS=1 but 'unshare -rn' with 'ip link set lo up' does not work here")
+    return argv
+
+
+def engine_config(setup: PoolSetup) -> dict[str, Any]:
+    engine: dict[str, Any] = {
+        "num_gpu_blocks": setup.manager.capacity,
+        "block_size": setup.manager.block_size,
+        "speedup_ratio": SPEEDUP,
+        "decode_speedup_ratio": SPEEDUP,
+    }
+    if setup.host_blocks is not None:
+        engine["kv_cache_bytes_per_token"] = KV_BYTES_PER_TOKEN
+        engine["native_host_offload"] = {"num_host_blocks": setup.host_blocks}
+    return engine
+
+
+def decode_event(raw: Any) -> tuple[int, KvEvent]:
+    """One Dynamo router event (as the event plane carries it) into kvspec's
+    model; fields kvspec does not model must be absent or null."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("event"), dict):
+        raise WireError(f"router event must be an object with an 'event' object, got {str(raw)[:200]}")
+    ev = dict(raw["event"])
+    outer_rank = raw.get("dp_rank")
+    if outer_rank is not None and ev.get("dp_rank", outer_rank) != outer_rank:
+        raise WireError(f"router event dp_rank {outer_rank} disagrees with its event's {ev.get('dp_rank')}")
+    data = ev.get("data")
+    if isinstance(data, dict) and isinstance(data.get("stored"), dict):
+        stored = dict(data["stored"])
+        blocks = []
+        for b in stored.get("blocks") or []:
+            if isinstance(b, dict) and "mm_extra_info" in b:
+                if b["mm_extra_info"] is not None:
+                    raise WireError("stored block carries multimodal info, which kvspec does not model")
+                b = {k: v for k, v in b.items() if k != "mm_extra_info"}
+            blocks.append(b)
+        stored["blocks"] = blocks
+        ev["data"] = {"stored": stored}
+    return from_router_event({"worker_id": raw.get("worker_id", 0), "storage_tier": raw.get("storage_tier"),
+                              "event": ev})
+
+
+class RustMocker(RequestImplementation):
+    """One Dynamo mocker engine in a child process."""
+
+    def __init__(self, setup: PoolSetup, manifest: Manifest) -> None:
+        self.setup = setup
+        self.manifest = manifest
+        version = wheel_version()
+        if version is None:
+            raise ImplementationUnavailableError(
+                f"the {WHEEL} wheel is not installed (pip install 'kvspec[dynamo]' installs {WHEEL}=={TESTED_VERSION})"
+            )
+        self.version = version
+        self.worker_id: int | None = None
+        self._tmp = tempfile.mkdtemp(prefix="kvspec-rust-mocker-")
+        env = dict(os.environ)
+        env.update(_LOOPBACK_ENV)
+        env["DYN_FILE_KV"] = os.path.join(self._tmp, "kv")
+        env.setdefault("DYN_LOG", "error")
+        env["PYTHONUNBUFFERED"] = "1"
+        self.child: ChildProcess | None = None
+        try:
+            self.child = ChildProcess(child_argv(), env=env, cwd=self._tmp)
+            started = self._ask(
+                {"op": "start", "engine": engine_config(setup), "namespace": f"kvspec{uuid.uuid4().hex[:12]}",
+                 "block_size": setup.manager.block_size, "num_gpu_blocks": setup.manager.capacity,
+                 "timeout_s": manifest.start.startup_timeout_s},
+                manifest.start.startup_timeout_s + 5,
+                "start",
+            )
+        except BaseException:
+            self.close()
+            raise
+        if started.get("ok") != "started":
+            self.close()
+            raise AdapterError(f"the mocker did not start: {started}")
+        self.startup_s = float(started.get("startup_s", 0.0))
+        self.child_pid = self.child.pid
+
+    # ------------------------------------------------------------ transport
+    def _send(self, msg: dict[str, Any]) -> None:
+        assert self.child is not None
+        try:
+            self.child.write((json.dumps(msg) + "\n").encode(), time.monotonic() + 10)
+        except (ChildExitedError, ChildTimeoutError) as e:
+            raise self._failure(f"could not send {msg.get('op')!r} to the mocker: {e}") from None
+
+    def _recv(self, timeout_s: float, what: str) -> dict[str, Any]:
+        assert self.child is not None
+        try:
+            line = self.child.read_line(time.monotonic() + timeout_s, MAX_REPLY_BYTES)
+        except ChildTimeoutError:
+            raise self._failure(f"the mocker did not answer {what} within {timeout_s:.0f} s") from None
+        except ChildExitedError:
+            self.child.wait_exit(1.0)
+            raise self._failure(f"the mocker exited during {what}") from None
+        except LineTooLongError as e:
+            raise self._failure(f"the mocker's reply to {what} is too long ({e.size} bytes)") from None
+        try:
+            reply = json.loads(line)
+        except ValueError:
+            raise self._failure(f"the mocker wrote something that is not a JSON line during {what}: {line[:200]!r}") \
+                from None
+        if not isinstance(reply, dict):
+            raise self._failure(f"the mocker's reply to {what} is not an object: {line[:200]!r}")
+        if "error" in reply:
+            raise self._failure(f"the mocker reported an error during {reply.get('stage', what)}: {reply['error']}")
+        return reply
+
+    def _ask(self, msg: dict[str, Any], timeout_s: float, what: str) -> dict[str, Any]:
+        self._send(msg)
+        return self._recv(timeout_s, what)
+
+    def _failure(self, message: str) -> AdapterError:
+        child = self.child
+        if child is None:
+            return AdapterError(message)
+        child.drain_stderr(0.2)
+        return AdapterError(message, stderr_tail=child.stderr_tail()[-4000:], exit_status=child.returncode)
+
+    def _events(self, raws: Any, where: str) -> list[KvEvent]:
+        if not isinstance(raws, list):
+            raise self._failure(f"{where}: events must be a list")
+        out: list[KvEvent] = []
+        for raw in raws:
+            try:
+                worker, ev = decode_event(raw)
+            except WireError as e:
+                raise self._failure(f"{where}: the mocker published an event kvspec cannot read: {e}") from None
+            if self.worker_id is None:
+                self.worker_id = worker
+            elif worker != self.worker_id:
+                raise self._failure(f"{where}: events from two workers ({self.worker_id} and {worker}) in one engine")
+            out.append(ev)
+        return out
+
+    def _check_problems(self, reply: dict[str, Any], where: str) -> None:
+        problems = reply.get("problems") or []
+        if problems:
+            raise self._failure(f"{where}: the event plane lost or garbled events: {'; '.join(map(str, problems))}")
+
+    def _run_message(self, mode: str, requests: Sequence[RequestSpec]) -> dict[str, Any]:
+        for i, r in enumerate(requests):
+            self.setup.check_fits(i, r)  # the mocker would stall: refuse clearly instead
+        return {"op": "run", "mode": mode, "requests": [r.model_dump() for r in requests],
+                "quiesce_ms": QUIESCE_MS, "request_timeout_s": self.manifest.start.timeout_s, "max_settle_s": 5.0}
+
+    def _outcome(self, reply: dict[str, Any], events: list[KvEvent]) -> RequestOutcome:
+        try:
+            return RequestOutcome(cached_tokens=reply.get("cached_tokens"), finish=str(reply.get("finish")),
+                                  output_tokens=int(reply.get("output_tokens", 0)), events=events)
+        except (ValueError, TypeError) as e:
+            raise self._failure(f"the mocker's request outcome is malformed: {e}") from None
+
+    # ------------------------------------------------------------ runs
+    def run_sequential(self, requests: Sequence[RequestSpec]) -> list[RequestOutcome]:
+        if self.child is None:
+            raise AdapterError("the mocker is closed")
+        self._send(self._run_message("sequential", requests))
+        per_request = self.manifest.start.timeout_s + 10
+        out: list[RequestOutcome] = []
+        for i in range(len(requests)):
+            reply = self._recv(per_request, f"request {i}")
+            if reply.get("ok") != "request" or reply.get("index") != i:
+                raise self._failure(f"expected the outcome of request {i}, got {str(reply)[:200]}")
+            self._check_problems(reply, f"request {i}")
+            out.append(self._outcome(reply, self._events(reply.get("events"), f"request {i}")))
+        done = self._recv(per_request, "the end of the run")
+        if done.get("ok") != "done":
+            raise self._failure(f"expected the end of the run, got {str(done)[:200]}")
+        return out
+
+    def run_concurrent(self, requests: Sequence[RequestSpec]) -> ConcurrentRun:
+        if self.child is None:
+            raise AdapterError("the mocker is closed")
+        self._send(self._run_message("concurrent", requests))
+        reply = self._recv(self.manifest.start.timeout_s * max(1, len(requests)) + 10, "a concurrent run")
+        if reply.get("ok") != "concurrent" or not isinstance(reply.get("outcomes"), list):
+            raise self._failure(f"expected a concurrent outcome, got {str(reply)[:200]}")
+        self._check_problems(reply, "the concurrent run")
+        events = self._events(reply.get("events"), "the concurrent run")
+        return ConcurrentRun(outcomes=[self._outcome(o, []) for o in reply["outcomes"]], events=events)
+
+    def close(self) -> None:
+        child, self.child = self.child, None
+        if child is not None:
+            child.close(grace_s=1.0, term_s=1.0)
+        with contextlib.suppress(OSError):
+            shutil.rmtree(self._tmp, ignore_errors=True)
+
+
+def open_rust_mocker(setup: PoolSetup, manifest: Manifest, adapter_dir: Path) -> RustMocker:
+    if setup.manager.capacity > manifest.capabilities.max_capacity:
+        raise ConfigError(f"capacity {setup.manager.capacity} exceeds the adapter's max_capacity")
+    return RustMocker(setup, manifest)

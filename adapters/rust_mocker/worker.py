@@ -1,0 +1,290 @@
+"""The child process that runs one Dynamo mocker (run as ``python -m``).
+
+Why a child: a ``DistributedRuntime`` leaves one loopback listener and its
+tokio threads behind in the process that created it, even after shutdown
+(ai-dynamo-runtime 1.6.1), so each mocker gets a process of its own and the
+parent ends it by killing the process group. The parent may also start it in
+a fresh network namespace with only loopback up (``unshare -rn``), because
+the runtime's ZMQ publishers bind 0.0.0.0 whatever ``DYN_EVENT_PLANE_HOST``
+says.
+
+It speaks JSON lines on stdin/stdout (the parent, ``adapter.py``, validates
+every reply); stdout carries nothing else (the runtime logs to stderr).
+
+    {"op": "start", "engine": {...}, "namespace": NS, "block_size": B,
+     "num_gpu_blocks": N}                    -> {"ok": "started", ...}
+    {"op": "run", "mode": "sequential" | "concurrent", "requests": [...],
+     "quiesce_ms": Q, "request_timeout_s": T, "max_settle_s": S}
+        sequential -> one {"ok": "request", ...} per request, then {"ok": "done"}
+        concurrent -> {"ok": "concurrent", "outcomes": [...], "events": [...]}
+    EOF on stdin, or {"op": "exit"}          -> the process exits at once
+
+Errors are reported as ``{"error": MESSAGE, "stage": STAGE}``; after a start
+error the process exits with status 3.
+
+Knowing when a request's events are all in: the engine publishes a request's
+last event around the time the response completes (before it, usually, by
+about a millisecond; after it, rarely, by a few), and there is no end marker,
+so a request is over when its response has completed *and* no event arrived
+for ``quiesce_ms``; ``max_settle_s`` bounds that wait. Lost envelopes are
+detected through the envelope sequence numbers (contiguous from 0).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import glob
+import json
+import os
+import struct
+import sys
+import threading
+import time
+from typing import Any
+
+_OUT = sys.stdout
+
+
+def reply(obj: dict[str, Any]) -> None:
+    _OUT.write(json.dumps(obj, separators=(",", ":")) + "\n")
+    _OUT.flush()
+
+
+class EventCollector:
+    """A ZMQ SUB on the kv-events channel, drained by one thread."""
+
+    def __init__(self, endpoint: str) -> None:
+        import zmq
+
+        self._zmq = zmq
+        self.ctx = zmq.Context()
+        self.sub = self.ctx.socket(zmq.SUB)
+        self.sub.setsockopt(zmq.LINGER, 0)
+        self.sub.setsockopt(zmq.SUBSCRIBE, b"")
+        self.monitor = self.sub.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
+        self.sub.connect(endpoint)
+        self.lock = threading.Lock()
+        self.events: list[dict[str, Any]] = []
+        self.problems: list[str] = []
+        self.next_sequence = 0
+        self.envelopes = 0
+        self.last_event_at = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="kv-events-sub", daemon=True)
+
+    def wait_connected(self, timeout_s: float) -> bool:
+        """Wait for the SUB's handshake with the publisher (then the
+        subscription reaches it within a moment on loopback)."""
+        return bool(self.monitor.poll(int(timeout_s * 1000)))
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _decode(self, frames: list[bytes]) -> list[dict[str, Any]]:
+        import msgpack
+
+        last = frames[-1]
+        if len(last) < 5:
+            raise ValueError(f"envelope of {len(last)} bytes is shorter than its 5-byte header")
+        (length,) = struct.unpack(">I", last[1:5])
+        env = msgpack.unpackb(last[5 : 5 + length], raw=False, strict_map_key=False)
+        seq = env.get("sequence")
+        if seq != self.next_sequence:
+            self.problems.append(f"envelope sequence {seq} where {self.next_sequence} was due (events lost)")
+        self.next_sequence = (seq if isinstance(seq, int) else self.next_sequence) + 1
+        payload = env.get("payload")
+        if isinstance(payload, bytes | bytearray):
+            payload = msgpack.unpackb(payload, raw=False, strict_map_key=False)
+        if not isinstance(payload, list):
+            raise ValueError(f"envelope payload is {type(payload).__name__}, not a list of events")
+        return payload
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            if not self.sub.poll(10):
+                continue
+            frames = self.sub.recv_multipart()
+            now = time.monotonic()
+            try:
+                evs = self._decode(frames)
+            except Exception as e:  # report, never die: the parent must hear about it
+                with self.lock:
+                    self.problems.append(f"undecodable envelope: {type(e).__name__}: {e}")
+                continue
+            with self.lock:
+                self.envelopes += 1
+                self.events.extend(evs)
+                self.last_event_at = now
+
+    def take(self) -> tuple[list[dict[str, Any]], list[str]]:
+        with self.lock:
+            evs, self.events = self.events, []
+            probs, self.problems = self.problems, []
+        return evs, probs
+
+    async def settle(self, quiet_s: float, max_s: float) -> bool:
+        """Wait until no event arrived for ``quiet_s``; False if it never got quiet."""
+        start = time.monotonic()
+        while True:
+            now = time.monotonic()
+            with self.lock:
+                last = self.last_event_at
+            if now - max(last, start) >= quiet_s:
+                return True
+            if now - start > max_s:
+                return False
+            await asyncio.sleep(max(0.001, quiet_s - (now - max(last, start))))
+
+
+class Mocker:
+    def __init__(self) -> None:
+        self.rt: Any = None
+        self.client: Any = None
+        self.serve: Any = None
+        self.collector: EventCollector | None = None
+
+    async def start(self, msg: dict[str, Any]) -> dict[str, Any]:
+        t0 = time.monotonic()
+        from dynamo._core import _normalize_mocker_config
+        from dynamo.llm import EngineType, EntrypointArgs, ModelRuntimeConfig, make_engine, run_input
+        from dynamo.runtime import DistributedRuntime
+
+        ns = msg["namespace"]
+        self.rt = DistributedRuntime(asyncio.get_running_loop(), "file", "tcp", event_plane="zmq")
+        cfg = _normalize_mocker_config({"engine": msg["engine"], "dynamo": {"enable_local_indexer": True}})
+        rc = ModelRuntimeConfig()
+        rc.total_kv_blocks = int(msg["num_gpu_blocks"])
+        rc.enable_local_indexer = True
+        rc.kv_event_publishing_enabled = True
+        endpoint = f"dyn://{ns}.mocker.generate"
+        args = EntrypointArgs(
+            EngineType.Mocker, model_path=None, model_name="kvspec-mock", endpoint_id=endpoint,
+            mocker_engine_args=cfg, kv_cache_block_size=int(msg["block_size"]), runtime_config=rc,
+        )
+        engine = await make_engine(self.rt, args)
+        self.serve = asyncio.ensure_future(run_input(self.rt, endpoint, engine))  # a Future, not a coroutine
+        self.client = await self.rt.endpoint(f"{ns}.mocker.generate").client()
+        await asyncio.wait_for(self.client.wait_for_instances(), msg.get("timeout_s", 20))
+        pattern = os.path.join(os.environ["DYN_FILE_KV"], "v1", "event_channels", "*kv%2Devents*")
+        deadline = time.monotonic() + msg.get("timeout_s", 20)
+        while not (files := glob.glob(pattern)):
+            if self.serve.done():
+                self.serve.result()  # raises the engine's error
+            if time.monotonic() > deadline:
+                raise TimeoutError("the kv-events channel was never registered")
+            await asyncio.sleep(0.005)
+        with open(files[0]) as f:
+            endpoint_addr = json.load(f)["transport"]["config"]["endpoint"]
+        self.collector = EventCollector(endpoint_addr)
+        self.collector.start()
+        if not self.collector.wait_connected(5.0):
+            raise TimeoutError(f"could not connect to the event publisher at {endpoint_addr}")
+        await asyncio.sleep(0.05)  # the subscription reaches the publisher (PUB/SUB slow joiner)
+        return {"ok": "started", "startup_s": round(time.monotonic() - t0, 4), "publisher": endpoint_addr,
+                "pid": os.getpid()}
+
+    async def generate(self, req: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        body = {
+            "token_ids": req["prompt"],
+            "stop_conditions": {"max_tokens": req["max_tokens"], "ignore_eos": True},
+            "sampling_options": {}, "output_options": {}, "eos_token_ids": [],
+        }
+
+        async def consume() -> dict[str, Any]:
+            cached, finish, n_out = None, None, 0
+            async for item in await self.client.generate(body):
+                data = item.data()
+                if not isinstance(data, dict):
+                    continue
+                n_out += len(data.get("token_ids") or [])
+                usage = data.get("completion_usage") or {}
+                details = usage.get("prompt_tokens_details") or {}
+                if details.get("cached_tokens") is not None:
+                    cached = details["cached_tokens"]
+                if data.get("finish_reason") is not None:
+                    finish = data["finish_reason"]
+            return {"cached_tokens": cached, "finish": finish if isinstance(finish, str) else json.dumps(finish),
+                    "output_tokens": n_out}
+
+        return await asyncio.wait_for(consume(), timeout_s)
+
+    async def run(self, msg: dict[str, Any]) -> None:
+        assert self.collector is not None
+        quiet = msg.get("quiesce_ms", 30) / 1000
+        max_settle = msg.get("max_settle_s", 5.0)
+        timeout = msg.get("request_timeout_s", 20.0)
+        self.collector.take()  # nothing may be pending; anything left is reported below
+        if msg["mode"] == "sequential":
+            for i, req in enumerate(msg["requests"]):
+                t0 = time.monotonic()
+                try:
+                    out = await self.generate(req, timeout)
+                except TimeoutError:
+                    reply({"error": f"request {i} did not complete within {timeout} s (engine stalled)",
+                           "stage": "request"})
+                    return
+                settled = await self.collector.settle(quiet, max_settle)
+                events, problems = self.collector.take()
+                if not settled:
+                    problems.append(f"events kept arriving for {max_settle} s after request {i} completed")
+                reply({"ok": "request", "index": i, **out, "events": events, "problems": problems,
+                       "elapsed_ms": round((time.monotonic() - t0) * 1000, 3)})
+            reply({"ok": "done"})
+            return
+        tasks = [self.generate(req, timeout) for req in msg["requests"]]
+        try:
+            outs = await asyncio.gather(*tasks)
+        except TimeoutError:
+            reply({"error": f"a concurrent request did not complete within {timeout} s", "stage": "request"})
+            return
+        settled = await self.collector.settle(quiet, max_settle)
+        events, problems = self.collector.take()
+        if not settled:
+            problems.append(f"events kept arriving for {max_settle} s after the requests completed")
+        reply({"ok": "concurrent", "outcomes": list(outs), "events": events, "problems": problems})
+
+
+async def main() -> None:
+    loop = asyncio.get_running_loop()
+    mocker = Mocker()
+    while True:
+        line = await loop.run_in_executor(None, sys.stdin.buffer.readline)
+        if not line:
+            break
+        try:
+            msg = json.loads(line)
+        except ValueError as e:
+            reply({"error": f"not a JSON line: {e}", "stage": "protocol"})
+            continue
+        op = msg.get("op")
+        if op == "exit":
+            break
+        if op == "start":
+            try:
+                reply(await mocker.start(msg))
+            except BaseException as e:
+                reply({"error": f"{type(e).__name__}: {e}", "stage": "start"})
+                _exit(3)
+        elif op == "run":
+            if mocker.client is None:
+                reply({"error": "run before start", "stage": "protocol"})
+                continue
+            await mocker.run(msg)
+        else:
+            reply({"error": f"unknown op {op!r}", "stage": "protocol"})
+    _exit(0)
+
+
+def _exit(status: int) -> None:
+    """Leave at once: the runtime's graceful shutdown is slow (and can hang on
+    a stalled request); the parent kills the process group anyway."""
+    with contextlib.suppress(Exception):
+        _OUT.flush()
+    os._exit(status)
+
+
+if __name__ == "__main__":
+    # stdout is the protocol channel: anything else printing there would corrupt it
+    sys.stdout = sys.stderr
+    asyncio.run(main())

@@ -1,0 +1,468 @@
+"""The request-level checks: what one workload's run is held to.
+
+For every run (``check_run``):
+
+1. **Protocol** — the whole stream goes through the router view in
+   ``copies`` mode (one view per worker and dp_rank, per storage tier), with
+   PARENT-ANCHOR checked on the device and host tiers: EVENT-ID,
+   EVENT-SOURCE, PARENT-ANCHOR, REMOVE-COPY as a router sees them.
+2. **Differential** (sequential runs only) — the reference model runs the
+   same requests through the request driver (``reference.requests``) and
+   each request's cached-token count and events must equal the
+   implementation's exactly: ids, tiers, kinds, hashes, parents, order.
+   Decode blocks are hashed over tokens nobody outside the engine sees (the
+   Dynamo mocker appends hidden random tokens), so for them the model follows
+   the implementation (``DecodeFollower``): when the driver needs the hash of
+   a decode-filled block, it takes the implementation's next unclaimed device
+   Stored of that request that names exactly one block, chained to the
+   expected parent, and not a prompt block. Everything else about that Stored
+   is still compared exactly: that there is one, where it stands in the
+   stream relative to the Removed events, its parent (the previous block's
+   hash, adopted or computed), its single block; and (check 3) its
+   block_hash must chain from that parent and its tokens_hash.
+   A divergence is attributed to a rule (``attribute``). When the rule is one
+   an implementation can depart from in a known way (``reference.vllm_pool.PoolVariant``:
+   EVENT-ID's first id, STORE-COPY / REMOVE-COPY's per-copy events, G2-EVICT's
+   order inside a host batch), the departure is recorded as a finding and
+   the comparison starts again with the model following it, so the rest of
+   the run is still compared exactly.
+3. **Hashes** — every stored block is checked against kvspec's own hashing:
+   a prompt block's tokens_hash is the local hash of its tokens (HASH-LOCAL)
+   and every block_hash is the sequence hash of its parent and its
+   tokens_hash (HASH-SEQUENCE). In a sequential run, host blocks and blocks
+   of a multi-block device Stored must be prompt blocks (decode blocks are
+   stored one per step and never written to the host).
+
+Findings carry the rule id, the workload and a readable report.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import xxhash
+from kvspec.reference.requests import RequestResult, make_driver, run_to_end
+from kvspec.reference.router_view import RouterView
+from kvspec.reference.vllm_pool import SPEC_VARIANT, PoolVariant, VllmPoolModel
+from kvspec.spec.hashing import block_hashes, sequence_hash
+from kvspec.spec.rules import RuleId
+from kvspec.spec.wire import KvEvent, Removed, Stored, event_to_json
+
+from .requests_api import ConcurrentRun, RequestOutcome
+from .workloads import Workload
+
+R = RuleId
+
+#: the rules this layer checks, and reports one by one
+LAYER_RULES: tuple[RuleId, ...] = (
+    R.EVENT_ID,
+    R.EVENT_SOURCE,
+    R.EVENT_ORDER,
+    R.PARENT_ANCHOR,
+    R.STORE_NEW_ONLY,
+    R.STORE_TOKENS_HASH,
+    R.STORE_COPY,
+    R.REMOVE_COPY,
+    R.USE_CAPACITY,
+    R.VLLM_PREFIX_HIT,
+    R.VLLM_FREE_ORDER,
+    R.VLLM_LAZY_REMOVE,
+    R.G2_EVICT,
+    R.G2_STORE_ON_COMPLETE,
+    R.HASH_LOCAL,
+    R.HASH_SEQUENCE,
+)
+
+#: rules whose known departures the model can follow, and how
+FOLLOWABLE = {R.EVENT_ID, R.STORE_COPY, R.REMOVE_COPY, R.G2_EVICT}
+
+
+@dataclass(slots=True)
+class Finding:
+    """One broken rule in one run."""
+
+    rule: RuleId
+    summary: str
+    workload: Workload
+    request: int | None = None
+    detail: str = ""
+
+    def size(self) -> int:
+        return sum(len(r.prompt) + r.max_tokens for r in self.workload.requests)
+
+    def report(self) -> str:
+        where = f" (request {self.request})" if self.request is not None else ""
+        text = f"[{self.rule}] {self.summary}{where}\n{self.workload.describe()}"
+        if self.workload.note:
+            text += f"\n  note: {self.workload.note}"
+        if self.detail:
+            text += "\n" + self.detail
+        return text
+
+
+@dataclass(slots=True)
+class RunCheck:
+    """Everything checking one run produced."""
+
+    findings: list[Finding] = field(default_factory=list)
+    exercised: Counter[RuleId] = field(default_factory=Counter)
+    #: the model variant the differential ended on (what it had to follow)
+    variant: PoolVariant = SPEC_VARIANT
+
+    def add(self, finding: Finding) -> None:
+        if all(f.rule != finding.rule for f in self.findings):
+            self.findings.append(finding)
+
+
+# ------------------------------------------------------------ 1. protocol
+
+
+def check_protocol(workload: Workload, events: Sequence[KvEvent], tiers: Sequence[str], out: RunCheck) -> None:
+    view = RouterView(
+        mode="copies", strict=False, first_event_id=0, expect_dp_rank=workload.setup.manager.dp_rank,
+        anchored_tiers=("device", "host_pinned"),
+    )
+    for i, ev in enumerate(events):
+        if ev.storage_tier not in tiers:
+            out.add(Finding(R.EVENT_SOURCE, f"event in tier {ev.storage_tier!r}, which the adapter does not declare",
+                            workload, detail=f"  event {i}: {ev.brief()}"))
+        for v in view.apply(ev):
+            out.add(Finding(v.rule, f"router view: {v.message}", workload,
+                            detail=f"  stream index {i}: {ev.brief()}\n" + _context(events, i)
+                            + "".join(f"\n  {k}: {val}" for k, val in v.context.items())))
+    _exercise_stream(events, out)
+
+
+def _context(events: Sequence[KvEvent], i: int, before: int = 6) -> str:
+    lo = max(0, i - before)
+    hi = min(i + 2, len(events))
+    return "\n".join(f"  {'>' if j == i else ' '} {j:>4}: {events[j].brief()}" for j in range(lo, hi))
+
+
+def _exercise_stream(events: Sequence[KvEvent], out: RunCheck) -> None:
+    for ev in events:
+        out.exercised[R.EVENT_ID] += 1
+        out.exercised[R.EVENT_SOURCE] += 1
+        if isinstance(ev.data, Stored):
+            out.exercised[R.HASH_SEQUENCE] += len(ev.data.stored.blocks)
+            if ev.data.stored.parent_hash is not None:
+                out.exercised[R.PARENT_ANCHOR] += 1
+            if ev.storage_tier == "host_pinned":
+                out.exercised[R.G2_STORE_ON_COMPLETE] += 1
+        elif isinstance(ev.data, Removed):
+            if ev.storage_tier == "host_pinned":
+                out.exercised[R.G2_EVICT] += 1
+            else:
+                out.exercised[R.REMOVE_COPY] += 1
+
+
+# -------------------------------------------------------------- 3. hashes
+
+
+def prompt_blocks(workload: Workload) -> dict[int, tuple[int, int | None]]:
+    """Every prompt block of the workload: sequence hash -> (local hash, parent)."""
+    bs = workload.setup.manager.block_size
+    known: dict[int, tuple[int, int | None]] = {}
+    for r in workload.requests:
+        parent = None
+        for seq, local in block_hashes(r.prompt, bs):
+            known[seq] = (local, parent)
+            parent = seq
+    return known
+
+
+def check_hashes(workload: Workload, events: Sequence[KvEvent], out: RunCheck, *, sequential: bool) -> None:
+    known = prompt_blocks(workload)
+    for i, ev in enumerate(events):
+        if not isinstance(ev.data, Stored):
+            continue
+        data = ev.data.stored
+        prev = data.parent_hash
+        for b in data.blocks:
+            k = known.get(b.block_hash)
+            if k is not None:
+                out.exercised[R.HASH_LOCAL] += 1
+                if k[0] != b.tokens_hash:
+                    out.add(Finding(R.HASH_LOCAL, f"block {b.block_hash}: tokens_hash {b.tokens_hash} is not the "
+                                    f"local hash {k[0]} of its prompt tokens", workload,
+                                    detail=f"  stream index {i}: {ev.brief()}"))
+            elif sequential and (ev.storage_tier == "host_pinned" or len(data.blocks) > 1):
+                out.add(Finding(R.HASH_LOCAL, f"block {b.block_hash} is no block of any prompt (by kvspec's hashing) "
+                                f"but is stored {'on the host' if ev.storage_tier == 'host_pinned' else 'with others'}"
+                                , workload, detail=f"  stream index {i}: {ev.brief()}"))
+            if sequence_hash(prev, b.tokens_hash) != b.block_hash:
+                out.add(Finding(R.HASH_SEQUENCE, f"block_hash {b.block_hash} is not the sequence hash of parent "
+                                f"{prev} and tokens_hash {b.tokens_hash} ({sequence_hash(prev, b.tokens_hash)})",
+                                workload, detail=f"  stream index {i}: {ev.brief()}"))
+            prev = b.block_hash
+
+
+def check_cached_bounds(workload: Workload, outcomes: Sequence[RequestOutcome], out: RunCheck) -> None:
+    """Whole blocks only, at most num_tokens - 1 tokens (any run)."""
+    bs = workload.setup.manager.block_size
+    for i, (r, o) in enumerate(zip(workload.requests, outcomes, strict=True)):
+        out.exercised[R.USE_CAPACITY] += 1
+        if o.finish != "length":
+            out.add(Finding(R.USE_CAPACITY, f"a request that fits the pool ended with {o.finish!r} instead of "
+                            "generating max_tokens", workload, request=i))
+        if o.cached_tokens is None:
+            continue
+        out.exercised[R.VLLM_PREFIX_HIT] += 1
+        limit = (len(r.prompt) - 1) // bs * bs
+        if o.cached_tokens % bs or o.cached_tokens > limit:
+            out.add(Finding(R.VLLM_PREFIX_HIT, f"{o.cached_tokens} cached tokens: not whole blocks of {bs} within "
+                            f"num_tokens - 1 = {len(r.prompt) - 1} (at most {limit})", workload, request=i))
+
+
+# -------------------------------------------------------- 2. differential
+
+
+class DecodeFollower:
+    """The model's ``DecodeHashes`` during a comparison: adopt the
+    implementation's hash of each decode-filled block (see module docstring)."""
+
+    def __init__(self, outcomes: Sequence[RequestOutcome], prompt_hashes: set[int]) -> None:
+        self.outcomes = outcomes
+        self.prompt_hashes = prompt_hashes
+        self.claimed: set[tuple[int, int]] = set()
+        self.adopted: list[tuple[int, int, int]] = []  # (request, block index, hash)
+        self.missing: list[tuple[int, int]] = []
+
+    def __call__(self, request: int, block: int, parent: int | None, known: Sequence[int]) -> tuple[int, int]:
+        events = self.outcomes[request].events if request < len(self.outcomes) else []
+        for j, ev in enumerate(events):
+            if (request, j) in self.claimed or ev.storage_tier != "device" or not isinstance(ev.data, Stored):
+                continue
+            d = ev.data.stored
+            if d.parent_hash != parent or len(d.blocks) != 1 or d.blocks[0].block_hash in self.prompt_hashes:
+                continue
+            self.claimed.add((request, j))
+            self.adopted.append((request, block, d.blocks[0].block_hash))
+            return d.blocks[0].block_hash, d.blocks[0].tokens_hash
+        # nothing to follow: a placeholder no implementation can have published
+        self.missing.append((request, block))
+        local = xxhash.xxh3_64_intdigest(struct.pack("<QQQ", 0x6B76737065630A, request, block))
+        return sequence_hash(parent, local), local
+
+
+@dataclass(frozen=True, slots=True)
+class Divergence:
+    rule: RuleId
+    request: int
+    summary: str
+    detail: str
+
+
+def _strip(ev: KvEvent) -> dict[str, Any]:
+    out = event_to_json(ev)
+    out.pop("event_id", None)
+    out.pop("block_token_ids", None)
+    return out
+
+
+def attribute(
+    expected: Sequence[KvEvent], actual: Sequence[KvEvent], copy_notes: dict[int, frozenset[int]]
+) -> tuple[RuleId, int, str] | None:
+    """The rule a difference between one request's expected and actual
+    events breaks, the index of the first difference, and what differs.
+    ``copy_notes`` (from the model) names, per expected event id, the hashes
+    that event names as one physical copy among several."""
+    exp_s = [_strip(e) for e in expected]
+    act_s = [_strip(a) for a in actual]
+    if exp_s == act_s:
+        for j, (e, a) in enumerate(zip(expected, actual, strict=True)):
+            if e.event_id != a.event_id:
+                return R.EVENT_ID, j, f"event id {a.event_id} where {e.event_id} is due"
+        return None
+    j = next(k for k in range(max(len(exp_s), len(act_s))) if k >= len(exp_s) or k >= len(act_s)
+             or exp_s[k] != act_s[k])
+    e = expected[j] if j < len(expected) else None
+    a = actual[j] if j < len(actual) else None
+    if e is not None and a is not None and (e.kind != a.kind or e.storage_tier != a.storage_tier):
+        if j + 1 < len(act_s) and exp_s[j] == act_s[j + 1]:
+            e = None  # an extra event
+        elif j + 1 < len(exp_s) and exp_s[j + 1] == act_s[j]:
+            a = None  # a missing event
+        else:
+            return R.EVENT_ORDER, j, f"{a.brief()} where {e.brief()} is due"
+    if e is None:
+        assert a is not None
+        return _extra_rule(a), j, f"unexpected {a.brief()}"
+    if a is None:
+        return _missing_rule(e, copy_notes.get(e.event_id, frozenset())), j, f"missing {e.brief()}"
+    if e.dp_rank != a.dp_rank:
+        return R.EVENT_SOURCE, j, f"dp_rank {a.dp_rank} where {e.dp_rank} is due"
+    host = e.storage_tier == "host_pinned"
+    copies = copy_notes.get(e.event_id, frozenset())
+    if isinstance(e.data, Stored) and isinstance(a.data, Stored):
+        ed, ad = e.data.stored, a.data.stored
+        eh, ah = [b.block_hash for b in ed.blocks], [b.block_hash for b in ad.blocks]
+        if eh != ah:
+            dropped = [h for h in eh if h not in ah]
+            if not host and dropped and all(h in copies for h in dropped):
+                return R.STORE_COPY, j, f"{a.brief()} where {e.brief()} is due: copies {dropped} not announced"
+            return (R.G2_STORE_ON_COMPLETE if host else R.STORE_NEW_ONLY), j, f"{a.brief()} where {e.brief()} is due"
+        if ed.parent_hash != ad.parent_hash:
+            return R.PARENT_ANCHOR, j, f"parent {ad.parent_hash} where {ed.parent_hash} is due ({e.brief()})"
+        if [b.tokens_hash for b in ed.blocks] != [b.tokens_hash for b in ad.blocks]:
+            return R.STORE_TOKENS_HASH, j, f"tokens hashes {[b.tokens_hash for b in ad.blocks]} where " \
+                f"{[b.tokens_hash for b in ed.blocks]} are due"
+        return (R.G2_STORE_ON_COMPLETE if host else R.EVENT_SOURCE), j, \
+            f"start_position {ad.start_position} where {ed.start_position} is due"
+    if isinstance(e.data, Removed) and isinstance(a.data, Removed):
+        eh, ah = e.data.removed.block_hashes, a.data.removed.block_hashes
+        if host:
+            return R.G2_EVICT, j, f"host Removed {ah} where {eh} is due"
+        if sorted(eh) == sorted(ah):
+            return R.VLLM_FREE_ORDER, j, f"evicted in the order {ah} where {eh} is due"
+        unreported = [h for h in eh if h not in ah]
+        if unreported and all(h in copies for h in unreported):
+            return R.REMOVE_COPY, j, f"Removed {ah} where {eh} is due: evicted copies {unreported} not reported"
+        return R.VLLM_FREE_ORDER, j, f"evicted {ah} where {eh} is due"
+    return R.CLEAR_ALL, j, f"{a.brief()} where {e.brief()} is due"
+
+
+def _extra_rule(a: KvEvent) -> RuleId:
+    host = a.storage_tier == "host_pinned"
+    if isinstance(a.data, Stored):
+        return R.G2_STORE_ON_COMPLETE if host else R.STORE_NEW_ONLY
+    if isinstance(a.data, Removed):
+        return R.G2_EVICT if host else R.VLLM_LAZY_REMOVE
+    return R.CLEAR_ALL
+
+
+def _missing_rule(e: KvEvent, copies: frozenset[int]) -> RuleId:
+    host = e.storage_tier == "host_pinned"
+    if isinstance(e.data, Stored):
+        if host:
+            return R.G2_STORE_ON_COMPLETE
+        if all(b.block_hash in copies for b in e.data.stored.blocks):
+            return R.STORE_COPY
+        return R.STORE_NEW_ONLY
+    if isinstance(e.data, Removed):
+        if host:
+            return R.G2_EVICT
+        if all(h in copies for h in e.data.removed.block_hashes):
+            return R.REMOVE_COPY
+        return R.VLLM_LAZY_REMOVE
+    return R.CLEAR_ALL
+
+
+def _show(events: Sequence[KvEvent], mark: int | None = None) -> str:
+    if not events:
+        return "      (none)"
+    return "\n".join(f"    {'>' if k == mark else ' '} {k:>3}: {ev.brief()}" for k, ev in enumerate(events))
+
+
+def compare_sequential(
+    workload: Workload, outcomes: Sequence[RequestOutcome], variant: PoolVariant
+) -> tuple[Divergence | None, list[RequestResult], DecodeFollower]:
+    """Run the model request by request (following decode hashes) and find
+    the first divergence; the model runs only as far as the comparison."""
+    follower = DecodeFollower(outcomes, set(prompt_blocks(workload)))
+    driver = make_driver(workload.setup, follower, variant)
+    model: VllmPoolModel = driver.model
+    expected: list[RequestResult] = []
+    for i, (req, act) in enumerate(zip(workload.requests, outcomes, strict=True)):
+        workload.setup.check_fits(i, req)
+        exp = run_to_end(driver.steps(i, req), f"request {i}")
+        expected.append(exp)
+        if act.cached_tokens is not None and act.cached_tokens != exp.cached_tokens:
+            return Divergence(R.VLLM_PREFIX_HIT, i, f"{act.cached_tokens} cached tokens where {exp.cached_tokens} "
+                              "are due", _request_detail(exp.events, act.events, None)), expected, follower
+        found = attribute(exp.events, act.events, model.copy_notes)
+        if found is not None:
+            rule, j, what = found
+            return Divergence(rule, i, what, _request_detail(exp.events, act.events, j)), expected, follower
+    return None, expected, follower
+
+
+def _request_detail(expected: Sequence[KvEvent], actual: Sequence[KvEvent], j: int | None) -> str:
+    return f"  expected (reference model):\n{_show(expected, j)}\n  actual (implementation):\n{_show(actual, j)}"
+
+
+def _follow(variant: PoolVariant, rule: RuleId, outcomes: Sequence[RequestOutcome]) -> PoolVariant | None:
+    if rule == R.EVENT_ID:
+        first = next((o.events[0].event_id for o in outcomes if o.events), None)
+        if first is not None and first != variant.first_event_id:
+            return replace(variant, first_event_id=first)
+    if rule == R.STORE_COPY and variant.store_copies:
+        return replace(variant, store_copies=False)
+    if rule == R.REMOVE_COPY and variant.remove_copies:
+        return replace(variant, remove_copies=False)
+    if rule == R.G2_EVICT and variant.host_order == "leaf_first":
+        return replace(variant, host_order="hash")
+    return None
+
+
+def check_sequential(workload: Workload, outcomes: Sequence[RequestOutcome], out: RunCheck) -> None:
+    variant = SPEC_VARIANT
+    for _ in range(len(FOLLOWABLE) + 1):
+        div, expected, follower = compare_sequential(workload, outcomes, variant)
+        if variant == SPEC_VARIANT:
+            _exercise_expected(expected, out)
+        if div is None:
+            break
+        detail = div.detail
+        if variant != SPEC_VARIANT:
+            detail += f"\n  (compared with the model following the departures already found: {variant})"
+        if follower.missing:
+            detail += f"\n  decode blocks with no matching implementation Stored: {follower.missing}"
+        out.add(Finding(div.rule, div.summary, workload, request=div.request, detail=detail))
+        nxt = _follow(variant, div.rule, outcomes)
+        if nxt is None:
+            break
+        variant = nxt
+    out.variant = variant
+
+
+def _exercise_expected(expected: Sequence[RequestResult], out: RunCheck) -> None:
+    seen: Counter[int] = Counter()
+    for r in expected:
+        kinds = {(e.storage_tier, e.kind) for e in r.events}
+        if ("device", "removed") in kinds:
+            out.exercised[R.VLLM_LAZY_REMOVE] += 1
+            out.exercised[R.VLLM_FREE_ORDER] += 1
+            if ("device", "stored") in kinds:
+                out.exercised[R.EVENT_ORDER] += 1
+        for e in r.events:
+            if isinstance(e.data, Stored) and e.storage_tier == "device":
+                out.exercised[R.STORE_NEW_ONLY] += 1
+                out.exercised[R.STORE_TOKENS_HASH] += 1
+                for b in e.data.stored.blocks:
+                    if seen[b.block_hash] > 0:
+                        out.exercised[R.STORE_COPY] += 1
+                    seen[b.block_hash] += 1
+            elif isinstance(e.data, Removed) and e.storage_tier == "device":
+                for h in e.data.removed.block_hashes:
+                    seen[h] -= 1
+
+
+# ---------------------------------------------------------------- entry
+
+
+def check_run(
+    workload: Workload,
+    result: Sequence[RequestOutcome] | ConcurrentRun,
+    tiers: Sequence[str] = ("device", "host_pinned"),
+) -> RunCheck:
+    """All checks of one run (see the module docstring)."""
+    out = RunCheck()
+    if isinstance(result, ConcurrentRun):
+        events = list(result.events)
+        outcomes = list(result.outcomes)
+    else:
+        outcomes = list(result)
+        events = [e for o in outcomes for e in o.events]
+    if len(outcomes) != len(workload.requests):
+        raise ValueError(f"{len(outcomes)} outcomes for {len(workload.requests)} requests")
+    check_protocol(workload, events, tiers, out)
+    check_hashes(workload, events, out, sequential=not workload.concurrent)
+    check_cached_bounds(workload, outcomes, out)
+    if not workload.concurrent:
+        check_sequential(workload, outcomes, out)
+    return out

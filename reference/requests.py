@@ -1,0 +1,309 @@
+"""The request driver: a request-level workload as the vllm model's operations.
+
+Engines such as the Dynamo mocker take requests (prompt tokens and a token
+budget), not block operations. This module turns one request into the
+operations the ``vllm`` profile's model (``reference.vllm_pool``) applies,
+step by step the way a vLLM-style scheduler runs it:
+
+1. Prefill. The prompt's full blocks are hashed (``spec.hashing``). The prefix
+   hit is the longest run of leading blocks cached on the device, continued on
+   the host tier, and capped at ``(n - 1) // block_size`` blocks: whole blocks
+   only, and at most ``n - 1`` tokens, so a block-aligned prompt always
+   recomputes its last block (VLLM-PREFIX-HIT). One ``Use`` holds the block
+   table: the device hits, then every other full prompt block (onboarded from
+   the host or computed: allocated and cached together, one Stored), then the
+   partial tail. A last block that is cached on the device but beyond the cap
+   is recomputed into a fresh block and cached as another copy (``Use`` of a
+   partial block, then ``Promote``).
+2. Host write-through: every full prompt block goes to the host tier.
+3. Decode. Each generated token but the last is computed into the KV cache:
+   a token that starts a block takes a fresh block (``Use`` of a partial
+   block, which may evict), and a block that fills up is cached (``Promote``).
+   Decode blocks are hashed over tokens the caller cannot see (the Dynamo
+   mocker appends hidden random tokens), so their hashes come from a
+   ``DecodeHashes`` source: synthetic tokens for the reference adapter, the
+   implementation's own hashes when the checker follows an implementation.
+4. Finish: the request frees its blocks in reverse order, leaf first
+   (``Deref``), so that its leaves age before its parents (VLLM-FREE-ORDER).
+
+A request may only be as large as the pool: ``prompt + max_tokens - 1`` tokens
+must fit in ``capacity * block_size`` (the Dynamo mocker stalls forever on a
+request whose decode outgrows its pool); the driver refuses larger ones.
+
+``SequentialRun`` runs requests one after another. ``interleave`` runs a batch
+concurrently, one engine step per request in turn, admitting a request only
+when its whole budget is guaranteed (no preemption), for protocol checks.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass, field
+from typing import Annotated, Protocol
+
+import xxhash
+from kvspec.spec.config import ManagerConfig
+from kvspec.spec.errors import ConfigError
+from kvspec.spec.hashing import block_hashes, local_block_hash, sequence_hash
+from kvspec.spec.wire import U32, BlockRef, Deref, FullBlock, KvEvent, PartialBlock, Plh, Promote, Use, Wire
+from pydantic import Field, model_validator
+
+from .vllm_pool import SPEC_VARIANT, HostBlock, PoolVariant, VllmPoolModel
+
+MAX_TOKENS_LIMIT = 4096
+
+
+class RequestSpec(Wire):
+    """One request: prompt tokens and how many tokens to generate."""
+
+    prompt: Annotated[list[U32], Field(min_length=1)]
+    max_tokens: int = Field(ge=1, le=MAX_TOKENS_LIMIT)
+
+
+class PoolSetup(Wire):
+    """What a request-level implementation is started with: the device pool
+    (a ``vllm`` manager configuration) and the optional host tier size."""
+
+    manager: ManagerConfig
+    host_blocks: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _vllm(self) -> PoolSetup:
+        if self.manager.profile != "vllm":
+            raise ValueError(f"request-level runs use the vllm profile, not {self.manager.profile!r}")
+        return self
+
+    @property
+    def pool_tokens(self) -> int:
+        return self.manager.capacity * self.manager.block_size
+
+    def check_fits(self, index: int, req: RequestSpec) -> None:
+        """Refuse a request whose prompt and decode cannot fit in the pool."""
+        need = len(req.prompt) + req.max_tokens - 1
+        if need > self.pool_tokens:
+            raise ConfigError(
+                f"request {index}: prompt ({len(req.prompt)}) + max_tokens ({req.max_tokens}) - 1 = {need} tokens "
+                f"exceeds the pool ({self.manager.capacity} blocks x {self.manager.block_size} = "
+                f"{self.pool_tokens} tokens); a vLLM-style engine cannot run it (the Dynamo mocker stalls)"
+            )
+
+
+@dataclass(slots=True)
+class RequestResult:
+    """What one request produced: its cached-token count and its events."""
+
+    cached_tokens: int
+    events: list[KvEvent] = field(default_factory=list)
+
+
+class DecodeHashes(Protocol):
+    """Hashes of a decode-filled block: ``(request index, block index,
+    parent sequence hash, the prompt tokens at the block's start)`` ->
+    ``(sequence hash, local hash)``."""
+
+    def __call__(
+        self, request: int, block: int, parent: int | None, known: Sequence[int]
+    ) -> tuple[int, int]: ...
+
+
+class SyntheticDecode:
+    """Decode tokens drawn deterministically from (request index, position):
+    hidden from the caller like the mocker's random tokens, but reproducible,
+    and hashed with kvspec's own hashing."""
+
+    def __init__(self, block_size: int, salt: int = 0) -> None:
+        self.block_size = block_size
+        self.salt = salt
+
+    def token(self, request: int, position: int) -> int:
+        return xxhash.xxh3_64_intdigest(struct.pack("<QQQ", self.salt, request, position)) & 0xFFFFFFFF
+
+    def __call__(self, request: int, block: int, parent: int | None, known: Sequence[int]) -> tuple[int, int]:
+        start = block * self.block_size
+        tokens = list(known) + [self.token(request, start + i) for i in range(len(known), self.block_size)]
+        local = local_block_hash(tokens)
+        return sequence_hash(parent, local), local
+
+
+Step = list[KvEvent]
+#: a request generator yields the events of each engine step, or BLOCKED when
+#: it could not allocate and must be retried; it returns its RequestResult
+BLOCKED: Step = []
+RequestSteps = Generator[Step | None, None, RequestResult]
+
+
+class RequestDriver:
+    """Runs requests against one ``VllmPoolModel``."""
+
+    def __init__(self, model: VllmPoolModel, decode: DecodeHashes) -> None:
+        self.model = model
+        self.decode = decode
+        self.block_size = model.block_size
+
+    def budget_blocks(self, req: RequestSpec) -> int:
+        """Physical blocks the request holds at its peak."""
+        tokens = len(req.prompt) + req.max_tokens - 1
+        return -(-tokens // self.block_size)
+
+    def steps(self, index: int, req: RequestSpec) -> RequestSteps:
+        """The request, one engine step per ``next()``; None means blocked."""
+        m = self.model
+        bs = self.block_size
+        n = len(req.prompt)
+        hashes = block_hashes(req.prompt, bs)
+        full = len(hashes)
+        cap = (n - 1) // bs
+        uid = f"r{index}"
+        # ---- prefill (retried until it fits)
+        while True:
+            on_device = m.prefix_hits([s for s, _ in hashes])
+            recompute = on_device > cap
+            dev_hits = min(on_device, cap)
+            host_hits = 0
+            if not recompute and m.host is not None:
+                host_hits = min(m.host.prefix([s for s, _ in hashes], on_device), cap - dev_hits)
+            refs: list[BlockRef] = [FullBlock(full=s) for s, _ in hashes[: full - 1 if recompute else full]]
+            if recompute:
+                refs.append(PartialBlock(partial=f"{uid}b{full - 1}"))
+            if n % bs:
+                refs.append(PartialBlock(partial=f"{uid}b{full}"))
+            nfull = full - 1 if recompute else full
+            plhs = [
+                Plh(hash=s, parent=hashes[i - 1][0] if i else None, position=i)
+                for i, (s, _) in enumerate(hashes[:nfull])
+            ]
+            step = m.apply(Use(blocks=refs, local_hashes=[loc for _, loc in hashes[:nfull]], plhs=plhs))
+            if step.result.status == "capacity":
+                yield None
+                continue
+            break
+        events = list(step.events)
+        if recompute:
+            s, loc = hashes[full - 1]
+            parent = hashes[full - 2][0] if full > 1 else None
+            events += m.apply(
+                Promote(
+                    uuid=f"{uid}b{full - 1}", seq_hash=s, parent_hash=parent, local_hash=loc,
+                    plh=Plh(hash=s, parent=parent, position=full - 1),
+                )
+            ).events
+        events += m.host_write_through([HostBlock(s, loc, i) for i, (s, loc) in enumerate(hashes)])
+        result = RequestResult(cached_tokens=(dev_hits + host_hits) * bs)
+        result.events.extend(events)
+        yield events
+        # ---- decode: every generated token but the last is computed
+        seqs: list[int | None] = [s for s, _ in hashes] + ([None] if n % bs else [])
+        computed = n
+        for _ in range(req.max_tokens - 1):
+            events = []
+            if computed % bs == 0:  # this token starts a new block
+                k = computed // bs
+                while True:
+                    step = m.apply(Use(blocks=[PartialBlock(partial=f"{uid}b{k}")]))
+                    if step.result.status != "capacity":
+                        break
+                    yield None
+                refs.append(PartialBlock(partial=f"{uid}b{k}"))
+                seqs.append(None)
+                events += step.events
+            computed += 1
+            if computed % bs == 0:  # a block filled up: cache it
+                k = computed // bs - 1
+                parent = seqs[k - 1] if k else None
+                known = req.prompt[k * bs : min(n, (k + 1) * bs)]
+                s, loc = self.decode(index, k, parent, known)
+                seqs[k] = s
+                events += m.apply(
+                    Promote(
+                        uuid=f"{uid}b{k}", seq_hash=s, parent_hash=parent, local_hash=loc,
+                        plh=Plh(hash=s, parent=parent, position=k),
+                    )
+                ).events
+            result.events.extend(events)
+            yield events
+        # ---- finish: free in reverse order, leaf first
+        m.apply(Deref(blocks=list(reversed(refs))))
+        return result
+
+
+def run_to_end(gen: RequestSteps, what: str) -> RequestResult:
+    """Drive one request alone; a blocked step means it can never run."""
+    try:
+        while True:
+            if next(gen) is None:
+                raise ConfigError(f"{what} cannot be allocated even with every other block free")
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+
+
+def make_driver(
+    setup: PoolSetup, decode: DecodeHashes | None = None, variant: PoolVariant = SPEC_VARIANT
+) -> RequestDriver:
+    model = VllmPoolModel(setup.manager, host_blocks=setup.host_blocks, variant=variant)
+    return RequestDriver(model, decode or SyntheticDecode(setup.manager.block_size))
+
+
+def run_sequential(
+    setup: PoolSetup,
+    requests: Sequence[RequestSpec],
+    decode: DecodeHashes | None = None,
+    variant: PoolVariant = SPEC_VARIANT,
+    on_request: Callable[[int], None] | None = None,
+) -> list[RequestResult]:
+    """Run ``requests`` one after another on a fresh model; one result each.
+    ``on_request(i)`` is called before request ``i`` starts (a checker uses it
+    to point a following ``DecodeHashes`` at that request's events)."""
+    for i, r in enumerate(requests):
+        setup.check_fits(i, r)
+    driver = make_driver(setup, decode, variant)
+    out: list[RequestResult] = []
+    for i, r in enumerate(requests):
+        if on_request is not None:
+            on_request(i)
+        out.append(run_to_end(driver.steps(i, r), f"request {i}"))
+    return out
+
+
+def interleave(
+    setup: PoolSetup, requests: Sequence[RequestSpec], decode: DecodeHashes | None = None
+) -> tuple[list[RequestResult], list[KvEvent]]:
+    """Run ``requests`` concurrently: each round, every running request takes
+    one engine step, in admission order; a waiting request is admitted (in
+    arrival order) when its whole budget fits beside the running ones'
+    remaining budgets. Returns each request's result and the whole stream."""
+    for i, r in enumerate(requests):
+        setup.check_fits(i, r)
+    driver = make_driver(setup, decode)
+    model = driver.model
+    waiting = list(range(len(requests)))
+    running: dict[int, RequestSteps] = {}
+    held: dict[int, int] = {}
+    results: dict[int, RequestResult] = {}
+    stream: list[KvEvent] = []
+
+    def budget_left() -> int:
+        c = model.counters()
+        return c.free_blocks + c.inactive_blocks - sum(driver.budget_blocks(requests[i]) - held[i] for i in running)
+
+    while waiting or running:
+        while waiting and driver.budget_blocks(requests[waiting[0]]) <= budget_left():
+            i = waiting.pop(0)
+            running[i] = driver.steps(i, requests[i])
+            held[i] = 0
+        if not running:
+            raise ConfigError(f"request {waiting[0]} can never be admitted")
+        for i in list(running):
+            before = model.counters()
+            try:
+                events = next(running[i])
+            except StopIteration as stop:
+                results[i] = stop.value
+                del running[i], held[i]
+                continue
+            if events is None:
+                raise ConfigError(f"request {i} blocked although its budget was reserved")
+            after = model.counters()
+            held[i] += (after.active_blocks - before.active_blocks)
+            stream.extend(events)
+    return [results[i] for i in range(len(requests))], stream
