@@ -9,10 +9,10 @@
  * layouts that could drift between languages or compilers.
  *
  * Messages (all UTF-8 JSON text, NUL-terminated):
- *   - config  (kvspec_open):  a ManagerConfig   (spec/schema/ManagerConfig.json)
- *   - request (kvspec_call):  one Operation     (spec/schema/Operation.json),
+ *   - config  (kvspec_open):  a ManagerConfig   (spec/schema/manager_config.json)
+ *   - request (kvspec_call):  one Operation     (spec/schema/operation.json),
  *                             e.g. {"op":"use","blocks":[{"full":7}],"plhs":[...]}
- *   - reply   (kvspec_call):  one StepOutcome   (spec/schema/StepOutcome.json):
+ *   - reply   (kvspec_call):  one StepOutcome   (spec/schema/step_outcome.json):
  *                             result or error (rule id + message), the
  *                             counters after the operation, the events it
  *                             published in order.

@@ -16,6 +16,8 @@ from __future__ import annotations
 import ctypes
 import json
 import random
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -453,6 +455,47 @@ def test_reply_that_breaks_the_schema_names_the_field(
             impl.step(RawOp(op="__bad_reply__"))
     finally:
         impl.close()
+
+
+def test_library_printing_to_stdout_does_not_corrupt_the_host_protocol(
+    build_env: None, crash_manifest: Manifest
+) -> None:
+    impl = CAbiImplementation(crash_manifest, PORT, CONFIG)
+    try:
+        out = impl.step(RawOp(op="__print__"))
+        assert out.error is not None and out.error.rule == "CLEAR-ALL"
+        assert impl.step(use_op(1)).counters.active_refs == 1
+    finally:
+        impl.close()
+
+
+def test_host_answers_an_unreadable_line_with_a_protocol_error(lib: CAbiLibrary) -> None:
+    """The host on its own: garbage gets a malformed_request error reply, and
+    it keeps serving; a request in another key order takes the slow path."""
+    proc = subprocess.Popen(
+        [sys.executable, "-S", str(cabi.HOST_SCRIPT), str(lib.path), "c_port", "{}"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    hello = {"type": "hello", "versions": [1], "config": json.loads(CONFIG.model_dump_json())}
+    lines = [
+        json.dumps(hello),
+        "this is not json",
+        json.dumps({"op": json.loads(use_op(5).model_dump_json()), "id": 2}),
+        '{"id":3,"op":{"op":"deref","blocks":[{"full":5}]}}',
+        '{"id":4,"op":{"op":"deref","blocks":[{"full":5}]}}',
+        '{"type":"bye"}',
+    ]
+    out, err = proc.communicate(("\n".join(lines) + "\n").encode(), timeout=30)
+    replies = [json.loads(x) for x in out.splitlines()]
+    assert proc.returncode == 0, err
+    assert replies[0]["type"] == "ready" and replies[0]["profile"] == "kvbm"
+    assert replies[1] == {"id": None, "error": {"code": "malformed_request", "message": replies[1]["error"]["message"]}}
+    assert replies[2]["id"] == 2 and replies[2]["outcome"]["result"]["value"] == 1
+    assert replies[3]["id"] == 3 and replies[3]["outcome"]["counters"]["inactive_blocks"] == 1
+    assert replies[4]["id"] == 4 and replies[4]["outcome"]["error"]["rule"] == "DEREF-UNKNOWN"
+    assert len(replies) == 5
 
 
 def test_valid_operation_refused_by_the_library_is_an_adapter_error(build_env: None, manifest: Manifest) -> None:

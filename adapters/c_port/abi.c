@@ -4,10 +4,12 @@
  * models: unknown fields, wrong types and out-of-range integers are refused
  * with the field named), run the operation, encode the StepOutcome.
  *
- * Built with -DKVSPEC_TEST_CRASH, three extra operations exist for the
+ * Built with -DKVSPEC_TEST_CRASH, four extra operations exist for the
  * transport's robustness tests: {"op":"__crash__"} calls abort(),
  * {"op":"__hang__"} never returns, {"op":"__bad_reply__"} answers with a
- * reply that breaks the StepOutcome schema.
+ * reply that breaks the StepOutcome schema, {"op":"__print__"} writes junk
+ * to stdout (which a host must keep off its protocol channel) and then
+ * behaves like a reset.
  */
 #include "kvspec_abi.h"
 
@@ -25,7 +27,7 @@
 #define MAX_CAPACITY 1000000u
 #define MAX_BLOCK_SIZE 4096u
 
-enum { OP_USE, OP_DEREF, OP_DESTROY, OP_PROMOTE, OP_TICK, OP_SWAP_IN, OP_RESET, OP_CRASH, OP_HANG, OP_BAD_REPLY };
+enum { OP_USE, OP_DEREF, OP_DESTROY, OP_PROMOTE, OP_TICK, OP_SWAP_IN, OP_RESET, OP_CRASH, OP_HANG, OP_BAD_REPLY, OP_PRINT };
 
 struct kvspec_handle {
     uint32_t magic;
@@ -433,6 +435,10 @@ static int decode_request(kvspec_handle *h, const char *text, request *rq) {
         rq->kind = OP_BAD_REPLY;
         return 0;
     }
+    if (!strcmp(name, "__print__")) {
+        rq->kind = OP_PRINT;
+        return 0;
+    }
 #endif
     return bad(h, "op: unknown operation '%s' (expected use, deref, destroy, promote, tick, swap_in or reset)", name);
 }
@@ -658,6 +664,10 @@ int kvspec_call(kvspec_handle *h, const char *request_json, char *reply, size_t 
         o.rule = "DESTROY-ACTIVE";
         snprintf(o.message, sizeof o.message, "Destroy is an operation of the legacy profile only");
         break;
+    case OP_PRINT:
+        fputs("junk a port should not print\n", stdout);
+        fflush(stdout);
+        /* fall through: then answer as a reset */
     case OP_RESET:
         o.rule = "CLEAR-ALL";
         snprintf(o.message, sizeof o.message, "a prefix-cache reset is an operation of the vllm profile only");
