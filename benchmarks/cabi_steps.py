@@ -46,7 +46,9 @@ WORKLOADS = {
 }
 
 
-def record(capacity: int, span: tuple[int, int], in_flight: int, requests: int, seed: int = 7) -> tuple[ManagerConfig, list[Any]]:
+def record(
+    capacity: int, span: tuple[int, int], in_flight: int, requests: int, seed: int = 7
+) -> tuple[ManagerConfig, list[Any]]:
     rng = random.Random(seed)
     config = ManagerConfig(capacity=capacity, block_size=BLOCK_SIZE, eviction="lru")
     paths = []
@@ -54,7 +56,9 @@ def record(capacity: int, span: tuple[int, int], in_flight: int, requests: int, 
         trunk = [rng.randrange(50_000) for _ in range(rng.randint(0, span[1] // 2) * BLOCK_SIZE)]
         for _ in range(rng.randint(2, 5)):
             n = rng.randint(*span)
-            tokens = trunk[: n * BLOCK_SIZE] + [rng.randrange(50_000) for _ in range(max(0, n * BLOCK_SIZE - len(trunk)))]
+            tokens = trunk[: n * BLOCK_SIZE] + [
+                rng.randrange(50_000) for _ in range(max(0, n * BLOCK_SIZE - len(trunk)))
+            ]
             path, parent = [], None
             for i in range(n):
                 toks = tokens[i * BLOCK_SIZE : (i + 1) * BLOCK_SIZE]
@@ -114,9 +118,9 @@ def main() -> int:
         config, ops = record(capacity, span, in_flight, requests)
         blocks = sum(len(op.blocks) for op in ops)
         runners = {
-            "reference (python, in-process)": lambda: time_reference(config, ops),
-            "c_port inprocess": lambda: time_cabi(config, ops, "inprocess"),
-            "c_port process": lambda: time_cabi(config, ops, "process"),
+            "reference (python, in-process)": lambda c=config, o=ops: time_reference(c, o),
+            "c_port inprocess": lambda c=config, o=ops: time_cabi(c, o, "inprocess"),
+            "c_port process": lambda c=config, o=ops: time_cabi(c, o, "process"),
         }
         for label, run in runners.items():
             times = [run() for _ in range(RUNS)]

@@ -23,8 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
-
 from kvspec.adapters.reference.adapter import outcome_of
 from kvspec.conformance.manifest import Manifest, load_manifest
 from kvspec.conformance.transport import cabi
@@ -42,6 +40,7 @@ from kvspec.reference import make_model
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.errors import AdapterError, ConfigError
 from kvspec.spec.wire import Deref, FullBlock, Operation, PartialBlock, Plh, Promote, StepOutcome, Use
+from pydantic import BaseModel
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -75,7 +74,9 @@ def lib(build_env: None, manifest: Manifest) -> CAbiLibrary:
 @pytest.fixture(scope="module")
 def crash_manifest(manifest: Manifest) -> Manifest:
     """The port built with its test-only operations, 1 s call timeout."""
-    start = manifest.start.model_copy(update={"cflags": [*manifest.start.cflags, "-DKVSPEC_TEST_CRASH"], "timeout_s": 1.0})
+    start = manifest.start.model_copy(
+        update={"cflags": [*manifest.start.cflags, "-DKVSPEC_TEST_CRASH"], "timeout_s": 1.0}
+    )
     return manifest.model_copy(update={"start": start})
 
 
@@ -157,7 +158,9 @@ def test_u64_hashes_round_trip_exactly(lib: CAbiLibrary) -> None:
         ]
         assert stored["block_token_ids"] == [[2**32 - 1, 0], [1, 2**32 - 2]]
         call(lib, h, Deref(blocks=[FullBlock(full=b), FullBlock(full=a)]).model_dump_json().encode())
-        n, raw = call(lib, h, Use(blocks=[FullBlock(full=c)], plhs=[Plh(hash=c, parent=U64_MAX)]).model_dump_json().encode())
+        n, raw = call(
+            lib, h, Use(blocks=[FullBlock(full=c)], plhs=[Plh(hash=c, parent=U64_MAX)]).model_dump_json().encode()
+        )
         out = json.loads(raw)
         assert [e["data"] for e in out["events"]][1] == {"removed": {"block_hashes": [b]}}
         assert out["events"][0]["data"]["stored"]["blocks"][0]["block_hash"] == c
@@ -188,7 +191,7 @@ def test_u64_hashes_round_trip_exactly(lib: CAbiLibrary) -> None:
 def test_malformed_request_is_a_typed_error_naming_the_field(lib: CAbiLibrary, request_text: str, field: str) -> None:
     h = open_handle(lib)
     try:
-        _, before = call(lib, h, use_op(1, 2).model_dump_json().encode())
+        call(lib, h, use_op(1, 2).model_dump_json().encode())
         n, msg = call(lib, h, request_text.encode())
         assert n == E_REQUEST
         assert field in msg.decode(), msg
@@ -363,7 +366,10 @@ def _random_op(r: random.Random, block_size: int, held: list[Any]) -> Any:
             parent=FullBlock(full=r.choice(seqs)) if r.random() < 0.4 else None,
         )
     if k < 0.85:
-        picks = [r.choice(held) if held and r.random() < 0.85 else FullBlock(full=r.choice(seqs)) for _ in range(r.randrange(4))]
+        picks = [
+            r.choice(held) if held and r.random() < 0.85 else FullBlock(full=r.choice(seqs))
+            for _ in range(r.randrange(4))
+        ]
         return Deref(blocks=picks)
     s = r.choice(seqs)
     return Promote(
@@ -389,7 +395,9 @@ def _same_plh_twice(op: Any) -> bool:
 @pytest.mark.parametrize("seed", range(12))
 def test_port_matches_reference_on_random_traffic(build_env: None, manifest: Manifest, seed: int) -> None:
     r = random.Random(seed)
-    cfg = ManagerConfig(capacity=r.randrange(1, 7), block_size=r.choice([1, 2]), dp_rank=r.choice([0, 5]), eviction="lru")
+    cfg = ManagerConfig(
+        capacity=r.randrange(1, 7), block_size=r.choice([1, 2]), dp_rank=r.choice([0, 5]), eviction="lru"
+    )
     impl = CAbiImplementation(manifest, PORT, cfg, isolation="inprocess")
     ref = make_model(cfg)
     held: list[Any] = []

@@ -35,11 +35,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
-
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.errors import AdapterError, ConfigError, WireError
 from kvspec.spec.wire import StepOutcome, parse_operation
+from pydantic import BaseModel, ValidationError
 
 from ..implementation import Implementation
 from ..manifest import Manifest
@@ -98,7 +97,9 @@ def build_library(manifest: Manifest, adapter_dir: Path, extra_cflags: tuple[str
     A compiler failure is a ConfigError carrying the compiler's output."""
     adapter_dir = Path(adapter_dir)
     if not manifest.start.sources:
-        raise ConfigError(f"{manifest.name}: kind 'c_abi' needs start.sources (C files, relative to the adapter folder)")
+        raise ConfigError(
+            f"{manifest.name}: kind 'c_abi' needs start.sources (C files, relative to the adapter folder)"
+        )
     sources = [adapter_dir / s for s in manifest.start.sources]
     for s in sources:
         if not s.is_file():
@@ -138,9 +139,7 @@ def build_library(manifest: Manifest, adapter_dir: Path, extra_cflags: tuple[str
 
 def _run_parallel(commands: list[list[str]]) -> list[tuple[list[str], str]]:
     """Run commands concurrently; return (command, output) of each that failed."""
-    procs = [
-        subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for cmd in commands
-    ]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for cmd in commands]
     failures = []
     try:
         for cmd, proc in zip(commands, procs, strict=True):

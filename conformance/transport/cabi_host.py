@@ -130,7 +130,10 @@ def main(argv: list[str]) -> int:
             if n == E_REQUEST:
                 _send(out, _error(rid, "malformed_request", buf.value.decode(errors="replace")))
             elif n < 0 or n >= len(buf):
-                _send(out, _error(rid, "internal_error", f"kvspec_call returned {n}: {buf.value.decode(errors='replace')}"))
+                _send(
+                    out,
+                    _error(rid, "internal_error", f"kvspec_call returned {n}: {buf.value.decode(errors='replace')}"),
+                )
                 return 1
             else:
                 _send(out, b'{"id":%d,"outcome":%s}\n' % (rid, buf.raw[:n]))
