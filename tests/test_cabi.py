@@ -465,6 +465,27 @@ def test_reply_that_breaks_the_schema_names_the_field(
         impl.close()
 
 
+@pytest.mark.parametrize("isolation", ["inprocess", "process"])
+def test_reply_larger_than_the_first_buffer(build_env: None, manifest: Manifest, isolation: str) -> None:
+    """600 stored blocks of 16 ten-digit token ids: a reply of about 150 KB,
+    more than the 64 KiB both the session and the host start with."""
+    cfg = ManagerConfig(capacity=1000, block_size=16, eviction="lru")
+    seqs = [U64_MAX - i for i in range(600)]
+    op = Use(
+        blocks=[FullBlock(full=s) for s in seqs],
+        plhs=[Plh(hash=s, position=i) for i, s in enumerate(seqs)],
+        token_ids=[[2**32 - 1 - i] * 16 for i in range(600)],
+    )
+    impl = CAbiImplementation(manifest, PORT, cfg, isolation=isolation)
+    try:
+        out = impl.step(op)
+        assert len(out.model_dump_json()) > 128 * 1024
+        assert out == outcome_of(make_model(cfg), op)
+        assert impl.step(Deref(blocks=[FullBlock(full=seqs[0])])).counters.active_refs == 599
+    finally:
+        impl.close()
+
+
 def test_library_printing_to_stdout_does_not_corrupt_the_host_protocol(
     build_env: None, crash_manifest: Manifest
 ) -> None:
