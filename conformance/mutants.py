@@ -20,6 +20,7 @@ xfail as skipped, which is never read as a kill.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import signal
@@ -40,7 +41,7 @@ from kvspec.spec.rules import RuleId
 
 Status = Literal["killed", "passed", "error", "timeout"]
 
-_RULE_RE = re.compile(r"\[([A-Z][A-Z0-9]*(?:-[A-Z0-9]+)+)\]")
+_RULE_RE = re.compile(r"\[([A-Z][A-Z0-9]*(?:-[A-Z0-9]+)*)\]")
 _KNOWN_RULES = {r.value for r in RuleId}
 
 
@@ -127,10 +128,8 @@ _live_lock = threading.Lock()
 
 
 def _kill_group(proc: subprocess.Popen[str]) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def pytest_command(name: str, suite: Path, junit: Path, replay_dir: Path, profile: str) -> list[str]:

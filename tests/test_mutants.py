@@ -26,11 +26,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from kvspec.adapters.mutants.adapter import open_mutant
 from kvspec.adapters.mutants.catalogue import CATALOGUE, MUTANTS, UNMUTATED, make_mutant_model
 from kvspec.adapters.reference.adapter import outcome_of
-from kvspec.cli import main as cli_main
 from kvspec.conformance import mutants as campaign
 from kvspec.conformance.manifest import VARIANT_ENV, Capabilities, load_manifest, resolve_adapter_dir
 from kvspec.reference import make_model
@@ -53,13 +51,15 @@ from kvspec.spec.wire import (
     event_to_json,
 )
 
+from kvspec.cli import main as cli_main
+
 BS = 4  # block size of every configuration here
 ADAPTERS = Path(__file__).resolve().parents[1] / "adapters"
 
 # ---------------------------------------------------------------- operations
 
 
-def U(*refs: int | str, start: int = 0, parent: int | None = None, tokens: bool = False, short: bool = False) -> Use:
+def U(*refs: int | str, start: int = 0, parent: int | None = None, tokens: bool = False, short: bool = False) -> Use:  # noqa: N802
     """Use of full blocks (ints, one chain: each the parent of the next, at
     positions start, start + 1, ...) and partial blocks (strings)."""
     fulls = [r for r in refs if isinstance(r, int)]
@@ -77,25 +77,25 @@ def U(*refs: int | str, start: int = 0, parent: int | None = None, tokens: bool 
     )
 
 
-def D(*refs: int | str) -> Deref:
+def D(*refs: int | str) -> Deref:  # noqa: N802
     return Deref(blocks=[FullBlock(full=r) if isinstance(r, int) else PartialBlock(partial=r) for r in refs])
 
 
-def X(*seqs: int) -> Destroy:
+def X(*seqs: int) -> Destroy:  # noqa: N802
     return Destroy(blocks=[FullBlock(full=s) for s in seqs])
 
 
-def P(uuid: str, seq: int, parent: int | None = None) -> Promote:
+def P(uuid: str, seq: int, parent: int | None = None) -> Promote:  # noqa: N802
     pos = 0 if parent is None else 1
     return Promote(uuid=uuid, seq_hash=seq, parent_hash=parent, local_hash=1000 + seq,
                    plh=Plh(hash=seq, parent=parent, position=pos))
 
 
-def T(ms: float) -> Tick:
+def T(ms: float) -> Tick:  # noqa: N802
     return Tick(now_ms=ms)
 
 
-def S(seq: int, parent: int | None = None) -> SwapIn:
+def S(seq: int, parent: int | None = None) -> SwapIn:  # noqa: N802
     return SwapIn(blocks=[SwapInBlock(seq_hash=seq, plh=Plh(hash=seq, position=0))], parent=parent)
 
 
@@ -307,7 +307,7 @@ def test_impl_path_selects_the_mutant(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_unknown_variant_or_adapter_without_variants_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(ADAPTERS.parent)
-    with pytest.raises(ConfigError, match="no manifest.toml"):
+    with pytest.raises(ConfigError, match=r"no manifest\.toml"):
         resolve_adapter_dir("adapters/reference/capacity_one_early")
     d = ADAPTERS / "mutants"
     monkeypatch.setenv(VARIANT_ENV, "no_such_bug")
@@ -403,3 +403,5 @@ def test_junit_without_failures_or_broken_is_not_a_kill(tmp_path: Path) -> None:
     assert campaign.classify("m", 1, tmp_path / "missing.xml", "out", 1.0).status == "error"
     assert campaign.classify("m", 2, xml, "collection error", 1.0).status == "error"
     assert campaign.rule_in("boom [NOT-A-RULE] then [STORE-NO-DUP] x") == "STORE-NO-DUP"
+    assert campaign.rule_in("ConformanceFailure: [COUNTERS] scenario diverged") == "COUNTERS"
+    assert campaign.rule_in("[ok] [Errno 2] no rule") is None

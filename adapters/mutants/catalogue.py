@@ -70,13 +70,14 @@ def _m(
 
 CATALOGUE: tuple[Mutant, ...] = (
     # -- what gets announced --------------------------------------------------
-    _m("stored_on_inactive_hit", "a reactivated inactive block is Stored again", G1, R.STORE_NO_DUP,
+    _m("stored_on_inactive_hit", "a reactivated inactive block is Stored again", G1, R.STORE_NEW_ONLY,
        g1=ev.StoredOnInactiveHit),
-    _m("stored_on_active_hit", "a hit on an active block is Stored again", G1, R.STORE_NO_DUP,
+    _m("stored_on_active_hit", "a hit on an active block is Stored again", G1, R.STORE_NEW_ONLY,
        g1=ev.StoredOnActiveHit),
     _m("stored_dup_in_batch", "a block placed twice in one batch is listed twice in the Stored", KVBM,
        R.STORE_NO_DUP, g1=ev.StoredDupInBatch),
-    _m("promote_existing_stored", "promoting into an existing block announces it again", G1, R.STORE_NO_DUP,
+    _m("promote_existing_stored", "promoting into an existing block announces it again", G1,
+       R.STORE_NEW_ONLY,
        g1=ev.PromoteExistingStored, needs=("promote", "partial_blocks")),
     _m("legacy_stored_on_failed_use", "legacy: a Use that runs out of slots still Stores what it placed", LEGACY,
        R.STORE_NEW_ONLY, legacy=lg.LegacyStoredOnFailedUse),
