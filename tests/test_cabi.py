@@ -268,6 +268,14 @@ def test_open_refuses_what_the_port_does_not_implement(lib: CAbiLibrary, config:
     assert field in err.value.decode()
 
 
+@pytest.mark.parametrize("isolation", ["inprocess", "process"])
+def test_unsupported_config_is_a_config_error_in_both_isolations(
+    build_env: None, manifest: Manifest, isolation: str
+) -> None:
+    with pytest.raises(ConfigError, match=r"config\.eviction: the c_port evicts by 'lru' only, not 'lineage'"):
+        CAbiImplementation(manifest, PORT, ManagerConfig(capacity=4, eviction="lineage"), isolation=isolation)
+
+
 # --------------------------------------------- rejected ops change nothing
 
 

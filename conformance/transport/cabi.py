@@ -300,7 +300,7 @@ class CAbiImplementation(Implementation):
             raise ConfigError(f"{manifest.name}: unknown start.isolation {self.isolation!r}")
 
     def _start_host(self, adapter_dir: Path) -> Implementation:
-        from .jsonl import JsonlImplementation
+        from .jsonl import AdapterProtocolError, JsonlImplementation
 
         command = [
             "{python}",
@@ -313,7 +313,13 @@ class CAbiImplementation(Implementation):
         host_manifest = self.manifest.model_copy(
             update={"kind": "subprocess", "start": self.manifest.start.model_copy(update={"command": command})}
         )
-        return JsonlImplementation(host_manifest, adapter_dir, self.config)
+        try:
+            return JsonlImplementation(host_manifest, adapter_dir, self.config)
+        except AdapterProtocolError as e:
+            if e.code != "unsupported_config":
+                raise
+            # the same error as in-process: kvspec_open refused the configuration
+            raise ConfigError(f"kvspec_open refused the configuration: {e}") from None
 
     @property
     def host(self) -> Implementation | None:
