@@ -127,7 +127,7 @@ def pool_setups(draw: Any, *, host: bool | None = None, max_capacity: int = 1_00
     block_size = draw(st.sampled_from([2, 4, 4, 8]))
     capacity = draw(st.integers(min(4, max_capacity), min(16, max_capacity)))
     want_host = draw(st.booleans()) if host is None else host
-    host_blocks = draw(st.integers(2, 12)) if want_host else None
+    host_blocks = draw(st.integers(2, 8)) if want_host else None
     return setup_of(capacity, block_size, host_blocks)
 
 

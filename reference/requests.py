@@ -146,6 +146,24 @@ class RequestDriver:
         tokens = len(req.prompt) + req.max_tokens - 1
         return -(-tokens // self.block_size)
 
+    def _use(
+        self,
+        uid: str,
+        hashes: Sequence[tuple[int, int]],
+        fulls: Sequence[int],
+        partials: Sequence[int],
+        parent: int | None = None,
+    ) -> Use:
+        """The Use of full blocks ``fulls`` then partial blocks ``partials``
+        (block indices of the request; a partial is named ``{uid}b{index}``)."""
+        refs: list[BlockRef] = [FullBlock(full=hashes[i][0]) for i in fulls]
+        refs += [PartialBlock(partial=f"{uid}b{i}") for i in partials]
+        plhs = [Plh(hash=hashes[i][0], parent=hashes[i - 1][0] if i else None, position=i) for i in fulls]
+        return Use(
+            blocks=refs, local_hashes=[hashes[i][1] for i in fulls], plhs=plhs,
+            parent=FullBlock(full=parent) if parent is not None else None,
+        )
+
     def steps(self, index: int, req: RequestSpec) -> RequestSteps:
         """The request, one engine step per ``next()``; None means blocked."""
         m = self.model
@@ -155,41 +173,56 @@ class RequestDriver:
         full = len(hashes)
         cap = (n - 1) // bs
         uid = f"r{index}"
-        # ---- prefill (retried until it fits)
-        while True:
-            on_device = m.prefix_hits([s for s, _ in hashes])
-            recompute = on_device > cap
-            dev_hits = min(on_device, cap)
-            host_hits = 0
-            if not recompute and m.host is not None:
-                host_hits = min(m.host.prefix([s for s, _ in hashes], on_device), cap - dev_hits)
-            refs: list[BlockRef] = [FullBlock(full=s) for s, _ in hashes[: full - 1 if recompute else full]]
-            if recompute:
-                refs.append(PartialBlock(partial=f"{uid}b{full - 1}"))
-            if n % bs:
-                refs.append(PartialBlock(partial=f"{uid}b{full}"))
-            nfull = full - 1 if recompute else full
-            plhs = [
-                Plh(hash=s, parent=hashes[i - 1][0] if i else None, position=i)
-                for i, (s, _) in enumerate(hashes[:nfull])
-            ]
-            step = m.apply(Use(blocks=refs, local_hashes=[loc for _, loc in hashes[:nfull]], plhs=plhs))
-            if step.result.status == "capacity":
-                yield None
-                continue
-            break
+        # ---- prefill
+        seq_list = [s for s, _ in hashes]
+        while True:  # the first allocation is retried (in a concurrent run) until it fits
+            on_device = m.prefix_hits(seq_list)
+            split = True
+            if on_device > cap:  # the capped last block is cached: recompute it into a fresh copy
+                cached = cap
+                first, rest = list(range(full - 1)), [full - 1]
+            else:
+                on_host = m.host.prefix(seq_list, on_device) if m.host is not None else 0
+                cached = min(on_device + on_host, cap)
+                # the host prefix is loaded (onboarded) as far as the tokens before the last one reach
+                onboard = max(0, min(on_host, -(-(n - 1) // bs) - on_device))
+                if onboard:
+                    first, rest = list(range(on_device + onboard)), list(range(on_device + onboard, full))
+                else:
+                    first, rest, split = list(range(full)), [], False
+            tail = n % bs != 0 and not split
+            step = m.apply(self._use(uid, hashes, first, [full] if tail else []))
+            if step.result.status != "capacity":
+                break
+            yield None
+        refs: list[BlockRef] = [FullBlock(full=seq_list[i]) for i in first] + (
+            [PartialBlock(partial=f"{uid}b{full}")] if tail else []
+        )
         events = list(step.events)
-        if recompute:
-            s, loc = hashes[full - 1]
-            parent = hashes[full - 2][0] if full > 1 else None
-            events += m.apply(
-                Promote(
-                    uuid=f"{uid}b{full - 1}", seq_hash=s, parent_hash=parent, local_hash=loc,
-                    plh=Plh(hash=s, parent=parent, position=full - 1),
-                )
-            ).events
+        if split:
+            # after a load, or around a cached last block: the computed blocks
+            # are allocated fresh, from the first one cached on the device on as copies
+            cut = next((k for k, i in enumerate(rest) if m.cached(seq_list[i])), len(rest))
+            fresh, copies = rest[:cut], rest[cut:]
+            partials = copies + ([full] if n % bs else [])
+            while fresh or partials:
+                step = m.apply(self._use(uid, hashes, fresh, partials, parent=seq_list[first[-1]] if first else None))
+                if step.result.status != "capacity":
+                    events += step.events
+                    break
+                yield None
+            refs += [FullBlock(full=seq_list[i]) for i in fresh]
+            refs += [PartialBlock(partial=f"{uid}b{i}") for i in partials]
+            for i in copies:
+                parent = seq_list[i - 1] if i else None
+                events += m.apply(
+                    Promote(
+                        uuid=f"{uid}b{i}", seq_hash=seq_list[i], parent_hash=parent, local_hash=hashes[i][1],
+                        plh=Plh(hash=seq_list[i], parent=parent, position=i),
+                    )
+                ).events
         events += m.host_write_through([HostBlock(s, loc, i) for i, (s, loc) in enumerate(hashes)])
-        result = RequestResult(cached_tokens=(dev_hits + host_hits) * bs)
+        result = RequestResult(cached_tokens=cached * bs)
         result.events.extend(events)
         yield events
         # ---- decode: every generated token but the last is computed

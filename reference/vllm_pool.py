@@ -44,11 +44,13 @@ publishes one Removed per allocation naming all of them in eviction order
 same.
 
 The host tier (``HostTier``) models the write-through CPU tier the request
-driver uses: after a request's prefill every full prompt block is written
-through (blocks already there are only refreshed); the tier evicts its least
-recently written batch first and, inside one batch, the deepest block first
-(leaves before parents, as on the device); a batch that cannot fit is not
-stored at all. Events: one host_pinned Removed for the batch's victims, then
+driver uses, as the Dynamo mocker's was seen to behave: after a request's
+prefill every full prompt block is written through; blocks already there are
+refreshed, deepest first, so the earliest block is the most recent; the
+missing ones are stored as one batch, newer than the refreshed ones, and
+inside a batch the deepest block is evicted first (leaves before parents, as
+on the device). Victims are the least recent blocks outside the request; a
+batch that cannot fit is not stored at all. Events: one host_pinned Removed for the batch's victims, then
 one host_pinned Stored per run of consecutive missing blocks, anchored to the
 block before the run (``start_position`` = the run's first block index).
 
@@ -136,13 +138,22 @@ class HostBlock:
 
 @dataclass(slots=True)
 class HostTier:
-    """The write-through host tier (storage tier ``host_pinned``)."""
+    """The write-through host tier (storage tier ``host_pinned``).
+
+    Recency is a clock: a request first refreshes the blocks it finds on the
+    host, deepest first, so that its earliest block is the most recent (each
+    refresh takes its own clock value); then the blocks it stores take one
+    new clock value together, and inside that batch the deepest block is the
+    oldest (``leaf_first``, the spec) or the lowest hash is
+    (``hash``, the departure the checker can follow). Victims: the oldest
+    entries not among the request's own blocks.
+    """
 
     capacity: int
     order: Literal["leaf_first", "hash"] = "leaf_first"
-    #: seq hash -> (batch tick, position in its request)
+    #: seq hash -> (clock, position in the request that stored or refreshed it)
     entries: dict[int, tuple[int, int]] = field(default_factory=dict)
-    tick: int = 0
+    clock: int = 0
 
     def prefix(self, hashes: Sequence[int], start: int = 0) -> int:
         """How many of ``hashes[start:]`` are resident, counting from ``start``."""
@@ -154,20 +165,24 @@ class HostTier:
         return n
 
     def _victim_key(self, h: int) -> tuple[int, int, int]:
-        tick, pos = self.entries[h]
+        clock, pos = self.entries[h]
         if self.order == "hash":
-            return (tick, h, 0)
-        return (tick, -pos, h)
+            return (clock, h, 0)
+        return (clock, -pos, h)
+
+    def victims_order(self) -> list[int]:
+        """Every entry, next victim first."""
+        return sorted(self.entries, key=self._victim_key)
 
     def plan(self, blocks: Sequence[HostBlock]) -> tuple[list[int], list[list[HostBlock]]] | None:
         """The victims and the runs of missing blocks a write-through of
-        ``blocks`` needs, or None when the batch cannot fit (nothing changes)."""
+        ``blocks`` needs, or None when the batch cannot fit."""
         protected = {b.seq for b in blocks}
         missing = [b for b in blocks if b.seq not in self.entries]
         need = len(missing) - (self.capacity - len(self.entries))
         victims: list[int] = []
         if need > 0:
-            candidates = sorted((h for h in self.entries if h not in protected), key=self._victim_key)
+            candidates = [h for h in self.victims_order() if h not in protected]
             if len(candidates) < need:
                 return None
             victims = candidates[:need]
@@ -184,17 +199,23 @@ class HostTier:
         return victims, runs
 
     def write_through(self, blocks: Sequence[HostBlock]) -> tuple[list[int], list[list[HostBlock]]]:
-        """Store the missing blocks (evicting first) and refresh the present
-        ones. Returns (victims, runs); both empty when the batch did not fit."""
+        """Refresh the present blocks, then store the missing ones (evicting
+        first). Returns (victims, runs); both empty when the batch did not fit
+        (the refresh still happened: it is the request's lookup)."""
         planned = self.plan(blocks)
+        for b in reversed(blocks):
+            if b.seq in self.entries:
+                self.clock += 1
+                self.entries[b.seq] = (self.clock, b.position)
         if planned is None:
             return [], []
         victims, runs = planned
         for h in victims:
             del self.entries[h]
-        self.tick += 1
-        for b in blocks:
-            self.entries[b.seq] = (self.tick, b.position)
+        self.clock += 1
+        for run in runs:
+            for b in run:
+                self.entries[b.seq] = (self.clock, b.position)
         return victims, runs
 
 
@@ -277,7 +298,7 @@ class VllmPoolModel:
             self.free,
             self.next_event_id,
             tuple(sorted(self.host.entries.items())) if self.host else None,
-            self.host.tick if self.host else None,
+            self.host.clock if self.host else None,
         )
 
     # ---------------------------------------------------------------- events

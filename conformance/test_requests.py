@@ -1,0 +1,159 @@
+"""The request-level layer: workloads of requests against any adapter that takes them.
+
+It runs for every adapter declaring ``request_level`` (and the ``vllm``
+profile): the bundled ``adapters/reference_requests`` (the reference model's
+request driver) and ``adapters/rust_mocker`` (the Dynamo mocker wheel).
+
+One exploration per session drives the implementation with workloads: the
+seed workloads (``conformance.workloads.seed_workloads``), the adapter's own
+finding files (``adapters/NAME/findings/*.jsonl``, so that every declared
+deviation is observed on every run), then Hypothesis-generated ones
+(``workloads()``: traffic-shaped, sequential and concurrent). Each run is
+checked by ``conformance.request_check`` (protocol through the router view,
+the exact differential against the reference model for sequential runs, the
+hashes). A run breaking an undeclared rule stops the exploration and is
+shrunk by Hypothesis; a declared deviation is recorded and the exploration
+goes on (the checker follows it, so the rest of each run is still compared).
+
+Then one test per rule reports what the exploration found for that rule:
+a finding raises ``ConformanceFailure`` with the rule (an expected deviation
+of the manifest turns it into an xfail with its reason), a rule the
+exploration never exercised is skipped saying so, and a replay file is
+written for each finding.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from kvspec.conformance.failures import ConformanceFailure
+from kvspec.conformance.manifest import Manifest
+from kvspec.conformance.request_check import LAYER_RULES, Finding, check_run
+from kvspec.conformance.requests_api import ImplementationUnavailableError, open_request_implementation
+from kvspec.conformance.workloads import Workload, load_workloads, seed_workloads, workloads
+from kvspec.spec.errors import AdapterError
+from kvspec.spec.rules import RuleId
+
+
+class UndeclaredFindingError(Exception):
+    """Raised inside Hypothesis so that it shrinks the workload."""
+
+    def __init__(self, finding: Finding) -> None:
+        super().__init__(finding.report())
+        self.finding = finding
+
+
+@dataclass(slots=True)
+class Exploration:
+    """What the session's exploration found, per rule."""
+
+    findings: dict[RuleId, Finding] = field(default_factory=dict)
+    exercised: Counter[RuleId] = field(default_factory=Counter)
+    runs: int = 0
+    errors: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def record(self, finding: Finding) -> None:
+        old = self.findings.get(finding.rule)
+        if old is None or finding.size() < old.size():
+            self.findings[finding.rule] = finding
+
+
+def _run_one(manifest: Manifest, adapter_dir: Path, w: Workload, exp: Exploration, *, raise_undeclared: bool) -> None:
+    impl = open_request_implementation(manifest, adapter_dir, w.setup)
+    try:
+        result = impl.run_concurrent(w.requests) if w.concurrent else impl.run_sequential(w.requests)
+    finally:
+        impl.close()
+    checked = check_run(w, result, manifest.capabilities.tiers)
+    exp.runs += 1
+    exp.exercised.update(checked.exercised)
+    undeclared = None
+    for f in checked.findings:
+        exp.record(f)
+        if undeclared is None and manifest.deviation(str(f.rule), "vllm") is None:
+            undeclared = f
+    if undeclared is not None and raise_undeclared:
+        raise UndeclaredFindingError(undeclared)
+
+
+def _explore(manifest: Manifest, adapter_dir: Path) -> Exploration:
+    caps = manifest.capabilities
+    host = "host_pinned" in caps.tiers
+    exp = Exploration()
+    t0 = time.monotonic()
+    seeds = [w for w in seed_workloads() if host or w.setup.host_blocks is None]
+    seeds += [w for _, w in load_workloads(adapter_dir / "findings")]
+    for w in seeds:
+        _run_one(manifest, adapter_dir, w, exp, raise_undeclared=False)
+
+    @settings(suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
+    @given(workloads(host=None if host else False, max_capacity=caps.max_capacity))
+    def explore(w: Workload) -> None:
+        _run_one(manifest, adapter_dir, w, exp, raise_undeclared=True)
+
+    try:
+        explore()
+    except UndeclaredFindingError as e:
+        exp.record(e.finding)
+    exp.seconds = time.monotonic() - t0
+    return exp
+
+
+@pytest.fixture(scope="session")
+def request_exploration(kvspec_manifest: Manifest, kvspec_adapter_dir: Path) -> Exploration:
+    caps = kvspec_manifest.capabilities
+    if not caps.request_level:
+        pytest.skip(f"adapter {kvspec_manifest.name!r} does not declare capability request_level")
+    if "vllm" not in kvspec_manifest.supported_profiles():
+        pytest.skip(f"adapter {kvspec_manifest.name!r} does not declare capability profile:vllm")
+    try:
+        return _explore(kvspec_manifest, kvspec_adapter_dir)
+    except ImplementationUnavailableError as e:
+        pytest.skip(f"adapter {kvspec_manifest.name!r} cannot run here: {e}")
+    except AdapterError as e:
+        pytest.fail(f"adapter {kvspec_manifest.name!r} failed during the request-level runs:\n{e}", pytrace=False)
+
+
+def _write_replay(request: pytest.FixtureRequest, finding: Finding) -> Path | None:
+    folder = Path(request.config.getoption("--kvspec-replay-dir"))
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"requests-{finding.rule}.jsonl"
+        note = f"{finding.rule}: {finding.summary}"
+        path.write_text(finding.workload.model_copy(update={"note": note}).to_jsonl())
+    except OSError:
+        return None
+    return path
+
+
+@pytest.mark.kvspec_rules()
+@pytest.mark.kvspec_requires("request_level")
+def test_request_level_exploration_ran(request_exploration: Exploration) -> None:
+    """The exploration ran workloads and exercised the layer's rules."""
+    assert request_exploration.runs > 0
+    assert sum(request_exploration.exercised.values()) > 0
+
+
+@pytest.mark.kvspec_rules()
+@pytest.mark.kvspec_requires("request_level")
+@pytest.mark.parametrize("rule", LAYER_RULES, ids=str)
+def test_request_level_rule(
+    rule: RuleId, request_exploration: Exploration, request: pytest.FixtureRequest, kvspec_record_rule: Any
+) -> None:
+    exp = request_exploration
+    n = exp.exercised.get(rule, 0)
+    finding = exp.findings.get(rule)
+    if n == 0 and finding is None:
+        pytest.skip(f"{rule} was not exercised by the {exp.runs} request-level runs")
+    kvspec_record_rule(str(rule), n)
+    if finding is not None:
+        path = _write_replay(request, finding)
+        where = f"\nreplay file: {path}" if path is not None else ""
+        raise ConformanceFailure(rule, finding.report() + where)
