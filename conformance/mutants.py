@@ -304,6 +304,11 @@ def run(args: argparse.Namespace) -> int:
     def one(name: str) -> SuiteRun:
         return run_suite(name, suite=suite, timeout=args.timeout, profile=args.hypothesis_profile)
 
+    def _terminate(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # a CI timeout's SIGTERM cleans up like Ctrl-C
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminate)
     try:
         if not args.skip_sanity:
             print(f"sanity: the suite against the unmutated reference ({suite}) ...", file=sys.stderr, flush=True)

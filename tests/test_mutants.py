@@ -19,6 +19,9 @@ from __future__ import annotations
 
 import os
 import re
+import signal
+import subprocess
+import sys
 import textwrap
 import time
 from dataclasses import dataclass
@@ -353,6 +356,9 @@ def test_the_one():
     if VARIANT == "parent_always_none":
         raise KeyError("adapter crashed")
     if VARIANT == "multi_lru_flat":
+        if os.environ.get("KVSPEC_TEST_PIDFILE"):
+            with open(os.environ["KVSPEC_TEST_PIDFILE"], "w") as f:
+                f.write(str(os.getpid()))
         time.sleep(120)
 
 def test_after():
@@ -360,10 +366,17 @@ def test_after():
 '''
 
 
-def test_campaign_runner_classifies_runs(tmp_path: Path) -> None:
+@pytest.fixture
+def fake_suite(tmp_path: Path) -> Path:
+    """A stand-in for the conformance suite whose verdict depends on the variant."""
     suite = tmp_path / "fake_suite"
     suite.mkdir()
     (suite / "test_fake.py").write_text(textwrap.dedent(FAKE_SUITE))
+    return suite
+
+
+def test_campaign_runner_classifies_runs(fake_suite: Path) -> None:
+    suite = fake_suite
     timeouts = {"multi_lru_flat": 3.0}
 
     def one(name: str) -> campaign.SuiteRun:
@@ -405,3 +418,40 @@ def test_junit_without_failures_or_broken_is_not_a_kill(tmp_path: Path) -> None:
     assert campaign.rule_in("boom [NOT-A-RULE] then [STORE-NO-DUP] x") == "STORE-NO-DUP"
     assert campaign.rule_in("ConformanceFailure: [COUNTERS] scenario diverged") == "COUNTERS"
     assert campaign.rule_in("[ok] [Errno 2] no rule") is None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_sigterm_leaves_no_suite_process_behind(fake_suite: Path, tmp_path: Path) -> None:
+    pidfile = tmp_path / "suite.pid"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kvspec", "mutants", "--suite", str(fake_suite), "--only", "multi_lru_flat",
+         "--skip-sanity"],
+        env={**os.environ, "KVSPEC_TEST_PIDFILE": str(pidfile)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (pidfile.exists() and pidfile.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert pidfile.exists(), "the suite run never started"
+        child = int(pidfile.read_text())
+        assert _alive(child)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130 and "interrupted" in err
+    deadline = time.monotonic() + 10
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(child), "the suite's pytest process outlived kvspec mutants"
