@@ -1,0 +1,413 @@
+"""The lockstep state machine: Hypothesis drives an implementation and the model.
+
+``LockstepMachine`` is a ``RuleBasedStateMachine`` whose rules are the
+scheduler actions of ``conformance/traffic.py`` (admit, extend, promote,
+finish, preempt, re-admit, destroy, invalid operations). Every operation goes
+through ``conformance/lockstep.py``, which checks the implementation against
+the model after each step and raises ``ConformanceFailure`` at the first
+divergence. Hypothesis then shrinks the sequence, and the final (shrunk) run
+writes the replay file.
+
+Per example the machine draws a configuration (small capacity, the policy
+among those the adapter and the profile share, a dp_rank) and a set of
+enabled rule kinds (swarm testing: some examples never finish a request,
+others never promote, ...), so that each kind of bug meets the traffic that
+shows it. A run reports how often each rule id was exercised through
+``hypothesis.event`` (``--hypothesis-show-statistics``) and the plugin's
+rule counter (the ``kvspec: rules exercised`` summary).
+
+Extra rule groups. A module can add rules (for example tick to the next
+deadline, tick to a later time, swap-in for the offload tier) by
+subclassing ``RuleGroup`` with ``@rule`` methods whose preconditions call
+``self.on(kind)``, declaring the swarm ``kinds`` it adds, the adapter
+capabilities it ``requires`` and the ``profiles`` it applies to, and
+overriding the cooperative hooks ``configure`` (e.g. attach an
+``OffloadConfig``) and ``after_step``. ``machine_class`` mixes in every
+registered group whose capabilities the adapter declares; the modules in
+``GROUP_MODULES`` are imported (if present) so that their groups register.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import types
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from hypothesis import event
+from hypothesis import strategies as st
+from hypothesis.control import currently_in_test_context
+from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
+from kvspec.spec.config import ManagerConfig
+from kvspec.spec.errors import AdapterError
+from kvspec.spec.profiles import profile as get_profile
+from kvspec.spec.wire import StepOutcome
+
+from .implementation import Implementation, open_implementation
+from .lockstep import Lockstep
+from .manifest import Manifest
+from .traffic import MAX_CHUNK, MAX_PATH, PROMOTE_BRANCH, Digits, Planned, Traffic, configs, packed
+
+#: modules that define extra rule groups; imported when present
+GROUP_MODULES = ("kvspec.conformance.machine_offload",)
+
+#: steps run by every lockstep machine in this process (the benchmark reads it)
+STATS: Counter[str] = Counter()
+
+
+@dataclass(frozen=True)
+class MachineSetup:
+    """What a machine class is built for: the adapter, the profile, where a
+    failure writes its replay file and how rule coverage is reported."""
+
+    manifest: Manifest
+    adapter_dir: Path
+    profile: str
+    replay_path: Path | None = None
+    record: Callable[[str, int], None] | None = None
+    protocol_only: bool = False
+
+
+@dataclass(frozen=True)
+class Action:
+    """One kind of scheduler action: ``fn(machine, digits) -> Planned | None``,
+    picked with ``weight`` among the enabled actions whose ``ready`` holds."""
+
+    kind: str
+    weight: int
+    fn: Callable[[Any, Digits], Planned | None]
+    ready: Callable[[Any], bool]
+
+    def __call__(self, machine: Any, d: Digits) -> Planned | None:
+        return self.fn(machine, d)
+
+
+def action(kind: str, *, weight: int = 1, ready: Callable[[Any], bool] | None = None) -> Callable[[Any], Action]:
+    """Declare a method of a rule group as an action of kind ``kind``.
+
+    The method takes the packed argument as ``Digits`` and returns the
+    ``Planned`` operation to check (or None to do nothing). ``ready(machine)``
+    says whether it can run in the current state."""
+
+    def deco(fn: Callable[[Any, Digits], Planned | None]) -> Action:
+        return Action(kind, weight, fn, ready or (lambda self: True))
+
+    return deco
+
+
+class RuleGroup:
+    """Base of rule groups mixed into the lockstep machine (see module doc).
+
+    Hooks are cooperative: an override calls ``super()`` and passes its
+    result on.
+    """
+
+    #: swarm kinds this group adds (each example enables a subset)
+    kinds: ClassVar[tuple[str, ...]] = ()
+    #: adapter capabilities every rule of the group needs
+    requires: ClassVar[tuple[str, ...]] = ()
+    #: profiles the group applies to
+    profiles: ClassVar[tuple[str, ...]] = ("kvbm", "atomic", "legacy")
+    _registry: ClassVar[list[type[RuleGroup]]] = []
+
+    # set on the machine instance by LockstepMachine
+    check: Lockstep | None
+    traffic: Traffic | None
+    enabled: frozenset[str]
+
+    def __init_subclass__(cls, register: bool = True, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if register and cls not in RuleGroup._registry:
+            RuleGroup._registry.append(cls)
+
+    @classmethod
+    def applies_to(cls, manifest: Manifest, profile: str) -> bool:
+        caps = manifest.capabilities
+        return profile in cls.profiles and all(caps.has(c) for c in cls.requires)
+
+    # ---------------------------------------------------------------- hooks
+    def configure(self, config: ManagerConfig, data: Any) -> ManagerConfig:
+        """Adjust the drawn configuration (``data`` is Hypothesis's st.data())."""
+        return config
+
+    @classmethod
+    def kind_available(cls, kind: str) -> bool:
+        """Can this adapter and profile run rule kind ``kind`` at all?"""
+        return True
+
+    def after_step(self, planned: Planned, expected: StepOutcome) -> None:
+        """Called after every checked operation."""
+
+    def on(self, kind: str) -> bool:
+        """Is rule kind ``kind`` enabled in this example (and the machine open)?"""
+        return self.traffic is not None and kind in self.enabled
+
+
+def load_group_modules() -> None:
+    for name in GROUP_MODULES:
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if e.name != name:
+                raise
+
+
+class LockstepMachine(RuleGroup, RuleBasedStateMachine, register=False):
+    """Scheduler traffic against an implementation and the model, in lockstep."""
+
+    setup: ClassVar[MachineSetup]
+    kinds = ("admit", "extend", "promote", "finish", "preempt", "readmit", "fork", "invalid", "destroy")
+    #: kinds on in every example (the rest are drawn per example: swarm testing)
+    always: ClassVar[frozenset[str]] = frozenset({"admit"})
+    #: an AdapterError (crash, hang, garbage) of an earlier example of this
+    #: class: later examples raise it at once instead of starting the
+    #: adapter again, so that shrinking a transport failure takes no time
+    adapter_failure: ClassVar[AdapterError | None] = None
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.check = None
+        self.traffic = None
+        self.impl: Implementation | None = None
+        self.enabled = frozenset()
+        self._actions: list[Action] = []
+        self.steps = 0
+
+    # -------------------------------------------------------------- set up
+    @classmethod
+    def all_actions(cls) -> list[Action]:
+        """Every action of the machine and its groups (a group may override
+        an action of the base by defining one under the same name)."""
+        seen: dict[str, Action] = {}
+        for klass in reversed(cls.__mro__):
+            for name, v in vars(klass).items():
+                if isinstance(v, Action):
+                    seen[name] = v
+        return list(seen.values())
+
+    @classmethod
+    def all_kinds(cls) -> list[str]:
+        out: list[str] = []
+        for klass in reversed(cls.__mro__):
+            if isinstance(klass, type) and issubclass(klass, RuleGroup):
+                out.extend(k for k in klass.__dict__.get("kinds", ()) if k not in out)
+        for a in cls.all_actions():
+            if a.kind not in out:
+                out.append(a.kind)
+        return out
+
+    @classmethod
+    def kind_available(cls, kind: str) -> bool:
+        caps = cls.setup.manifest.capabilities
+        prof = cls.setup.profile
+        if kind == "promote" and not (caps.promote and caps.partial_blocks):
+            return False
+        if kind == "invalid" and not caps.typed_errors:
+            return False
+        if kind == "destroy" and not (caps.destroy and prof == "legacy"):
+            return False
+        if kind == "fork" and prof == "atomic":
+            return False  # repeated positions are invalid there (injected as invalid traffic)
+        return super().kind_available(kind)
+
+    @initialize(data=st.data())
+    def open(self, data: Any) -> None:
+        """Draw the configuration and the swarm set, start the implementation."""
+        cls = type(self)
+        if cls.adapter_failure is not None:
+            raise cls.adapter_failure
+        config = data.draw(cls.config_strategy(), label="config")
+        config = self.configure(config, data)
+        swarm = data.draw(cls.swarm_strategy(), label="enabled kinds")
+        self.start(config, swarm)
+
+    def start(self, config: ManagerConfig, swarm: frozenset[str]) -> None:
+        """Open the implementation with ``config`` and enable ``swarm`` (plus
+        the kinds always on). Also the entry point of drivers without
+        Hypothesis (the benchmark)."""
+        s = self.setup
+        self.enabled = frozenset(swarm) | self.always
+        self._actions = [a for a in self.all_actions() if a.kind in self.enabled]
+        try:
+            self.impl = open_implementation(s.manifest, s.adapter_dir, config)
+        except AdapterError as e:
+            type(self).adapter_failure = e
+            raise
+        self.check = Lockstep(
+            self.impl, config, adapter=s.manifest.name, replay_path=s.replay_path, protocol_only=s.protocol_only
+        )
+        self.traffic = Traffic(config, partial_blocks=s.manifest.capabilities.partial_blocks)
+
+    @classmethod
+    def policies(cls) -> list[str]:
+        """The policies this example may draw: the profile's that the adapter declares."""
+        caps = cls.setup.manifest.capabilities
+        return [p for p in get_profile(cls.setup.profile).policies if p in caps.policies]
+
+    @classmethod
+    def config_strategy(cls) -> st.SearchStrategy[ManagerConfig]:
+        caps = cls.setup.manifest.capabilities
+        return configs(cls.setup.profile, tuple(cls.policies()), max_capacity=caps.max_capacity)
+
+    @classmethod
+    def optional_kinds(cls) -> list[str]:
+        return [k for k in cls.all_kinds() if k not in cls.always and cls.kind_available(k)]
+
+    @classmethod
+    def swarm_strategy(cls) -> st.SearchStrategy[frozenset[str]]:
+        """Which optional kinds an example enables (built once per class)."""
+        strat = cls.__dict__.get("_swarm")
+        if strat is None:
+            kinds = cls.optional_kinds()
+            strat = st.frozensets(st.sampled_from(kinds)) if kinds else st.just(frozenset())
+            cls._swarm = strat
+        return strat  # type: ignore[no-any-return]
+
+    def run(self, planned: Planned | None) -> StepOutcome | None:
+        """Check one planned operation in lockstep and let the traffic see the
+        model's outcome."""
+        if planned is None:
+            return None
+        assert self.check is not None
+        before = self.check.before
+        try:
+            expected = self.check.step(planned.op)
+        except AdapterError as e:
+            type(self).adapter_failure = e
+            raise
+        planned.commit(expected, before)
+        self.steps += 1
+        self.after_step(planned, expected)
+        return expected
+
+    def teardown(self) -> None:
+        if self.impl is not None:
+            self.impl.close()
+        STATS["steps"] += self.steps
+        STATS["examples"] += 1
+        if self.check is None:
+            return
+        record = self.setup.record
+        if record is not None:
+            for r, n in self.check.coverage.items():
+                record(str(r), n)
+        if currently_in_test_context():
+            for r in self.check.coverage:
+                event(f"rule {r}")
+            for r in self.check.known_breaks:
+                event(f"known break {r} ({self.setup.profile})")
+            for r in self.check.cascaded_breaks:
+                event(f"cascaded break {r} ({self.setup.profile}, {self.check.config.eviction})")
+            event(f"policy {self.check.config.eviction}")
+
+    # ------------------------------------------------------------- actions
+    @property
+    def t(self) -> Traffic:
+        assert self.traffic is not None
+        return self.traffic
+
+    @rule(x=packed)
+    def step(self, x: int) -> None:
+        """One scheduler action: the lowest digit of ``x`` picks one of the
+        enabled actions that can run now (weighted), the rest are its arguments.
+
+        One rule instead of one per action: Hypothesis's rule selection and
+        per-argument draws cost more than the lockstep check itself, and
+        choosing here lets the swarm set and the weights shape the mix."""
+        d = Digits(x)
+        ready = [a for a in self._actions if a.kind in self.enabled and a.ready(self)]
+        total = sum(a.weight for a in ready)
+        pick = d.take(total)
+        for a in ready:
+            if pick < a.weight:
+                self.run(a.fn(self, d))
+                return
+            pick -= a.weight
+
+    @action("admit", weight=4)
+    def admit(self, d: Digits) -> Planned | None:
+        """A new request: its path from the root, often with a partial block."""
+        choices = d.branches(1, MAX_PATH)
+        return self.t.new_request(choices, partial=d.flag(), meta=d.take(3))
+
+    @action("fork", weight=1)
+    def fork(self, d: Digits) -> Planned | None:
+        """Two sequences of one prompt in one Use: blocks named twice."""
+        return self.t.fork(d.branches(2, MAX_PATH - 2), meta=d.take(3))
+
+    @action("extend", weight=3, ready=lambda self: bool(self.t.extendable()))
+    def extend(self, d: Digits) -> Planned | None:
+        """Chunked prefill: the request's next blocks, anchored to its last one."""
+        t = self.t
+        req = t.pick(t.extendable(), d.take(64))
+        return t.extend(req, d.branches(0, MAX_CHUNK), partial=d.flag())
+
+    @action("promote", weight=3, ready=lambda self: bool(self.t.promotable()))
+    def promote(self, d: Digits) -> Planned | None:
+        """A partial block filled: promote it to a full block."""
+        t = self.t
+        req = t.pick(t.promotable(), d.take(64))
+        return t.promote(req, PROMOTE_BRANCH[d.take(len(PROMOTE_BRANCH))])
+
+    @action("finish", weight=3, ready=lambda self: bool(self.t.requests))
+    def finish(self, d: Digits) -> Planned | None:
+        """A request completes: Deref all, leaf first (sometimes root first)."""
+        t = self.t
+        req = t.pick(t.requests, d.take(64))
+        return t.finish(req, forward=d.take(4) == 3)
+
+    @action("preempt", weight=1, ready=lambda self: bool(self.t.holding()))
+    def preempt(self, d: Digits) -> Planned | None:
+        """The scheduler preempts a request: Deref in reverse."""
+        t = self.t
+        return t.preempt(t.pick(t.holding(), d.take(64)))
+
+    @action("readmit", weight=2, ready=lambda self: bool(self.t.preempted()))
+    def readmit(self, d: Digits) -> Planned | None:
+        """A preempted request comes back with its whole path."""
+        t = self.t
+        req = t.pick(t.preempted(), d.take(64))
+        return t.readmit(req, partial=d.flag())
+
+    @action("destroy", weight=1, ready=lambda self: bool(self.t.destroyable()))
+    def destroy(self, d: Digits) -> Planned | None:
+        """Legacy: destroy a request's blocks outright."""
+        t = self.t
+        return t.destroy(t.pick(t.destroyable(), d.take(64)))
+
+    @action("invalid", weight=1, ready=lambda self: bool(self.t.invalid_kinds))
+    def invalid(self, d: Digits) -> Planned | None:
+        """An operation the profile rejects: the rule id must match, nothing changes."""
+        kind = d.take(len(self.t.invalid_kinds))
+        req = d.take(64)
+        return self.t.invalid(kind, d.branches(1, MAX_PATH), req)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_")[:120]
+
+
+def replay_path_for(replay_dir: Path, adapter: str, test_id: str) -> Path:
+    """One replay file per adapter and test (overwritten: the last failing
+    run Hypothesis makes is the shrunk one)."""
+    return replay_dir / f"{_slug(adapter)}-{_slug(test_id)}.jsonl"
+
+
+def machine_class(setup: MachineSetup, groups: list[type[RuleGroup]] | None = None) -> type[LockstepMachine]:
+    """The machine class for one adapter and profile, with every applicable
+    rule group mixed in (or exactly ``groups`` when given)."""
+    if groups is None:
+        load_group_modules()
+        groups = [g for g in RuleGroup._registry if g.applies_to(setup.manifest, setup.profile)]
+    name = f"Lockstep_{_slug(setup.manifest.name)}_{setup.profile}"
+
+    def body(ns: dict[str, Any]) -> None:
+        ns["setup"] = setup
+        ns["adapter_failure"] = None
+
+    cls = types.new_class(name, (*groups, LockstepMachine), {"register": False}, body)
+    return cls  # type: ignore[return-value]

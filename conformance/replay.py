@@ -1,0 +1,183 @@
+"""``kvspec replay FILE --impl=adapters/NAME``: run a replay file again.
+
+A replay file is what a failing lockstep run leaves behind (JSON lines):
+
+- line 1, the header: ``{"kvspec_replay": 1, "adapter": NAME, "config":
+  {ManagerConfig}, "protocol_only": bool, "failure": {"rule", "step", "what"}}``;
+- then one line per operation, in order: ``{"op": {operation}, "expect":
+  {the reference model's outcome when the file was written}}``.
+
+Replaying opens the implementation with the header's configuration and runs
+the operations through the same lockstep checker (``conformance/lockstep.py``)
+on a fresh model, so the model again follows the implementation's choices
+where the policy allows several; nothing random is involved, so the run is
+deterministic. The first divergence is printed with its rule id (exit 1);
+otherwise "replay passed" (exit 0). A file that cannot be read, or an adapter
+that cannot be started or crashes, is exit 2.
+
+The recorded expectations are not what is checked (the current model is);
+when the current model disagrees with them the spec or the model changed
+since the file was written, and the replay says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kvspec.spec.config import ManagerConfig
+from kvspec.spec.errors import AdapterError, ConfigError, KvSpecError
+from kvspec.spec.wire import parse_operation
+from pydantic import ValidationError
+
+from .failures import ConformanceFailure
+from .implementation import open_implementation
+from .lockstep import REPLAY_FORMAT, Lockstep, outcome_json
+from .manifest import load_manifest, resolve_adapter_dir
+
+
+class ReplayFileError(KvSpecError):
+    """A replay file that cannot be used (names the line and what is wrong)."""
+
+
+@dataclass
+class ReplayFile:
+    path: Path
+    adapter: str
+    config: ManagerConfig
+    protocol_only: bool
+    failure: dict[str, Any] | None
+    ops: list[Any]
+    expected: list[dict[str, Any] | None]
+
+
+def load_replay(path: Path) -> ReplayFile:
+    """Read and validate a replay file (raises ReplayFileError)."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as e:
+        raise ReplayFileError(f"{path}: cannot read: {e}") from e
+    if not lines:
+        raise ReplayFileError(f"{path}: empty file (expected a header line)")
+    try:
+        header = json.loads(lines[0])
+    except json.JSONDecodeError as e:
+        raise ReplayFileError(f"{path}:1: header is not JSON: {e}") from e
+    if not isinstance(header, dict) or header.get("kvspec_replay") != REPLAY_FORMAT:
+        raise ReplayFileError(f"{path}:1: not a kvspec replay header (want \"kvspec_replay\": {REPLAY_FORMAT})")
+    try:
+        config = ManagerConfig.model_validate(header.get("config"))
+    except ValidationError as e:
+        raise ReplayFileError(f"{path}:1: invalid config:\n{e}") from e
+    ops: list[Any] = []
+    expected: list[dict[str, Any] | None] = []
+    for n, line in enumerate(lines[1:], start=2):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ReplayFileError(f"{path}:{n}: not JSON: {e}") from e
+        if not isinstance(rec, dict) or "op" not in rec:
+            raise ReplayFileError(f"{path}:{n}: expected an object with an \"op\"")
+        try:
+            ops.append(parse_operation(rec["op"]))
+        except ValidationError as e:
+            raise ReplayFileError(f"{path}:{n}: invalid operation:\n{e}") from e
+        expected.append(rec.get("expect"))
+    return ReplayFile(
+        path=path,
+        adapter=str(header.get("adapter", "reference")),
+        config=config,
+        protocol_only=bool(header.get("protocol_only", False)),
+        failure=header.get("failure"),
+        ops=ops,
+        expected=expected,
+    )
+
+
+@dataclass
+class ReplayResult:
+    passed: bool
+    steps: int
+    failure: ConformanceFailure | None
+    #: steps where the current model's outcome differs from the recorded one
+    model_drift: list[int]
+
+
+def replay(rf: ReplayFile, impl_dir: Path, *, protocol_only: bool | None = None) -> ReplayResult:
+    """Run ``rf`` against the adapter in ``impl_dir`` (raises AdapterError /
+    ConfigError when the adapter cannot run)."""
+    manifest = load_manifest(impl_dir)
+    impl = open_implementation(manifest, impl_dir, rf.config)
+    drift: list[int] = []
+    try:
+        ls = Lockstep(
+            impl,
+            rf.config,
+            adapter=manifest.name,
+            replay_path=None,
+            protocol_only=rf.protocol_only if protocol_only is None else protocol_only,
+        )
+        for i, op in enumerate(rf.ops):
+            try:
+                exp = ls.step(op)
+            except ConformanceFailure as f:
+                if rf.expected[i] is not None and outcome_json(ls.expected[-1]) != rf.expected[i]:
+                    drift.append(i)
+                return ReplayResult(False, i + 1, f, drift)
+            if rf.expected[i] is not None and outcome_json(exp) != rf.expected[i]:
+                drift.append(i)
+        return ReplayResult(True, len(rf.ops), None, drift)
+    finally:
+        impl.close()
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", type=Path, help="replay file (JSON lines) written by a failing lockstep run")
+    parser.add_argument(
+        "--impl",
+        default=None,
+        help="adapter folder or bundled adapter name (default: the adapter named in the file)",
+    )
+    parser.add_argument(
+        "--protocol-only",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="check only what a router sees (default: as recorded in the file)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        rf = load_replay(args.file)
+    except ReplayFileError as e:
+        print(f"kvspec replay: {e}")
+        return 2
+    impl = args.impl or rf.adapter
+    try:
+        impl_dir = resolve_adapter_dir(impl)
+        result = replay(rf, impl_dir, protocol_only=args.protocol_only)
+    except (ConfigError, AdapterError) as e:
+        print(f"kvspec replay: cannot run {args.file} against {impl}: {e}")
+        return 2
+    recorded = rf.failure or {}
+    print(
+        f"replay {args.file}: {len(rf.ops)} operations, profile {rf.config.profile}, policy {rf.config.eviction}, "
+        f"capacity {rf.config.capacity}, against {impl}"
+        + (f" (recorded failure: {recorded.get('rule')} at step {recorded.get('step')})" if recorded else "")
+    )
+    if result.model_drift:
+        print(
+            "note: the reference model now expects something different from the file at step(s) "
+            f"{', '.join(map(str, result.model_drift))}: the spec or the model changed since it was written"
+        )
+    if result.failure is not None:
+        print(f"replay FAILED at step {result.steps - 1}: rule {result.failure.rule}")
+        print(result.failure.report)
+        return 1
+    print(f"replay passed ({result.steps} steps)")
+    return 0

@@ -1,0 +1,87 @@
+"""Lockstep stateful testing of the implementation against the reference model.
+
+For each profile the adapter supports (of kvbm, atomic, legacy), Hypothesis
+drives scheduler-like traffic (``conformance/traffic.py``) through the
+implementation and the model together (``conformance/lockstep.py``); the
+eviction policy is drawn per example among those the adapter declares. A
+failure reports the shrunk operation table, the first divergence and the
+rule, and writes a replay file under ``--kvspec-replay-dir``.
+
+``test_router_view_matches_model`` is the protocol-only variant: it ignores
+differences a router cannot see and checks the stream rules and
+INV-ROUTER-MATCH only (fewer examples: the full test checks this too).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import settings
+from hypothesis.stateful import run_state_machine_as_test
+from kvspec.conformance.machine import MachineSetup, machine_class, replay_path_for
+from kvspec.conformance.manifest import Manifest
+from kvspec.spec.profiles import profile as get_profile
+
+PROFILES = ("kvbm", "atomic", "legacy")
+
+LIFECYCLE_RULES = (
+    "USE-VALIDATE", "USE-HIT-ACTIVE", "USE-HIT-INACTIVE", "USE-NEW", "USE-PARTIAL", "USE-CAPACITY",
+    "DEREF-OWNER", "DEREF-UNKNOWN", "DEREF-PARTIAL", "DESTROY-ACTIVE", "PROMOTE-NEW", "PROMOTE-EXISTING",
+    "PROMOTE-UNKNOWN", "EVICT-POLICY", "COUNTERS",
+)
+PROTOCOL_RULES = (
+    "STORE-NEW-ONLY", "STORE-NO-DUP", "STORE-TOKENS-HASH", "PARENT-ANCHOR", "REMOVE-EXACT", "REMOVE-NO-ORPHAN",
+    "EVENT-ID", "EVENT-ORDER", "EVENT-SOURCE", "INV-ROUTER-MATCH",
+)
+
+
+def _setup(request: pytest.FixtureRequest, manifest: Manifest, adapter_dir: Path, profile: str,
+           record: Any, *, protocol_only: bool = False) -> MachineSetup:
+    if profile not in manifest.supported_profiles():
+        pytest.skip(f"adapter {manifest.name!r} does not declare capability profile:{profile}")
+    caps = manifest.capabilities
+    if not any(p in caps.policies for p in get_profile(profile).policies):
+        pytest.skip(
+            f"adapter {manifest.name!r} declares no eviction policy of profile {profile} "
+            f"({', '.join(get_profile(profile).policies)})"
+        )
+    replay_dir = Path(request.config.getoption("--kvspec-replay-dir"))
+    return MachineSetup(
+        manifest=manifest,
+        adapter_dir=adapter_dir,
+        profile=profile,
+        replay_path=replay_path_for(replay_dir, manifest.name, request.node.name),
+        record=record,
+        protocol_only=protocol_only,
+    )
+
+
+@pytest.mark.kvspec_rules(*LIFECYCLE_RULES, *PROTOCOL_RULES)
+@pytest.mark.kvspec_requires("block_level")
+@pytest.mark.parametrize("profile", PROFILES)
+def test_lockstep(
+    profile: str, request: pytest.FixtureRequest, kvspec_manifest: Manifest, kvspec_adapter_dir: Path,
+    kvspec_record_rule: Any,
+) -> None:
+    """Results, errors, events and counters equal the model's at every step."""
+    setup = _setup(request, kvspec_manifest, kvspec_adapter_dir, profile, kvspec_record_rule)
+    run_state_machine_as_test(machine_class(setup), settings=settings(report_multiple_bugs=False))
+
+
+@pytest.mark.kvspec_rules(*PROTOCOL_RULES)
+@pytest.mark.kvspec_requires("block_level")
+@pytest.mark.parametrize("profile", PROFILES)
+def test_router_view_matches_model(
+    profile: str, request: pytest.FixtureRequest, kvspec_manifest: Manifest, kvspec_adapter_dir: Path,
+    kvspec_record_rule: Any,
+) -> None:
+    """Protocol only: the router view of the implementation's stream breaks no
+    rule the profile keeps and holds exactly the blocks the model announced."""
+    setup = _setup(request, kvspec_manifest, kvspec_adapter_dir, profile, kvspec_record_rule, protocol_only=True)
+    current = settings()
+    run_state_machine_as_test(
+        machine_class(setup),
+        settings=settings(report_multiple_bugs=False, max_examples=max(5, current.max_examples // 5)),
+    )
