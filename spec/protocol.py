@@ -82,6 +82,10 @@ class Ready(Wire):
     capabilities: Capabilities
     #: the implementation's own version string, if it has one
     implementation_version: Annotated[str, Field(max_length=200)] | None = None
+    #: the child accepts a later ``hello`` in place of ``bye``: it discards its
+    #: manager and starts a new session (PROTOCOL.md "Sessions"), so the
+    #: parent may reuse the process instead of starting a new one
+    multi_session: bool = False
 
 
 HandshakeErrorCode = Literal["unsupported_version", "unsupported_config", "internal_error"]

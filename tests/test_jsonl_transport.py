@@ -31,6 +31,7 @@ from kvspec.conformance.transport.jsonl import (
     encode_hello,
     encode_request,
     expand_command,
+    reuse_children,
 )
 from kvspec.conformance.transport.process import group_members
 from kvspec.spec.config import ManagerConfig, OffloadConfig
@@ -131,15 +132,19 @@ EXAMPLES = doc_examples()
 
 
 def test_protocol_md_has_the_documented_examples() -> None:
-    assert len(EXAMPLES) == 4
+    assert len(EXAMPLES) == 5
     assert sum(len(lines) for _, lines in EXAMPLES) > 30
 
 
 @pytest.mark.parametrize(("info", "lines"), EXAMPLES, ids=[f"block{i}" for i in range(len(EXAMPLES))])
 def test_protocol_md_example_lines_match_the_schema(info: str, lines: list[tuple[str, str]]) -> None:
     for direction, line in lines:
-        if direction == "→" and info.endswith("malformed") and not line.startswith(('{"type"',)):
-            continue  # deliberately malformed requests
+        if (
+            direction == "→"
+            and info.endswith("malformed")
+            and not line.startswith(('{"type":"hello"', '{"type":"bye"'))
+        ):
+            continue  # deliberately malformed lines
         message = json.loads(line)
         errors = [e.message for e in VALIDATOR.iter_errors(message)]
         assert not errors, f"{line}\n{errors}"
@@ -355,3 +360,46 @@ def test_server_reports_an_overlong_request_and_continues() -> None:
     assert rc == 0
     assert out[1]["id"] is None and out[1]["error"]["code"] == "malformed_request"
     assert out[2]["id"] == 2 and out[2]["outcome"]["error"]["rule"] == "DEREF-UNKNOWN"
+
+
+# ------------------------------------------------------------------ reusing children (PROTOCOL.md 3.8)
+
+BROKEN = Path(__file__).parent / "broken_adapters"
+
+
+def test_reuse_children_runs_fresh_sessions_in_one_process() -> None:
+    manifest = load_manifest(JSONL_DIR)
+    first_config = ManagerConfig(capacity=2, eviction="lru")
+    second_config = ManagerConfig(profile="legacy", capacity=2, eviction="lru")
+    op = Use(blocks=[FullBlock(full=7)], local_hashes=[70], plhs=[Plh(hash=7)])
+    with reuse_children() as pool:
+        first = JsonlImplementation(manifest, JSONL_DIR, first_config)
+        assert first.ready is not None and first.ready.multi_session
+        first.step(op)
+        first.close()
+        assert group_members(first.pgid) == [first.pid], "the idle child should wait in the pool"
+        second = JsonlImplementation(manifest, JSONL_DIR, second_config)
+        assert second.reused and second.pid == first.pid and pool.reused == 1
+        assert second.ready is not None and second.ready.profile == "legacy"
+        # a fresh manager: same outcome as a new in-process reference (event ids from 0 again)
+        want = ReferenceImplementation(second_config, load_manifest(REFERENCE_DIR)).step(op)
+        assert second.step(op).model_dump() == want.model_dump()
+        second.close()
+    assert group_members(first.pgid) == [], "leaving reuse_children() must end idle children"
+
+
+def test_reuse_children_never_keeps_a_failed_or_single_session_child() -> None:
+    with reuse_children() as pool:
+        failed = JsonlImplementation(load_manifest(BROKEN / "garbage"), BROKEN / "garbage", ManagerConfig(capacity=2))
+        assert failed.ready is not None and failed.ready.multi_session
+        with pytest.raises(AdapterError, match="not valid JSON"):
+            for i in range(1, 4):
+                failed.step(Use(blocks=[FullBlock(full=i)], plhs=[Plh(hash=i)]))
+        failed.close()
+        single = JsonlImplementation(
+            load_manifest(BROKEN / "two_lines"), BROKEN / "two_lines", ManagerConfig(capacity=2)
+        )
+        single.close()
+        assert single.exit_status == 0
+        assert pool.idle_children() == []
+        assert group_members(failed.pgid) == [] and group_members(single.pgid) == []

@@ -78,15 +78,14 @@ class Server:
         self.send(Refused(type="refused", error=HandshakeError(code=code, message=message)).model_dump_json().encode())  # type: ignore[arg-type]
         return 1
 
-    def handshake(self) -> Any | None:
-        """Answer hello; return the model, or None after a refusal."""
-        line = self.read_line()
+    def handshake(self, line: bytes | None) -> Any | None:
+        """Answer a hello line; return the new model, or None after a refusal."""
         if line is None:
             return None
         try:
             hello = Hello.model_validate_json(line)
         except ValidationError as e:
-            self.refuse("unsupported_config", f"first line is not a valid hello: {_brief(e)}")
+            self.refuse("unsupported_config", f"not a valid hello: {_brief(e)}")
             return None
         common = set(hello.versions) & set(SUPPORTED_VERSIONS)
         if not common:
@@ -97,12 +96,17 @@ class Server:
         except ConfigError as e:
             self.refuse("unsupported_config", str(e))
             return None
-        except Exception as e:
+        except Exception as e:  # reported to the parent, with the traceback on stderr
             traceback.print_exc()
             self.refuse("internal_error", f"cannot build the model: {type(e).__name__}: {e}")
             return None
         ready = Ready(
-            type="ready", name=NAME, protocol=max(common), profile=hello.config.profile, capabilities=_capabilities()
+            type="ready",
+            name=NAME,
+            protocol=max(common),
+            profile=hello.config.profile,
+            capabilities=_capabilities(),
+            multi_session=True,
         )
         self.send(ready.model_dump_json(exclude_none=True).encode())
         return model
@@ -113,7 +117,7 @@ class Server:
         self.send(reply.model_dump_json().encode())
 
     def serve(self) -> int:
-        model = self.handshake()
+        model = self.handshake(self.read_line())
         if model is None:
             return 1
         while True:
@@ -123,33 +127,38 @@ class Server:
             try:
                 req = Request.model_validate_json(line)
             except ValidationError as e:
-                if self._other_message(line, e):
+                other = self._other_message(line, e)
+                if other == "bye":
                     return 0
+                if other == "hello":  # a new session: a fresh manager (we announce multi_session)
+                    model = self.handshake(line)
+                    if model is None:
+                        return 1
                 continue
             try:
                 outcome = outcome_of(model, req.op)
-            except Exception as e:
+            except Exception as e:  # a model bug, not a spec verdict
                 traceback.print_exc()
                 self.error(req.id, "internal_error", f"{type(e).__name__}: {e}")
                 continue
             # null and absent mean the same in every optional field: leave them out
             self.send(b'{"id":%d,"outcome":%s}' % (req.id, outcome.model_dump_json(exclude_none=True).encode()))
 
-    def _other_message(self, line: bytes, err: ValidationError) -> bool:
-        """A line that is not a request: bye (True: stop), or a protocol error reply."""
+    def _other_message(self, line: bytes, err: ValidationError) -> str | None:
+        """A line that is not a request: "bye", "hello", or None after answering a protocol error."""
         try:
             obj = json.loads(line)
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             self.error(None, "malformed_request", f"not valid JSON: {e}")
-            return False
-        if isinstance(obj, dict) and obj.get("type") == "bye":
-            return True
+            return None
+        if isinstance(obj, dict) and obj.get("type") in ("bye", "hello"):
+            return str(obj["type"])
         if isinstance(obj, dict) and "type" in obj:
             self.error(None, "unexpected_message", f"unexpected {obj['type']!r} message after the handshake")
-            return False
+            return None
         rid = obj.get("id") if isinstance(obj, dict) else None
         self.error(rid, "malformed_request", _brief(err))
-        return False
+        return None
 
 
 def main() -> int:

@@ -22,6 +22,7 @@ import contextlib
 import json
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +114,78 @@ class AdapterProtocolError(AdapterError):
         self.code = code
 
 
+ChildKey = tuple[tuple[str, ...], str]
+
+
+class ChildPool:
+    """Idle children that announced ``multi_session``, ready for another ``hello``.
+
+    Starting an interpreter and importing a manager costs far more than a
+    lockstep example (hundreds of milliseconds against tens), so the suite
+    can reuse processes: inside ``reuse_children()``, ``close()`` hands a
+    healthy multi-session child back here instead of ending it, and the next
+    ``JsonlImplementation`` with the same command takes it and opens a new
+    session with its own ``hello``. Children that failed, that did not
+    announce ``multi_session``, or that exceed ``max_idle`` per command are
+    ended as usual. Leaving the context ends every idle child (bye, then the
+    usual escalation); each also keeps its own exit-time finalizer.
+    """
+
+    def __init__(self, max_idle: int = 2) -> None:
+        self.max_idle = max_idle
+        self._idle: dict[ChildKey, list[ChildProcess]] = {}
+        self.reused = 0
+        self.closed = False
+
+    def take(self, key: ChildKey) -> ChildProcess | None:
+        idle = self._idle.get(key, [])
+        while idle:
+            child = idle.pop()
+            if child.alive() and not child.buffered():
+                self.reused += 1
+                return child
+            child.close(grace_s=0, term_s=0)
+        return None
+
+    def give(self, key: ChildKey, child: ChildProcess) -> bool:
+        idle = self._idle.setdefault(key, [])
+        if self.closed or len(idle) >= self.max_idle:
+            return False
+        idle.append(child)
+        return True
+
+    def idle_children(self) -> list[ChildProcess]:
+        return [c for cs in self._idle.values() for c in cs]
+
+    def close(self) -> None:
+        """End every idle child."""
+        self.closed = True
+        children = self.idle_children()
+        self._idle.clear()
+        for child in children:
+            with contextlib.suppress(AdapterError):
+                child.write(b'{"type":"bye"}\n', time.monotonic() + 0.2)
+            child.close_stdin()
+        for child in children:  # they exit in parallel; then the usual escalation
+            child.close(grace_s=BYE_GRACE_S, term_s=1.0)
+
+
+_pool: ChildPool | None = None
+
+
+@contextlib.contextmanager
+def reuse_children(max_idle: int = 2) -> Iterator[ChildPool]:
+    """Reuse multi-session children across implementations opened inside the block."""
+    global _pool
+    previous, pool = _pool, ChildPool(max_idle)
+    _pool = pool
+    try:
+        yield pool
+    finally:
+        _pool = previous
+        pool.close()
+
+
 class JsonlImplementation(Implementation):
     """An implementation in a child process speaking spec/PROTOCOL.md."""
 
@@ -130,11 +203,18 @@ class JsonlImplementation(Implementation):
         self._dead: str | None = None
         self._closed = False
         argv = expand_command(manifest.start.command, self.adapter_dir)
+        self._key: ChildKey = (tuple(argv), str(self.adapter_dir))
+        self._pool = _pool
         started = time.monotonic()
-        try:
-            self._child = ChildProcess(argv, cwd=self.adapter_dir)
-        except AdapterError as e:
-            raise AdapterError(f"adapter {manifest.name!r}: {e}") from e
+        child = self._pool.take(self._key) if self._pool is not None else None
+        #: True when this session runs in a process an earlier session used
+        self.reused = child is not None
+        if child is None:
+            try:
+                child = ChildProcess(argv, cwd=self.adapter_dir)
+            except AdapterError as e:
+                raise AdapterError(f"adapter {manifest.name!r}: {e}") from e
+        self._child = child
         try:
             self.ready = self._handshake(started + manifest.start.startup_timeout_s)
         except BaseException:
@@ -293,11 +373,24 @@ class JsonlImplementation(Implementation):
     # ------------------------------------------------------------- close
 
     def close(self) -> None:
-        """Say bye, give the child ``BYE_GRACE_S`` to exit, then signal the group. Idempotent."""
+        """Say bye, give the child ``BYE_GRACE_S`` to exit, then signal the group. Idempotent.
+
+        Inside ``reuse_children()`` a healthy multi-session child goes back
+        to the pool instead (the pool ends it later)."""
         if self._closed:
             return
         self._closed = True
         child = self._child
+        if (
+            self._pool is not None
+            and self._dead is None
+            and self.ready is not None
+            and self.ready.multi_session
+            and child.alive()
+            and not child.buffered()
+            and self._pool.give(self._key, child)
+        ):
+            return  # the next session will say hello to it
         if not child.closed and self._dead is None and child.alive():
             with contextlib.suppress(AdapterError):  # it is going away anyway; close() escalates
                 child.write(b'{"type":"bye"}\n', time.monotonic() + 0.2)

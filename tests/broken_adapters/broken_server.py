@@ -84,6 +84,8 @@ def main() -> None:
             "protocol": 1,
             "profile": hello["config"]["profile"],
             "capabilities": {},
+            # claims reuse, so that the pool tests can show a failed child is not reused
+            "multi_session": MODE == "garbage",
         }
     )
     if MODE in ("hang", "ignore_term"):
