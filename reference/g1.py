@@ -253,8 +253,14 @@ class G1Model:
         if isinstance(op.parent, PartialBlock):
             raise InvalidOperation(RuleId.USE_VALIDATE, "a partial block cannot be the parent of a Use")
         seen_pos: set[int] = set()
+        batch_ids: dict[PlhId, int] = {}
         for seq, plh in zip(fulls, op.plhs, strict=True):
             self._check_identity(seq, plh)
+            pid = plh_id(plh)
+            if batch_ids.setdefault(pid, seq) != seq:
+                raise InvalidOperation(
+                    RuleId.USE_VALIDATE, f"blocks {batch_ids[pid]} and {seq} share lineage hash {pid} in one batch"
+                )
             if self.atomic:
                 if plh.position in seen_pos:
                     raise InvalidOperation(
