@@ -180,6 +180,19 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 # ---------------------------------------------------------------- fixtures
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _kvspec_reuse_children(request: pytest.FixtureRequest) -> Any:
+    """In a conformance run, reuse adapter processes that announce multi_session
+    (spec/PROTOCOL.md 3.8): one process start per test instead of per example."""
+    if not _is_conformance_run(request.config):
+        yield None
+        return
+    from .transport.jsonl import reuse_children
+
+    with reuse_children() as pool:
+        yield pool
+
+
 @pytest.fixture(scope="session")
 def kvspec_manifest(request: pytest.FixtureRequest) -> Manifest:
     st = _state(request.config)
