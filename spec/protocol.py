@@ -25,7 +25,6 @@ it as a broken adapter, never as a spec verdict.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -156,7 +155,8 @@ CHILD_MESSAGES: tuple[type[Wire], ...] = (Ready, Refused, OutcomeReply, ErrorRep
 
 
 def protocol_schema() -> dict[str, Any]:
-    """The JSON Schema (2020-12) of every protocol message.
+    """The JSON Schema (2020-12) of every protocol message (``$schema`` and
+    ``$id`` are added when rendered).
 
     ``$defs`` holds each message by name; the top level accepts any one of
     them, and ``$defs/ParentMessage`` / ``$defs/ChildMessage`` accept the
@@ -173,8 +173,6 @@ def protocol_schema() -> dict[str, Any]:
     defs["ParentMessage"] = {"oneOf": [{"$ref": f"#/$defs/{m.__name__}"} for m in PARENT_MESSAGES]}
     defs["ChildMessage"] = {"oneOf": [{"$ref": f"#/$defs/{m.__name__}"} for m in CHILD_MESSAGES]}
     return {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$id": f"https://kvspec.invalid/schema/protocol-v{PROTOCOL_VERSION}.json",
         "title": f"kvspec JSON-lines adapter protocol, version {PROTOCOL_VERSION}",
         "description": "One JSON object per line over the child's stdin/stdout; see spec/PROTOCOL.md.",
         "oneOf": [{"$ref": "#/$defs/ParentMessage"}, {"$ref": "#/$defs/ChildMessage"}],
@@ -183,8 +181,11 @@ def protocol_schema() -> dict[str, Any]:
 
 
 def protocol_schema_text() -> str:
-    """The schema exactly as checked in (stable key order, trailing newline)."""
-    return json.dumps(protocol_schema(), indent=2, sort_keys=False) + "\n"
+    """The schema exactly as checked in (the same rendering as every file of
+    ``kvspec schemas``, which also writes this one)."""
+    from .schema_export import render
+
+    return render(SCHEMA_PATH.name, protocol_schema())
 
 
 def write_protocol_schema(path: Path = SCHEMA_PATH) -> bool:

@@ -22,6 +22,7 @@ def _schemas() -> dict[str, Callable[[], dict[str, Any]]]:
     from kvspec.conformance.manifest import Manifest
 
     from .config import ManagerConfig
+    from .protocol import protocol_schema
     from .scenario import Scenario
     from .wire import KvEvent, Operation, StepOutcome
 
@@ -32,6 +33,7 @@ def _schemas() -> dict[str, Callable[[], dict[str, Any]]]:
         "manager_config.json": ManagerConfig.model_json_schema,
         "scenario.json": Scenario.model_json_schema,
         "adapter_manifest.json": Manifest.model_json_schema,
+        "protocol.json": protocol_schema,
     }
 
 
