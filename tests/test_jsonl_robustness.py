@@ -8,6 +8,7 @@ group left alive, and with the implementation refusing further calls.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -244,39 +245,59 @@ CTRL_C_SCRIPT = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from kvspec.conformance.manifest import load_manifest
-    from kvspec.conformance.transport.jsonl import JsonlImplementation
+    from kvspec.conformance.manifest import load_manifest, resolve_adapter_dir
+    from kvspec.conformance.transport.jsonl import JsonlImplementation, reuse_children
     from kvspec.spec.config import ManagerConfig
     from kvspec.spec.wire import FullBlock, Plh, Use
 
+    pgids = []
+    if sys.argv[2] == "pooled":
+        # entered, never left: only the exit-time finalizers can end the idle child
+        context = reuse_children()
+        context.__enter__()
+        ref = resolve_adapter_dir("adapters/reference_jsonl")
+        idle = JsonlImplementation(load_manifest(ref), ref, ManagerConfig(capacity=4))
+        idle.close()
+        pgids.append(idle.pgid)
     d = Path(sys.argv[1])
     manifest = load_manifest(d).model_copy(update={"start": load_manifest(d).start.model_copy(
         update={"timeout_s": 120.0})})
     impl = JsonlImplementation(manifest, d, ManagerConfig(capacity=4))
     impl.step(Use(blocks=[FullBlock(full=1)], plhs=[Plh(hash=1)]))
-    print(impl.pgid, flush=True)
+    pgids.append(impl.pgid)
+    print(*pgids, flush=True)
     impl.step(Use(blocks=[FullBlock(full=2)], plhs=[Plh(hash=2)]))  # hangs for 120 s
     """
 )
 
 
-@pytest.mark.parametrize("mode", ["hang", "ignore_term"])
-def test_ctrl_c_in_the_parent_leaves_no_process_behind(mode: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("mode", "pooled"), [("hang", False), ("ignore_term", False), ("hang", True)])
+def test_ctrl_c_in_the_parent_leaves_no_process_behind(mode: str, pooled: bool, tmp_path: Path) -> None:
     script = tmp_path / "parent.py"
     script.write_text(CTRL_C_SCRIPT)
     parent = subprocess.Popen(
-        [sys.executable, str(script), str(BROKEN / mode)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        [sys.executable, str(script), str(BROKEN / mode), "pooled" if pooled else "-"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
+    pgids: list[int] = []
     try:
         assert parent.stdout is not None
-        pgid = int(parent.stdout.readline())
-        assert len(group_members(pgid)) == 2, "adapter and grandchild should be running"
+        pgids += [int(x) for x in parent.stdout.readline().split()]
+        assert len(pgids) == (2 if pooled else 1), pgids
+        assert len(group_members(pgids[-1])) == 2, "adapter and grandchild should be running"
+        if pooled:
+            assert len(group_members(pgids[0])) == 1, "the idle pooled child should be running"
         time.sleep(0.2)  # let the parent block in the hanging step
         parent.send_signal(signal.SIGINT)
         _, err = parent.communicate(timeout=15)
     finally:
-        if parent.poll() is None:
+        if parent.poll() is None:  # the test failed early: clean up what the parent cannot
             parent.kill()
             parent.wait()
+            for pgid in pgids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pgid, signal.SIGKILL)
     assert b"KeyboardInterrupt" in err, err.decode(errors="replace")
-    assert_group_gone(pgid)
+    for pgid in pgids:
+        assert_group_gone(pgid)
