@@ -95,8 +95,10 @@ def main() -> int:
         results[policy] = rate
         evicting = make_model(ManagerConfig(capacity=CAPACITY, block_size=BLOCK_SIZE, eviction=policy))  # type: ignore[arg-type]
         removed = sum(len(e.hashes()) for op in ops for e in evicting.apply(op).events if e.kind == "removed")
-        print(f"{policy:>10}: {len(ops)} ops, {block_ops} block ops, {removed} evictions, "
-              f"median {statistics.median(times) * 1e3:.1f} ms -> {rate:,.0f} block-ops/s")
+        print(
+            f"{policy:>10}: {len(ops)} ops, {block_ops} block ops, {removed} evictions, "
+            f"median {statistics.median(times) * 1e3:.1f} ms -> {rate:,.0f} block-ops/s"
+        )
     print(f"model_throughput: {results['lineage']:.0f} block-ops/s")
     return 0
 

@@ -34,11 +34,16 @@ from kvspec.spec.wire import KvEvent
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("log", type=Path, help="the recorded event log")
     parser.add_argument("--format", choices=["router", "kvspec", "vllm"], default="router")
-    parser.add_argument("--profile", choices=sorted(PROFILES), default="kvbm",
-                        help="the profile the publisher claims (sets the counting mode; known breaks are labelled)")
+    parser.add_argument(
+        "--profile",
+        choices=sorted(PROFILES),
+        default="kvbm",
+        help="the profile the publisher claims (sets the counting mode; known breaks are labelled)",
+    )
     parser.add_argument("--strict", action="store_true", help="also check REMOVE-NO-ORPHAN")
-    parser.add_argument("--mid-stream", action="store_true",
-                        help="the capture started mid-stream: accept any first event id")
+    parser.add_argument(
+        "--mid-stream", action="store_true", help="the capture started mid-stream: accept any first event id"
+    )
     parser.add_argument("--max-report", type=int, default=50, help="violations to print (all are counted)")
 
 

@@ -80,7 +80,9 @@ def event_divergence(expected: list[KvEvent], actual: list[KvEvent], op: Any = N
         act = actual[i] if i < len(actual) else None
         if exp is not None and act is not None and event_to_json(exp) == event_to_json(act):
             continue
-        return Divergence(_event_rule(exp, act, expected, actual, op), f"event {i} of the operation", _ev(exp), _ev(act))
+        return Divergence(
+            _event_rule(exp, act, expected, actual, op), f"event {i} of the operation", _ev(exp), _ev(act)
+        )
     return None
 
 
@@ -142,9 +144,11 @@ def counters_divergence(expected: Counters | dict[str, int], actual: Counters) -
     diff = {k: (v, act.get(k)) for k, v in exp.items() if act.get(k) != v}
     if not diff:
         return None
-    rule = RuleId.QUARANTINE_HOLD if set(diff) <= {"quarantined_blocks", "active_blocks", "free_blocks"} and (
-        "quarantined_blocks" in diff
-    ) else RuleId.COUNTERS
+    rule = (
+        RuleId.QUARANTINE_HOLD
+        if set(diff) <= {"quarantined_blocks", "active_blocks", "free_blocks"} and ("quarantined_blocks" in diff)
+        else RuleId.COUNTERS
+    )
     return Divergence(
         rule,
         "counters " + ", ".join(sorted(diff)),
@@ -154,12 +158,21 @@ def counters_divergence(expected: Counters | dict[str, int], actual: Counters) -
 
 
 def result_divergence(expected: OpResult, actual: OpResult, op: Any) -> Divergence | None:
-    if expected.value == actual.value and type(expected.value) is type(actual.value) and expected.status == actual.status:
+    if (
+        expected.value == actual.value
+        and type(expected.value) is type(actual.value)
+        and expected.status == actual.status
+    ):
         return None
     rule = op_rule(op)
-    if isinstance(op, Use) and actual.status != expected.status and "blocked_on_offload" in (
-        actual.status,
-        expected.status,
+    if (
+        isinstance(op, Use)
+        and actual.status != expected.status
+        and "blocked_on_offload"
+        in (
+            actual.status,
+            expected.status,
+        )
     ):
         rule = RuleId.OFFLOAD_BLOCKS_USE
     return Divergence(rule, "result", expected.model_dump(), actual.model_dump())

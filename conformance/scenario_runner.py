@@ -9,10 +9,9 @@ they were.
 
 from __future__ import annotations
 
+from kvspec.spec.rules import RuleId
 from kvspec.spec.scenario import Scenario
 from kvspec.spec.wire import Counters, OpResult, StepOutcome
-
-from kvspec.spec.rules import RuleId
 
 from .diff import Divergence, counters_divergence, event_divergence, op_rule, result_divergence
 from .failures import ConformanceFailure
@@ -30,7 +29,9 @@ def check_step(scenario: Scenario, index: int, outcome: StepOutcome, before: Cou
         if outcome.error.rule != exp.error:
             return Divergence(exp.error, "rejected under the wrong rule", exp.error, outcome.error.rule)
         if outcome.events:
-            return Divergence(exp.error, "a rejected operation published events", [], [e.brief() for e in outcome.events])
+            return Divergence(
+                exp.error, "a rejected operation published events", [], [e.brief() for e in outcome.events]
+            )
         if before is not None:
             d = counters_divergence(before, outcome.counters)
             if d is not None:

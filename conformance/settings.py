@@ -27,11 +27,21 @@ def register_hypothesis_profiles() -> None:
         "default", max_examples=60, stateful_step_count=40, deadline=None, suppress_health_check=_SUPPRESS, database=db
     )
     settings.register_profile(
-        "ci", max_examples=150, stateful_step_count=50, deadline=None, suppress_health_check=_SUPPRESS, database=None,
-        derandomize=False, print_blob=True,
+        "ci",
+        max_examples=150,
+        stateful_step_count=50,
+        deadline=None,
+        suppress_health_check=_SUPPRESS,
+        database=None,
+        derandomize=False,
+        print_blob=True,
     )
     settings.register_profile(
-        "thorough", max_examples=3000, stateful_step_count=120, deadline=None, suppress_health_check=_SUPPRESS,
+        "thorough",
+        max_examples=3000,
+        stateful_step_count=120,
+        deadline=None,
+        suppress_health_check=_SUPPRESS,
         database=db,
     )
     settings.load_profile("default")

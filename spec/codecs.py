@@ -30,8 +30,7 @@ from .hashing import local_block_hash
 from .wire import KvEvent, StorageTier, event_to_json, make_cleared, make_removed, make_stored
 
 #: vLLM's storage medium names and kvspec's tiers
-MEDIUM_TO_TIER: dict[str | None, StorageTier] = {None: "device", "GPU": "device", "CPU": "host_pinned",
-                                                  "DISK": "disk"}
+MEDIUM_TO_TIER: dict[str | None, StorageTier] = {None: "device", "GPU": "device", "CPU": "host_pinned", "DISK": "disk"}
 TIER_TO_MEDIUM: dict[str, str] = {"device": "GPU", "host_pinned": "CPU", "disk": "DISK"}
 
 
@@ -57,9 +56,7 @@ def from_dynamo_event(
     if not isinstance(data, dict):
         raise WireError(f"a Dynamo KvCacheEvent is an object, got {type(data).__name__}")
     try:
-        return KvEvent.model_validate(
-            {**data, "storage_tier": storage_tier, "block_token_ids": block_token_ids}
-        )
+        return KvEvent.model_validate({**data, "storage_tier": storage_tier, "block_token_ids": block_token_ids})
     except ValidationError as e:
         raise WireError(f"invalid Dynamo KvCacheEvent: {_summarize(e)}") from None
 
@@ -176,7 +173,9 @@ def _check_hashes(values: Any, what: str) -> None:
         raise WireError(f"{what} must be a non-empty list of u64 hashes")
     for v in values:
         if not isinstance(v, int) or not 0 <= v < 2**64:
-            raise WireError(f"{what}: {v!r} is not a u64 hash (vLLM's own sha256-based hashes must be reduced to 64 bits)")
+            raise WireError(
+                f"{what}: {v!r} is not a u64 hash (vLLM's own sha256-based hashes must be reduced to 64 bits)"
+            )
 
 
 def _summarize(e: ValidationError) -> str:

@@ -69,8 +69,17 @@ PROFILES: dict[str, Profile] = {
             policies=("lineage", "lru", "multi_lru", "unordered"),
             view_mode="set",
             operations=("use", "deref", "promote", "tick", "swap_in"),
-            not_applicable=frozenset({R.DESTROY_ACTIVE, R.STORE_COPY, R.REMOVE_COPY, R.CLEAR_ALL,
-                                      R.VLLM_PREFIX_HIT, R.VLLM_FREE_ORDER, R.VLLM_LAZY_REMOVE}),
+            not_applicable=frozenset(
+                {
+                    R.DESTROY_ACTIVE,
+                    R.STORE_COPY,
+                    R.REMOVE_COPY,
+                    R.CLEAR_ALL,
+                    R.VLLM_PREFIX_HIT,
+                    R.VLLM_FREE_ORDER,
+                    R.VLLM_LAZY_REMOVE,
+                }
+            ),
             known_breaks={
                 R.PARENT_ANCHOR: _INTERLEAVE,
                 R.STORE_NO_DUP: (
@@ -91,8 +100,17 @@ PROFILES: dict[str, Profile] = {
             policies=("lineage", "lru", "multi_lru", "unordered"),
             view_mode="set",
             operations=("use", "deref", "promote"),
-            not_applicable=frozenset({R.DESTROY_ACTIVE, R.STORE_COPY, R.REMOVE_COPY, R.CLEAR_ALL,
-                                      R.VLLM_PREFIX_HIT, R.VLLM_FREE_ORDER, R.VLLM_LAZY_REMOVE}),
+            not_applicable=frozenset(
+                {
+                    R.DESTROY_ACTIVE,
+                    R.STORE_COPY,
+                    R.REMOVE_COPY,
+                    R.CLEAR_ALL,
+                    R.VLLM_PREFIX_HIT,
+                    R.VLLM_FREE_ORDER,
+                    R.VLLM_LAZY_REMOVE,
+                }
+            ),
             known_breaks={R.REMOVE_NO_ORPHAN: _ORPHAN},
         ),
         Profile(
@@ -106,9 +124,18 @@ PROFILES: dict[str, Profile] = {
             policies=("lru",),
             view_mode="set",
             operations=("use", "deref", "destroy", "promote"),
-            not_applicable=frozenset({R.STORE_COPY, R.REMOVE_COPY, R.CLEAR_ALL, R.VLLM_PREFIX_HIT,
-                                      R.VLLM_FREE_ORDER, R.VLLM_LAZY_REMOVE, R.DEREF_UNKNOWN,
-                                      R.DEREF_PARTIAL}),
+            not_applicable=frozenset(
+                {
+                    R.STORE_COPY,
+                    R.REMOVE_COPY,
+                    R.CLEAR_ALL,
+                    R.VLLM_PREFIX_HIT,
+                    R.VLLM_FREE_ORDER,
+                    R.VLLM_LAZY_REMOVE,
+                    R.DEREF_UNKNOWN,
+                    R.DEREF_PARTIAL,
+                }
+            ),
             known_breaks={
                 R.EVENT_ORDER: "each eviction publishes its Removed at once, before the batch's Stored",
                 R.PARENT_ANCHOR: _INTERLEAVE,
@@ -134,8 +161,9 @@ PROFILES: dict[str, Profile] = {
             policies=("lru",),
             view_mode="copies",
             operations=("use", "deref", "promote", "reset"),
-            not_applicable=frozenset({R.STORE_NO_DUP, R.REMOVE_EXACT, R.DESTROY_ACTIVE, R.EVICT_POLICY,
-                                      R.USE_HIT_INACTIVE}),
+            not_applicable=frozenset(
+                {R.STORE_NO_DUP, R.REMOVE_EXACT, R.DESTROY_ACTIVE, R.EVICT_POLICY, R.USE_HIT_INACTIVE}
+            ),
             known_breaks={R.REMOVE_NO_ORPHAN: _ORPHAN},
         ),
     ]

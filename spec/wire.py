@@ -169,9 +169,7 @@ class Reset(Wire):
     op: Literal["reset"] = "reset"
 
 
-Operation: TypeAlias = Annotated[
-    Use | Deref | Destroy | Promote | Tick | SwapIn | Reset, Field(discriminator="op")
-]
+Operation: TypeAlias = Annotated[Use | Deref | Destroy | Promote | Tick | SwapIn | Reset, Field(discriminator="op")]
 OPERATION_ADAPTER: TypeAdapter[Any] = TypeAdapter(Operation)
 
 
@@ -319,27 +317,49 @@ def make_stored(
     token_ids: list[list[int]] | None = None,
 ) -> KvEvent:
     """Build a Stored event without re-validating (the model's hot path)."""
-    if len(block_hashes) != len(tokens_hashes):
-        raise ValueError("one tokens hash per block hash")
-    blocks = [_built(StoredBlock, {"block_hash": h, "tokens_hash": t}) for h, t in zip(block_hashes, tokens_hashes)]
-    data = _built(Stored, {"stored": _built(StoredData, {"parent_hash": parent_hash, "blocks": blocks,
-                                                         "start_position": None})})
-    return _built(KvEvent, {"event_id": event_id, "data": data, "dp_rank": dp_rank, "storage_tier": tier,  # type: ignore[no-any-return]
-                            "block_token_ids": token_ids})
+    pairs = zip(block_hashes, tokens_hashes, strict=True)
+    blocks = [_built(StoredBlock, {"block_hash": h, "tokens_hash": t}) for h, t in pairs]
+    data = _built(
+        Stored, {"stored": _built(StoredData, {"parent_hash": parent_hash, "blocks": blocks, "start_position": None})}
+    )
+    return _built(
+        KvEvent,
+        {
+            "event_id": event_id,
+            "data": data,
+            "dp_rank": dp_rank,
+            "storage_tier": tier,  # type: ignore[no-any-return]
+            "block_token_ids": token_ids,
+        },
+    )
 
 
-def make_removed(
-    event_id: int, block_hashes: list[int], *, dp_rank: int = 0, tier: StorageTier = "device"
-) -> KvEvent:
+def make_removed(event_id: int, block_hashes: list[int], *, dp_rank: int = 0, tier: StorageTier = "device") -> KvEvent:
     """Build a Removed event without re-validating (the model's hot path)."""
     data = _built(Removed, {"removed": _built(RemovedData, {"block_hashes": list(block_hashes)})})
-    return _built(KvEvent, {"event_id": event_id, "data": data, "dp_rank": dp_rank, "storage_tier": tier,  # type: ignore[no-any-return]
-                            "block_token_ids": None})
+    return _built(
+        KvEvent,
+        {
+            "event_id": event_id,
+            "data": data,
+            "dp_rank": dp_rank,
+            "storage_tier": tier,  # type: ignore[no-any-return]
+            "block_token_ids": None,
+        },
+    )
 
 
 def make_cleared(event_id: int, *, dp_rank: int = 0, tier: StorageTier = "device") -> KvEvent:
-    return _built(KvEvent, {"event_id": event_id, "data": "cleared", "dp_rank": dp_rank,  # type: ignore[no-any-return]
-                            "storage_tier": tier, "block_token_ids": None})
+    return _built(
+        KvEvent,
+        {
+            "event_id": event_id,
+            "data": "cleared",
+            "dp_rank": dp_rank,  # type: ignore[no-any-return]
+            "storage_tier": tier,
+            "block_token_ids": None,
+        },
+    )
 
 
 EVENT_ADAPTER: TypeAdapter[KvEvent] = TypeAdapter(KvEvent)
@@ -350,9 +370,9 @@ def event_to_json(event: KvEvent) -> dict[str, Any]:
     out = event.model_dump(mode="json", exclude_none=False)
     if out.get("block_token_ids") is None:
         out.pop("block_token_ids", None)
-    if isinstance(out["data"], dict) and "stored" in out["data"]:
-        if out["data"]["stored"].get("start_position") is None:
-            out["data"]["stored"].pop("start_position", None)
+    stored = out["data"].get("stored") if isinstance(out["data"], dict) else None
+    if stored is not None and stored.get("start_position") is None:
+        stored.pop("start_position", None)
     return out
 
 

@@ -78,8 +78,14 @@ def any_op(draw: st.DrawFn, profile: str) -> Any:
     if which == "destroy":
         return Destroy(blocks=refs)
     s = draw(st.sampled_from(list(UNIVERSE)))
-    return Promote(uuid=draw(st.sampled_from(UUIDS)), seq_hash=s, parent_hash=s - 1 if s % 4 else None,
-                   local_hash=1000 + s, plh=plh(s), token_ids=toks(s) if draw(st.booleans()) else None)
+    return Promote(
+        uuid=draw(st.sampled_from(UUIDS)),
+        seq_hash=s,
+        parent_hash=s - 1 if s % 4 else None,
+        local_hash=1000 + s,
+        plh=plh(s),
+        token_ids=toks(s) if draw(st.booleans()) else None,
+    )
 
 
 @settings(max_examples=200)
@@ -111,11 +117,17 @@ def test_rejected_operations_change_nothing(data: st.DataObject) -> None:
 MALFORMED = [
     ("plh count", Use(blocks=[FullBlock(full=1)], plhs=[]), RuleId.USE_VALIDATE),
     ("local hash count", Use(blocks=[FullBlock(full=1)], plhs=[plh(1)], local_hashes=[1, 2]), RuleId.USE_VALIDATE),
-    ("token id count", Use(blocks=[FullBlock(full=1), FullBlock(full=2)], plhs=[plh(1), plh(2)], token_ids=[toks(1)]),
-     RuleId.USE_VALIDATE),
+    (
+        "token id count",
+        Use(blocks=[FullBlock(full=1), FullBlock(full=2)], plhs=[plh(1), plh(2)], token_ids=[toks(1)]),
+        RuleId.USE_VALIDATE,
+    ),
     ("short block", Use(blocks=[FullBlock(full=1)], plhs=[plh(1)], token_ids=[[1, 2]]), RuleId.USE_VALIDATE),
-    ("partial parent", Use(blocks=[FullBlock(full=1)], plhs=[plh(1)], parent=PartialBlock(partial="a")),
-     RuleId.USE_VALIDATE),
+    (
+        "partial parent",
+        Use(blocks=[FullBlock(full=1)], plhs=[plh(1)], parent=PartialBlock(partial="a")),
+        RuleId.USE_VALIDATE,
+    ),
     ("unknown deref", Deref(blocks=[FullBlock(full=5)]), RuleId.DEREF_UNKNOWN),
     ("deref of inactive", Deref(blocks=[FullBlock(full=0)]), RuleId.DEREF_UNKNOWN),
     ("double deref", Deref(blocks=[FullBlock(full=2), FullBlock(full=2)]), RuleId.DEREF_UNKNOWN),

@@ -26,8 +26,16 @@ from kvspec.spec.wire import Deref, FullBlock, PartialBlock, Plh, Promote, Use
 BS = 2
 # A token tree: each node is one block of BS tokens; a request is a root-to-node path.
 TREE_TOKENS = {  # node -> (parent node, its tokens)
-    0: (None, [1, 2]), 1: (0, [3, 4]), 2: (1, [5, 6]), 3: (1, [7, 8]), 4: (0, [9, 9]),
-    5: (4, [2, 2]), 6: (None, [8, 8]), 7: (6, [4, 4]), 8: (7, [6, 6]), 9: (2, [1, 1]),
+    0: (None, [1, 2]),
+    1: (0, [3, 4]),
+    2: (1, [5, 6]),
+    3: (1, [7, 8]),
+    4: (0, [9, 9]),
+    5: (4, [2, 2]),
+    6: (None, [8, 8]),
+    7: (6, [4, 4]),
+    8: (7, [6, 6]),
+    9: (2, [1, 1]),
 }
 
 
@@ -138,8 +146,14 @@ class ModelMachine(RuleBasedStateMachine):
             return
         child = kids[0]
         self._apply(
-            Promote(uuid=req["partial"], seq_hash=SEQ[child], parent_hash=SEQ[last], local_hash=LOCAL[child],
-                    plh=plh(child), token_ids=TREE_TOKENS[child][1])
+            Promote(
+                uuid=req["partial"],
+                seq_hash=SEQ[child],
+                parent_hash=SEQ[last],
+                local_hash=LOCAL[child],
+                plh=plh(child),
+                token_ids=TREE_TOKENS[child][1],
+            )
         )
         req["held"].append(child)
         req["path"] = [*req["path"], child]

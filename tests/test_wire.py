@@ -63,7 +63,10 @@ def test_event_json_is_dynamo_shaped() -> None:
     js = event_to_json(ev)
     assert js["event_id"] == 3 and js["dp_rank"] == 1 and js["storage_tier"] == "device"
     assert js["data"] == {
-        "stored": {"parent_hash": 10, "blocks": [{"block_hash": 11, "tokens_hash": 101}, {"block_hash": 12, "tokens_hash": 102}]}
+        "stored": {
+            "parent_hash": 10,
+            "blocks": [{"block_hash": 11, "tokens_hash": 101}, {"block_hash": 12, "tokens_hash": 102}],
+        }
     }
     assert KvEvent.model_validate(js) == KvEvent.model_validate(json.loads(ev.model_dump_json()))
 
@@ -76,7 +79,11 @@ def test_cleared_is_a_bare_string_like_serde_unit_variant() -> None:
 def test_event_token_ids_must_match_blocks() -> None:
     with pytest.raises(ValidationError, match="one entry per stored block"):
         KvEvent.model_validate(
-            {"event_id": 0, "data": {"stored": {"blocks": [{"block_hash": 1, "tokens_hash": 1}]}}, "block_token_ids": []}
+            {
+                "event_id": 0,
+                "data": {"stored": {"blocks": [{"block_hash": 1, "tokens_hash": 1}]}},
+                "block_token_ids": [],
+            }
         )
     with pytest.raises(ValidationError, match="only allowed on a stored"):
         KvEvent.model_validate({"event_id": 0, "data": {"removed": {"block_hashes": [1]}}, "block_token_ids": [[1]]})
@@ -109,7 +116,9 @@ def test_config_rejects_profile_policy_mismatches() -> None:
 
 
 def test_offload_transfer_time_from_bandwidth() -> None:
-    assert OffloadConfig(num_g2_blocks=1, block_size_bytes=1_000_000, bandwidth_gbps=1.0).transfer_ms() == pytest.approx(1.0)
+    assert OffloadConfig(
+        num_g2_blocks=1, block_size_bytes=1_000_000, bandwidth_gbps=1.0
+    ).transfer_ms() == pytest.approx(1.0)
     assert OffloadConfig(num_g2_blocks=1).transfer_ms() == 0.0
 
 
