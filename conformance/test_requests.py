@@ -34,8 +34,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from kvspec.conformance.failures import ConformanceFailure
 from kvspec.conformance.manifest import Manifest
-from kvspec.conformance.request_check import LAYER_RULES, Finding, check_run
-from kvspec.conformance.requests_api import ImplementationUnavailableError, open_request_implementation
+from kvspec.conformance.request_check import LAYER_RULES, Finding
+from kvspec.conformance.request_replay import run_workload
+from kvspec.conformance.requests_api import ImplementationUnavailableError
 from kvspec.conformance.workloads import Workload, load_workloads, seed_workloads, workloads
 from kvspec.spec.errors import AdapterError
 from kvspec.spec.rules import RuleId
@@ -66,12 +67,7 @@ class Exploration:
 
 
 def _run_one(manifest: Manifest, adapter_dir: Path, w: Workload, exp: Exploration, *, raise_undeclared: bool) -> None:
-    impl = open_request_implementation(manifest, adapter_dir, w.setup)
-    try:
-        result = impl.run_concurrent(w.requests) if w.concurrent else impl.run_sequential(w.requests)
-    finally:
-        impl.close()
-    checked = check_run(w, result, manifest.capabilities.tiers)
+    checked = run_workload(manifest, adapter_dir, w)
     exp.runs += 1
     exp.exercised.update(checked.exercised)
     undeclared = None

@@ -124,10 +124,10 @@ TOKENS = st.one_of(st.integers(1, 50_000), st.integers(2**32 - 64, 2**32 - 1))
 @st.composite
 def pool_setups(draw: Any, *, host: bool | None = None, max_capacity: int = 1_000_000) -> PoolSetup:
     """Small pools: few blocks of few tokens, so that eviction happens."""
-    block_size = draw(st.sampled_from([2, 4, 4, 8]))
-    capacity = draw(st.integers(min(4, max_capacity), min(16, max_capacity)))
+    block_size = draw(st.sampled_from([2, 4, 4, 8, 16]))
+    capacity = draw(st.integers(min(3, max_capacity), min(12, max_capacity)))
     want_host = draw(st.booleans()) if host is None else host
-    host_blocks = draw(st.integers(2, 8)) if want_host else None
+    host_blocks = draw(st.integers(2, 6)) if want_host else None
     return setup_of(capacity, block_size, host_blocks)
 
 
@@ -138,9 +138,9 @@ def prefix_tree(draw: Any, block_size: int) -> list[list[int]]:
     Each node extends a random earlier node by a segment whose length falls
     on or off a block boundary."""
     nodes: list[list[int]] = [[]]
-    for _ in range(draw(st.integers(1, 6))):
+    for _ in range(draw(st.integers(2, 6))):
         parent = draw(st.integers(0, len(nodes) - 1))
-        length = block_size * draw(st.integers(1, 3)) if draw(st.booleans()) else draw(st.integers(1, 3 * block_size))
+        length = block_size * draw(st.integers(1, 3)) if draw(st.booleans()) else draw(st.integers(1, 4 * block_size))
         segment = draw(st.lists(TOKENS, min_size=length, max_size=length))
         nodes.append(nodes[parent] + segment)
     return nodes[1:]
@@ -152,12 +152,12 @@ def request_lists(draw: Any, setup: PoolSetup, max_requests: int = 10) -> list[R
     pool = setup.pool_tokens
     paths = draw(prefix_tree(bs))
     out: list[RequestSpec] = []
-    for _ in range(draw(st.integers(1, max_requests))):
+    for _ in range(draw(st.integers(2, max_requests))):
         if out and draw(st.integers(0, 4)) == 0:  # a repeat of an earlier request
             out.append(draw(st.sampled_from(out)))
             continue
         path = draw(st.sampled_from(paths))
-        cut = draw(st.sampled_from(["whole", "aligned", "any"]))
+        cut = draw(st.sampled_from(["whole", "whole", "aligned", "any"]))
         if cut == "aligned" and len(path) >= bs:
             length = bs * draw(st.integers(1, len(path) // bs))
         elif cut == "any":

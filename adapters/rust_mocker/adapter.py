@@ -300,4 +300,8 @@ class RustMocker(RequestImplementation):
 def open_rust_mocker(setup: PoolSetup, manifest: Manifest, adapter_dir: Path) -> RustMocker:
     if setup.manager.capacity > manifest.capabilities.max_capacity:
         raise ConfigError(f"capacity {setup.manager.capacity} exceeds the adapter's max_capacity")
+    if setup.manager.block_size < 2:
+        raise ConfigError("the mocker's vLLM backend needs block_size >= 2 (the engine refuses 1)")
+    if setup.manager.dp_rank != 0:
+        raise ConfigError("the adapter runs one mocker with one data-parallel rank (dp_rank 0)")
     return RustMocker(setup, manifest)

@@ -207,7 +207,12 @@ class Mocker:
             return {"cached_tokens": cached, "finish": finish if isinstance(finish, str) else json.dumps(finish),
                     "output_tokens": n_out}
 
-        return await asyncio.wait_for(consume(), timeout_s)
+        try:
+            return await asyncio.wait_for(consume(), timeout_s)
+        except TimeoutError:
+            raise
+        except Exception as e:  # the engine refused or failed the request: that is its outcome
+            return {"cached_tokens": None, "finish": f"error: {type(e).__name__}: {e}"[:2000], "output_tokens": 0}
 
     async def run(self, msg: dict[str, Any]) -> None:
         assert self.collector is not None
@@ -270,7 +275,10 @@ async def main() -> None:
             if mocker.client is None:
                 reply({"error": "run before start", "stage": "protocol"})
                 continue
-            await mocker.run(msg)
+            try:
+                await mocker.run(msg)
+            except Exception as e:
+                reply({"error": f"{type(e).__name__}: {e}", "stage": "request"})
         else:
             reply({"error": f"unknown op {op!r}", "stage": "protocol"})
     _exit(0)
