@@ -45,6 +45,8 @@ class _KvspecState:
         self.deviations_seen: Counter[str] = Counter()
         self.rule_hits: Counter[str] = Counter()
         self.conformance_tests = 0
+        #: conformance tests that got as far as running (a skip at set-up does not)
+        self.conformance_ran = 0
         self.selection_narrowed = False
 
 
@@ -127,6 +129,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> Any:
     outcome = yield
     rep = outcome.get_result()
+    if call.when == "call" and item.get_closest_marker("kvspec_rules") is not None:
+        _state(item.config).conformance_ran += 1
     if call.when != "call" or call.excinfo is None:
         return
     exc = call.excinfo.value
@@ -162,8 +166,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     st = _state(session.config)
-    if st.manifest is None or st.conformance_tests == 0 or st.selection_narrowed:
-        return
+    if st.manifest is None or st.conformance_tests == 0 or st.selection_narrowed or st.conformance_ran == 0:
+        return  # nothing ran (e.g. every test skipped: the implementation is not installed)
     unseen = [d for d in st.manifest.deviations if st.deviations_seen.get(str(d.rule), 0) == 0]
     if unseen and exitstatus == 0:
         rep = session.config.pluginmanager.get_plugin("terminalreporter")

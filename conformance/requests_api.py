@@ -28,10 +28,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
+from pydantic import Field
+
 from kvspec.reference.requests import PoolSetup, RequestSpec
 from kvspec.spec.errors import ConfigError, KvSpecError
 from kvspec.spec.wire import KvEvent, Wire
-from pydantic import Field
 
 from .manifest import Manifest
 

@@ -32,6 +32,7 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+
 from kvspec.conformance.failures import ConformanceFailure
 from kvspec.conformance.manifest import Manifest
 from kvspec.conformance.request_check import LAYER_RULES, Finding

@@ -32,11 +32,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 from hypothesis import strategies as st
+from pydantic import Field, ValidationError
+
 from kvspec.reference.requests import PoolSetup, RequestSpec
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.errors import ConfigError
 from kvspec.spec.wire import Wire
-from pydantic import Field, ValidationError
 
 FORMAT = "request-workload"
 VERSION = 1

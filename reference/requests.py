@@ -43,11 +43,12 @@ from dataclasses import dataclass, field
 from typing import Annotated, Protocol
 
 import xxhash
+from pydantic import Field, model_validator
+
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.errors import ConfigError
 from kvspec.spec.hashing import block_hashes, local_block_hash, sequence_hash
 from kvspec.spec.wire import U32, BlockRef, Deref, FullBlock, KvEvent, PartialBlock, Plh, Promote, Use, Wire
-from pydantic import Field, model_validator
 
 from .vllm_pool import SPEC_VARIANT, HostBlock, PoolVariant, VllmPoolModel
 

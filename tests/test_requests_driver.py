@@ -7,6 +7,7 @@ spec/hashing.py, which is verified against the wheel's own vectors."""
 from __future__ import annotations
 
 import pytest
+
 from kvspec.reference.requests import (
     PoolSetup,
     RequestSpec,

@@ -5,6 +5,7 @@ rules (SPEC.md, "vLLM-style pool"), never computed by the model."""
 from __future__ import annotations
 
 import pytest
+
 from kvspec.reference import make_model
 from kvspec.reference.vllm_pool import HostBlock, PoolVariant, VllmPoolModel
 from kvspec.spec.config import ManagerConfig
