@@ -299,3 +299,25 @@ def needed_for(bound: Bound, prop: Property, policy: Policy = "unordered") -> li
 
 
 __all__ = ["INVARIANTS", "LEMMAS", "Counterexample", "Result", "check_enabled", "check_rules_reachable", "prove"]
+
+
+def replay(cex: Counterexample, applier: Applier = default_applier, policy: Policy = "unordered") -> tuple[bool, bool, bool]:
+    """Check a counterexample by plain evaluation, without a solver: apply the
+    transition (through ``applier``) to the concrete pre-state with the
+    concrete inputs. Returns (every invariant and lemma holds before, the step
+    is enabled, the property holds after)."""
+    from .catalogue import transition as spec_of
+    from .invariants import by_id
+
+    assert cex.pre is not None, "the initial-state case has no transition to replay"
+    S = cex.pre.to_state()
+    step, consts, _doms = applier(spec_of(cex.transition), S, "rp_", policy, symmetry=False)
+    subst = [(consts[k], z3.IntVal(v)) for k, v in cex.params.items() if k in consts]
+
+    def value(t: z3.ExprRef) -> bool:
+        return z3.is_true(z3.simplify(z3.substitute(t, *subst) if subst else t))
+
+    before = value(assumed(S))
+    enabled = value(step.enabled())
+    after = value(z3.And([c for _l, c in by_id(cex.property_id).step_conjuncts(step)] or [z3.BoolVal(True)]))
+    return before, enabled, after

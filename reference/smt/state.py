@@ -230,6 +230,13 @@ class State:
             vals[name] = f(v) if dim == "scalar" else [f(x) for x in v]
         return self.but(**vals)
 
+    def map2(self, other: State, f: Any) -> State:
+        vals: dict[str, Any] = {}
+        for name, (dim, _sort) in FIELDS.items():
+            a, b = getattr(self, name), getattr(other, name)
+            vals[name] = f(a, b) if dim == "scalar" else [f(x, y) for x, y in zip(a, b, strict=True)]
+        return self.but(**vals)
+
     def simplified(self) -> State:
         return self.map_terms(z3.simplify)
 
@@ -296,6 +303,9 @@ class State:
 
     def g2_count(self) -> z3.ArithRef:
         return count(list(self.g2))
+
+    def g2_has(self, h: Term | int) -> z3.BoolRef:
+        return sel(self.g2, h) if not isinstance(h, int) else self.g2[h]
 
     def dev_has(self, h: Term | int) -> z3.BoolRef:
         return sel(self.dev, h) if not isinstance(h, int) else self.dev[h]

@@ -15,10 +15,30 @@ import z3
 Term = z3.ExprRef
 
 
+def literal_index(i: Term | int) -> int | None:
+    """``i`` as a Python int when it is a literal (concrete states), else None."""
+    if isinstance(i, int):
+        return i
+    if z3.is_int_value(i):
+        return i.as_long()  # type: ignore[attr-defined, no-any-return]
+    return None
+
+
+def literal_bool(c: z3.BoolRef | bool) -> bool | None:
+    if isinstance(c, bool):
+        return c
+    if z3.is_true(c):
+        return True
+    if z3.is_false(c):
+        return False
+    return None
+
+
 def sel(xs: Sequence[Term], i: z3.ArithRef | int) -> Term:
     """``xs[i]`` for a symbolic index (out-of-range indices read the last entry)."""
-    if isinstance(i, int):
-        return xs[i]
+    k = literal_index(i)
+    if k is not None:
+        return xs[k] if 0 <= k < len(xs) else xs[-1]
     out = xs[-1]
     for k in range(len(xs) - 2, -1, -1):
         out = z3.If(i == k, xs[k], out)
@@ -27,6 +47,21 @@ def sel(xs: Sequence[Term], i: z3.ArithRef | int) -> Term:
 
 def upd(xs: Sequence[Term], i: z3.ArithRef | int, v: Term, when: z3.BoolRef | bool = True) -> list[Term]:
     """``xs`` with entry ``i`` set to ``v`` (when ``when`` holds)."""
+    if isinstance(v, bool):
+        v = z3.BoolVal(v)
+    elif isinstance(v, int):
+        v = z3.IntVal(v)
+    w = literal_bool(when)
+    if w is False:
+        return list(xs)
+    k = literal_index(i)
+    if k is not None:
+        out = list(xs)
+        if 0 <= k < len(xs):
+            out[k] = v if w is True else z3.If(when, v, xs[k])
+        return out
+    if w is True:
+        return [z3.If(i == k, v, x) for k, x in enumerate(xs)]
     return [z3.If(z3.And(when, i == k), v, x) for k, x in enumerate(xs)]
 
 

@@ -285,15 +285,18 @@ def g2_victim(S: State) -> Term:
     return argmin_where(list(S.g2), S.g2t)
 
 
-def offload_complete(S: State, s: Term, *, w: Term) -> Step:
+def offload_complete(S: State, s: Term, *, w: Term, g2_lru: bool = False) -> Step:
     """The offload transfer out of slot ``s`` completes. Choice: ``w`` the G2
-    victim when G2 is full."""
+    victim when G2 is full: any block G2 holds, or with ``g2_lru`` the one G2
+    used least recently (the model's G2 policy). The proofs leave it free, so
+    they hold for any G2 eviction policy."""
     step = Step("offload_complete", S, S, params={"s": s, "w": w})
     step.require("PENDING", "valid", z3.And(_slot(S, s), sel(S.pend, s)))
     h = sel(S.pblk, s)
     in_g2 = sel(S.g2, h)
     full = z3.And(z3.Not(in_g2), S.g2_count() >= S.rigid.cap2)
-    step.require("CHOICE-G2-VICTIM", "choice", z3.Implies(full, z3.And(0 <= w, w < S.bound.hashes, is_min(w, list(S.g2), S.g2t))))
+    g2_ok = is_min(w, list(S.g2), S.g2t) if g2_lru else sel(S.g2, w)
+    step.require("CHOICE-G2-VICTIM", "choice", z3.Implies(full, z3.And(0 <= w, w < S.bound.hashes, g2_ok)))
     release = sel(S.st, s) == QUARANTINED
     step.rules = {
         R.QUARANTINE_RELEASE: release,
