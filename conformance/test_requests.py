@@ -58,6 +58,7 @@ class Exploration:
     findings: dict[RuleId, Finding] = field(default_factory=dict)
     exercised: Counter[RuleId] = field(default_factory=Counter)
     runs: int = 0
+    seeds: int = 0
     errors: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -89,6 +90,7 @@ def _explore(manifest: Manifest, adapter_dir: Path) -> Exploration:
     seeds += [w for _, w in load_workloads(adapter_dir / "findings")]
     for w in seeds:
         _run_one(manifest, adapter_dir, w, exp, raise_undeclared=False)
+    exp.seeds = exp.runs
 
     @settings(suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
     @given(workloads(host=None if host else False, max_capacity=caps.max_capacity))
@@ -104,14 +106,25 @@ def _explore(manifest: Manifest, adapter_dir: Path) -> Exploration:
 
 
 @pytest.fixture(scope="session")
-def request_exploration(kvspec_manifest: Manifest, kvspec_adapter_dir: Path) -> Exploration:
+def request_exploration(
+    kvspec_manifest: Manifest, kvspec_adapter_dir: Path, pytestconfig: pytest.Config
+) -> Exploration:
     caps = kvspec_manifest.capabilities
     if not caps.request_level:
         pytest.skip(f"adapter {kvspec_manifest.name!r} does not declare capability request_level")
     if "vllm" not in kvspec_manifest.supported_profiles():
         pytest.skip(f"adapter {kvspec_manifest.name!r} does not declare capability profile:vllm")
     try:
-        return _explore(kvspec_manifest, kvspec_adapter_dir)
+        exp = _explore(kvspec_manifest, kvspec_adapter_dir)
+        reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
+        capture = pytestconfig.pluginmanager.get_plugin("capturemanager")
+        if reporter is not None and capture is not None:
+            with capture.global_and_fixture_disabled():
+                reporter.write_line(
+                    f"\nkvspec request-level: {exp.runs} runs ({exp.seeds} seeds and findings) in {exp.seconds:.1f} s;"
+                    f" rules found broken: {', '.join(sorted(map(str, exp.findings))) or 'none'}"
+                )
+        return exp
     except ImplementationUnavailableError as e:
         pytest.skip(f"adapter {kvspec_manifest.name!r} cannot run here: {e}")
     except AdapterError as e:
