@@ -39,7 +39,7 @@ from typing import Literal
 
 from kvspec.spec.rules import RuleId
 
-Status = Literal["killed", "passed", "error", "timeout"]
+Status = Literal["killed", "passed", "error", "timeout", "false_kill"]
 
 _RULE_RE = re.compile(r"\[([A-Z][A-Z0-9]*(?:-[A-Z0-9]+)*)\]")
 _KNOWN_RULES = {r.value for r in RuleId}
@@ -149,12 +149,17 @@ def pytest_command(name: str, suite: Path, junit: Path, replay_dir: Path, profil
     ]
 
 
-def run_suite(name: str, *, suite: Path, timeout: float, profile: str = "ci") -> SuiteRun:
+def run_suite(
+    name: str, *, suite: Path, timeout: float, profile: str = "ci", log_dir: Path | None = None
+) -> SuiteRun:
     """Run the suite against variant ``name`` in a child process group that
-    is killed whole when the run passes ``timeout`` seconds."""
+    is killed whole when the run passes ``timeout`` seconds. With ``log_dir``
+    the run's output, JUnit report and replay files stay in ``log_dir/name``."""
     with tempfile.TemporaryDirectory(prefix=f"kvspec-mutant-{name}-") as tmp:
-        junit = Path(tmp) / "junit.xml"
-        cmd = pytest_command(name, suite, junit, Path(tmp) / "replays", profile)
+        keep = Path(tmp) if log_dir is None else log_dir / name
+        keep.mkdir(parents=True, exist_ok=True)
+        junit = keep / "junit.xml"
+        cmd = pytest_command(name, suite, junit, keep / "replays", profile)
         start = time.monotonic()
         proc = subprocess.Popen(
             cmd,
@@ -177,7 +182,50 @@ def run_suite(name: str, *, suite: Path, timeout: float, profile: str = "ci") ->
             _kill_group(proc)  # whatever the suite started is gone with it
             with _live_lock:
                 _live.discard(proc)
+            if log_dir is not None:
+                (keep / "pytest.log").write_text(out or "")
         return classify(name, proc.returncode, junit, out, time.monotonic() - start)
+
+
+def profiles_of_test(test: str, scenario_profiles: dict[str, str]) -> set[str]:
+    """The profiles a test id says it ran under: a parameter that is a
+    profile name (``test_lockstep[kvbm]``), or a golden scenario's profile."""
+    from kvspec.spec.profiles import PROFILES
+
+    m = re.search(r"\[(.*)\]$", test)
+    if m is None:
+        return set()
+    param = m.group(1)
+    found = {tok for tok in param.split("-") if tok in PROFILES}
+    if not found and "test_golden_scenario" in test:
+        prof = scenario_profiles.get(param) or scenario_profiles.get(param.rstrip("0123456789"))
+        if prof is not None:
+            found.add(prof)
+    return found
+
+
+def credit(run: SuiteRun, mutant_profiles: Iterable[str], scenario_profiles: dict[str, str]) -> SuiteRun:
+    """A kill by a test that ran only under profiles the mutant leaves
+    untouched is the suite failing on the reference: not a kill."""
+    if run.status != "killed" or run.test is None:
+        return run
+    ran = profiles_of_test(run.test, scenario_profiles)
+    if ran and not ran & set(mutant_profiles):
+        return SuiteRun(
+            run.name, "false_kill", run.seconds, run.test, run.rule,
+            f"killed under {', '.join(sorted(ran))}, where this mutant is the unmutated reference: "
+            f"{run.detail}",
+        )
+    return run
+
+
+def _scenario_profiles() -> dict[str, str]:
+    try:
+        from kvspec.spec.scenario import all_scenarios
+
+        return {p.stem: s.config.profile for p, s in all_scenarios()}
+    except Exception:  # a broken scenario file must not hide the table
+        return {}
 
 
 def kill_all() -> None:
@@ -219,7 +267,7 @@ def run_many(
 
 # -------------------------------------------------------------------- report
 
-_SHOWN = {"killed": "killed", "passed": "SURVIVED", "error": "ERROR", "timeout": "TIMEOUT"}
+_SHOWN = {"killed": "killed", "passed": "SURVIVED", "error": "ERROR", "timeout": "TIMEOUT", "false_kill": "FALSE-KILL"}
 
 
 def format_table(runs: list[SuiteRun], expected: dict[str, str]) -> str:
@@ -244,7 +292,12 @@ def format_table(runs: list[SuiteRun], expected: dict[str, str]) -> str:
 def summary(runs: list[SuiteRun]) -> list[str]:
     killed = [r for r in runs if r.status == "killed"]
     lines = [f"killed {len(killed)}/{len(runs)} mutants"]
-    for status, label in (("passed", "survived"), ("error", "run errors"), ("timeout", "timed out")):
+    for status, label in (
+        ("passed", "survived"),
+        ("false_kill", "failed under a profile the mutant does not change (a suite failure, not a kill)"),
+        ("error", "run errors"),
+        ("timeout", "timed out"),
+    ):
         names = [r.name for r in runs if r.status == status]
         if names:
             lines.append(f"{label}: {', '.join(names)}")
@@ -268,6 +321,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hypothesis-profile", default="ci", help="Hypothesis settings profile (default ci)")
     parser.add_argument(
         "--suite", type=Path, default=None, help="the conformance suite folder (default: the installed one)"
+    )
+    parser.add_argument(
+        "--log-dir", type=Path, default=None,
+        help="keep each run's pytest output, JUnit report and replay files in LOG_DIR/NAME",
     )
     parser.add_argument(
         "--skip-sanity", action="store_true",
@@ -301,8 +358,11 @@ def run(args: argparse.Namespace) -> int:
         names = wanted
     suite = (args.suite or suite_dir()).resolve()
 
+    scenario_profiles = _scenario_profiles()
+
     def one(name: str) -> SuiteRun:
-        return run_suite(name, suite=suite, timeout=args.timeout, profile=args.hypothesis_profile)
+        r = run_suite(name, suite=suite, timeout=args.timeout, profile=args.hypothesis_profile, log_dir=args.log_dir)
+        return r if name == UNMUTATED else credit(r, MUTANTS[name].profiles, scenario_profiles)
 
     def _terminate(signum: int, frame: object) -> None:
         raise KeyboardInterrupt  # a CI timeout's SIGTERM cleans up like Ctrl-C
@@ -333,7 +393,7 @@ def run(args: argparse.Namespace) -> int:
         return 130
     print(format_table(runs, {m.id: str(m.rule) for m in CATALOGUE}))
     for r in runs:
-        if r.status in ("error", "timeout"):
+        if r.status in ("error", "timeout", "false_kill"):
             print(f"\n{r.name}: {r.status}\n{r.detail}")
     print()
     for line in summary(runs):

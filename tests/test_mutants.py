@@ -29,9 +29,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from kvspec.adapters.mutants.adapter import open_mutant
 from kvspec.adapters.mutants.catalogue import CATALOGUE, MUTANTS, UNMUTATED, make_mutant_model
 from kvspec.adapters.reference.adapter import outcome_of
+from kvspec.cli import main as cli_main
 from kvspec.conformance import mutants as campaign
 from kvspec.conformance.manifest import VARIANT_ENV, Capabilities, load_manifest, resolve_adapter_dir
 from kvspec.reference import make_model
@@ -53,8 +55,6 @@ from kvspec.spec.wire import (
     Use,
     event_to_json,
 )
-
-from kvspec.cli import main as cli_main
 
 BS = 4  # block size of every configuration here
 ADAPTERS = Path(__file__).resolve().parents[1] / "adapters"
@@ -455,3 +455,31 @@ def test_sigterm_leaves_no_suite_process_behind(fake_suite: Path, tmp_path: Path
     while _alive(child) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _alive(child), "the suite's pytest process outlived kvspec mutants"
+
+
+def test_a_kill_under_a_profile_the_mutant_leaves_alone_is_not_credited() -> None:
+    scen = {"deref_unknown": "kvbm", "failed_use_keeps_blocks": "legacy", "stringent_lifecycle_lineage": "kvbm"}
+    k = campaign.SuiteRun
+    legacy_only = MUTANTS["legacy_destroy_silent"].profiles
+    false = campaign.credit(k("m", "killed", 1.0, "test_stateful::test_lockstep[kvbm]", "REMOVE-NO-ORPHAN"),
+                            legacy_only, scen)
+    assert false.status == "false_kill" and "kvbm" in false.detail
+    assert campaign.credit(k("m", "killed", 1.0, "test_stateful::test_lockstep[legacy]", "REMOVE-EXACT"),
+                           legacy_only, scen).status == "killed"
+    # golden scenarios: the profile comes from the scenario file (pytest may suffix duplicate ids)
+    assert campaign.credit(k("m", "killed", 1.0, "test_golden::test_golden_scenario[stringent_lifecycle_lineage0]"),
+                           legacy_only, scen).status == "false_kill"
+    assert campaign.credit(k("m", "killed", 1.0, "test_golden::test_golden_scenario[failed_use_keeps_blocks]"),
+                           legacy_only, scen).status == "killed"
+    # a test that names no profile is credited
+    assert campaign.credit(k("m", "killed", 1.0, "test_x::test_y"), legacy_only, scen).status == "killed"
+    assert "FALSE-KILL" in campaign.format_table([false], {})
+    assert any("not a kill" in ln for ln in campaign.summary([false]))
+
+
+def test_log_dir_keeps_output_and_report(fake_suite: Path, tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    r = campaign.run_suite("lru_most_recent_first", suite=fake_suite, timeout=120, log_dir=logs)
+    assert r.status == "killed"
+    assert "EVICT-POLICY" in (logs / "lru_most_recent_first" / "pytest.log").read_text()
+    assert campaign.first_failure(logs / "lru_most_recent_first" / "junit.xml") is not None
