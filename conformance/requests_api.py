@@ -61,6 +61,18 @@ class ConcurrentRun(Wire):
     outcomes: list[RequestOutcome]
     events: list[KvEvent]
 
+    def by_tier(self) -> dict[str, list[KvEvent]]:
+        return by_tier(self.events)
+
+
+def by_tier(events: Sequence[KvEvent]) -> dict[str, list[KvEvent]]:
+    """The stream of each storage tier, in publication order (ids stay as
+    published: they count across tiers)."""
+    out: dict[str, list[KvEvent]] = {}
+    for ev in events:
+        out.setdefault(ev.storage_tier, []).append(ev)
+    return out
+
 
 class RequestImplementation(ABC):
     """One running engine with one KV pool. Close it (or use ``with``)."""

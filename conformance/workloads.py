@@ -39,8 +39,8 @@ from kvspec.spec.config import ManagerConfig
 from kvspec.spec.errors import ConfigError
 from kvspec.spec.wire import Wire
 
-FORMAT = "request-workload"
-VERSION = 1
+FORMAT: Literal["request-workload"] = "request-workload"
+VERSION: Literal[1] = 1
 
 
 class WorkloadHeader(Wire):

@@ -182,3 +182,15 @@ def test_a_missing_copy_removal_before_a_stored_is_not_a_swap() -> None:
     actual = [make_stored(6, [13], [1], 12), make_removed(7, [9])]
     rule = attribute(expected, actual, {6: frozenset({9})})
     assert rule is not None and rule[0] == R.REMOVE_COPY
+
+
+def test_streams_split_by_tier_keep_their_order() -> None:
+    from kvspec.conformance.requests_api import by_tier
+
+    events = [e for o in impl_run(HOST) for e in o.events]
+    tiers = by_tier(events)
+    assert set(tiers) == {"device", "host_pinned"}
+    assert sum(map(len, tiers.values())) == len(events)
+    for evs in tiers.values():
+        assert [e.event_id for e in evs] == sorted(e.event_id for e in evs)
+        assert len({e.storage_tier for e in evs}) == 1
