@@ -27,8 +27,12 @@ Kind = Literal["python", "subprocess", "c_abi", "request"]
 class Start(Wire):
     """How to start the implementation (which fields apply depends on kind)."""
 
-    #: python: "module:factory" returning an Implementation
+    #: python: "module:factory" returning an Implementation (kind "request":
+    #: returning a RequestImplementation)
     python: str | None = None
+    #: a block-level adapter that also takes requests: "module:factory"
+    #: returning its RequestImplementation (capability request_level)
+    requests: str | None = None
     #: subprocess: argv; "{python}" is replaced by the running interpreter and
     #: "{adapter_dir}" by the manifest's folder
     command: list[str] | None = None

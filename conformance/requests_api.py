@@ -104,11 +104,12 @@ def open_request_implementation(manifest: Manifest, adapter_dir: Path, setup: Po
     """Start the request-level implementation a manifest describes."""
     if not manifest.capabilities.request_level:
         raise ConfigError(f"{manifest.name}: the manifest does not declare request_level")
-    if manifest.kind != "request":
-        raise ConfigError(f"{manifest.name}: request-level adapters have kind 'request', not {manifest.kind!r}")
-    target = manifest.start.python
+    target = manifest.start.python if manifest.kind == "request" else manifest.start.requests
     if not target or ":" not in target:
-        raise ConfigError(f"{manifest.name}: kind 'request' needs start.python = 'module:factory'")
+        raise ConfigError(
+            f"{manifest.name}: a request-level adapter needs start.python (kind 'request') or "
+            "start.requests (other kinds) = 'module:factory'"
+        )
     mod_name, _, attr = target.partition(":")
     factory = getattr(importlib.import_module(mod_name), attr)
     impl: RequestImplementation = factory(setup, manifest, adapter_dir)
