@@ -108,10 +108,10 @@ def test_the_comparison_catches_a_broken_encoding(monkeypatch: pytest.MonkeyPatc
     u = Universe(2, FOREST, 2, "lru")
     assert Lockstep(u).run(_known_sequence(u)) == []
 
-    def newest(S: Any) -> Any:
+    def newest(state: Any) -> Any:
         from kvspec.reference.smt.terms import argmin_where
 
-        return argmin_where([S.st[k] == smt_ops.INACTIVE for k in S.slots], [-t for t in S.itick])
+        return argmin_where([state.st[k] == smt_ops.INACTIVE for k in state.slots], [-t for t in state.itick])
 
     monkeypatch.setattr(smt_ops, "lru_victim", newest)
     mismatches = Lockstep(u).run(_known_sequence(u))

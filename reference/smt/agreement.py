@@ -169,7 +169,8 @@ def model_abstraction(m: G1Model) -> dict[str, Any]:
         "active_full": m.active_full,
         "refs": m.refs,
         "partial": sorted(uuid_index(u) for u in m.partial),
-        "blocks": {s: (b.owners, NONE if b.parent_hash is None else b.parent_hash) for s, b in sorted(m.blocks.items())},
+        "blocks": {s: (b.owners, NONE if b.parent_hash is None else b.parent_hash)
+                   for s, b in sorted(m.blocks.items())},
         "unannounced": sorted(s for s, b in m.blocks.items() if not b.announced),
         "lru": list(m.policy),
         "pending": pending,

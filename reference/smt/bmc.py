@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeAlias
 
 import z3
 
@@ -36,7 +37,7 @@ from .state import State
 from .terms import sel
 from .universe import NONE
 
-Term = z3.ExprRef
+Term: TypeAlias = z3.ExprRef
 
 KINDS = ("use1", "use2", "use_partial", "deref1", "deref2", "promote", "tick", "swap_in1", "swap_in2")
 

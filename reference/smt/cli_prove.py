@@ -19,7 +19,8 @@ from .universe import DEFAULT_BOUND, Bound
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--slots", type=int, default=DEFAULT_BOUND.slots, help="G1 slots in the universe (default %(default)s)")
+    p.add_argument("--slots", type=int, default=DEFAULT_BOUND.slots,
+                   help="G1 slots in the universe (default %(default)s)")
     p.add_argument("--hashes", type=int, default=DEFAULT_BOUND.hashes,
                    help="block hashes in the universe (default %(default)s)")
     p.add_argument("--invariant", action="append", metavar="ID",

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import z3
+
 from kvspec.spec.rules import RuleId as R
 
 from .state import State
@@ -70,7 +71,9 @@ def inv_quarantine(S: State) -> Conjuncts:
     """INV-QUARANTINE (state part): a slot is quarantined exactly while an
     offload transfer out of it is pending, and the quarantine counter says so.
     A quarantined slot is neither free nor registered (one state per slot)."""
-    out: Conjuncts = [(f"slot {s}: transfer pending <=> quarantined", S.pend[s] == (S.st[s] == QUARANTINED)) for s in S.slots]
+    out: Conjuncts = [
+        (f"slot {s}: transfer pending <=> quarantined", S.pend[s] == (S.st[s] == QUARANTINED)) for s in S.slots
+    ]
     out.append(("quarantined counter == quarantined slots", S.quar_c == S.census(QUARANTINED)))
     return out
 
@@ -171,11 +174,14 @@ class Property:
 
 
 INVARIANTS: list[Property] = [
-    Property(R.INV_CONSERVE, "free + partial + active + inactive + quarantined + reserved = capacity", inv_conserve),
+    Property(R.INV_CONSERVE, "free + partial + active + inactive + quarantined + reserved = capacity",
+             inv_conserve),
     Property(R.INV_OWNERS, "a block is active iff it has an owner; inactive blocks have none", inv_owners),
-    Property(R.INV_ROUTER_MATCH, "router view per tier == registered blocks (device: G1, host-pinned: G2)", inv_router_match),
+    Property(R.INV_ROUTER_MATCH, "router view per tier == registered blocks (device: G1, host-pinned: G2)",
+             inv_router_match),
     Property(R.INV_NO_DUP, "no block hash is registered in two G1 slots", inv_no_dup),
-    Property(R.INV_QUARANTINE, "quarantined exactly while its offload is pending; never allocated", inv_quarantine, step_quarantine),
+    Property(R.INV_QUARANTINE, "quarantined exactly while its offload is pending; never allocated",
+             inv_quarantine, step_quarantine),
     Property(R.INV_ANCHOR, "every device Stored's parent is the root or held by the router", None, step_anchor),
 ]
 
@@ -184,7 +190,8 @@ LEMMAS: list[Property] = [
     Property("LEMMA-ACTIVE-COUNT", "active counter == active slots", lemma_active_count, lemma=True),
     Property("LEMMA-RESERVED-COUNT", "reserved counter == reserved slots", lemma_reserved_count, lemma=True),
     Property("LEMMA-REFS", "refs counter == sum of the active blocks' owners", lemma_refs, lemma=True),
-    Property("LEMMA-SWAPIN-PARENT-HELD", "a pending swap-in's parent is the root or active", lemma_swapin_parent_held, lemma=True),
+    Property("LEMMA-SWAPIN-PARENT-HELD", "a pending swap-in's parent is the root or active",
+             lemma_swapin_parent_held, lemma=True),
     Property("LEMMA-ONBOARD-ANCHOR", "a registration in progress has a slot left and a registered anchor",
              lemma_onboard_anchor, lemma=True),
     Property("LEMMA-G2-CAPACITY", "G2 holds at most its capacity", lemma_g2_capacity, lemma=True),

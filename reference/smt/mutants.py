@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import z3
+
 from kvspec.spec.rules import RuleId as R
 
 from .catalogue import TRANSITIONS, TransitionSpec
@@ -106,7 +107,7 @@ def _device_removed_at_completion(step: Step) -> Step:
     waits for its transfer to complete."""
     if step.name == "offload_complete":
         s = step.params["s"]
-        step.frags = step.frags + [Frag(z3.BoolVal(True), "device", "removed", sel(step.pre.pblk, s))]
+        step.frags = [*step.frags, Frag(z3.BoolVal(True), "device", "removed", sel(step.pre.pblk, s))]
     else:
         step.frags = [f for f in step.frags if f not in _evictions(step)]
     step.post = publish(step.pre, step.post, step.frags)
@@ -143,7 +144,8 @@ MUTANTS: list[Mutant] = [
     Mutant("use-registers-registered", R.USE_HIT_INACTIVE, "Use registers an inactive block a second time",
            R.INV_NO_DUP, extra={"use(full)": {"lookup": _only_active}}),
     Mutant("evict-active", R.EVICT_POLICY, "eviction may pick an active block",
-           R.INV_CONSERVE, extra={n: {"policy": _evict_any_registered} for n in ("use(full)", "use(partial)", "evict")}),
+           R.INV_CONSERVE,
+           extra={n: {"policy": _evict_any_registered} for n in ("use(full)", "use(partial)", "evict")}),
     Mutant("g2-stored-at-enqueue", R.G2_STORE_ON_COMPLETE, "host-pinned Stored published at offload enqueue",
            R.INV_ROUTER_MATCH, patch=_g2_stored_at_enqueue),
     Mutant("device-removed-at-completion", R.DEVICE_REMOVE_IMMEDIATE, "device Removed delayed to transfer completion",

@@ -1,4 +1,4 @@
-# ruff: noqa: N803, SIM300  (S is a state, as in the rules' notation; ranges read low <= x < high)
+# ruff: noqa: N803, N806  (S is a state, as in the rules' notation; ranges read low <= x < high)
 """The model's operations as sequences of the encoding's transitions.
 
 ``transitions.py`` has one relation per rule-level step; an operation of the
@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeAlias
+
 import z3
 
 from kvspec.spec.rules import RuleId as R
@@ -47,7 +49,7 @@ from .transitions import (
 )
 from .universe import ACTIVE, FREE, INACTIVE, NONE, PARTIAL, RESERVED
 
-Term = z3.ExprRef
+Term: TypeAlias = z3.ExprRef
 
 STATUS_NO_HITS, STATUS_SCHEDULED = 3, 4
 STATUS_NAMES = {
@@ -262,7 +264,7 @@ def apply_use(S: State, op: UseOp, ch: Chooser, concrete: bool = False) -> OpOut
         is_full = run.lit(b.full)
         hit = z3.And(b.full, before.is_registered(b.h))
 
-        def one(St: State, b: BlockArg = b, mp: Term = mparent, a: Term = anchor) -> Step:
+        def one(St: State, b: BlockArg = b, mp: Term = mparent, a: Term = anchor, is_full: object = is_full) -> Step:
             pk = run.pick
             if is_full is not False:
                 full = use_full(St, b.h, a, mp, t=pk(holder(St, b.h)), s=pk(free_slot(St)), v=pk(ch.victim(St)),
@@ -289,7 +291,9 @@ def apply_use(S: State, op: UseOp, ch: Chooser, concrete: bool = False) -> OpOut
         extension = z3.If(z3.And(stop_here, step.status == STATUS_BLOCKED), count(rest), extension)
         stopped = run.lit(z3.Or(stopped, stop_here))
         if concrete:
-            status, placed, anchor, mparent, extension = (z3.simplify(x) for x in (status, placed, anchor, mparent, extension))
+            status, placed, anchor, mparent, extension = (
+                z3.simplify(x) for x in (status, placed, anchor, mparent, extension)
+            )
     for e in range(len(op.blocks) - 1):
         cond = z3.And(e < extension, z3.Not(run.state.free_c > 0), run.state.any_inactive())
         run.take(lambda St: evict(St, v=run.pick(ch.victim(St)), policy=pol), cond)
@@ -319,7 +323,8 @@ def _choose_step(c: z3.BoolRef, a: Step, b: Step) -> Step:
     out.frags += [Frag(z3.And(z3.Not(c), f.when), f.tier, f.kind, f.block, f.parent, f.starts_group) for f in b.frags]
     out.placed = z3.If(c, a.placed, b.placed)
     out.status = z3.If(c, a.status, b.status)
-    out.rules = {k: z3.Or(z3.And(c, a.rules.get(k, z3.BoolVal(False))), z3.And(z3.Not(c), b.rules.get(k, z3.BoolVal(False))))
+    no = z3.BoolVal(False)
+    out.rules = {k: z3.Or(z3.And(c, a.rules.get(k, no)), z3.And(z3.Not(c), b.rules.get(k, no)))
                  for k in {*a.rules, *b.rules}}
     out.params = {**b.params, **a.params}
     if "v" in a.params and "v" in b.params:
@@ -336,7 +341,7 @@ def apply_deref(S: State, op: DerefOp, ch: Chooser, concrete: bool = False) -> O
     for b in op.blocks:
         is_full = run.lit(b.full)
 
-        def one(St: State, b: BlockArg = b) -> Step:
+        def one(St: State, b: BlockArg = b, is_full: object = is_full) -> Step:
             if is_full is True:
                 return deref_full(St, b.h, t=run.pick(holder(St, b.h)))
             if is_full is False:
@@ -392,11 +397,17 @@ def apply_tick(S: State, op: TickOp, ch: Chooser, concrete: bool = False) -> OpO
         is_offload = z3.And(any_pending, nxt < n)
         is_onboard = z3.And(any_pending, nxt >= n)
         done = done + z3.If(any_pending, 1, 0)
-        run.take(lambda St, nxt=nxt: offload_complete(St, nxt, w=run.pick(g2_victim(St)), g2_lru=True), is_offload)
+        def complete(St: State, nxt: Term = nxt) -> Step:
+            return offload_complete(St, nxt, w=run.pick(g2_victim(St)), g2_lru=True)
+
+        run.take(complete, is_offload)
         j = nxt - n
         for i in range(n):
             cond = z3.And(is_onboard, run.state.job_live(j) if i == 0 else run.state.busy == j)
-            step = run.take(lambda St, j=j: swapin_register(St, j, k=run.pick(job_slot(St, j)), ordered=True), cond)
+            def register(St: State, j: Term = j) -> Step:
+                return swapin_register(St, j, k=run.pick(job_slot(St, j)), ordered=True)
+
+            step = run.take(register, cond)
             if step is None:
                 if run.lit(cond) is False:
                     break
@@ -427,7 +438,10 @@ def apply_swap_in(S: State, op: SwapInOp, ch: Chooser, concrete: bool = False) -
     j = run.pick(fresh_job(S))
     p = z3.IntVal(op.parent) if isinstance(op.parent, int) else op.parent
     for i, h in enumerate(op.blocks):
-        run.take(lambda St, h=h: swapin_reserve(St, j, h, p, s=run.pick(free_slot(St))), z3.And(enough, in_prefix[i]))
+        def reserve(St: State, h: Term | int = h) -> Step:
+            return swapin_reserve(St, j, h, p, s=run.pick(free_slot(St)))
+
+        run.take(reserve, z3.And(enough, in_prefix[i]))
     lacking = k - S.free_c
     pol = ch.victim_policy()
     for e in range(len(op.blocks)):

@@ -1,3 +1,4 @@
+# ruff: noqa: N803, N806  (S is a state, as in the rules' notation; ranges read low <= x < high)
 # ruff: noqa: N803  (S is a state, as in the rules' notation; ranges read low <= x < high)
 """The inductive prover: every invariant holds initially and every transition
 preserves it, for every state of the bounded universe.
@@ -140,7 +141,8 @@ def check_initial(prop: Property, bound: Bound) -> Counterexample | None:
     if s.check() == z3.unsat:
         return None
     m = s.model()
-    return Counterexample(prop.id, "initial state", None, ConcreteState.from_model(m, init), {}, [], [], _failed(m, conj))
+    post = ConcreteState.from_model(m, init)
+    return Counterexample(prop.id, "initial state", None, post, {}, [], [], _failed(m, conj))
 
 
 def prove(
@@ -226,15 +228,15 @@ def _choice_vars(spec: TransitionSpec, cond: z3.BoolRef, consts: dict[str, z3.Ar
     return sorted(found)
 
 
-def check_enabled(bound: Bound, policy: Policy = "unordered") -> list[str]:
+def check_enabled(bound: Bound, policy: Policy = "unordered", assume: list[Property] | None = None) -> list[str]:
     """Every valid operation, from every state the invariants allow and with
     the caller's contract kept, has a successor: each choice its rule needs
     exists. Returns the problems found (empty: none)."""
     problems: list[str] = []
     for spec in TRANSITIONS:
-        b = build(spec, bound, policy, default_applier, ALL_PROPERTIES)
+        b = build(spec, bound, policy, default_applier, ALL_PROPERTIES if assume is None else assume)
         step = b.step
-        base = [c for c in b.base if c is not b.base[-1]]  # all but "enabled"
+        base = b.base[:-1]  # all but "enabled"
         base.append(step.enabled("valid", "contract"))
         for name, (cat, cond) in step.requires.items():
             if cat != "choice":
@@ -285,8 +287,8 @@ def needed_lemmas(bound: Bound, policy: Policy = "unordered") -> dict[str, list[
 
 
 def needed_for(bound: Bound, prop: Property, policy: Policy = "unordered") -> list[str]:
-    """The smallest-first list of other properties whose omission from the
-    hypothesis breaks ``prop`` (each alone)."""
+    """The other properties whose omission from the inductive hypothesis (one
+    at a time) leaves ``prop`` without a proof: the lemmas it needs."""
     out: list[str] = []
     for other in ALL_PROPERTIES:
         if other is prop:
@@ -301,7 +303,9 @@ def needed_for(bound: Bound, prop: Property, policy: Policy = "unordered") -> li
 __all__ = ["INVARIANTS", "LEMMAS", "Counterexample", "Result", "check_enabled", "check_rules_reachable", "prove"]
 
 
-def replay(cex: Counterexample, applier: Applier = default_applier, policy: Policy = "unordered") -> tuple[bool, bool, bool]:
+def replay(
+    cex: Counterexample, applier: Applier = default_applier, policy: Policy = "unordered"
+) -> tuple[bool, bool, bool]:
     """Check a counterexample by plain evaluation, without a solver: apply the
     transition (through ``applier``) to the concrete pre-state with the
     concrete inputs. Returns (every invariant and lemma holds before, the step

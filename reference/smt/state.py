@@ -39,14 +39,14 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 import z3
 
 from .terms import count, sel
 from .universe import ACTIVE, FREE, INACTIVE, NONE, PARTIAL, QUARANTINED, RESERVED, Bound, SlotSort
 
-Term = z3.ExprRef
+Term: TypeAlias = z3.ExprRef
 
 #: field name -> (dimension, sort): dimension is "slot", "job", "hash" or "scalar"
 FIELDS: dict[str, tuple[str, str]] = {

@@ -24,14 +24,14 @@ transition that forgets or misplaces an event breaks INV-ROUTER-MATCH.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, TypeAlias
 
 import z3
 
 from .state import State
 from .terms import upd
 
-Term = z3.ExprRef
+Term: TypeAlias = z3.ExprRef
 Tier = Literal["device", "host_pinned"]
 Kind = Literal["stored", "removed"]
 Category = Literal["valid", "contract", "choice"]

@@ -9,10 +9,11 @@ stay quantifier-free, and z3 decides them quickly.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypeAlias
 
 import z3
 
-Term = z3.ExprRef
+Term: TypeAlias = z3.ExprRef
 
 
 def literal_index(i: Term | int) -> int | None:

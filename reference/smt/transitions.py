@@ -29,9 +29,10 @@ witnesses).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal
+from typing import Literal, TypeAlias
 
 import z3
+
 from kvspec.spec.rules import RuleId as R
 
 from .state import State
@@ -39,7 +40,7 @@ from .step import STATUS_BLOCKED, STATUS_CAPACITY, STATUS_OK, Anchor, Frag, Step
 from .terms import argmin_where, is_min, sel, upd
 from .universe import ACTIVE, FREE, INACTIVE, NONE, PARTIAL, QUARANTINED, RESERVED
 
-Term = z3.ExprRef
+Term: TypeAlias = z3.ExprRef
 #: a named policy, or (for mutants) a predicate "slot v may be the victim"
 Policy = Literal["unordered", "lru"] | Callable[[State, Term], z3.BoolRef]
 #: how a rule finds a block in G1's registry (mutants replace it)
@@ -130,7 +131,8 @@ def use_full(
     step = Step("use(full)", S, S, params={"h": h, "a": a, "m": m, "t": t, "s": s, "v": v})
     step.require(ASSUME_PARENT_REGISTERED, "contract", z3.Or(a == NONE, S.is_registered(a)))
     hit = lookup(S, h)
-    step.require("CHOICE-HOLDER", "choice", z3.Implies(hit, z3.And(_slot(S, t), z3.Or([z3.And(t == k, S.holds(k, h)) for k in S.slots]))))
+    holds_h = z3.Or([z3.And(t == k, S.holds(k, h)) for k in S.slots])
+    step.require("CHOICE-HOLDER", "choice", z3.Implies(hit, z3.And(_slot(S, t), holds_h)))
     new = z3.And(z3.Not(hit), S.free_c > 0)
     step.require("CHOICE-FREE-SLOT", "choice", z3.Implies(new, z3.And(_slot(S, s), sel(S.st, s) == FREE)))
     no_slot = z3.And(z3.Not(hit), z3.Not(S.free_c > 0))
@@ -204,7 +206,8 @@ def deref_full(S: State, h: Term, *, t: Term) -> Step:
     becomes inactive and enters the pool as its newest member."""
     step = Step("deref(full)", S, S, params={"h": h, "t": t})
     step.require(R.DEREF_UNKNOWN, "valid", z3.Or([z3.And(S.holds(k, h), S.own[k] >= 1) for k in S.slots]))
-    step.require("CHOICE-HOLDER", "choice", z3.And(_slot(S, t), z3.Or([z3.And(t == k, S.holds(k, h), S.own[k] >= 1) for k in S.slots])))
+    owned = z3.Or([z3.And(t == k, S.holds(k, h), S.own[k] >= 1) for k in S.slots])
+    step.require("CHOICE-HOLDER", "choice", z3.And(_slot(S, t), owned))
     last = sel(S.own, t) == 1
     anchors_swapin = z3.Or([z3.And(S.job_live(j), S.jpar[j] == h) for j in range(S.bound.jobs)])
     step.require(ASSUME_SWAPIN_PARENT_HELD, "contract", z3.Not(z3.And(last, anchors_swapin)))
@@ -240,7 +243,8 @@ def promote(S: State, u: Term, h: Term, p: Term, *, s: Term, t: Term) -> Step:
     step.require("CHOICE-PARTIAL-SLOT", "choice", z3.And(_slot(S, s), sel(S.st, s) == PARTIAL, sel(S.pu, s) == u))
     step.require(ASSUME_PARENT_REGISTERED, "contract", z3.Or(p == NONE, S.is_registered(p)))
     exists = S.is_registered(h)
-    step.require("CHOICE-HOLDER", "choice", z3.Implies(exists, z3.And(_slot(S, t), z3.Or([z3.And(t == k, S.holds(k, h)) for k in S.slots]))))
+    holds_h = z3.Or([z3.And(t == k, S.holds(k, h)) for k in S.slots])
+    step.require("CHOICE-HOLDER", "choice", z3.Implies(exists, z3.And(_slot(S, t), holds_h)))
     new = z3.Not(exists)
     step.rules = {R.PROMOTE_EXISTING: exists, R.PROMOTE_NEW: new}
     # PROMOTE-EXISTING: the partial slot goes back to free, the block gains an owner

@@ -1,4 +1,4 @@
-# ruff: noqa: N803, SIM300  (S is a state, as in the rules' notation; ranges read low <= x < high)
+# ruff: noqa: N803, N806  (S is a state, as in the rules' notation; ranges read low <= x < high)
 """The witnesses: interesting states found by bounded model checking, written
 as golden scenarios under spec/scenarios/witnesses/ (``kvspec witnesses``).
 
@@ -283,7 +283,7 @@ def derive(universe: Universe, ops: Sequence[Any]) -> list[Expect]:
     out: list[Expect] = []
     next_id = 0
     ids_known = True
-    for op, rp in zip(ops, steps, strict=True):
+    for rp in steps:
         o = rp.outcome
         exp: dict[str, Any] = {}
         if o.value is not None and _determined(s, m, [o.value, o.status]):
