@@ -29,9 +29,10 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from kvspec.conformance.manifest import Capabilities
 from pydantic import Field
 from pydantic.json_schema import models_json_schema
+
+from kvspec.conformance.manifest import Capabilities
 
 from .config import ManagerConfig, ProfileName
 from .wire import Operation, StepOutcome, Wire

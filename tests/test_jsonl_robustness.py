@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from kvspec.conformance.manifest import load_manifest
 from kvspec.conformance.transport.jsonl import AdapterProtocolError, JsonlImplementation
 from kvspec.conformance.transport.process import group_members

@@ -21,6 +21,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+
 from kvspec.adapters.reference.adapter import ReferenceImplementation
 from kvspec.adapters.reference_jsonl import server as server_mod
 from kvspec.adapters.reference_jsonl.server import Server
@@ -270,22 +271,21 @@ def test_handshake_and_clean_close() -> None:
 
 
 def test_reference_jsonl_claims_what_the_reference_claims() -> None:
+    """Everything but the request level, which protocol version 1 does not carry."""
     jsonl, ref = load_manifest(JSONL_DIR), load_manifest(REFERENCE_DIR)
     assert jsonl.kind == "subprocess"
     assert jsonl.profile == ref.profile
-    assert jsonl.capabilities == ref.capabilities
+    assert jsonl.capabilities == ref.capabilities.model_copy(update={"request_level": False})
 
 
 def test_manifest_claiming_more_than_the_child_announces_fails_the_handshake() -> None:
     manifest = load_manifest(JSONL_DIR)
-    caps = manifest.capabilities.model_copy(
-        update={"reset": True, "profiles": [*manifest.capabilities.profiles, "vllm"]}
-    )
+    caps = manifest.capabilities.model_copy(update={"request_level": True, "max_capacity": 2_000_000})
     lying = manifest.model_copy(update={"capabilities": caps})
     with pytest.raises(
         AdapterError,
-        match=r"declares capabilities the adapter's handshake does not: profile:vllm, "
-        r"reset",
+        match=r"declares capabilities the adapter's handshake does not: request_level, "
+        r"max_capacity >= 2000000 \(announces 1000000\)",
     ):
         JsonlImplementation(lying, JSONL_DIR, ManagerConfig(capacity=2))
 

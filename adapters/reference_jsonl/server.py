@@ -6,7 +6,7 @@ answer ``ready`` (or ``refused``), then answer one line per request until
 ``bye`` or end of input. See spec/PROTOCOL.md.
 
 The capabilities it announces are those of ``adapters/reference`` (it runs
-the same model), so the handshake check in the parent catches a
+the same model) minus the request level, so the handshake check in the parent catches a
 ``reference_jsonl/manifest.toml`` that claims more than the model has.
 """
 
@@ -17,6 +17,8 @@ import os
 import sys
 import traceback
 from typing import IO, Any
+
+from pydantic import ValidationError
 
 from kvspec.adapters.reference.adapter import outcome_of
 from kvspec.conformance.manifest import Capabilities, _builtin_adapters_dir, load_manifest
@@ -33,13 +35,15 @@ from kvspec.spec.protocol import (
     Refused,
     Request,
 )
-from pydantic import ValidationError
 
 NAME = "kvspec reference model (JSON lines)"
 
 
 def _capabilities() -> Capabilities:
-    return load_manifest(_builtin_adapters_dir() / "reference").capabilities
+    """The reference adapter's capabilities, except the request level: protocol
+    version 1 carries block operations only."""
+    caps = load_manifest(_builtin_adapters_dir() / "reference").capabilities
+    return caps.model_copy(update={"request_level": False})
 
 
 def _brief(err: ValidationError) -> str:

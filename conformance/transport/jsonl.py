@@ -26,6 +26,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ValidationError
+
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.errors import AdapterError, ConfigError
 from kvspec.spec.protocol import (
@@ -37,7 +39,6 @@ from kvspec.spec.protocol import (
     Refused,
 )
 from kvspec.spec.wire import StepOutcome, parse_operation
-from pydantic import BaseModel, ValidationError
 
 from ..implementation import Implementation
 from ..manifest import Capabilities, Manifest
