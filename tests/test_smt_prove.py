@@ -64,6 +64,16 @@ def test_strengthening_lemma_is_needed(prop: str, lemma: str) -> None:
     assert prove(SMALL, props=[by_id(prop)])[0].proven
 
 
+def test_only_the_anchor_needs_the_caller_contracts() -> None:
+    """Without ASSUME-* every invariant but INV-ANCHOR (and the lemmas about
+    the swap-in's parent it rests on) is still inductive."""
+    from kvspec.reference.smt.prover import contract_free
+
+    free = contract_free(SMALL)
+    needs = {str(p.id) for p in ALL_PROPERTIES} - free
+    assert needs == {"INV-ANCHOR", "LEMMA-SWAPIN-PARENT-HELD", "LEMMA-ONBOARD-ANCHOR"}
+
+
 def test_a_lone_invariant_can_fail_to_be_inductive() -> None:
     """INV-ANCHOR assumed alone is not inductive: the prover finds a pre-state
     where a swap-in's parent is gone, which the lemmas rule out."""

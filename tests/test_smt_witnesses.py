@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from kvspec.reference.router_view import RouterView
-from kvspec.reference.smt.witnesses import WITNESSES, Witness, derive, path_of, universe_of
+from kvspec.reference.smt.witnesses import WITNESSES, Witness, derive, path_of, universe_of, verify
 from kvspec.spec.rules import RuleId
 from kvspec.spec.scenario import Scenario, load_scenario
 
@@ -31,6 +31,15 @@ def test_expectations_are_the_encodings(w: Witness) -> None:
     derived = derive(universe_of(s), [step.op for step in s.steps])
     for i, (step, exp) in enumerate(zip(s.steps, derived, strict=True)):
         assert step.expect == exp, f"step {i} ({step.note}) is stale: run `kvspec witnesses`"
+
+
+def test_verify_accepts_the_file_and_rejects_a_trace_that_misses_the_target() -> None:
+    """What ``kvspec witnesses --check`` does, on the cheapest witness."""
+    w = next(w for w in WITNESSES if w.name == "eviction_tie_unordered")
+    s = _load(w)
+    assert verify(w, s) == []
+    cut = s.model_copy(update={"steps": s.steps[:-1]})  # no Tick after the tie: target not reached
+    assert any("target" in p for p in verify(w, cut))
 
 
 def _counters(s: Scenario, i: int) -> dict[str, int]:

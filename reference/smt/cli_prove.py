@@ -14,7 +14,7 @@ import time
 
 from .invariants import ALL_PROPERTIES, INVARIANTS, by_id
 from .mutants import MUTANTS, mutant
-from .prover import Result, check_enabled, check_rules_reachable, default_applier, prove
+from .prover import Result, check_enabled, check_rules_reachable, contract_free, default_applier, prove
 from .universe import DEFAULT_BOUND, Bound
 
 
@@ -29,6 +29,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-sanity", action="store_true",
                    help="skip the checks that every valid operation has a successor and every rule fires")
     p.add_argument("--no-symmetry", action="store_true", help="do not fix the chosen slots by symmetry (slower)")
+    p.add_argument("--contracts", action="store_true",
+                   help="also find which invariants need the caller contracts (ASSUME-*): prove them again without")
     p.add_argument("--mutant", choices=[m.name for m in MUTANTS],
                    help="prove against a broken variant of the rules (expect a counterexample)")
     p.add_argument("--timeout", type=float, default=None, metavar="SECONDS", help="per solver call (default: none)")
@@ -57,13 +59,22 @@ def run(args: argparse.Namespace) -> int:
         applier = m.applier
         title += f"\nMUTANT {m.name}: {m.description} (breaks {m.rule})"
     print(title)
-    widths = [26, 15, 22, 9]
-    print(_row(["invariant", "result", "bound", "time"], widths))
-    print(_row(["-" * w for w in widths], widths))
     t0 = time.perf_counter()
+    free: set[str] | None = None
+    if args.contracts and not args.mutant:
+        free = contract_free(bound)
+    widths = [26, 15, 22, 16, 9] if free is not None else [26, 15, 22, 9]
+    head = ["invariant", "result", "bound", "needs contracts", "time"]
+    if free is None:
+        head.remove("needs contracts")
+    print(_row(head, widths))
+    print(_row(["-" * w for w in widths], widths))
 
     def show(r: Result) -> None:
-        print(_row([r.property_id, r.verdict, str(bound), f"{r.seconds:.2f}s"], widths), flush=True)
+        cols = [str(r.property_id), r.verdict, str(bound), f"{r.seconds:.2f}s"]
+        if free is not None:
+            cols.insert(3, "no" if str(r.property_id) in free else "yes (ASSUME-*)")
+        print(_row(cols, widths), flush=True)
 
     results = prove(bound, props=props, applier=applier, symmetry=not args.no_symmetry,
                     timeout_ms=int(args.timeout * 1000) if args.timeout else None, on_result=show)
@@ -73,7 +84,10 @@ def run(args: argparse.Namespace) -> int:
             t1 = time.perf_counter()
             found = check(bound)
             problems += found
-            print(_row([name, "ok" if not found else "FAILED", str(bound), f"{time.perf_counter() - t1:.2f}s"], widths))
+            cols = [name, "ok" if not found else "FAILED", str(bound), f"{time.perf_counter() - t1:.2f}s"]
+            if free is not None:
+                cols.insert(3, "")
+            print(_row(cols, widths))
     total = time.perf_counter() - t0
     print(f"total {total:.2f}s")
     bad = [r for r in results if not r.proven]

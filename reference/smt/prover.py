@@ -123,7 +123,7 @@ def build(spec: TransitionSpec, bound: Bound, policy: Policy, applier: Applier,
 
 
 def _solver(timeout_ms: int | None) -> z3.Solver:
-    s = z3.SolverFor("QF_LIA") if False else z3.Solver()
+    s = z3.Solver()
     if timeout_ms:
         s.set("timeout", timeout_ms)
     return s
@@ -207,6 +207,30 @@ def prove(
         if on_result is not None:
             on_result(res)
     return results
+
+
+def without_contracts(applier: Applier = default_applier) -> Applier:
+    """``applier`` with the caller contracts (ASSUME-*) dropped: every valid
+    operation is allowed, whatever the caller holds."""
+
+    def apply(spec: TransitionSpec, S: State, prefix: str, policy: Policy, *, symmetry: bool = False):  # type: ignore[no-untyped-def]
+        step, consts, doms = applier(spec, S, prefix, policy, symmetry=symmetry)
+        step.requires = {k: v for k, v in step.requires.items() if v[0] != "contract"}
+        return step, consts, doms
+
+    return apply
+
+
+def contract_free(bound: Bound, policy: Policy = "unordered") -> set[str]:
+    """The properties that stay inductive when the caller keeps no contract:
+    the largest set proven with only itself as the hypothesis."""
+    keep = list(ALL_PROPERTIES)
+    while True:
+        results = prove(bound, props=keep, assume=keep, policy=policy, applier=without_contracts())
+        proven = [p for p, r in zip(keep, results, strict=True) if r.proven]
+        if len(proven) == len(keep):
+            return {str(p.id) for p in keep}
+        keep = proven
 
 
 # ------------------------------------------------------------ sanity checks

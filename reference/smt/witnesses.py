@@ -28,7 +28,7 @@ from kvspec.spec.scenario import SCENARIO_DIR, Expect, Scenario, ScenarioStep, d
 from kvspec.spec.wire import Deref, Promote, SwapIn, Tick, Use, event_to_json
 
 from .agreement import Universe, deref_op, promote_op, swap_in_op, to_encoding, use_op
-from .bmc import KINDS, Found, Trace, TraceStep, search
+from .bmc import KINDS, Found, Trace, TraceStep, extend, search
 from .events import assemble, model_eval
 from .ops import STATUS_BLOCKED, STATUS_CAPACITY, STATUS_NAMES, STATUS_OK, Chooser, OpOutcome, apply_op, counters
 from .state import State
@@ -368,6 +368,65 @@ def path_of(w: Witness, directory: Path = WITNESS_DIR) -> Path:
 def write(scenario: Scenario, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(dump_scenario(scenario))
+
+
+def _op_values(op: Any) -> tuple[str, dict[str, Any]]:
+    """The BMC kind and argument values of a wire operation of a witness."""
+    if isinstance(op, Tick):
+        return "tick", {}
+    if isinstance(op, Use):
+        parent = NONE if op.parent is None else op.parent.full  # type: ignore[union-attr]
+        b = op.blocks
+        if len(b) == 1 and hasattr(b[0], "partial"):
+            return "use_partial", {"u": int(b[0].partial[1:])}  # type: ignore[union-attr]
+        if len(b) == 1:
+            return "use1", {"h1": b[0].full, "p": parent}  # type: ignore[union-attr]
+        second = b[1]
+        if hasattr(second, "full"):
+            return "use2", {"h1": b[0].full, "h2": second.full, "full2": True, "p": parent}  # type: ignore[union-attr]
+        return "use2", {"h1": b[0].full, "u": int(second.partial[1:]), "full2": False, "p": parent}  # type: ignore[union-attr]
+    if isinstance(op, Deref):
+        b = op.blocks
+        if len(b) == 2:
+            return "deref2", {"h2": b[0].full, "h1": b[1].full}  # type: ignore[union-attr]
+        if hasattr(b[0], "full"):
+            return "deref1", {"h1": b[0].full, "full1": True}  # type: ignore[union-attr]
+        return "deref1", {"u": int(b[0].partial[1:]), "full1": False}  # type: ignore[union-attr]
+    if isinstance(op, Promote):
+        parent = NONE if op.parent_hash is None else op.parent_hash
+        return "promote", {"u": int(op.uuid[1:]), "h1": op.seq_hash, "p": parent}
+    assert isinstance(op, SwapIn)
+    hs = [blk.seq_hash for blk in op.blocks]
+    vals: dict[str, Any] = {"h1": hs[0], "p": NONE if op.parent is None else op.parent}
+    if len(hs) == 2:
+        vals["h2"] = hs[1]
+    return ("swap_in2" if len(hs) == 2 else "swap_in1"), vals
+
+
+def verify(w: Witness, scenario: Scenario) -> list[str]:
+    """Without searching: the scenario's operations are a trace that reaches
+    the witness's target, and its expectations are what the encoding derives
+    from them. Returns the problems (empty: the file is good)."""
+    problems: list[str] = []
+    ops = [st.op for st in scenario.steps]
+    ch = Chooser(w.universe.policy, free_victims=w.universe.policy == "unordered", prefix="vf")  # type: ignore[arg-type]
+    trace = Trace(w.universe, ch, KINDS)
+    for _ in ops:
+        extend(trace)
+    pins: list[z3.BoolRef] = []
+    for step, op in zip(trace.steps, ops, strict=True):
+        kind, vals = _op_values(op)
+        pins.append(step.vars.kind == KINDS.index(kind))
+        pins += [getattr(step.vars, k) == v for k, v in vals.items()]
+    s = z3.Solver()
+    s.add(*trace.constraints, *pins, w.target(trace))
+    if s.check() != z3.sat:
+        problems.append("its operations do not reach the target (or are not requests a scheduler could make)")
+    derived = derive(universe_of(scenario), ops)
+    for i, (st, exp) in enumerate(zip(scenario.steps, derived, strict=True)):
+        if st.expect != exp:
+            problems.append(f"step {i} ({st.note}): the expected values are not the encoding's")
+    return problems
 
 
 def universe_of(scenario: Scenario) -> Universe:
