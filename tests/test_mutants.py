@@ -103,7 +103,7 @@ def S(seq: int, parent: int | None = None) -> SwapIn:  # noqa: N802
 
 
 def cfg(profile: str = "kvbm", capacity: int = 4, eviction: str = "lineage", **kw: Any) -> ManagerConfig:
-    if profile == "legacy":
+    if profile in ("legacy", "vllm"):
         eviction = "lru"
     return ManagerConfig(profile=profile, capacity=capacity, block_size=BS, eviction=eviction, **kw)  # type: ignore[arg-type]
 
@@ -237,7 +237,7 @@ def test_every_mutant_profile_has_a_directed_case() -> None:
 @pytest.mark.parametrize("mutant", [m.id for m in CATALOGUE])
 def test_mutant_is_the_reference_outside_its_profiles(mutant: str) -> None:
     m = MUTANTS[mutant]
-    for profile in ("kvbm", "atomic", "legacy"):
+    for profile in PROFILES:
         config = cfg(profile)
         model = m.model_for(config)
         if profile in m.profiles:
@@ -290,6 +290,7 @@ def test_manifest_declares_the_reference_capabilities_and_no_deviation() -> None
     mut = load_manifest(ADAPTERS / "mutants")
     ref = load_manifest(ADAPTERS / "reference")
     assert mut.capabilities == ref.capabilities
+    assert mut.start.requests == ref.start.requests
     assert mut.supported_profiles() == ref.supported_profiles()
     assert mut.deviations == []
     assert mut.variants is True and ref.variants is False
