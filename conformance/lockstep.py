@@ -191,8 +191,13 @@ class Lockstep:
     def step(self, op: Any) -> StepOutcome:
         """Apply ``op`` to both sides and check; returns the model's outcome."""
         before = self.before
-        pre_registered = self.model.registered()
-        pre_owners: dict[int, int] = getattr(self.model, "owners", dict)()
+        # what the coverage labels and the rule of a counters divergence need
+        # to know about the state before (only Use and Promote ask)
+        if isinstance(op, Use | Promote):
+            pre_registered = self.model.registered()
+            pre_owners: dict[int, int] = getattr(self.model, "owners", dict)()
+        else:
+            pre_registered, pre_owners = set(), {}
         try:
             actual = self.impl.step(op)
         except AdapterError as e:

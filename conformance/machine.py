@@ -42,6 +42,7 @@ from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
+
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.errors import AdapterError
 from kvspec.spec.profiles import profile as get_profile
@@ -50,7 +51,7 @@ from kvspec.spec.wire import StepOutcome
 from .implementation import Implementation, open_implementation
 from .lockstep import Lockstep
 from .manifest import Manifest
-from .traffic import MAX_CHUNK, MAX_PATH, PROMOTE_BRANCH, Digits, Planned, Traffic, configs, packed
+from .traffic import MAX_CHUNK, MAX_LIVE, MAX_PATH, PROMOTE_BRANCH, Digits, Planned, Traffic, configs, packed
 
 #: modules that define extra rule groups; imported when present
 GROUP_MODULES = ("kvspec.conformance.machine_offload",)
@@ -160,7 +161,8 @@ class LockstepMachine(RuleGroup, RuleBasedStateMachine, register=False):
     """Scheduler traffic against an implementation and the model, in lockstep."""
 
     setup: ClassVar[MachineSetup]
-    kinds = ("admit", "extend", "promote", "finish", "preempt", "readmit", "fork", "invalid", "destroy")
+    kinds = ("admit", "extend", "promote", "finish", "preempt", "readmit", "fork", "invalid", "destroy",
+             "root_first")
     #: kinds on in every example (the rest are drawn per example: swarm testing)
     always: ClassVar[frozenset[str]] = frozenset({"admit"})
     #: an AdapterError (crash, hang, garbage) of an earlier example of this
@@ -262,8 +264,12 @@ class LockstepMachine(RuleGroup, RuleBasedStateMachine, register=False):
         """Which optional kinds an example enables (built once per class)."""
         strat = cls.__dict__.get("_swarm")
         if strat is None:
-            kinds = cls.optional_kinds()
-            strat = st.frozensets(st.sampled_from(kinds)) if kinds else st.just(frozenset())
+            kinds = tuple(cls.optional_kinds())
+            # a bit mask, one integer draw: each kind on with probability 1/2,
+            # shrinking toward no optional kind at all
+            strat = st.integers(0, 2 ** len(kinds) - 1).map(
+                lambda m: frozenset(k for i, k in enumerate(kinds) if m >> i & 1)
+            )
             cls._swarm = strat
         return strat  # type: ignore[no-any-return]
 
@@ -319,24 +325,40 @@ class LockstepMachine(RuleGroup, RuleBasedStateMachine, register=False):
         per-argument draws cost more than the lockstep check itself, and
         choosing here lets the swarm set and the weights shape the mix."""
         d = Digits(x)
-        ready = [a for a in self._actions if a.kind in self.enabled and a.ready(self)]
-        total = sum(a.weight for a in ready)
-        pick = d.take(total)
+        ready = [a for a in self._actions if a.ready(self)]
+        pick = d.take(sum(a.weight for a in ready))  # admit is always ready
         for a in ready:
             if pick < a.weight:
                 self.run(a.fn(self, d))
                 return
             pick -= a.weight
 
+    def _root_first(self, d: Digits) -> bool:
+        """Does this release go root first? Schedulers that free a request's
+        blocks in reverse age its leaves first; one that drops a block list
+        front to back ages the root first, which is what tells lineage and
+        multi-LRU apart from plain LRU. The swarm kind ``root_first`` makes
+        an example mostly the latter."""
+        return d.take(6) < (4 if "root_first" in self.enabled else 1)
+
+    def _make_room(self, d: Digits) -> None:
+        """Continuous batching: a full batch admits a new request only after
+        its oldest request finishes (Deref of all it holds)."""
+        t = self.t
+        while len(t.requests) >= MAX_LIVE:
+            self.run(t.finish(t.requests[0], forward=self._root_first(d)))
+
     @action("admit", weight=4)
     def admit(self, d: Digits) -> Planned | None:
         """A new request: its path from the root, often with a partial block."""
+        self._make_room(d)
         choices = d.branches(1, MAX_PATH)
         return self.t.new_request(choices, partial=d.flag(), meta=d.take(3))
 
     @action("fork", weight=1)
     def fork(self, d: Digits) -> Planned | None:
         """Two sequences of one prompt in one Use: blocks named twice."""
+        self._make_room(d)
         return self.t.fork(d.branches(2, MAX_PATH - 2), meta=d.take(3))
 
     @action("extend", weight=3, ready=lambda self: bool(self.t.extendable()))
@@ -346,7 +368,7 @@ class LockstepMachine(RuleGroup, RuleBasedStateMachine, register=False):
         req = t.pick(t.extendable(), d.take(64))
         return t.extend(req, d.branches(0, MAX_CHUNK), partial=d.flag())
 
-    @action("promote", weight=3, ready=lambda self: bool(self.t.promotable()))
+    @action("promote", weight=4, ready=lambda self: bool(self.t.promotable()))
     def promote(self, d: Digits) -> Planned | None:
         """A partial block filled: promote it to a full block."""
         t = self.t
@@ -355,10 +377,10 @@ class LockstepMachine(RuleGroup, RuleBasedStateMachine, register=False):
 
     @action("finish", weight=3, ready=lambda self: bool(self.t.requests))
     def finish(self, d: Digits) -> Planned | None:
-        """A request completes: Deref all, leaf first (sometimes root first)."""
+        """A request completes: Deref all, leaf first or root first."""
         t = self.t
         req = t.pick(t.requests, d.take(64))
-        return t.finish(req, forward=d.take(4) == 3)
+        return t.finish(req, forward=self._root_first(d))
 
     @action("preempt", weight=1, ready=lambda self: bool(self.t.holding()))
     def preempt(self, d: Digits) -> Planned | None:

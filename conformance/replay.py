@@ -28,10 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.errors import AdapterError, ConfigError, KvSpecError
 from kvspec.spec.wire import parse_operation
-from pydantic import ValidationError
 
 from .failures import ConformanceFailure
 from .implementation import open_implementation

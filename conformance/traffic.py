@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from hypothesis import strategies as st
+
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.hashing import local_block_hash, sequence_hash
 from kvspec.spec.rules import RuleId
@@ -106,6 +107,15 @@ class TokenTree:
         self.block_size = block_size
         self.nodes: dict[int, Node] = {}
         self.roots: list[int] = []
+        self._palette_cache: dict[int, tuple[tuple[int, ...], int]] = {}
+
+    def _palette(self, k: int) -> tuple[tuple[int, ...], int]:
+        """Palette entry ``k``: its tokens and their local hash (cached)."""
+        hit = self._palette_cache.get(k)
+        if hit is None:
+            tokens = palette_tokens(k, self.block_size)
+            hit = self._palette_cache[k] = (tokens, local_block_hash(tokens))
+        return hit
 
     def child(self, parent: Node | None, choice: int) -> Node:
         """The ``choice``-th child of ``parent`` (None: the root); past the
@@ -113,8 +123,7 @@ class TokenTree:
         kids = self.roots if parent is None else parent.children
         if choice < len(kids):
             return self.nodes[kids[choice]]
-        tokens = palette_tokens(choice - len(kids), self.block_size)
-        local = local_block_hash(tokens)
+        tokens, local = self._palette(choice - len(kids))
         seq = sequence_hash(parent.seq if parent is not None else None, local)
         node = self.nodes.get(seq)
         if node is None:
@@ -476,6 +485,9 @@ BRANCH = (0, 0, 0, 1, 1, 2, 3, 4, 5, 6)
 PROMOTE_BRANCH = (0, 0, 0, 0, 1, 1, 2, 3)
 MAX_PATH = 6
 MAX_CHUNK = 4
+#: the scheduler's batch: requests admitted and not finished (the machine
+#: admits no more until one finishes)
+MAX_LIVE = 4
 
 
 class Digits:
@@ -511,6 +523,33 @@ class Digits:
 packed = st.integers(0, 2**40 - 1)
 
 
+#: how often each policy is drawn, relative to the others: the ones whose
+#: order depends on more than age (lineage: leaves first; multi-LRU: touch
+#: counts) need more traffic before a wrong order shows
+POLICY_WEIGHT = {"lineage": 2, "multi_lru": 2, "lru": 2, "unordered": 1}
+
+
+def config_from(
+    x: int, profile: str, policies: Sequence[str], *, max_capacity: int = 16, block_size: int = 4
+) -> ManagerConfig:
+    """The configuration packed in ``x`` (0: the smallest capacity, dp_rank 0,
+    the first policy)."""
+    d = Digits(x)
+    cap_hi = max(1, min(16, max_capacity))
+    cap_lo = min(4, cap_hi)
+    capacity = cap_lo + d.take(cap_hi - cap_lo + 1)
+    dp_rank = (0, 2)[d.take(2)]
+    weighted = [p for p in policies for _ in range(POLICY_WEIGHT.get(p, 1))]
+    eviction = weighted[d.take(len(weighted))]
+    return ManagerConfig(
+        profile=profile,  # type: ignore[arg-type]
+        capacity=capacity,
+        block_size=block_size,
+        dp_rank=dp_rank,
+        eviction=eviction,  # type: ignore[arg-type]
+    )
+
+
 @functools.lru_cache(maxsize=64)
 def configs(
     profile: str,
@@ -520,14 +559,8 @@ def configs(
     block_size: int = 4,
 ) -> st.SearchStrategy[ManagerConfig]:
     """Manager configurations with small capacities (4..16), so that eviction
-    and exhaustion happen often; the policy is drawn per example."""
-    cap_hi = max(1, min(16, max_capacity))
-    cap_lo = min(4, cap_hi)
-    return st.builds(
-        ManagerConfig,
-        profile=st.just(profile),
-        capacity=st.integers(cap_lo, cap_hi),
-        block_size=st.just(block_size),
-        dp_rank=st.sampled_from([0, 2]),
-        eviction=st.sampled_from(list(policies)),
+    and exhaustion happen often; the policy is drawn per example. One integer
+    draw, mapped (cheap for Hypothesis, and it shrinks toward capacity 4)."""
+    return st.integers(0, 2**16 - 1).map(
+        lambda x: config_from(x, profile, policies, max_capacity=max_capacity, block_size=block_size)
     )

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from kvspec.adapters.reference.adapter import ReferenceImplementation
 from kvspec.conformance.failures import ConformanceFailure
 from kvspec.conformance.lockstep import Lockstep, parent_hints, run_ops, use_placed

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from kvspec.adapters.reference.adapter import outcome_of
 from kvspec.conformance.traffic import (
     BRANCH,
