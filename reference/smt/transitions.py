@@ -51,6 +51,7 @@ def registry_lookup(S: State, h: Term) -> z3.BoolRef:
     """Is block ``h`` registered in G1 (active or inactive)?"""
     return S.is_registered(h)
 
+
 #: caller contracts (spec/INVARIANTS.md): only INV-ANCHOR needs them
 ASSUME_PARENT_REGISTERED = "ASSUME-PARENT-REGISTERED"
 ASSUME_SWAPIN_PARENT_HELD = "ASSUME-SWAPIN-PARENT-HELD"
