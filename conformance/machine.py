@@ -29,6 +29,7 @@ registered group whose capabilities the adapter declares; the modules in
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import re
 import types
@@ -41,7 +42,7 @@ from typing import Any, ClassVar
 from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
-from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_state_machine_as_test
 
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.errors import AdapterError
@@ -165,9 +166,11 @@ class LockstepMachine(RuleGroup, RuleBasedStateMachine, register=False):
              "root_first")
     #: kinds on in every example (the rest are drawn per example: swarm testing)
     always: ClassVar[frozenset[str]] = frozenset({"admit"})
-    #: an AdapterError (crash, hang, garbage) of an earlier example of this
-    #: class: later examples raise it at once instead of starting the
-    #: adapter again, so that shrinking a transport failure takes no time
+    #: the first AdapterError (crash, hang, garbage on a pipe) of a run. It is
+    #: not raised inside Hypothesis: shrinking it would restart a broken
+    #: process (or wait out a hang) hundreds of times. The machine stops
+    #: touching the adapter, later examples do nothing, and ``run_machine``
+    #: raises it, with the operations that led to it, once Hypothesis is done.
     adapter_failure: ClassVar[AdapterError | None] = None
 
     def __init__(self) -> None:
@@ -220,12 +223,15 @@ class LockstepMachine(RuleGroup, RuleBasedStateMachine, register=False):
     def open(self, data: Any) -> None:
         """Draw the configuration and the swarm set, start the implementation."""
         cls = type(self)
-        if cls.adapter_failure is not None:
-            raise cls.adapter_failure
         config = data.draw(cls.config_strategy(), label="config")
         config = self.configure(config, data)
         swarm = data.draw(cls.swarm_strategy(), label="enabled kinds")
-        self.start(config, swarm)
+        if cls.adapter_failure is not None:
+            return  # the adapter already failed in this run: do nothing (see adapter_failure)
+        try:
+            self.start(config, swarm)
+        except AdapterError as e:
+            self._halt(e)
 
     def start(self, config: ManagerConfig, swarm: frozenset[str]) -> None:
         """Open the implementation with ``config`` and enable ``swarm`` (plus
@@ -234,11 +240,7 @@ class LockstepMachine(RuleGroup, RuleBasedStateMachine, register=False):
         s = self.setup
         self.enabled = frozenset(swarm) | self.always
         self._actions = [a for a in self.all_actions() if a.kind in self.enabled]
-        try:
-            self.impl = open_implementation(s.manifest, s.adapter_dir, config)
-        except AdapterError as e:
-            type(self).adapter_failure = e
-            raise
+        self.impl = open_implementation(s.manifest, s.adapter_dir, config)
         self.check = Lockstep(
             self.impl, config, adapter=s.manifest.name, replay_path=s.replay_path, protocol_only=s.protocol_only
         )
@@ -283,16 +285,26 @@ class LockstepMachine(RuleGroup, RuleBasedStateMachine, register=False):
         try:
             expected = self.check.step(planned.op)
         except AdapterError as e:
-            type(self).adapter_failure = e
-            raise
+            self._halt(e)
+            raise _Halted from e
         planned.commit(expected, before)
         self.steps += 1
         self.after_step(planned, expected)
         return expected
 
+    def _halt(self, e: AdapterError) -> None:
+        """Record the run's first adapter failure; this machine stops here."""
+        cls = type(self)
+        if cls.adapter_failure is None:
+            cls.adapter_failure = e
+        self.traffic = None
+
     def teardown(self) -> None:
         if self.impl is not None:
-            self.impl.close()
+            try:
+                self.impl.close()
+            except AdapterError as e:
+                self._halt(e)
         STATS["steps"] += self.steps
         STATS["examples"] += 1
         if self.check is None:
@@ -324,12 +336,15 @@ class LockstepMachine(RuleGroup, RuleBasedStateMachine, register=False):
         One rule instead of one per action: Hypothesis's rule selection and
         per-argument draws cost more than the lockstep check itself, and
         choosing here lets the swarm set and the weights shape the mix."""
+        if self.traffic is None:
+            return  # halted by an adapter failure
         d = Digits(x)
         ready = [a for a in self._actions if a.ready(self)]
         pick = d.take(sum(a.weight for a in ready))  # admit is always ready
         for a in ready:
             if pick < a.weight:
-                self.run(a.fn(self, d))
+                with contextlib.suppress(_Halted):  # the adapter failed: recorded, stop
+                    self.run(a.fn(self, d))
                 return
             pick -= a.weight
 
@@ -407,6 +422,22 @@ class LockstepMachine(RuleGroup, RuleBasedStateMachine, register=False):
         kind = d.take(len(self.t.invalid_kinds))
         req = d.take(64)
         return self.t.invalid(kind, d.branches(1, MAX_PATH), req)
+
+
+class _Halted(Exception):
+    """Unwinds an action after the adapter failed (see adapter_failure)."""
+
+
+def run_machine(cls: type[LockstepMachine], settings: Any = None) -> None:
+    """Run the machine under Hypothesis; then raise the adapter failure it
+    recorded, if any (conformance failures are raised, shrunk, by Hypothesis)."""
+    cls.adapter_failure = None
+    try:
+        run_state_machine_as_test(cls, settings=settings)
+    finally:
+        failure, cls.adapter_failure = cls.adapter_failure, None
+    if failure is not None:
+        raise failure
 
 
 def _slug(text: str) -> str:

@@ -24,9 +24,8 @@ from typing import Any
 
 import pytest
 from hypothesis import Phase, settings
-from hypothesis.stateful import run_state_machine_as_test
 
-from kvspec.conformance.machine import MachineSetup, machine_class, replay_path_for
+from kvspec.conformance.machine import MachineSetup, machine_class, replay_path_for, run_machine
 from kvspec.conformance.manifest import Manifest
 from kvspec.spec.profiles import profile as get_profile
 
@@ -90,7 +89,7 @@ def test_lockstep(
 ) -> None:
     """Results, errors, events and counters equal the model's at every step."""
     setup = _setup(request, kvspec_manifest, kvspec_adapter_dir, profile, kvspec_record_rule)
-    run_state_machine_as_test(machine_class(setup), settings=_settings(kvspec_manifest, profile, share=1))
+    run_machine(machine_class(setup), settings=_settings(kvspec_manifest, profile, share=1))
 
 
 @pytest.mark.kvspec_rules(*PROTOCOL_RULES)
@@ -103,4 +102,4 @@ def test_router_view_matches_model(
     """Protocol only: the router view of the implementation's stream breaks no
     rule the profile keeps and holds exactly the blocks the model announced."""
     setup = _setup(request, kvspec_manifest, kvspec_adapter_dir, profile, kvspec_record_rule, protocol_only=True)
-    run_state_machine_as_test(machine_class(setup), settings=_settings(kvspec_manifest, profile, share=10))
+    run_machine(machine_class(setup), settings=_settings(kvspec_manifest, profile, share=10))
