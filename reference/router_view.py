@@ -20,10 +20,22 @@ by default): the parent must be stored in that tier when the Stored arrives,
 and, where the caller knows the true lineage (``expect_parent``), it must be
 exactly the block before the event's first block. REMOVE-NO-ORPHAN is strict
 and off unless ``strict=True``.
+
+Transfer timing (G2-STORE-ON-COMPLETE), only where time is observable: a
+caller that knows the manager's clock (the lockstep checker, on every Tick)
+calls ``enable_timing(min_transfer_ms)`` and then ``observe_time(now_ms)``;
+each event is stamped with the clock as last observed. A device Removed of a
+block starts its offload; a host-pinned Stored of that block is flagged if
+it arrives before that start plus the minimum transfer time of one block, or
+if no device Removed of the block could have started it. Each host-pinned
+Stored is paired with the earliest unpaired device Removed of its block, so
+the check never flags a stream some transfer order could produce. A view
+that is never given a clock (a recorded log without timestamps) skips it.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -99,6 +111,7 @@ class RouterView:
         self.violations: list[Violation] = []
         self.expected_parents: dict[int, int | None] = {}
         self.index = 0
+        self._timing: _Timing | None = None
 
     # ------------------------------------------------------------------ state
     def _source(self, key: Source) -> _Source:
@@ -171,6 +184,8 @@ class RouterView:
             tier.copies.clear()
             tier.parent_of.clear()
             tier.children.clear()
+        if self._timing is not None:
+            out.extend(self._check_timing(ev, key))
         self.index += 1
         return out
 
@@ -286,3 +301,83 @@ class RouterView:
                         )
                     )
         return out
+
+
+    # ------------------------------------------------------ transfer timing
+    def enable_timing(self, min_transfer_ms: float, now_ms: float = 0.0, *, from_start: bool | None = None) -> None:
+        """Check G2-STORE-ON-COMPLETE against the clock from now on.
+
+        ``min_transfer_ms``: the least time one block's G1 -> G2 transfer can
+        take (``OffloadConfig.transfer_ms()``; 0 for instant transfers, which
+        still need the device Removed first). ``from_start``: no device
+        Removed was applied before this call (default: no event was), so a
+        host-pinned Stored with no device Removed before it is flagged;
+        otherwise such a Stored is skipped (its transfer may predate the clock)."""
+        if min_transfer_ms < 0:
+            raise ValueError("min_transfer_ms must be >= 0")
+        self._timing = _Timing(
+            float(min_transfer_ms), float(now_ms), self.index == 0 if from_start is None else from_start
+        )
+
+    def observe_time(self, now_ms: float) -> None:
+        """The manager's clock is now ``now_ms``: events applied from here on
+        happen at that time. A time earlier than the last one is ignored (the
+        manager's clock does not go back either, TIME-MONOTONIC)."""
+        t = self._timing
+        if t is not None and now_ms > t.now_ms:
+            t.now_ms = float(now_ms)
+
+    @property
+    def now_ms(self) -> float | None:
+        """The clock as last observed (None: timing is not observable)."""
+        return None if self._timing is None else self._timing.now_ms
+
+    def _check_timing(self, ev: KvEvent, key: Source) -> list[Violation]:
+        t = self._timing
+        assert t is not None
+        out: list[Violation] = []
+        if ev.storage_tier == "device" and isinstance(ev.data, Removed):
+            for h in ev.data.removed.block_hashes:
+                t.started.setdefault((key, h), deque()).append(t.now_ms)
+        elif ev.storage_tier == "host_pinned" and isinstance(ev.data, Stored):
+            for b in ev.data.stored.blocks:
+                q = t.started.get((key, b.block_hash))
+                if not q:
+                    if t.from_start:
+                        out.append(self._flag(
+                            RuleId.G2_STORE_ON_COMPLETE,
+                            f"host-pinned Stored of block {b.block_hash} at {t.now_ms} ms, but no device "
+                            "Removed of it started a transfer",
+                            ev, key, block=b.block_hash, now_ms=t.now_ms,
+                        ))
+                    continue
+                start = q.popleft()
+                if not q:
+                    del t.started[(key, b.block_hash)]
+                earliest = start + t.min_transfer_ms
+                if t.now_ms + _TIME_EPS * max(1.0, abs(earliest)) < earliest:
+                    out.append(self._flag(
+                        RuleId.G2_STORE_ON_COMPLETE,
+                        f"host-pinned Stored of block {b.block_hash} at {t.now_ms} ms: its transfer started "
+                        f"at {start} ms (device Removed) and takes at least {t.min_transfer_ms} ms",
+                        ev, key, block=b.block_hash, now_ms=t.now_ms, transfer_started_ms=start,
+                        earliest_completion_ms=earliest,
+                    ))
+        return out
+
+
+#: slack for clocks computed another way (e.g. seconds times 1000)
+_TIME_EPS = 1e-9
+
+
+@dataclass(slots=True)
+class _Timing:
+    """The clock of a timed view and the transfers its stream has started."""
+
+    min_transfer_ms: float
+    now_ms: float
+    #: every device Removed since the stream began was seen with a time
+    from_start: bool
+    #: (source, block) -> times of its device Removed not yet paired with a
+    #: host-pinned Stored, oldest first
+    started: dict[tuple[Source, int], deque[float]] = field(default_factory=dict)
