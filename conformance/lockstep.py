@@ -37,6 +37,7 @@ the model's but must still keep a router's view right.
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from collections import Counter
@@ -166,6 +167,7 @@ class Lockstep:
         self.model = make_model(config)
         self.profile: Profile = profile(config.profile)
         self.view = self._new_view()
+        #: the model's stream's view (protocol-only mode; see _check_stream)
         self.model_view = self._new_view()
         self.stored_first = self.profile.removed_timing == "after_stored"
         self.tiers = ["device", "host_pinned"] if config.offload is not None else ["device"]
@@ -256,11 +258,12 @@ class Lockstep:
             d = result_divergence(exp.result, act.result, op)
             if d is not None:
                 return d
-        d = self._check_stream(op, exp, act)
+        same_events = act.events == exp.events
+        d = self._check_stream(op, exp, act, same_events)
         if d is not None:
             return d
         if not self.protocol_only:
-            if act.events != exp.events:
+            if not same_events:
                 d = event_divergence(exp.events, act.events, op)
                 if d is not None:
                     return d
@@ -299,20 +302,31 @@ class Lockstep:
             rid = RuleId.PROMOTE_EXISTING if op.seq_hash in registered else RuleId.PROMOTE_NEW
         return Divergence(rid, d.what, d.expected, d.actual)
 
-    def _check_stream(self, op: Any, exp: StepOutcome, act: StepOutcome) -> Divergence | None:
-        for h, parent in parent_hints(op):
+    def _check_stream(self, op: Any, exp: StepOutcome, act: StepOutcome, same_events: bool) -> Divergence | None:
+        """Both streams through router views in the same state; violations of
+        the implementation's that the model's stream does not share fail.
+
+        In full mode every earlier step had identical events, so the model's
+        view would be in the same state as the implementation's: one view
+        suffices while the events agree (then every violation is shared), and
+        a copy taken before this step stands in for the model's otherwise. In
+        protocol-only mode the streams may differ, so the model keeps its own
+        view throughout."""
+        hints = list(parent_hints(op))
+        for h, parent in hints:
             self.view.expect_parent(h, parent)
-            self.model_view.expect_parent(h, parent)
+        if self.protocol_only:
+            model_view = self.model_view
+            for h, parent in hints:
+                model_view.expect_parent(h, parent)
+        elif same_events:
+            self._excuse(self.view.apply_batch(act.events, stored_first=self.stored_first))
+            return None
+        else:
+            model_view = copy.deepcopy(self.view)
         got = self.view.apply_batch(act.events, stored_first=self.stored_first)
-        known = self.model_view.apply_batch(exp.events, stored_first=self.stored_first)
-        policy = self.config.eviction
-        for v in known:
-            if self.profile.known_break(v.rule, policy) is None:
-                # not in the profile's table: a consequence of an earlier known
-                # break (a wrong parent corrupts the router's lineage, so a
-                # later Removed orphans). Excused like a known break, counted.
-                self.cascaded_breaks[str(v.rule)] += 1
-        pool = Counter(v.rule for v in known)
+        known = model_view.apply_batch(exp.events, stored_first=self.stored_first)
+        pool = self._excuse(known, count=False)
         for v in got:
             if pool[v.rule] > 0:
                 pool[v.rule] -= 1
@@ -320,6 +334,20 @@ class Lockstep:
                 continue
             return self._violation_divergence(v, exp, act, op)
         return None
+
+    def _excuse(self, known: list[Violation], *, count: bool = True) -> Counter[RuleId]:
+        """Violations of the model's own stream: the profile's known breaks.
+        Returns them by rule (and counts them as coverage when ``count``)."""
+        policy = self.config.eviction
+        for v in known:
+            if self.profile.known_break(v.rule, policy) is None:
+                # not in the profile's table: a consequence of an earlier known
+                # break (a wrong parent corrupts the router's lineage, so a
+                # later Removed orphans). Excused like a known break, counted.
+                self.cascaded_breaks[str(v.rule)] += 1
+            if count:
+                self.known_breaks[str(v.rule)] += 1
+        return Counter(v.rule for v in known)
 
     def _violation_divergence(self, v: Violation, exp: StepOutcome, act: StepOutcome, op: Any) -> Divergence:
         """A router-view violation of the implementation's stream. Its rule is

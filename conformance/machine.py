@@ -313,6 +313,11 @@ class LockstepMachine(RuleGroup, RuleBasedStateMachine, register=False):
         if record is not None:
             for r, n in self.check.coverage.items():
                 record(str(r), n)
+            profile = self.setup.profile
+            for r, n in self.check.known_breaks.items():
+                record(f"{r} (known break, {profile})", n)
+            for r, n in self.check.cascaded_breaks.items():
+                record(f"{r} (cascade of a known break, {profile})", n)
         if currently_in_test_context():
             for r in self.check.coverage:
                 event(f"rule {r}")
