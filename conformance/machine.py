@@ -241,10 +241,12 @@ class LockstepMachine(RuleGroup, RuleBasedStateMachine, register=False):
         self.enabled = frozenset(swarm) | self.always
         self._actions = [a for a in self.all_actions() if a.kind in self.enabled]
         self.impl = open_implementation(s.manifest, s.adapter_dir, config)
+        caps = s.manifest.capabilities
         self.check = Lockstep(
-            self.impl, config, adapter=s.manifest.name, replay_path=s.replay_path, protocol_only=s.protocol_only
+            self.impl, config, adapter=s.manifest.name, replay_path=s.replay_path, protocol_only=s.protocol_only,
+            event_token_ids=caps.event_token_ids,
         )
-        self.traffic = Traffic(config, partial_blocks=s.manifest.capabilities.partial_blocks)
+        self.traffic = Traffic(config, partial_blocks=caps.partial_blocks, promote=caps.promote)
 
     @classmethod
     def policies(cls) -> list[str]:

@@ -122,6 +122,7 @@ def replay(rf: ReplayFile, impl_dir: Path, *, protocol_only: bool | None = None)
             adapter=manifest.name,
             replay_path=None,
             protocol_only=rf.protocol_only if protocol_only is None else protocol_only,
+            event_token_ids=manifest.capabilities.event_token_ids,
         )
         for i, op in enumerate(rf.ops):
             try:

@@ -209,7 +209,7 @@ INVALID_KINDS: dict[str, tuple[RuleId, tuple[str, ...]]] = {
 class Traffic:
     """The scheduler side of the machine: the token tree and the requests."""
 
-    def __init__(self, config: ManagerConfig, *, partial_blocks: bool = True) -> None:
+    def __init__(self, config: ManagerConfig, *, partial_blocks: bool = True, promote: bool = True) -> None:
         self.config = config
         self.profile = config.profile
         self.legacy = config.profile == "legacy"
@@ -218,7 +218,10 @@ class Traffic:
         self.requests: list[Request] = []
         self._next_rid = 0
         self._next_uuid = 0
-        self.invalid_kinds = [k for k, (_, profs) in INVALID_KINDS.items() if self.profile in profs]
+        self.invalid_kinds = [
+            k for k, (_, profs) in INVALID_KINDS.items()
+            if self.profile in profs and (promote or k != "promote_unknown")
+        ]
 
     # ---------------------------------------------------------------- helpers
     def _uuid(self) -> str:

@@ -344,3 +344,20 @@ def test_counters_of_a_rejected_step_are_compared_with_the_state_before() -> Non
     exp = ls.step(deref(9))
     assert exp.error is not None and exp.error.rule == "DEREF-UNKNOWN"
     assert exp.counters == Counters(active_blocks=2, active_refs=2, inactive_blocks=0, free_blocks=2)
+
+
+def test_an_implementation_without_event_token_ids_is_compared_without_them() -> None:
+    config = cfg()
+
+    def strip() -> Tweaked:
+        return tweaked(config, lambda op, o: replace(o, events=[
+            e.model_copy(update={"block_token_ids": None}) for e in o.events]))
+
+    toks = [[1, 2, 3, 4] * 4]
+    from kvspec.spec.hashing import local_block_hash
+
+    op = Use(blocks=[FullBlock(full=7)], local_hashes=[local_block_hash(toks[0])], plhs=[Plh(hash=7)],
+             token_ids=toks)
+    assert _fail(config, strip(), [op]).rule == RuleId.STORE_NEW_ONLY  # token ids are part of the event
+    ls = Lockstep(strip(), config, adapter="no-token-ids", event_token_ids=False)
+    assert ls.step(op).events[0].block_token_ids is None

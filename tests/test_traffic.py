@@ -231,3 +231,8 @@ def test_configs_are_small_and_cover_the_policies() -> None:
 
     check()
     assert seen == {"lineage", "lru"}
+
+
+def test_no_promote_capability_means_no_promote_in_invalid_traffic() -> None:
+    assert "promote_unknown" in Traffic(ManagerConfig(capacity=4)).invalid_kinds
+    assert "promote_unknown" not in Traffic(ManagerConfig(capacity=4), promote=False).invalid_kinds
