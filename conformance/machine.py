@@ -1,30 +1,39 @@
 """The lockstep state machine: Hypothesis drives an implementation and the model.
 
-``LockstepMachine`` is a ``RuleBasedStateMachine`` whose rules are the
-scheduler actions of ``conformance/traffic.py`` (admit, extend, promote,
-finish, preempt, re-admit, destroy, invalid operations). Every operation goes
-through ``conformance/lockstep.py``, which checks the implementation against
-the model after each step and raises ``ConformanceFailure`` at the first
-divergence. Hypothesis then shrinks the sequence, and the final (shrunk) run
-writes the replay file.
+``LockstepMachine`` is a ``RuleBasedStateMachine`` with one rule, ``step``:
+each step draws one integer, whose lowest digit picks a scheduler action
+(admit, extend, promote, finish, preempt, re-admit, fork, destroy, invalid
+operations; ``conformance/traffic.py``) among those enabled and ready, and
+whose other digits are the action's arguments. One rule rather than one per
+action because Hypothesis's rule selection and per-argument draws cost more
+than the lockstep check itself. Every operation goes through
+``conformance/lockstep.py``, which checks the implementation against the
+model and raises ``ConformanceFailure`` at the first divergence; Hypothesis
+shrinks the sequence, and its final (shrunk) run writes the replay file.
 
-Per example the machine draws a configuration (small capacity, the policy
-among those the adapter and the profile share, a dp_rank) and a set of
-enabled rule kinds (swarm testing: some examples never finish a request,
-others never promote, ...), so that each kind of bug meets the traffic that
-shows it. A run reports how often each rule id was exercised through
-``hypothesis.event`` (``--hypothesis-show-statistics``) and the plugin's
-rule counter (the ``kvspec: rules exercised`` summary).
+Per example the machine draws a configuration (capacity 4..16, the policy
+among those the adapter and the profile share, weighted toward the subtle
+ones, a dp_rank) and a set of enabled kinds (swarm testing: some examples
+never finish a request, others never promote, some release root first), so
+that each kind of bug meets the traffic that shows it. A run reports how
+often each rule id was exercised (and each known break of the profile
+seen) through the plugin's rule counter (the ``kvspec: rules exercised``
+summary) and ``hypothesis.event``.
 
-Extra rule groups. A module can add rules (for example tick to the next
-deadline, tick to a later time, swap-in for the offload tier) by
-subclassing ``RuleGroup`` with ``@rule`` methods whose preconditions call
-``self.on(kind)``, declaring the swarm ``kinds`` it adds, the adapter
-capabilities it ``requires`` and the ``profiles`` it applies to, and
-overriding the cooperative hooks ``configure`` (e.g. attach an
-``OffloadConfig``) and ``after_step``. ``machine_class`` mixes in every
-registered group whose capabilities the adapter declares; the modules in
-``GROUP_MODULES`` are imported (if present) so that their groups register.
+A transport failure (``AdapterError``) is not shrunk: see
+``LockstepMachine.adapter_failure`` and ``run_machine``.
+
+Extra rule groups. A module adds actions (for example tick to the next
+deadline, tick later, swap-in for the offload tier) by subclassing
+``RuleGroup`` with methods decorated ``@action(kind, weight=, ready=)``
+that take the packed argument as ``Digits`` and return a ``Planned``
+operation; it declares the swarm ``kinds`` it adds, the adapter
+capabilities it ``requires`` and the ``profiles`` it applies to, and may
+override the cooperative hooks ``configure`` (attach an ``OffloadConfig``),
+``kind_available``, ``start``, ``run`` and ``after_step``. ``machine_class``
+mixes in every registered group whose capabilities the adapter declares;
+the modules in ``GROUP_MODULES`` are imported (if present) so that their
+groups register.
 """
 
 from __future__ import annotations
