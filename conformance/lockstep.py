@@ -11,8 +11,9 @@ both keep the same state. It then compares, in this order:
    one the model accepts must not be rejected;
 2. the result (value and status);
 3. the event stream as a router sees it: the implementation's events go into
-   a strict ``RouterView``, the model's into a second one, both told the true
-   parent of every block of the operation (``expect_parent``). A violation the
+   a strict ``RouterView``, the model's into a second one in the same state
+   (in full mode, a copy made only when the streams differ), both told the
+   true parent of every block of the operation (``expect_parent``). A violation the
    implementation's stream produces and the model's does not at the same step
    is a failure; one both produce is a known break of the profile
    (``spec/profiles.py``), counted as coverage (``known_breaks``; those the
