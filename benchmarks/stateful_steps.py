@@ -13,9 +13,12 @@ JSON-lines protocol (adapters/reference_jsonl, children reused across
 examples as the plugin does):
 
 - ``checker``: the machine's actions driven by a seeded random stream,
-  without Hypothesis: what the lockstep check itself costs;
+  without Hypothesis: what the lockstep check itself costs (plain kvbm
+  configurations: the rule groups' ``configure`` hooks draw from Hypothesis,
+  so no offload tier is attached here);
 - ``machine``: the same machine run by Hypothesis (``generate`` phase only,
-  derandomized): what the suite pays per step, Hypothesis's engine included;
+  derandomized): what the suite pays per step, Hypothesis's engine and every
+  mixed-in rule group (the offload tier's ticks and swap-ins) included;
 - ``hypothesis floor`` (in-process only): a state machine whose one rule
   does nothing, for scale: Hypothesis's own cost per step on this machine.
 
