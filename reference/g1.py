@@ -193,7 +193,7 @@ class G1Model:
             self.counters(),
             tuple(sorted(self.touches.items())),
             self.now,
-            tuple((e.seq, plh_id(e.plh), e.parent_hash, e.local_hash, _tokens_key(e.token_ids)) for e in self.g2.values()),
+            tuple(_entry_key(e) for e in self.g2.values()),
             tuple((t.deadline, t.order, t.kind, _payload_key(t)) for t in sorted(self.pending)),
             tuple(sorted(self._link_free.items())),
         )
@@ -738,9 +738,13 @@ def _tokens_key(toks: list[int] | None) -> tuple[int, ...] | None:
     return None if toks is None else tuple(toks)
 
 
+def _entry_key(e: G2Entry) -> Any:
+    return (e.seq, plh_id(e.plh), e.parent_hash, e.local_hash, _tokens_key(e.token_ids))
+
+
 def _payload_key(t: Transfer) -> Any:
     """What a pending transfer carries, as a comparable value (fingerprint)."""
     p = t.payload
     if isinstance(p, G2Entry):
-        return (p.seq, plh_id(p.plh), p.parent_hash, p.local_hash, _tokens_key(p.token_ids))
+        return _entry_key(p)
     return (tuple((seq, plh_id(plh)) for seq, plh, _ in p.blocks), p.parent, p.slots)

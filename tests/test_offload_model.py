@@ -300,7 +300,9 @@ class OffloadModelMachine(RuleBasedStateMachine):
         for b in anchors:
             del self.view.expected_parents[b]
 
-    @precondition(lambda self: self.model is not None and len(self.requests) < 4 and bool(self.m.registered("host_pinned")))
+    @precondition(
+        lambda self: self.model is not None and len(self.requests) < 4 and bool(self.m.registered("host_pinned"))
+    )
     @rule(pick=st.integers(0, 63), node=st.sampled_from(sorted(PARENT)), shift=st.sampled_from([0, 0, 1, -1]),
           from_g2=st.sampled_from([True, True, False]))
     def swap_in(self, pick: int, node: int, shift: int, from_g2: bool) -> None:
