@@ -657,9 +657,9 @@ class G1Model:
         and reserve one G1 slot per block before anything else (free slots
         first, then evictions, which with an offload tier block the swap-in
         like a Use); on success queue one onboard transfer for the prefix."""
+        self._validate_swap_in(op)
         if self.offload is None:
             return Step(OpResult(value=0, status="no_hits"), [])
-        self._validate_swap_in(op)
         prefix: list[tuple[int, Plh, G2Entry]] = []
         for blk in op.blocks:
             g2 = self.g2.get(blk.seq_hash)

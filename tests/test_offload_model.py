@@ -467,3 +467,69 @@ def test_mutant_catalogue_has_offload_mutants() -> None:
     ids = {m.id for m in _offload_mutants()}
     assert {"slot_released_at_enqueue", "g2_stored_at_enqueue", "device_removed_at_completion",
             "swapin_registers_present", "tick_backwards_applied"} <= ids
+
+
+# ------------------------------------------------------------ swap-in validation
+def _offloaded_model(offload: bool = True) -> G1Model:
+    """Block 1 in G2 (offloaded from a one-slot G1); block 5 active in G1."""
+    off = OffloadConfig(num_g2_blocks=2, block_size_bytes=0) if offload else None
+    m = G1Model(ManagerConfig(capacity=2 if offload else 1, block_size=BS, offload=off))
+    if offload:
+        m.apply(Use(blocks=[FullBlock(full=1)], plhs=[Plh(hash=1)]))
+        m.apply(Deref(blocks=[FullBlock(full=1)]))
+        m.apply(Use(blocks=[FullBlock(full=5)], plhs=[Plh(hash=5)]))
+        m.apply(Use(blocks=[FullBlock(full=6)], plhs=[Plh(hash=6)]))  # evicts 1: offload
+        m.apply(Tick(now_ms=0.0))
+        assert m.registered("host_pinned") == {1}
+    else:
+        m.apply(Use(blocks=[FullBlock(full=5)], plhs=[Plh(hash=5)]))
+    return m
+
+
+@pytest.mark.parametrize("offload", [True, False])
+def test_swap_in_conflicting_with_g1_is_rejected_and_changes_nothing(offload: bool) -> None:
+    m = _offloaded_model(offload)
+    fp = m.fingerprint()
+    with pytest.raises(InvalidOperation) as ei:
+        m.apply(SwapIn(blocks=[SwapInBlock(seq_hash=5, plh=Plh(hash=5, parent=4, position=1))]))
+    assert ei.value.rule == RuleId.USE_VALIDATE
+    assert m.fingerprint() == fp
+
+
+def test_swap_in_conflicting_with_g2_is_rejected_and_changes_nothing() -> None:
+    m = _offloaded_model()
+    fp = m.fingerprint()
+    with pytest.raises(InvalidOperation) as ei:
+        m.apply(SwapIn(blocks=[SwapInBlock(seq_hash=1, plh=Plh(hash=1, parent=9, position=1))]))
+    assert ei.value.rule == RuleId.USE_VALIDATE
+    assert m.fingerprint() == fp
+    # the same block under its own lineage hash is swapped in
+    assert m.apply(SwapIn(blocks=[SwapInBlock(seq_hash=1, plh=Plh(hash=1))])).result.status == "scheduled"
+
+
+def test_swap_in_copies_the_g2_metadata_of_when_it_started() -> None:
+    """G2 may evict an entry while it is being copied back; the onboard
+    registers the metadata it read when the swap-in started."""
+    off = OffloadConfig(num_g2_blocks=1, block_size_bytes=1_000_000)
+    m = G1Model(ManagerConfig(capacity=3, block_size=BS, offload=off))
+
+    def use(*seqs: int) -> Any:
+        return m.apply(Use(blocks=[FullBlock(full=s) for s in seqs], plhs=[Plh(hash=s) for s in seqs]))
+
+    m.apply(Use(blocks=[FullBlock(full=1)], local_hashes=[101], plhs=[Plh(hash=1)], token_ids=[[1] * BS]))
+    m.apply(Deref(blocks=[FullBlock(full=1)]))
+    m.apply(Use(blocks=[PartialBlock(partial="a")]))
+    use(2)
+    assert use(3).result.status == "blocked_on_offload"  # 1 leaves G1, due at 1 ms
+    m.apply(Tick(now_ms=1.0))
+    m.apply(Deref(blocks=[FullBlock(full=2)]))
+    assert use(4, 5).result.status == "blocked_on_offload"  # 2 leaves G1, due at 2 ms
+    m.apply(Deref(blocks=[PartialBlock(partial="a")]))
+    assert m.apply(SwapIn(blocks=[SwapInBlock(seq_hash=1, plh=Plh(hash=1))])).result.status == "scheduled"
+    assert m.earliest_deadline() == 2.0
+    step = m.apply(Tick(now_ms=2.0))  # 2's offload (queued first) pushes 1 out of G2, then 1 lands in G1
+    assert [(e.storage_tier, e.kind, e.hashes()) for e in step.events] == [
+        ("host_pinned", "removed", [1]), ("host_pinned", "stored", [2]), ("device", "stored", [1])]
+    stored = step.events[-1]
+    assert stored.block_token_ids == [[1] * BS]
+    assert stored.data.stored.blocks[0].tokens_hash == 101  # type: ignore[union-attr]
