@@ -58,6 +58,7 @@ from .outcome import Step
 from .policies import Policy, make_policy
 
 PlhId = tuple[int, int, int | None]  # (position, hash, parent): the registry key
+_NO_VALUE = OpResult(value=None)
 
 
 def plh_id(p: Plh) -> PlhId:
@@ -78,6 +79,11 @@ class Block:
     #: kvbm seed drops the metadata of a block evicted and re-registered in
     #: one batch); its later eviction then publishes no Removed.
     announced: bool = True
+    #: the registry key, ``plh_id(plh)``, computed once
+    pid: PlhId = (0, 0, None)
+
+    def __post_init__(self) -> None:
+        self.pid = plh_id(self.plh)
 
 
 @dataclass(slots=True)
@@ -217,18 +223,18 @@ class G1Model:
         raise InvalidOperation(RuleId.USE_VALIDATE, f"unknown operation {type(op).__name__}")
 
     # ------------------------------------------------------------- validation
-    def _check_identity(self, seq: int, plh: Plh) -> None:
+    def _check_identity(self, seq: int, plh: Plh, pid: PlhId | None = None) -> None:
+        """A sequence hash names one lineage hash and the other way round."""
+        if pid is None:
+            pid = plh_id(plh)
         b = self.blocks.get(seq)
-        if b is not None and plh_id(b.plh) != plh_id(plh):
+        if b is not None and b.pid != pid:
             raise InvalidOperation(
-                RuleId.USE_VALIDATE,
-                f"block {seq} is registered with lineage hash {plh_id(b.plh)}, not {plh_id(plh)}",
+                RuleId.USE_VALIDATE, f"block {seq} is registered with lineage hash {b.pid}, not {pid}"
             )
-        other = self.by_plh.get(plh_id(plh))
+        other = self.by_plh.get(pid)
         if other is not None and other != seq:
-            raise InvalidOperation(
-                RuleId.USE_VALIDATE, f"lineage hash {plh_id(plh)} belongs to block {other}, not {seq}"
-            )
+            raise InvalidOperation(RuleId.USE_VALIDATE, f"lineage hash {pid} belongs to block {other}, not {seq}")
 
     def _validate_use(self, op: Use) -> None:
         fulls = [b.full for b in op.blocks if isinstance(b, FullBlock)]
@@ -255,8 +261,8 @@ class G1Model:
         seen_pos: set[int] = set()
         batch_ids: dict[PlhId, int] = {}
         for seq, plh in zip(fulls, op.plhs, strict=True):
-            self._check_identity(seq, plh)
-            pid = plh_id(plh)
+            pid = (plh.position, plh.hash, plh.parent)
+            self._check_identity(seq, plh, pid)
             if batch_ids.setdefault(pid, seq) != seq:
                 raise InvalidOperation(
                     RuleId.USE_VALIDATE, f"blocks {batch_ids[pid]} and {seq} share lineage hash {pid} in one batch"
@@ -278,7 +284,7 @@ class G1Model:
         if self.free:
             self.free -= 1
             return True, None
-        victim = self._pick_victim(prefer)
+        victim = self._pick_victim(prefer) if prefer else self.policy.victim()
         if victim is None:
             return False, None
         self._evict(victim)
@@ -300,7 +306,7 @@ class G1Model:
         """Take ``seq`` out of the pool and the registry (its slot is reused)."""
         self.policy.evict(seq)
         b = self.blocks.pop(seq)
-        del self.by_plh[plh_id(b.plh)]
+        del self.by_plh[b.pid]
         self._evicted_meta[seq] = b
 
     # ---------------------------------------------------------------- events
@@ -327,7 +333,7 @@ class G1Model:
     def _register(self, seq: int, plh: Plh, parent: int | None, local: int, toks: list[int] | None) -> Block:
         b = Block(seq, plh, parent, local, toks, owners=1)
         self.blocks[seq] = b
-        self.by_plh[plh_id(plh)] = seq
+        self.by_plh[b.pid] = seq
         self.active_full += 1
         self.refs += 1
         self.touches[seq] = self.touches.get(seq, 0) + 1
@@ -356,13 +362,20 @@ class G1Model:
         placed = 0
         status = "ok"
         fi = 0
+        blocks = self.blocks
+        touches = self.touches
         for ref in op.blocks:
-            if isinstance(ref, FullBlock):
+            if type(ref) is FullBlock:
                 seq, idx = ref.full, fi
                 fi += 1
-                b = self.blocks.get(seq)
-                if b is not None:
-                    self._hit(b)
+                b = blocks.get(seq)
+                if b is not None:  # USE-HIT-ACTIVE / USE-HIT-INACTIVE (inlined _hit: the hot path)
+                    if b.owners == 0:
+                        self.policy.remove(seq)
+                        self.active_full += 1
+                    b.owners += 1
+                    self.refs += 1
+                    touches[seq] = touches.get(seq, 0) + 1
                     anchor = seq
                 else:
                     got, victim = self._take_slot(prefer)
@@ -444,7 +457,7 @@ class G1Model:
             # within one batch is reported Removed although it is back, and its
             # later eviction is reported by nobody.
             again = self.blocks.get(seq)
-            reregistered = again is not None and plh_id(again.plh) == plh_id(meta.plh)
+            reregistered = again is not None and again.pid == meta.pid
             if reregistered or meta.announced:
                 gone.append(seq)
             if reregistered:
@@ -519,34 +532,42 @@ class G1Model:
 
     # ----------------------------------------------------------------- Deref
     def _deref(self, op: Deref) -> Step:
+        # validate the whole batch first (DEREF-UNKNOWN), then apply it in order
+        blocks = self.blocks
         need: dict[int, int] = {}
+        resolved: list[Block | None] = []
         seen_partial: set[str] = set()
         for ref in op.blocks:
-            if isinstance(ref, FullBlock):
-                need[ref.full] = need.get(ref.full, 0) + 1
-                b = self.blocks.get(ref.full)
+            if type(ref) is FullBlock:
+                seq = ref.full
+                n = need[seq] = need.get(seq, 0) + 1
+                b = blocks.get(seq)
                 owners = b.owners if b is not None else 0
-                if need[ref.full] > owners:
+                if n > owners:
                     state = "unknown" if b is None else ("inactive" if owners == 0 else f"held by {owners}")
                     raise InvalidOperation(
-                        RuleId.DEREF_UNKNOWN, f"Deref of full block {ref.full} ({state}) drops more owners than it has"
+                        RuleId.DEREF_UNKNOWN, f"Deref of full block {seq} ({state}) drops more owners than it has"
                     )
+                resolved.append(b)
             else:
-                if ref.partial not in self.partial or ref.partial in seen_partial:
-                    raise InvalidOperation(RuleId.DEREF_UNKNOWN, f"Deref of partial block {ref.partial} that is not held")
-                seen_partial.add(ref.partial)
-        for ref in op.blocks:
-            if isinstance(ref, FullBlock):
-                b = self.blocks[ref.full]
+                uuid = ref.partial  # type: ignore[union-attr]
+                if uuid not in self.partial or uuid in seen_partial:
+                    raise InvalidOperation(RuleId.DEREF_UNKNOWN, f"Deref of partial block {uuid} that is not held")
+                seen_partial.add(uuid)
+                resolved.append(None)
+        self.refs -= len(op.blocks) - len(seen_partial)
+        for ref, b in zip(op.blocks, resolved, strict=True):
+            if b is not None:
                 b.owners -= 1
-                self.refs -= 1
                 if b.owners == 0:
                     self.active_full -= 1
-                    self.policy.insert(b.seq, (b.plh.position, b.plh.hash), b.plh.parent_key(), self.touches[b.seq])
+                    plh = b.plh
+                    parent_key = None if plh.parent is None or plh.position == 0 else (plh.position - 1, plh.parent)
+                    self.policy.insert(b.seq, (plh.position, plh.hash), parent_key, self.touches[b.seq])
             else:
-                del self.partial[ref.partial]
+                del self.partial[ref.partial]  # type: ignore[union-attr]
                 self.free += 1
-        return Step(OpResult(value=None), [])
+        return Step(_NO_VALUE, [])
 
     # --------------------------------------------------------------- Promote
     def _promote(self, op: Promote) -> Step:
