@@ -99,6 +99,8 @@ def _event_rule(
             return RuleId.G2_EVICT
         if isinstance(op, Tick) and one.kind == "removed":
             return RuleId.DEVICE_REMOVE_IMMEDIATE
+        if isinstance(op, Tick) and one.kind == "stored":  # a device Stored in a Tick registers a swap-in
+            return RuleId.SWAPIN_SKIP_PRESENT
         if one.kind == "stored":
             return RuleId.STORE_NEW_ONLY
         if one.kind == "removed":
@@ -121,9 +123,14 @@ def _event_rule(
         return RuleId.EVENT_SOURCE
     if isinstance(exp.data, Stored) and isinstance(act.data, Stored):
         e, a = exp.data.stored, act.data.stored
+        onboard = isinstance(op, Tick) and not host  # the Stored of swapped-in blocks
         if [b.block_hash for b in e.blocks] != [b.block_hash for b in a.blocks]:
+            if onboard:
+                return RuleId.SWAPIN_SKIP_PRESENT
             return RuleId.G2_STORE_ON_COMPLETE if host else RuleId.STORE_NEW_ONLY
         if e.parent_hash != a.parent_hash:
+            if onboard:
+                return RuleId.SWAPIN_ANCHOR
             return RuleId.G2_STORE_ON_COMPLETE if host else RuleId.PARENT_ANCHOR
         if [b.tokens_hash for b in e.blocks] != [b.tokens_hash for b in a.blocks]:
             return RuleId.G2_STORE_ON_COMPLETE if host else RuleId.STORE_TOKENS_HASH
