@@ -284,7 +284,7 @@ class G1Model:
         if self.free:
             self.free -= 1
             return True, None
-        victim = self._pick_victim(prefer) if prefer else self.policy.victim()
+        victim = self._pick_victim(prefer)
         if victim is None:
             return False, None
         self._evict(victim)
@@ -293,6 +293,10 @@ class G1Model:
         return True, victim
 
     def _pick_victim(self, prefer: Collection[int]) -> int | None:
+        """The policy's victim, or the first allowed one the caller prefers.
+        Every eviction goes through here (mutants override it)."""
+        if not prefer:
+            return self.policy.victim()
         allowed = self.policy.allowed()
         if not allowed:
             return None
