@@ -18,11 +18,13 @@ never swap in):
 - ``tick_back``: a Tick earlier than the clock: nothing may change
   (TIME-MONOTONIC);
 - ``swap_in``: a SwapIn of the G2-resident part of a request's path, as a
-  scheduler does it: the blocks a running request has not placed yet,
-  anchored to the last block it holds, or a preempted request's path from
-  the root;
-- ``swap_in`` also races: a request whose swap-in is in flight places
-  those blocks itself (a Use), so that the onboard finds them present;
+  scheduler does it: the blocks a running request has not placed yet (or
+  its next chunk, a child of its last block that G2 holds), anchored to the
+  last block it holds; or, for a preempted request, the rest of its path
+  after it takes back (a Use of hits only) the part G1 still has. The same
+  kind also waits for an in-flight swap-in (a Tick to its deadline), or
+  races it: the request places those blocks itself (a Use), so that the
+  onboard finds them present;
 - ``wait_retry``: a request whose Use was stopped by an offload waits for
   the transfer (a Tick to the earliest deadline) and retries the rest of its
   path (a Use anchored to its last block): Uses that evict under offload
@@ -39,6 +41,12 @@ implementation's stream and of the model's) get the transfer clock
 see every Tick's time before its events, so that a host-pinned Stored
 earlier than its device Removed plus one block's transfer time is flagged as
 G2-STORE-ON-COMPLETE from the stream alone.
+
+The group reads two things beyond the public interfaces, both inside
+kvspec: the reference model's pending transfers (``G1Model.pending``, to
+know when a swap-in is in flight) and the traffic's Use builder
+(``Traffic._use`` / ``_placed``, for the prefix a preempted request takes
+back).
 
 Coverage: besides what the lockstep counts for every step, the group counts
 SWAPIN-ANCHOR (an onboard registered blocks), SWAPIN-SKIP-PRESENT (an
