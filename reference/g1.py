@@ -367,19 +367,13 @@ class G1Model:
         status = "ok"
         fi = 0
         blocks = self.blocks
-        touches = self.touches
         for ref in op.blocks:
             if type(ref) is FullBlock:
                 seq, idx = ref.full, fi
                 fi += 1
                 b = blocks.get(seq)
-                if b is not None:  # USE-HIT-ACTIVE / USE-HIT-INACTIVE (inlined _hit: the hot path)
-                    if b.owners == 0:
-                        self.policy.remove(seq)
-                        self.active_full += 1
-                    b.owners += 1
-                    self.refs += 1
-                    touches[seq] = touches.get(seq, 0) + 1
+                if b is not None:  # USE-HIT-ACTIVE / USE-HIT-INACTIVE
+                    self._hit(b)
                     anchor = seq
                 else:
                     got, victim = self._take_slot(prefer)
