@@ -81,7 +81,9 @@ PROFILES: dict[str, Profile] = {
                 }
             ),
             known_breaks={
-                R.PARENT_ANCHOR: _INTERLEAVE,
+                R.PARENT_ANCHOR: _INTERLEAVE
+                + "; and a swap-in whose parent the caller released before it completed anchors its "
+                "Stored to a block the router saw removed",
                 R.STORE_NO_DUP: (
                     "a block evicted by an earlier allocation of the same batch and then registered "
                     "again is Stored a second time before the batch's Removed names it"
