@@ -32,9 +32,8 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 from pydantic.json_schema import models_json_schema
 
-from kvspec.conformance.manifest import Capabilities
-
 from .config import ManagerConfig, ProfileName
+from .manifest import Capabilities
 from .wire import Operation, StepOutcome, Wire
 
 #: The protocol version this module describes (an integer; see PROTOCOL.md

@@ -19,9 +19,9 @@ SCHEMA_DIR = Path(__file__).parent / "schema"
 
 
 def _schemas() -> dict[str, Callable[[], dict[str, Any]]]:
-    from kvspec.conformance.manifest import Manifest
 
     from .config import ManagerConfig
+    from .manifest import Manifest
     from .protocol import protocol_schema
     from .scenario import Scenario
     from .wire import KvEvent, Operation, StepOutcome
