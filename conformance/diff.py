@@ -26,6 +26,7 @@ from kvspec.spec.wire import (
     Counters,
     Deref,
     Destroy,
+    FullBlock,
     KvEvent,
     OpResult,
     Promote,
@@ -73,16 +74,30 @@ def _ev(e: KvEvent | None) -> str:
     return "(none)" if e is None else e.brief()
 
 
-def event_divergence(expected: list[KvEvent], actual: list[KvEvent], op: Any = None) -> Divergence | None:
-    """The first differing event, with the rule the difference breaks."""
+def event_divergence(
+    expected: list[KvEvent], actual: list[KvEvent], op: Any = None, *, offload: bool = False
+) -> Divergence | None:
+    """The first differing event, with the rule the difference breaks.
+
+    ``offload``: the manager has a G2 tier, so a device Removed missing from
+    the operation that evicted is DEVICE-REMOVE-IMMEDIATE."""
     for i in range(max(len(expected), len(actual))):
         exp = expected[i] if i < len(expected) else None
         act = actual[i] if i < len(actual) else None
         if exp is not None and act is not None and event_to_json(exp) == event_to_json(act):
             continue
-        return Divergence(
-            _event_rule(exp, act, expected, actual, op), f"event {i} of the operation", _ev(exp), _ev(act)
-        )
+        rule = _event_rule(exp, act, expected, actual, op)
+        if isinstance(op, Destroy):
+            rule = RuleId.DESTROY_ACTIVE
+        elif (
+            offload
+            and exp is not None
+            and exp.kind == "removed"
+            and exp.storage_tier == "device"
+            and (act is None or act.kind != "removed")
+        ):
+            rule = RuleId.DEVICE_REMOVE_IMMEDIATE
+        return Divergence(rule, f"event {i} of the operation", _ev(exp), _ev(act))
     return None
 
 
@@ -104,9 +119,6 @@ def _event_rule(
         if one.kind == "stored":
             return RuleId.STORE_NEW_ONLY
         if one.kind == "removed":
-            # a Removed the implementation should have published earlier or later
-            if isinstance(op, Tick) or (exp is None and any(e.kind == "removed" for e in expected)):
-                return RuleId.REMOVE_EXACT
             return RuleId.REMOVE_EXACT
         return RuleId.CLEAR_ALL
     if exp.kind != act.kind:
@@ -145,17 +157,31 @@ def _event_rule(
     return RuleId.EVENT_SOURCE
 
 
-def counters_divergence(expected: Counters | dict[str, int], actual: Counters) -> Divergence | None:
+def counters_divergence(
+    expected: Counters | dict[str, int], actual: Counters, op: Any = None, *, stored: bool | None = None
+) -> Divergence | None:
+    """Differing counters, under the rule of the operation that moved them:
+    quarantine counts under QUARANTINE-HOLD (QUARANTINE-RELEASE in a Tick),
+    a Deref under DEREF-OWNER (DEREF-PARTIAL when it names a partial block and
+    the free slots differ), a
+    Promote under PROMOTE-NEW or PROMOTE-EXISTING (``stored``: whether the
+    spec's outcome published a Stored), anything else under COUNTERS."""
     exp = expected.model_dump() if isinstance(expected, Counters) else dict(expected)
     act = actual.model_dump()
     diff = {k: (v, act.get(k)) for k, v in exp.items() if act.get(k) != v}
     if not diff:
         return None
-    rule = (
-        RuleId.QUARANTINE_HOLD
-        if set(diff) <= {"quarantined_blocks", "active_blocks", "free_blocks"} and ("quarantined_blocks" in diff)
-        else RuleId.COUNTERS
-    )
+    if "quarantined_blocks" in diff:
+        rule = RuleId.QUARANTINE_RELEASE if isinstance(op, Tick) else RuleId.QUARANTINE_HOLD
+    elif isinstance(op, Deref):
+        partial = any(not isinstance(b, FullBlock) for b in op.blocks)
+        rule = RuleId.DEREF_PARTIAL if partial and "free_blocks" in diff else RuleId.DEREF_OWNER
+    elif isinstance(op, Promote):
+        rule = RuleId.PROMOTE_NEW if stored else RuleId.PROMOTE_EXISTING
+    elif isinstance(op, Destroy):
+        rule = RuleId.DESTROY_ACTIVE
+    else:
+        rule = RuleId.COUNTERS
     return Divergence(
         rule,
         "counters " + ", ".join(sorted(diff)),

@@ -236,16 +236,14 @@ class Lockstep:
         self.expected.append(expected)
         self.actual.append(actual)
         self.before = expected.counters
-        div = self._check(op, expected, actual, before, pre_registered)
+        div = self._check(op, expected, actual, before)
         if div is not None:
             self.fail(div)
         self._cover(op, expected, before, pre_registered, pre_owners)
         return expected
 
     # -------------------------------------------------------------- checking
-    def _check(
-        self, op: Any, exp: StepOutcome, act: StepOutcome, before: Any, registered: set[int]
-    ) -> Divergence | None:
+    def _check(self, op: Any, exp: StepOutcome, act: StepOutcome, before: Any) -> Divergence | None:
         if exp.error is not None:
             rid = RuleId(exp.error.rule)
             if act.error is None:
@@ -273,13 +271,14 @@ class Lockstep:
             return d
         if not self.protocol_only:
             if not same_events:
-                d = event_divergence(exp.events, act.events, op)
+                d = event_divergence(exp.events, act.events, op, offload=self.config.offload is not None)
                 if d is not None:
                     return d
             if act.counters != exp.counters:
-                d = counters_divergence(exp.counters, act.counters)
+                stored = any(e.kind == "stored" for e in exp.events)
+                d = counters_divergence(exp.counters, act.counters, op, stored=stored)
                 if d is not None:
-                    return self._counters_rule(d, op, registered)
+                    return d
             if act.earliest_deadline_ms != exp.earliest_deadline_ms:
                 return Divergence(
                     RuleId.TIME_MONOTONIC, "earliest pending deadline",
@@ -296,20 +295,6 @@ class Lockstep:
                     f"router holds {sorted(got)} (missing {sorted(want - got)}, extra {sorted(got - want)})",
                 )
         return None
-
-    @staticmethod
-    def _counters_rule(d: Divergence, op: Any, registered: set[int]) -> Divergence:
-        """Counters that differ after a step with the same result and events
-        point at the operation's own rule when it has one."""
-        if d.rule != RuleId.COUNTERS:
-            return d
-        rid: RuleId = RuleId.COUNTERS
-        if isinstance(op, Deref):
-            partial = any(isinstance(b, PartialBlock) for b in op.blocks)
-            rid = RuleId.DEREF_PARTIAL if partial and "free_blocks" in d.expected else RuleId.DEREF_OWNER
-        elif isinstance(op, Promote):
-            rid = RuleId.PROMOTE_EXISTING if op.seq_hash in registered else RuleId.PROMOTE_NEW
-        return Divergence(rid, d.what, d.expected, d.actual)
 
     def _check_stream(self, op: Any, exp: StepOutcome, act: StepOutcome, same_events: bool) -> Divergence | None:
         """Both streams through router views in the same state; violations of
@@ -365,7 +350,8 @@ class Lockstep:
         orphans a child or names an unannounced block is the symptom) or the
         violated rule is a strict one (REMOVE-NO-ORPHAN): then the event
         diff's rule, the root cause, is reported."""
-        ed = event_divergence(exp.events, act.events, op) if not self.protocol_only else None
+        offload = self.config.offload is not None
+        ed = event_divergence(exp.events, act.events, op, offload=offload) if not self.protocol_only else None
         detail = f"router view: {v}"
         if ed is not None:
             detail += f"\n  first differing event ({ed.what}, rule {ed.rule}):"

@@ -54,11 +54,12 @@ def check_step(scenario: Scenario, index: int, outcome: StepOutcome, before: Cou
         if d is not None:
             return d
     if exp.events is not None:
-        d = event_divergence(exp.events, outcome.events, op)
+        d = event_divergence(exp.events, outcome.events, op, offload=scenario.config.offload is not None)
         if d is not None:
             return d
     if exp.counters is not None:
-        d = counters_divergence(exp.counters, outcome.counters)
+        stored = None if exp.events is None else any(e.kind == "stored" for e in exp.events)
+        d = counters_divergence(exp.counters, outcome.counters, op, stored=stored)
         if d is not None:
             return d
     if exp.earliest_deadline_ms is not None and outcome.earliest_deadline_ms != exp.earliest_deadline_ms:

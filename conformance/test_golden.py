@@ -36,7 +36,7 @@ def _skip_reason(manifest: Manifest, s: Scenario) -> str | None:
 
 
 @pytest.mark.kvspec_rules()
-@pytest.mark.parametrize(("path", "scenario"), SCENARIOS, ids=[p.stem for p, _ in SCENARIOS])
+@pytest.mark.parametrize(("path", "scenario"), SCENARIOS, ids=[f"{p.parent.name}/{p.stem}" for p, _ in SCENARIOS])
 def test_golden_scenario(
     path: Path, scenario: Scenario, kvspec_manifest: Manifest, open_impl: Any, kvspec_record_rule: Any
 ) -> None:
