@@ -76,10 +76,14 @@ def main() -> int:
             dt = time.perf_counter() - t0
             conc_rps.append(len(reqs) / dt)
             conc_eps.append(len(run.events) / dt)
-    print(f"sequential: {statistics.median(seq_rps):.1f} requests/s, {statistics.median(seq_eps):.1f} events/s "
-          f"({SEQUENTIAL} requests per round)")
-    print(f"concurrent: {statistics.median(conc_rps):.1f} requests/s, {statistics.median(conc_eps):.1f} events/s "
-          f"(batches of {BATCH})")
+    print(
+        f"sequential: {statistics.median(seq_rps):.1f} requests/s, {statistics.median(seq_eps):.1f} events/s "
+        f"({SEQUENTIAL} requests per round)"
+    )
+    print(
+        f"concurrent: {statistics.median(conc_rps):.1f} requests/s, {statistics.median(conc_eps):.1f} events/s "
+        f"(batches of {BATCH})"
+    )
     print(f"rust_mocker_throughput: {statistics.median(conc_rps):.1f} requests/s")
     return 0
 

@@ -90,8 +90,13 @@ def machine_run(machine: type[mm.LockstepMachine], seed: int) -> int:
     run_state_machine_as_test(
         machine,
         settings=settings(
-            max_examples=EXAMPLES, stateful_step_count=ACTIONS, phases=[Phase.generate], derandomize=True,
-            database=None, deadline=None, suppress_health_check=list(HealthCheck),
+            max_examples=EXAMPLES,
+            stateful_step_count=ACTIONS,
+            phases=[Phase.generate],
+            derandomize=True,
+            database=None,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
         ),
     )
     return mm.STATS["steps"] - before
@@ -110,8 +115,12 @@ def floor_run(seed: int) -> int:
     run_state_machine_as_test(
         Noop,
         settings=settings(
-            max_examples=EXAMPLES, stateful_step_count=ACTIONS, phases=[Phase.generate], derandomize=True,
-            database=None, deadline=None,
+            max_examples=EXAMPLES,
+            stateful_step_count=ACTIONS,
+            phases=[Phase.generate],
+            derandomize=True,
+            database=None,
+            deadline=None,
         ),
     )
     return Noop.steps - before

@@ -281,8 +281,10 @@ class Lockstep:
                     return d
             if act.earliest_deadline_ms != exp.earliest_deadline_ms:
                 return Divergence(
-                    RuleId.TIME_MONOTONIC, "earliest pending deadline",
-                    exp.earliest_deadline_ms, act.earliest_deadline_ms,
+                    RuleId.TIME_MONOTONIC,
+                    "earliest pending deadline",
+                    exp.earliest_deadline_ms,
+                    act.earliest_deadline_ms,
                 )
         for tier in self.tiers:
             got = self.view.stored(tier, dp_rank=self.config.dp_rank)
@@ -425,9 +427,7 @@ class Lockstep:
 
     # --------------------------------------------------------------- failure
     def _table_note(self, op: Any) -> str:
-        return "operations so far (the last one did not complete):\n" + format_ops(
-            [*self.ops, op], [*self.expected]
-        )
+        return "operations so far (the last one did not complete):\n" + format_ops([*self.ops, op], [*self.expected])
 
     def fail(self, div: Divergence) -> None:
         """Raise the ConformanceFailure for ``div`` (writing the replay file)."""

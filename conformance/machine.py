@@ -171,8 +171,7 @@ class LockstepMachine(RuleGroup, RuleBasedStateMachine, register=False):
     """Scheduler traffic against an implementation and the model, in lockstep."""
 
     setup: ClassVar[MachineSetup]
-    kinds = ("admit", "extend", "promote", "finish", "preempt", "readmit", "fork", "invalid", "destroy",
-             "root_first")
+    kinds = ("admit", "extend", "promote", "finish", "preempt", "readmit", "fork", "invalid", "destroy", "root_first")
     #: kinds on in every example (the rest are drawn per example: swarm testing)
     always: ClassVar[frozenset[str]] = frozenset({"admit"})
     #: the first AdapterError (crash, hang, garbage on a pipe) of a run. It is
@@ -252,7 +251,11 @@ class LockstepMachine(RuleGroup, RuleBasedStateMachine, register=False):
         self.impl = open_implementation(s.manifest, s.adapter_dir, config)
         caps = s.manifest.capabilities
         self.check = Lockstep(
-            self.impl, config, adapter=s.manifest.name, replay_path=s.replay_path, protocol_only=s.protocol_only,
+            self.impl,
+            config,
+            adapter=s.manifest.name,
+            replay_path=s.replay_path,
+            protocol_only=s.protocol_only,
             event_token_ids=caps.event_token_ids,
         )
         self.traffic = Traffic(config, partial_blocks=caps.partial_blocks, promote=caps.promote)

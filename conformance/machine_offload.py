@@ -142,9 +142,7 @@ class OffloadGroup(RuleGroup):
         if isinstance(planned.op, Tick):
             if planned.kind == "tick_back":
                 cov[RuleId.TIME_MONOTONIC] += 1
-            if self._onboard_due and any(
-                e.kind == "stored" and e.storage_tier == "device" for e in expected.events
-            ):
+            if self._onboard_due and any(e.kind == "stored" and e.storage_tier == "device" for e in expected.events):
                 cov[RuleId.SWAPIN_ANCHOR] += 1
             if self._skip_due:
                 cov[RuleId.SWAPIN_SKIP_PRESENT] += 1
@@ -280,8 +278,11 @@ class OffloadGroup(RuleGroup):
 
         return Planned(op, "swap_in", commit)
 
-    @action("wait_retry", weight=2,
-            ready=lambda self: self._offload_on() and self._deadline() is not None and bool(self._retry_candidates()))
+    @action(
+        "wait_retry",
+        weight=2,
+        ready=lambda self: self._offload_on() and self._deadline() is not None and bool(self._retry_candidates()),
+    )
     def wait_retry(self, d: Digits) -> Planned | None:
         """A request stopped short waits for the earliest transfer and
         retries the rest of its path, anchored to its last block."""
@@ -305,7 +306,6 @@ class OffloadGroup(RuleGroup):
         onboard finds them in G1 when it completes (SWAPIN-SKIP-PRESENT)."""
         cands = self._racing()
         return self.t.extend(cands[d.take(64) % len(cands)], [], partial=False)  # type: ignore[attr-defined]
-
 
     @action("swap_in", weight=3, ready=lambda self: self._offload_on() and bool(self._inflight))
     def swap_wait(self, d: Digits) -> Planned | None:

@@ -30,6 +30,7 @@ __all__ = [
     "resolve_adapter_dir",
 ]
 
+
 def _builtin_adapters_dir() -> Path:
     return Path(str(resources.files("kvspec.adapters")))
 

@@ -149,9 +149,7 @@ def pytest_command(name: str, suite: Path, junit: Path, replay_dir: Path, profil
     ]
 
 
-def run_suite(
-    name: str, *, suite: Path, timeout: float, profile: str = "ci", log_dir: Path | None = None
-) -> SuiteRun:
+def run_suite(name: str, *, suite: Path, timeout: float, profile: str = "ci", log_dir: Path | None = None) -> SuiteRun:
     """Run the suite against variant ``name`` in a child process group that
     is killed whole when the run passes ``timeout`` seconds. With ``log_dir``
     the run's output, JUnit report and replay files stay in ``log_dir/name``."""
@@ -212,9 +210,12 @@ def credit(run: SuiteRun, mutant_profiles: Iterable[str], scenario_profiles: dic
     ran = profiles_of_test(run.test, scenario_profiles)
     if ran and not ran & set(mutant_profiles):
         return SuiteRun(
-            run.name, "false_kill", run.seconds, run.test, run.rule,
-            f"killed under {', '.join(sorted(ran))}, where this mutant is the unmutated reference: "
-            f"{run.detail}",
+            run.name,
+            "false_kill",
+            run.seconds,
+            run.test,
+            run.rule,
+            f"killed under {', '.join(sorted(ran))}, where this mutant is the unmutated reference: {run.detail}",
         )
     return run
 
@@ -315,19 +316,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
     parser.add_argument("--only", default="", metavar="NAME,...", help="run only these mutants (comma-separated)")
     parser.add_argument("--jobs", type=int, default=2, help="suite runs at a time (default 2)")
-    parser.add_argument(
-        "--timeout", type=float, default=900.0, help="seconds one suite run may take (default 900)"
-    )
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds one suite run may take (default 900)")
     parser.add_argument("--hypothesis-profile", default="ci", help="Hypothesis settings profile (default ci)")
     parser.add_argument(
         "--suite", type=Path, default=None, help="the conformance suite folder (default: the installed one)"
     )
     parser.add_argument(
-        "--log-dir", type=Path, default=None,
+        "--log-dir",
+        type=Path,
+        default=None,
         help="keep each run's pytest output, JUnit report and replay files in LOG_DIR/NAME",
     )
     parser.add_argument(
-        "--skip-sanity", action="store_true",
+        "--skip-sanity",
+        action="store_true",
         help="do not run the unmutated reference first (local debugging only; the result is then not a proof)",
     )
 

@@ -68,7 +68,7 @@ def load_replay(path: Path) -> ReplayFile:
     except json.JSONDecodeError as e:
         raise ReplayFileError(f"{path}:1: header is not JSON: {e}") from e
     if not isinstance(header, dict) or header.get("kvspec_replay") != REPLAY_FORMAT:
-        raise ReplayFileError(f"{path}:1: not a kvspec replay header (want \"kvspec_replay\": {REPLAY_FORMAT})")
+        raise ReplayFileError(f'{path}:1: not a kvspec replay header (want "kvspec_replay": {REPLAY_FORMAT})')
     try:
         config = ManagerConfig.model_validate(header.get("config"))
     except ValidationError as e:
@@ -83,7 +83,7 @@ def load_replay(path: Path) -> ReplayFile:
         except json.JSONDecodeError as e:
             raise ReplayFileError(f"{path}:{n}: not JSON: {e}") from e
         if not isinstance(rec, dict) or "op" not in rec:
-            raise ReplayFileError(f"{path}:{n}: expected an object with an \"op\"")
+            raise ReplayFileError(f'{path}:{n}: expected an object with an "op"')
         try:
             ops.append(parse_operation(rec["op"]))
         except ValidationError as e:

@@ -124,17 +124,33 @@ class RunCheck:
 
 def check_protocol(workload: Workload, events: Sequence[KvEvent], tiers: Sequence[str], out: RunCheck) -> None:
     view = RouterView(
-        mode="copies", strict=False, first_event_id=0, expect_dp_rank=workload.setup.manager.dp_rank,
+        mode="copies",
+        strict=False,
+        first_event_id=0,
+        expect_dp_rank=workload.setup.manager.dp_rank,
         anchored_tiers=("device", "host_pinned"),
     )
     for i, ev in enumerate(events):
         if ev.storage_tier not in tiers:
-            out.add(Finding(R.EVENT_SOURCE, f"event in tier {ev.storage_tier!r}, which the adapter does not declare",
-                            workload, detail=f"  event {i}: {ev.brief()}"))
+            out.add(
+                Finding(
+                    R.EVENT_SOURCE,
+                    f"event in tier {ev.storage_tier!r}, which the adapter does not declare",
+                    workload,
+                    detail=f"  event {i}: {ev.brief()}",
+                )
+            )
         for v in view.apply(ev):
-            out.add(Finding(v.rule, f"router view: {v.message}", workload,
-                            detail=f"  stream index {i}: {ev.brief()}\n" + _context(events, i)
-                            + "".join(f"\n  {k}: {val}" for k, val in v.context.items())))
+            out.add(
+                Finding(
+                    v.rule,
+                    f"router view: {v.message}",
+                    workload,
+                    detail=f"  stream index {i}: {ev.brief()}\n"
+                    + _context(events, i)
+                    + "".join(f"\n  {k}: {val}" for k, val in v.context.items()),
+                )
+            )
     _exercise_stream(events, out)
 
 
@@ -188,17 +204,35 @@ def check_hashes(workload: Workload, events: Sequence[KvEvent], out: RunCheck, *
             if k is not None:
                 out.exercised[R.HASH_LOCAL] += 1
                 if k[0] != b.tokens_hash:
-                    out.add(Finding(R.HASH_LOCAL, f"block {b.block_hash}: tokens_hash {b.tokens_hash} is not the "
-                                    f"local hash {k[0]} of its prompt tokens", workload,
-                                    detail=f"  stream index {i}: {ev.brief()}"))
+                    out.add(
+                        Finding(
+                            R.HASH_LOCAL,
+                            f"block {b.block_hash}: tokens_hash {b.tokens_hash} is not the "
+                            f"local hash {k[0]} of its prompt tokens",
+                            workload,
+                            detail=f"  stream index {i}: {ev.brief()}",
+                        )
+                    )
             elif sequential and (ev.storage_tier == "host_pinned" or len(data.blocks) > 1):
-                out.add(Finding(R.HASH_LOCAL, f"block {b.block_hash} is no block of any prompt (by kvspec's hashing) "
-                                f"but is stored {'on the host' if ev.storage_tier == 'host_pinned' else 'with others'}"
-                                , workload, detail=f"  stream index {i}: {ev.brief()}"))
+                out.add(
+                    Finding(
+                        R.HASH_LOCAL,
+                        f"block {b.block_hash} is no block of any prompt (by kvspec's hashing) "
+                        f"but is stored {'on the host' if ev.storage_tier == 'host_pinned' else 'with others'}",
+                        workload,
+                        detail=f"  stream index {i}: {ev.brief()}",
+                    )
+                )
             if sequence_hash(prev, b.tokens_hash) != b.block_hash:
-                out.add(Finding(R.HASH_SEQUENCE, f"block_hash {b.block_hash} is not the sequence hash of parent "
-                                f"{prev} and tokens_hash {b.tokens_hash} ({sequence_hash(prev, b.tokens_hash)})",
-                                workload, detail=f"  stream index {i}: {ev.brief()}"))
+                out.add(
+                    Finding(
+                        R.HASH_SEQUENCE,
+                        f"block_hash {b.block_hash} is not the sequence hash of parent "
+                        f"{prev} and tokens_hash {b.tokens_hash} ({sequence_hash(prev, b.tokens_hash)})",
+                        workload,
+                        detail=f"  stream index {i}: {ev.brief()}",
+                    )
+                )
             prev = b.block_hash
 
 
@@ -208,15 +242,28 @@ def check_cached_bounds(workload: Workload, outcomes: Sequence[RequestOutcome], 
     for i, (r, o) in enumerate(zip(workload.requests, outcomes, strict=True)):
         out.exercised[R.USE_CAPACITY] += 1
         if o.finish != "length":
-            out.add(Finding(R.USE_CAPACITY, f"a request that fits the pool ended with {o.finish!r} instead of "
-                            "generating max_tokens", workload, request=i))
+            out.add(
+                Finding(
+                    R.USE_CAPACITY,
+                    f"a request that fits the pool ended with {o.finish!r} instead of generating max_tokens",
+                    workload,
+                    request=i,
+                )
+            )
         if o.cached_tokens is None:
             continue
         out.exercised[R.VLLM_PREFIX_HIT] += 1
         limit = (len(r.prompt) - 1) // bs * bs
         if o.cached_tokens % bs or o.cached_tokens > limit:
-            out.add(Finding(R.VLLM_PREFIX_HIT, f"{o.cached_tokens} cached tokens: not whole blocks of {bs} within "
-                            f"num_tokens - 1 = {len(r.prompt) - 1} (at most {limit})", workload, request=i))
+            out.add(
+                Finding(
+                    R.VLLM_PREFIX_HIT,
+                    f"{o.cached_tokens} cached tokens: not whole blocks of {bs} within "
+                    f"num_tokens - 1 = {len(r.prompt) - 1} (at most {limit})",
+                    workload,
+                    request=i,
+                )
+            )
 
 
 # -------------------------------------------------------- 2. differential
@@ -279,8 +326,9 @@ def attribute(
             if e.event_id != a.event_id:
                 return R.EVENT_ID, j, f"event id {a.event_id} where {e.event_id} is due"
         return None
-    j = next(k for k in range(max(len(exp_s), len(act_s))) if k >= len(exp_s) or k >= len(act_s)
-             or exp_s[k] != act_s[k])
+    j = next(
+        k for k in range(max(len(exp_s), len(act_s))) if k >= len(exp_s) or k >= len(act_s) or exp_s[k] != act_s[k]
+    )
     e = expected[j] if j < len(expected) else None
     a = actual[j] if j < len(actual) else None
     if e is not None and a is not None:
@@ -289,8 +337,12 @@ def attribute(
             for k in range(1, 4):
                 if j + k < len(expected) and _loose(expected[j + k]) == _loose(a):
                     return _missing_rule(e, note), j, f"missing {e.brief()}"
-        if (j + 1 < len(expected) and j + 1 < len(actual) and _loose(expected[j]) == _loose(actual[j + 1])
-                and _loose(expected[j + 1]) == _loose(a)):
+        if (
+            j + 1 < len(expected)
+            and j + 1 < len(actual)
+            and _loose(expected[j]) == _loose(actual[j + 1])
+            and _loose(expected[j + 1]) == _loose(a)
+        ):
             return R.EVENT_ORDER, j, f"{a.brief()} comes before {e.brief()}"
         for k in range(1, 4):  # a few events missing from the actual stream, or extra in it
             if j + k < len(expected) and _loose(expected[j + k]) == _loose(a):
@@ -321,10 +373,17 @@ def attribute(
         if ed.parent_hash != ad.parent_hash:
             return R.PARENT_ANCHOR, j, f"parent {ad.parent_hash} where {ed.parent_hash} is due ({e.brief()})"
         if [b.tokens_hash for b in ed.blocks] != [b.tokens_hash for b in ad.blocks]:
-            return R.STORE_TOKENS_HASH, j, f"tokens hashes {[b.tokens_hash for b in ad.blocks]} where " \
-                f"{[b.tokens_hash for b in ed.blocks]} are due"
-        return (R.G2_STORE_ON_COMPLETE if host else R.EVENT_SOURCE), j, \
-            f"start_position {ad.start_position} where {ed.start_position} is due"
+            return (
+                R.STORE_TOKENS_HASH,
+                j,
+                f"tokens hashes {[b.tokens_hash for b in ad.blocks]} where "
+                f"{[b.tokens_hash for b in ed.blocks]} are due",
+            )
+        return (
+            (R.G2_STORE_ON_COMPLETE if host else R.EVENT_SOURCE),
+            j,
+            f"start_position {ad.start_position} where {ed.start_position} is due",
+        )
     if isinstance(e.data, Removed) and isinstance(a.data, Removed):
         eh, ah = e.data.removed.block_hashes, a.data.removed.block_hashes
         if host:
@@ -394,8 +453,16 @@ def compare_sequential(
         if not stop:
             continue
         if act.cached_tokens is not None and act.cached_tokens != exp.cached_tokens:
-            return Divergence(R.VLLM_PREFIX_HIT, i, f"{act.cached_tokens} cached tokens where {exp.cached_tokens} "
-                              "are due", _request_detail(exp.events, act.events, None)), expected, follower
+            return (
+                Divergence(
+                    R.VLLM_PREFIX_HIT,
+                    i,
+                    f"{act.cached_tokens} cached tokens where {exp.cached_tokens} are due",
+                    _request_detail(exp.events, act.events, None),
+                ),
+                expected,
+                follower,
+            )
         found = attribute(exp.events, act.events, model.copy_notes)
         if found is not None:
             rule, j, what = found
@@ -439,8 +506,12 @@ def check_sequential(workload: Workload, outcomes: Sequence[RequestOutcome], out
         variant = nxt
     out.variant = variant
     if variant != SPEC_VARIANT:  # count what the spec's own stream exercises
-        _, expected, _ = compare_sequential(workload, [o.model_copy(update={"cached_tokens": None, "events": []})
-                                                       for o in outcomes], SPEC_VARIANT, stop=False)
+        _, expected, _ = compare_sequential(
+            workload,
+            [o.model_copy(update={"cached_tokens": None, "events": []}) for o in outcomes],
+            SPEC_VARIANT,
+            stop=False,
+        )
     _exercise_expected(expected, out)
 
 

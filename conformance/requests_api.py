@@ -94,9 +94,7 @@ class RequestImplementation(ABC):
     def __enter__(self) -> RequestImplementation:
         return self
 
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
 
 

@@ -32,18 +32,45 @@ from kvspec.spec.profiles import profile as get_profile
 PROFILES = ("kvbm", "atomic", "legacy")
 
 LIFECYCLE_RULES = (
-    "USE-VALIDATE", "USE-HIT-ACTIVE", "USE-HIT-INACTIVE", "USE-NEW", "USE-PARTIAL", "USE-CAPACITY",
-    "DEREF-OWNER", "DEREF-UNKNOWN", "DEREF-PARTIAL", "DESTROY-ACTIVE", "PROMOTE-NEW", "PROMOTE-EXISTING",
-    "PROMOTE-UNKNOWN", "EVICT-POLICY", "COUNTERS",
+    "USE-VALIDATE",
+    "USE-HIT-ACTIVE",
+    "USE-HIT-INACTIVE",
+    "USE-NEW",
+    "USE-PARTIAL",
+    "USE-CAPACITY",
+    "DEREF-OWNER",
+    "DEREF-UNKNOWN",
+    "DEREF-PARTIAL",
+    "DESTROY-ACTIVE",
+    "PROMOTE-NEW",
+    "PROMOTE-EXISTING",
+    "PROMOTE-UNKNOWN",
+    "EVICT-POLICY",
+    "COUNTERS",
 )
 PROTOCOL_RULES = (
-    "STORE-NEW-ONLY", "STORE-NO-DUP", "STORE-TOKENS-HASH", "PARENT-ANCHOR", "REMOVE-EXACT", "REMOVE-NO-ORPHAN",
-    "EVENT-ID", "EVENT-ORDER", "EVENT-SOURCE", "INV-ROUTER-MATCH",
+    "STORE-NEW-ONLY",
+    "STORE-NO-DUP",
+    "STORE-TOKENS-HASH",
+    "PARENT-ANCHOR",
+    "REMOVE-EXACT",
+    "REMOVE-NO-ORPHAN",
+    "EVENT-ID",
+    "EVENT-ORDER",
+    "EVENT-SOURCE",
+    "INV-ROUTER-MATCH",
 )
 
 
-def _setup(request: pytest.FixtureRequest, manifest: Manifest, adapter_dir: Path, profile: str,
-           record: Any, *, protocol_only: bool = False) -> MachineSetup:
+def _setup(
+    request: pytest.FixtureRequest,
+    manifest: Manifest,
+    adapter_dir: Path,
+    profile: str,
+    record: Any,
+    *,
+    protocol_only: bool = False,
+) -> MachineSetup:
     if profile not in manifest.supported_profiles():
         pytest.skip(f"adapter {manifest.name!r} does not declare capability profile:{profile}")
     caps = manifest.capabilities
@@ -84,7 +111,10 @@ def _settings(manifest: Manifest, profile: str, share: int) -> settings:
 @pytest.mark.kvspec_requires("block_level")
 @pytest.mark.parametrize("profile", PROFILES)
 def test_lockstep(
-    profile: str, request: pytest.FixtureRequest, kvspec_manifest: Manifest, kvspec_adapter_dir: Path,
+    profile: str,
+    request: pytest.FixtureRequest,
+    kvspec_manifest: Manifest,
+    kvspec_adapter_dir: Path,
     kvspec_record_rule: Any,
 ) -> None:
     """Results, errors, events and counters equal the model's at every step."""
@@ -96,7 +126,10 @@ def test_lockstep(
 @pytest.mark.kvspec_requires("block_level")
 @pytest.mark.parametrize("profile", PROFILES)
 def test_router_view_matches_model(
-    profile: str, request: pytest.FixtureRequest, kvspec_manifest: Manifest, kvspec_adapter_dir: Path,
+    profile: str,
+    request: pytest.FixtureRequest,
+    kvspec_manifest: Manifest,
+    kvspec_adapter_dir: Path,
     kvspec_record_rule: Any,
 ) -> None:
     """Protocol only: the router view of the implementation's stream breaks no

@@ -127,8 +127,13 @@ class TokenTree:
         seq = sequence_hash(parent.seq if parent is not None else None, local)
         node = self.nodes.get(seq)
         if node is None:
-            node = Node(seq, local, tokens, 0 if parent is None else parent.position + 1,
-                        parent.seq if parent is not None else None)
+            node = Node(
+                seq,
+                local,
+                tokens,
+                0 if parent is None else parent.position + 1,
+                parent.seq if parent is not None else None,
+            )
             self.nodes[seq] = node
             kids.append(seq)
         return node
@@ -219,7 +224,8 @@ class Traffic:
         self._next_rid = 0
         self._next_uuid = 0
         self.invalid_kinds = [
-            k for k, (_, profs) in INVALID_KINDS.items()
+            k
+            for k, (_, profs) in INVALID_KINDS.items()
             if self.profile in profs and (promote or k != "promote_unknown")
         ]
 
@@ -277,10 +283,7 @@ class Traffic:
         if not self.legacy:
             return []
         counts = self.holds()
-        return [
-            r for r in self.requests
-            if r.holds_anything() and all(counts[n.seq] == 1 for n in r.path[: r.held])
-        ]
+        return [r for r in self.requests if r.holds_anything() and all(counts[n.seq] == 1 for n in r.path[: r.held])]
 
     # ------------------------------------------------------------- commits
     def _placed(self, req: Request, op: Use, n_full: int, uuid: str | None) -> Callable[[StepOutcome, Counters], None]:
@@ -462,8 +465,14 @@ class Traffic:
                 op = Deref(blocks=[FullBlock(full=UNKNOWN_HASH)])
         elif kind == "promote_unknown":
             n = nodes[0]
-            op = Promote(uuid=f"never-{self._next_uuid + 1}", seq_hash=n.seq, parent_hash=n.parent,
-                         local_hash=n.local, plh=n.plh(), token_ids=list(n.tokens))
+            op = Promote(
+                uuid=f"never-{self._next_uuid + 1}",
+                seq_hash=n.seq,
+                parent_hash=n.parent,
+                local_hash=n.local,
+                plh=n.plh(),
+                token_ids=list(n.tokens),
+            )
         else:  # pragma: no cover - the table above is the list
             raise AssertionError(kind)
 

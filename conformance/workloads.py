@@ -202,18 +202,42 @@ def seed_workloads() -> list[Workload]:
     a, b, c = _toks(1000, 8), _toks(2000, 8), _toks(3000, 8)
     shared = _toks(100, 8)
     return [
-        _w(setup_of(6, 4), [(a, 1), (b, 1), (a, 1), (c, 1), (_toks(4000, 8), 1), (_toks(5000, 8), 1),
-                            (_toks(6000, 8), 1)],
-           "block-aligned repeat: the last block is recomputed into a second copy; pressure evicts both copies"),
-        _w(setup_of(8, 4), [(shared + _toks(200, 6), 3), (shared + _toks(300, 4), 6), (shared + _toks(200, 6), 2),
-                            (_toks(400, 12), 1), (shared, 2)],
-           "shared prefix, partial tails filled by decode, eviction of decode blocks"),
-        _w(setup_of(32, 4, host_blocks=8), [(_toks(1000 * (i + 1), 16), 1) for i in range(4)]
-           + [([*_toks(1000, 16), 7], 1), (_toks(9000, 8), 2)],
-           "host tier: write-through batches evicted under pressure, a refreshed batch survives"),
-        _w(setup_of(8, 4, host_blocks=16), [(_toks(1000, 16), 1), (_toks(5000, 16), 1), (_toks(6000, 16), 1),
-                                            (_toks(1000, 16), 1), (_toks(1000, 16), 2)],
-           "host tier larger than the device: an evicted prompt comes back from the host"),
-        _w(setup_of(12, 2), [(_toks(10, 5), 4), (_toks(10, 5), 4), (_toks(10, 9), 3), (_toks(50, 6), 5)],
-           "concurrent requests sharing a prefix", concurrent=True),
+        _w(
+            setup_of(6, 4),
+            [(a, 1), (b, 1), (a, 1), (c, 1), (_toks(4000, 8), 1), (_toks(5000, 8), 1), (_toks(6000, 8), 1)],
+            "block-aligned repeat: the last block is recomputed into a second copy; pressure evicts both copies",
+        ),
+        _w(
+            setup_of(8, 4),
+            [
+                (shared + _toks(200, 6), 3),
+                (shared + _toks(300, 4), 6),
+                (shared + _toks(200, 6), 2),
+                (_toks(400, 12), 1),
+                (shared, 2),
+            ],
+            "shared prefix, partial tails filled by decode, eviction of decode blocks",
+        ),
+        _w(
+            setup_of(32, 4, host_blocks=8),
+            [(_toks(1000 * (i + 1), 16), 1) for i in range(4)] + [([*_toks(1000, 16), 7], 1), (_toks(9000, 8), 2)],
+            "host tier: write-through batches evicted under pressure, a refreshed batch survives",
+        ),
+        _w(
+            setup_of(8, 4, host_blocks=16),
+            [
+                (_toks(1000, 16), 1),
+                (_toks(5000, 16), 1),
+                (_toks(6000, 16), 1),
+                (_toks(1000, 16), 1),
+                (_toks(1000, 16), 2),
+            ],
+            "host tier larger than the device: an evicted prompt comes back from the host",
+        ),
+        _w(
+            setup_of(12, 2),
+            [(_toks(10, 5), 4), (_toks(10, 5), 4), (_toks(10, 9), 3), (_toks(50, 6), 5)],
+            "concurrent requests sharing a prefix",
+            concurrent=True,
+        ),
     ]

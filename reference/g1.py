@@ -120,6 +120,10 @@ class _Onboard:
 class G1Model:
     """Reference model of one G1 manager (profiles kvbm and atomic)."""
 
+    next_event_id: int
+    free: int
+    now: float
+
     def __init__(self, config: ManagerConfig) -> None:
         if config.profile not in ("kvbm", "atomic"):
             raise ConfigError(f"G1Model runs the kvbm and atomic profiles, not {config.profile!r}")
@@ -133,13 +137,13 @@ class G1Model:
         self.blocks: dict[int, Block] = {}
         self.by_plh: dict[PlhId, int] = {}
         self.touches: dict[int, int] = {}
-        self.next_event_id = 0
-        self.free = config.capacity
+        self.next_event_id: int = 0
+        self.free: int = config.capacity
         self.active_full = 0
         self.refs = 0
         # offload tier
         self.offload: OffloadConfig | None = config.offload
-        self.now = 0.0
+        self.now: float = 0.0
         self.quarantined = 0
         self.reserved = 0
         self.g2: OrderedDict[int, G2Entry] = OrderedDict()

@@ -103,9 +103,7 @@ class DecodeHashes(Protocol):
     parent sequence hash, the prompt tokens at the block's start)`` ->
     ``(sequence hash, local hash)``."""
 
-    def __call__(
-        self, request: int, block: int, parent: int | None, known: Sequence[int]
-    ) -> tuple[int, int]: ...
+    def __call__(self, request: int, block: int, parent: int | None, known: Sequence[int]) -> tuple[int, int]: ...
 
 
 class SyntheticDecode:
@@ -161,7 +159,9 @@ class RequestDriver:
         refs += [PartialBlock(partial=f"{uid}b{i}") for i in partials]
         plhs = [Plh(hash=hashes[i][0], parent=hashes[i - 1][0] if i else None, position=i) for i in fulls]
         return Use(
-            blocks=refs, local_hashes=[hashes[i][1] for i in fulls], plhs=plhs,
+            blocks=refs,
+            local_hashes=[hashes[i][1] for i in fulls],
+            plhs=plhs,
             parent=FullBlock(full=parent) if parent is not None else None,
         )
 
@@ -218,7 +218,10 @@ class RequestDriver:
                 parent = seq_list[i - 1] if i else None
                 events += m.apply(
                     Promote(
-                        uuid=f"{uid}b{i}", seq_hash=seq_list[i], parent_hash=parent, local_hash=hashes[i][1],
+                        uuid=f"{uid}b{i}",
+                        seq_hash=seq_list[i],
+                        parent_hash=parent,
+                        local_hash=hashes[i][1],
                         plh=Plh(hash=seq_list[i], parent=parent, position=i),
                     )
                 ).events
@@ -250,7 +253,10 @@ class RequestDriver:
                 seqs[k] = s
                 events += m.apply(
                     Promote(
-                        uuid=f"{uid}b{k}", seq_hash=s, parent_hash=parent, local_hash=loc,
+                        uuid=f"{uid}b{k}",
+                        seq_hash=s,
+                        parent_hash=parent,
+                        local_hash=loc,
                         plh=Plh(hash=s, parent=parent, position=k),
                     )
                 ).events
@@ -338,6 +344,6 @@ def interleave(
             if events is None:
                 raise ConfigError(f"request {i} blocked although its budget was reserved")
             after = model.counters()
-            held[i] += (after.active_blocks - before.active_blocks)
+            held[i] += after.active_blocks - before.active_blocks
             stream.extend(events)
     return [results[i] for i in range(len(requests))], stream

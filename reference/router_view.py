@@ -166,8 +166,13 @@ class RouterView:
         out: list[Violation] = []
         if self.expect_dp_rank is not None and ev.dp_rank != self.expect_dp_rank:
             out.append(
-                self._flag(RuleId.EVENT_SOURCE, f"event carries dp_rank {ev.dp_rank}", ev, key,
-                           expected_dp_rank=self.expect_dp_rank)
+                self._flag(
+                    RuleId.EVENT_SOURCE,
+                    f"event carries dp_rank {ev.dp_rank}",
+                    ev,
+                    key,
+                    expected_dp_rank=self.expect_dp_rank,
+                )
             )
         if src.next_id is not None and ev.event_id != src.next_id:
             what = "a gap" if ev.event_id > src.next_id else "a repeat or step back"
@@ -302,7 +307,6 @@ class RouterView:
                     )
         return out
 
-
     # ------------------------------------------------------ transfer timing
     def enable_timing(self, min_transfer_ms: float, now_ms: float = 0.0, *, from_start: bool | None = None) -> None:
         """Check G2-STORE-ON-COMPLETE against the clock from now on.
@@ -344,25 +348,36 @@ class RouterView:
                 q = t.started.get((key, b.block_hash))
                 if not q:
                     if t.from_start:
-                        out.append(self._flag(
-                            RuleId.G2_STORE_ON_COMPLETE,
-                            f"host-pinned Stored of block {b.block_hash} at {t.now_ms} ms, but no device "
-                            "Removed of it started a transfer",
-                            ev, key, block=b.block_hash, now_ms=t.now_ms,
-                        ))
+                        out.append(
+                            self._flag(
+                                RuleId.G2_STORE_ON_COMPLETE,
+                                f"host-pinned Stored of block {b.block_hash} at {t.now_ms} ms, but no device "
+                                "Removed of it started a transfer",
+                                ev,
+                                key,
+                                block=b.block_hash,
+                                now_ms=t.now_ms,
+                            )
+                        )
                     continue
                 start = q.popleft()
                 if not q:
                     del t.started[(key, b.block_hash)]
                 earliest = start + t.min_transfer_ms
                 if t.now_ms + _TIME_EPS * max(1.0, abs(earliest)) < earliest:
-                    out.append(self._flag(
-                        RuleId.G2_STORE_ON_COMPLETE,
-                        f"host-pinned Stored of block {b.block_hash} at {t.now_ms} ms: its transfer started "
-                        f"at {start} ms (device Removed) and takes at least {t.min_transfer_ms} ms",
-                        ev, key, block=b.block_hash, now_ms=t.now_ms, transfer_started_ms=start,
-                        earliest_completion_ms=earliest,
-                    ))
+                    out.append(
+                        self._flag(
+                            RuleId.G2_STORE_ON_COMPLETE,
+                            f"host-pinned Stored of block {b.block_hash} at {t.now_ms} ms: its transfer started "
+                            f"at {start} ms (device Removed) and takes at least {t.min_transfer_ms} ms",
+                            ev,
+                            key,
+                            block=b.block_hash,
+                            now_ms=t.now_ms,
+                            transfer_started_ms=start,
+                            earliest_completion_ms=earliest,
+                        )
+                    )
         return out
 
 

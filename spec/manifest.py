@@ -70,7 +70,12 @@ class Capabilities(Wire):
         ``tier:NAME``."""
         if ":" in name:
             kind, _, value = name.partition(":")
-            return value in {"profile": self.profiles, "policy": self.policies, "tier": self.tiers}.get(kind, [])
+            named: dict[str, list[str]] = {
+                "profile": list(self.profiles),
+                "policy": list(self.policies),
+                "tier": list(self.tiers),
+            }
+            return value in named.get(kind, [])
         val = getattr(self, name, None)
         if not isinstance(val, bool):
             raise ConfigError(f"unknown capability {name!r}")

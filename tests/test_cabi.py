@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
+
 from kvspec.adapters.reference.adapter import outcome_of
 from kvspec.conformance.manifest import Manifest, load_manifest
 from kvspec.conformance.transport import cabi
@@ -40,7 +42,6 @@ from kvspec.reference import make_model
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.errors import AdapterError, ConfigError
 from kvspec.spec.wire import Deref, FullBlock, Operation, PartialBlock, Plh, Promote, StepOutcome, Use
-from pydantic import BaseModel
 
 pytestmark = pytest.mark.timeout(120)
 

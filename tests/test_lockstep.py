@@ -143,19 +143,45 @@ def test_long_hashes_get_short_names_in_the_report() -> None:
 @pytest.mark.parametrize(
     ("tweak", "rule"),
     [
-        (lambda op, o: replace(o, events=[e.model_copy(update={"event_id": e.event_id + 1}) for e in o.events]),
-         RuleId.EVENT_ID),
-        (lambda op, o: replace(o, counters=o.counters.model_copy(update={"active_refs": o.counters.active_refs + 1}))
-         if isinstance(op, Use) else o, RuleId.COUNTERS),
-        (lambda op, o: replace(o, result=OpResult(value=0, status="capacity")) if isinstance(op, Use) else o,
-         RuleId.USE_CAPACITY),
-        (lambda op, o: replace(o, result=None, error=ErrorInfo(rule="DEREF-UNKNOWN", message="no"))
-         if isinstance(op, Deref) else o, RuleId.DEREF_OWNER),
-        (lambda op, o: replace(o, events=[e.model_copy(update={"dp_rank": 7}) for e in o.events]),
-         RuleId.EVENT_SOURCE),
-        (lambda op, o: replace(o, events=[e.model_copy(update={"event_id": o.events[0].event_id + i})
-                                          for i, e in enumerate(reversed(o.events))]) if o.events else o,
-         RuleId.EVENT_ORDER),
+        (
+            lambda op, o: replace(o, events=[e.model_copy(update={"event_id": e.event_id + 1}) for e in o.events]),
+            RuleId.EVENT_ID,
+        ),
+        (
+            lambda op, o: (
+                replace(o, counters=o.counters.model_copy(update={"active_refs": o.counters.active_refs + 1}))
+                if isinstance(op, Use)
+                else o
+            ),
+            RuleId.COUNTERS,
+        ),
+        (
+            lambda op, o: replace(o, result=OpResult(value=0, status="capacity")) if isinstance(op, Use) else o,
+            RuleId.USE_CAPACITY,
+        ),
+        (
+            lambda op, o: (
+                replace(o, result=None, error=ErrorInfo(rule="DEREF-UNKNOWN", message="no"))
+                if isinstance(op, Deref)
+                else o
+            ),
+            RuleId.DEREF_OWNER,
+        ),
+        (lambda op, o: replace(o, events=[e.model_copy(update={"dp_rank": 7}) for e in o.events]), RuleId.EVENT_SOURCE),
+        (
+            lambda op, o: (
+                replace(
+                    o,
+                    events=[
+                        e.model_copy(update={"event_id": o.events[0].event_id + i})
+                        for i, e in enumerate(reversed(o.events))
+                    ],
+                )
+                if o.events
+                else o
+            ),
+            RuleId.EVENT_ORDER,
+        ),
     ],
     ids=["event-id", "counters", "result", "rejects-valid", "dp-rank", "removed-first"],
 )
@@ -190,8 +216,9 @@ def test_invalid_operation_must_be_rejected_with_its_rule_and_change_nothing() -
     f = _fail(config, accepts, [use(1), unknown])
     assert f.rule == RuleId.DEREF_UNKNOWN and "must be rejected" in f.report
 
-    wrong_rule = tweaked(config, lambda op, o: replace(o, error=ErrorInfo(rule="USE-VALIDATE", message="x"))
-                         if o.error else o)
+    wrong_rule = tweaked(
+        config, lambda op, o: replace(o, error=ErrorInfo(rule="USE-VALIDATE", message="x")) if o.error else o
+    )
     f = _fail(config, wrong_rule, [use(1), unknown])
     assert f.rule == RuleId.DEREF_UNKNOWN and "wrong rule" in f.report
 
@@ -199,8 +226,9 @@ def test_invalid_operation_must_be_rejected_with_its_rule_and_change_nothing() -
         if o.error is None:
             return o
         c = o.counters
-        return replace(o, counters=c.model_copy(update={"free_blocks": c.free_blocks - 1,
-                                                        "active_blocks": c.active_blocks + 1}))
+        return replace(
+            o, counters=c.model_copy(update={"free_blocks": c.free_blocks - 1, "active_blocks": c.active_blocks + 1})
+        )
 
     f = _fail(config, tweaked(config, leaky), [use(1), unknown])
     assert f.rule == RuleId.DEREF_UNKNOWN and "changed the counters" in f.report
@@ -251,8 +279,12 @@ def test_known_break_of_the_profile_is_coverage_not_failure() -> None:
     lineage = cfg(capacity=2, eviction="lineage")
     ls = run_ops(ReferenceImplementation(lineage, MANIFEST), lineage, ops, adapter="reference")
     assert not ls.known_breaks
-    orphaning = tweaked(lineage, lambda op, o: replace(o, events=[
-        make_removed(e.event_id, [1]) if e.kind == "removed" else e for e in o.events]))
+    orphaning = tweaked(
+        lineage,
+        lambda op, o: replace(
+            o, events=[make_removed(e.event_id, [1]) if e.kind == "removed" else e for e in o.events]
+        ),
+    )
     f = _fail(lineage, orphaning, ops)
     assert f.rule == RuleId.EVICT_POLICY  # the root cause, with the router's complaint in the report
     assert "REMOVE-NO-ORPHAN" in f.report
@@ -270,10 +302,15 @@ def _one_stored_per_block(op: Any, out: StepOutcome) -> StepOutcome:
             data = e.data.stored  # type: ignore[union-attr]
             parent = data.parent_hash
             for b in data.blocks:
-                events.append(KvEvent.model_validate({
-                    "event_id": 0, "dp_rank": e.dp_rank,
-                    "data": {"stored": {"parent_hash": parent, "blocks": [b.model_dump()]}},
-                }))
+                events.append(
+                    KvEvent.model_validate(
+                        {
+                            "event_id": 0,
+                            "dp_rank": e.dp_rank,
+                            "data": {"stored": {"parent_hash": parent, "blocks": [b.model_dump()]}},
+                        }
+                    )
+                )
                 parent = b.block_hash
         else:
             events.append(e)
@@ -321,8 +358,10 @@ def test_adapter_errors_propagate_with_the_operations_so_far() -> None:
 
 def test_parent_hints_follow_the_batch_and_keep_a_repeated_blocks_first_parent() -> None:
     assert list(parent_hints(use(5, 6, parent=4, start=1))) == [(5, 4), (6, 5)]
-    fork = Use(blocks=[FullBlock(full=h) for h in (1, 2, 1, 3)],
-               plhs=[Plh(hash=1), Plh(hash=2, parent=1, position=1), Plh(hash=1), Plh(hash=3, parent=1, position=1)])
+    fork = Use(
+        blocks=[FullBlock(full=h) for h in (1, 2, 1, 3)],
+        plhs=[Plh(hash=1), Plh(hash=2, parent=1, position=1), Plh(hash=1), Plh(hash=3, parent=1, position=1)],
+    )
     assert list(parent_hints(fork)) == [(1, None), (2, 1), (3, 1)]
     promote = Promote(uuid="u", seq_hash=9, parent_hash=8, plh=Plh(hash=9, parent=8, position=3))
     assert list(parent_hints(promote)) == [(9, 8)]
@@ -350,14 +389,14 @@ def test_an_implementation_without_event_token_ids_is_compared_without_them() ->
     config = cfg()
 
     def strip() -> Tweaked:
-        return tweaked(config, lambda op, o: replace(o, events=[
-            e.model_copy(update={"block_token_ids": None}) for e in o.events]))
+        return tweaked(
+            config, lambda op, o: replace(o, events=[e.model_copy(update={"block_token_ids": None}) for e in o.events])
+        )
 
     toks = [[1, 2, 3, 4] * 4]
     from kvspec.spec.hashing import local_block_hash
 
-    op = Use(blocks=[FullBlock(full=7)], local_hashes=[local_block_hash(toks[0])], plhs=[Plh(hash=7)],
-             token_ids=toks)
+    op = Use(blocks=[FullBlock(full=7)], local_hashes=[local_block_hash(toks[0])], plhs=[Plh(hash=7)], token_ids=toks)
     assert _fail(config, strip(), [op]).rule == RuleId.STORE_NEW_ONLY  # token ids are part of the event
     ls = Lockstep(strip(), config, adapter="no-token-ids", event_token_ids=False)
     assert ls.step(op).events[0].block_token_ids is None

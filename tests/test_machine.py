@@ -25,8 +25,14 @@ from kvspec.spec.wire import StepOutcome, Tick
 REF_DIR = resolve_adapter_dir("adapters/reference")
 REF: Manifest = load_manifest(REF_DIR)
 QUICK = settings(
-    max_examples=15, stateful_step_count=20, phases=[Phase.generate], derandomize=True, database=None,
-    deadline=None, suppress_health_check=list(HealthCheck), report_multiple_bugs=False,
+    max_examples=15,
+    stateful_step_count=20,
+    phases=[Phase.generate],
+    derandomize=True,
+    database=None,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+    report_multiple_bugs=False,
 )
 
 
@@ -85,8 +91,9 @@ def test_offload_config_from_a_group_checks_the_host_tier_too() -> None:
     """With an offload tier, INV-ROUTER-MATCH covers host_pinned as well."""
     cls = machine_class(MachineSetup(REF, REF_DIR, "kvbm"), groups=[TickGroup])
     m = cls()
-    cfg = ManagerConfig(profile="kvbm", capacity=4, eviction="lru",
-                        offload=OffloadConfig(num_g2_blocks=2, block_size_bytes=0))
+    cfg = ManagerConfig(
+        profile="kvbm", capacity=4, eviction="lru", offload=OffloadConfig(num_g2_blocks=2, block_size_bytes=0)
+    )
     m.start(cfg, frozenset({"tick", "finish"}))
     try:
         assert m.check is not None and m.check.tiers == ["device", "host_pinned"]

@@ -28,8 +28,13 @@ from kvspec.spec.wire import Deref, FullBlock, Plh, SwapIn, SwapInBlock, Tick, U
 REF_DIR = resolve_adapter_dir("adapters/reference")
 REF: Manifest = load_manifest(REF_DIR)
 RUN = settings(
-    max_examples=40, stateful_step_count=50, phases=[Phase.generate], derandomize=True, database=None,
-    deadline=None, suppress_health_check=list(HealthCheck),
+    max_examples=40,
+    stateful_step_count=50,
+    phases=[Phase.generate],
+    derandomize=True,
+    database=None,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
 )
 
 
@@ -55,9 +60,17 @@ def test_the_machine_exercises_every_offload_rule_on_the_reference() -> None:
     seen: Counter[str] = Counter()
     cls = machine_class(MachineSetup(REF, REF_DIR, "kvbm", record=lambda r, n: seen.update({r: n})))
     run_machine(cls, settings=RUN)
-    for r in (RuleId.QUARANTINE_HOLD, RuleId.QUARANTINE_RELEASE, RuleId.OFFLOAD_BLOCKS_USE,
-              RuleId.G2_STORE_ON_COMPLETE, RuleId.G2_EVICT, RuleId.DEVICE_REMOVE_IMMEDIATE,
-              RuleId.TIME_MONOTONIC, RuleId.SWAPIN_RESERVE, RuleId.SWAPIN_ANCHOR):
+    for r in (
+        RuleId.QUARANTINE_HOLD,
+        RuleId.QUARANTINE_RELEASE,
+        RuleId.OFFLOAD_BLOCKS_USE,
+        RuleId.G2_STORE_ON_COMPLETE,
+        RuleId.G2_EVICT,
+        RuleId.DEVICE_REMOVE_IMMEDIATE,
+        RuleId.TIME_MONOTONIC,
+        RuleId.SWAPIN_RESERVE,
+        RuleId.SWAPIN_ANCHOR,
+    ):
         assert seen[str(r)] > 0, f"{r} never exercised: {dict(seen)}"
 
 
@@ -68,8 +81,12 @@ def _machine(config: ManagerConfig, swarm: frozenset[str]) -> Any:
 
 
 def test_views_are_timed_and_see_each_tick_first() -> None:
-    cfg = ManagerConfig(capacity=4, block_size=4, eviction="lru",
-                        offload=OffloadConfig(num_g2_blocks=2, block_size_bytes=1_000_000, bandwidth_gbps=1.0))
+    cfg = ManagerConfig(
+        capacity=4,
+        block_size=4,
+        eviction="lru",
+        offload=OffloadConfig(num_g2_blocks=2, block_size_bytes=1_000_000, bandwidth_gbps=1.0),
+    )
     m = _machine(cfg, frozenset({"tick", "finish"}))
     try:
         assert m.check.view.now_ms == 0.0 and m.check.model_view.now_ms == 0.0
@@ -96,8 +113,12 @@ def test_no_offload_tier_means_no_clock_and_no_offload_actions() -> None:
 def test_release_of_a_swap_in_anchor_waits_for_the_onboard() -> None:
     """A Deref of the block a pending swap-in anchors to is preceded by the
     Tick that completes the swap-in."""
-    cfg = ManagerConfig(capacity=4, block_size=4, eviction="lru",
-                        offload=OffloadConfig(num_g2_blocks=4, block_size_bytes=1_000_000, bandwidth_gbps=1.0))
+    cfg = ManagerConfig(
+        capacity=4,
+        block_size=4,
+        eviction="lru",
+        offload=OffloadConfig(num_g2_blocks=4, block_size_bytes=1_000_000, bandwidth_gbps=1.0),
+    )
     m = _machine(cfg, frozenset({"tick", "swap_in"}))
     try:
         # offload block 2 to G2, then swap it back in behind block 1
@@ -107,16 +128,21 @@ def test_release_of_a_swap_in_anchor_waits_for_the_onboard() -> None:
         ops = [
             Use(blocks=[FullBlock(full=1), FullBlock(full=2)], plhs=[Plh(hash=1), Plh(hash=2, parent=1, position=1)]),
             Deref(blocks=[FullBlock(full=2)]),
-            Use(blocks=[FullBlock(full=3), FullBlock(full=4), FullBlock(full=5)],
-                plhs=[Plh(hash=3), Plh(hash=4), Plh(hash=5)]),
+            Use(
+                blocks=[FullBlock(full=3), FullBlock(full=4), FullBlock(full=5)],
+                plhs=[Plh(hash=3), Plh(hash=4), Plh(hash=5)],
+            ),
         ]
         for op in ops:
             m.run(Planned(op, "test", ok))
         m.run(m._tick(5.0, "tick_next"))
         assert 2 in m.check.model.registered("host_pinned")
         m._anchors = {1}
-        m.run(Planned(SwapIn(blocks=[SwapInBlock(seq_hash=2, plh=Plh(hash=2, parent=1, position=1))], parent=1),
-                      "swap_in", ok))
+        m.run(
+            Planned(
+                SwapIn(blocks=[SwapInBlock(seq_hash=2, plh=Plh(hash=2, parent=1, position=1))], parent=1), "swap_in", ok
+            )
+        )
         assert m._onboard_deadlines(), "the swap-in is in flight"
         n = len(m.check.ops)
         m.run(Planned(Deref(blocks=[FullBlock(full=1)]), "finish", ok))
@@ -133,8 +159,9 @@ def test_protocol_only_lockstep_flags_an_early_g2_stored_by_timing() -> None:
     from kvspec.adapters.mutants.adapter import MutantImplementation
 
     mutants = load_manifest(resolve_adapter_dir("adapters/mutants"))
-    cfg = ManagerConfig(capacity=1, block_size=4,
-                        offload=OffloadConfig(num_g2_blocks=2, block_size_bytes=1_000_000, bandwidth_gbps=1.0))
+    cfg = ManagerConfig(
+        capacity=1, block_size=4, offload=OffloadConfig(num_g2_blocks=2, block_size_bytes=1_000_000, bandwidth_gbps=1.0)
+    )
     impl = MutantImplementation("g2_stored_at_enqueue", cfg, mutants)
     ls = Lockstep(impl, cfg, adapter="mutants", protocol_only=True)
     for view in (ls.view, ls.model_view):

@@ -90,8 +90,13 @@ def X(*seqs: int) -> Destroy:  # noqa: N802
 
 def P(uuid: str, seq: int, parent: int | None = None) -> Promote:  # noqa: N802
     pos = 0 if parent is None else 1
-    return Promote(uuid=uuid, seq_hash=seq, parent_hash=parent, local_hash=1000 + seq,
-                   plh=Plh(hash=seq, parent=parent, position=pos))
+    return Promote(
+        uuid=uuid,
+        seq_hash=seq,
+        parent_hash=parent,
+        local_hash=1000 + seq,
+        plh=Plh(hash=seq, parent=parent, position=pos),
+    )
 
 
 def T(ms: float) -> Tick:  # noqa: N802
@@ -176,22 +181,46 @@ CASES: list[Case] = [
     Case("active_refs_counts_blocks", G1, (U(1), U(1)), "counters"),
     Case("lineage_parent_first", G1, (U(1, 2), D(1, 2), U(3)), "events", capacity=2),
     Case("lru_most_recent_first", G1, (U(1), U(2), D(1), D(2), U(3)), "events", capacity=2, eviction="lru"),
-    Case("multi_lru_flat", G1, (U(1), D(1), U(1), D(1), U(1), D(1), U(2), D(2), U(3)), "events", capacity=2,
-         eviction="multi_lru"),
+    Case(
+        "multi_lru_flat",
+        G1,
+        (U(1), D(1), U(1), D(1), U(1), D(1), U(2), D(2), U(3)),
+        "events",
+        capacity=2,
+        eviction="multi_lru",
+    ),
     Case("legacy_evict_mru", ("legacy",), (U(1), U(2), D(1), D(2), U(3)), "events", capacity=2),
     Case("slot_released_at_enqueue", ("kvbm",), EVICT1, "counters", capacity=1, offload=True),
-    Case("quarantine_kept_when_in_g2", ("kvbm",), (*EVICT1, T(0), U(1), D(1), U(2), T(0)), "counters",
-         capacity=1, offload=True),
+    Case(
+        "quarantine_kept_when_in_g2",
+        ("kvbm",),
+        (*EVICT1, T(0), U(1), D(1), U(2), T(0)),
+        "counters",
+        capacity=1,
+        offload=True,
+    ),
     Case("offload_reports_capacity", ("kvbm",), EVICT1, "result", capacity=1, offload=True),
     Case("g2_stored_at_enqueue", ("kvbm",), EVICT1, "events", capacity=1, offload=True),
-    Case("g2_evicts_newest", ("kvbm",),
-         (*EVICT1, T(0), U(2), D(2), U(3), T(0), U(3), D(3), U(4), T(0)), "events", capacity=1, offload=True, g2=2),
+    Case(
+        "g2_evicts_newest",
+        ("kvbm",),
+        (*EVICT1, T(0), U(2), D(2), U(3), T(0), U(3), D(3), U(4), T(0)),
+        "events",
+        capacity=1,
+        offload=True,
+        g2=2,
+    ),
     Case("device_removed_at_completion", ("kvbm",), EVICT1, "events", capacity=1, offload=True),
     Case("tick_backwards_applied", ("kvbm",), (T(100), T(50), *EVICT1), "deadline", capacity=1, offload=True),
-    Case("swapin_registers_present", ("kvbm",),
-         (U(1), D(1), U("a"), U(2), T(0), U(1), D("a"), S(1), T(0)), "events", capacity=2, offload=True),
-    Case("swapin_parent_dropped", ("kvbm",), (*EVICT1, T(0), S(1, parent=9), T(0)), "events", capacity=1,
-         offload=True),
+    Case(
+        "swapin_registers_present",
+        ("kvbm",),
+        (U(1), D(1), U("a"), U(2), T(0), U(1), D("a"), S(1), T(0)),
+        "events",
+        capacity=2,
+        offload=True,
+    ),
+    Case("swapin_parent_dropped", ("kvbm",), (*EVICT1, T(0), S(1, parent=9), T(0)), "events", capacity=1, offload=True),
 ]
 
 DIRECTED = [(c, p) for c in CASES for p in c.profiles]
@@ -223,8 +252,10 @@ def test_mutant_differs_from_reference(case: Case, profile: str) -> None:
 @pytest.mark.parametrize(("case", "profile"), DIRECTED, ids=[f"{c.mutant}-{p}" for c, p in DIRECTED])
 def test_unmutated_variant_never_differs(case: Case, profile: str) -> None:
     config = case.config(profile)
-    assert first_difference(run_ops(make_model(config), case.ops),
-                            run_ops(make_mutant_model(UNMUTATED, config), case.ops)) is None
+    assert (
+        first_difference(run_ops(make_model(config), case.ops), run_ops(make_mutant_model(UNMUTATED, config), case.ops))
+        is None
+    )
 
 
 def test_every_mutant_profile_has_a_directed_case() -> None:
@@ -271,14 +302,37 @@ def test_catalogue_is_well_formed() -> None:
 
 def test_issue_named_bugs_are_in_the_catalogue() -> None:
     named = {
-        "stored_on_inactive_hit", "parent_first_reused", "parent_always_none", "removed_extra_block",
-        "removed_missing_last", "evict_active_when_full", "deref_inactive_at_one", "capacity_one_early",
-        "atomic_half_placed", "event_id_skip", "event_id_per_tier", "removed_before_stored",
-        "partial_leaked_on_deref", "validate_after_mutation", "lineage_parent_first", "lru_most_recent_first",
-        "multi_lru_flat", "promote_existing_stored", "promote_existing_keeps_slot", "deref_unknown_ignored",
-        "tokens_hash_is_block_hash", "removed_dp_rank_zero", "active_refs_counts_blocks", "inactive_hit_takes_slot",
-        "use_counts_new_only", "stored_dup_in_batch", "slot_released_at_enqueue", "g2_stored_at_enqueue",
-        "device_removed_at_completion", "swapin_registers_present", "tick_backwards_applied",
+        "stored_on_inactive_hit",
+        "parent_first_reused",
+        "parent_always_none",
+        "removed_extra_block",
+        "removed_missing_last",
+        "evict_active_when_full",
+        "deref_inactive_at_one",
+        "capacity_one_early",
+        "atomic_half_placed",
+        "event_id_skip",
+        "event_id_per_tier",
+        "removed_before_stored",
+        "partial_leaked_on_deref",
+        "validate_after_mutation",
+        "lineage_parent_first",
+        "lru_most_recent_first",
+        "multi_lru_flat",
+        "promote_existing_stored",
+        "promote_existing_keeps_slot",
+        "deref_unknown_ignored",
+        "tokens_hash_is_block_hash",
+        "removed_dp_rank_zero",
+        "active_refs_counts_blocks",
+        "inactive_hit_takes_slot",
+        "use_counts_new_only",
+        "stored_dup_in_batch",
+        "slot_released_at_enqueue",
+        "g2_stored_at_enqueue",
+        "device_removed_at_completion",
+        "swapin_registers_present",
+        "tick_backwards_applied",
     }
     assert named <= set(MUTANTS)
 
@@ -340,7 +394,7 @@ def test_cli_rejects_unknown_names(capsys: pytest.CaptureFixture[str]) -> None:
 
 # ------------------------------------------------------- the campaign runner
 
-FAKE_SUITE = '''
+FAKE_SUITE = """
 import os, time
 import pytest
 from kvspec.conformance.failures import ConformanceFailure
@@ -364,7 +418,7 @@ def test_the_one():
 
 def test_after():
     pass
-'''
+"""
 
 
 @pytest.fixture
@@ -384,8 +438,12 @@ def test_campaign_runner_classifies_runs(fake_suite: Path) -> None:
         return campaign.run_suite(name, suite=suite, timeout=timeouts.get(name, 120.0))
 
     t0 = time.monotonic()
-    runs = {r.name: r for r in campaign.run_many(
-        ["lru_most_recent_first", "parent_always_none", UNMUTATED, "multi_lru_flat"], one, jobs=2)}
+    runs = {
+        r.name: r
+        for r in campaign.run_many(
+            ["lru_most_recent_first", "parent_always_none", UNMUTATED, "multi_lru_flat"], one, jobs=2
+        )
+    }
     assert time.monotonic() - t0 < 100
 
     killed = runs["lru_most_recent_first"]
@@ -432,8 +490,17 @@ def _alive(pid: int) -> bool:
 def test_sigterm_leaves_no_suite_process_behind(fake_suite: Path, tmp_path: Path) -> None:
     pidfile = tmp_path / "suite.pid"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "kvspec", "mutants", "--suite", str(fake_suite), "--only", "multi_lru_flat",
-         "--skip-sanity"],
+        [
+            sys.executable,
+            "-m",
+            "kvspec",
+            "mutants",
+            "--suite",
+            str(fake_suite),
+            "--only",
+            "multi_lru_flat",
+            "--skip-sanity",
+        ],
         env={**os.environ, "KVSPEC_TEST_PIDFILE": str(pidfile)},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -462,16 +529,29 @@ def test_a_kill_under_a_profile_the_mutant_leaves_alone_is_not_credited() -> Non
     scen = {"deref_unknown": "kvbm", "failed_use_keeps_blocks": "legacy", "stringent_lifecycle_lineage": "kvbm"}
     k = campaign.SuiteRun
     legacy_only = MUTANTS["legacy_destroy_silent"].profiles
-    false = campaign.credit(k("m", "killed", 1.0, "test_stateful::test_lockstep[kvbm]", "REMOVE-NO-ORPHAN"),
-                            legacy_only, scen)
+    false = campaign.credit(
+        k("m", "killed", 1.0, "test_stateful::test_lockstep[kvbm]", "REMOVE-NO-ORPHAN"), legacy_only, scen
+    )
     assert false.status == "false_kill" and "kvbm" in false.detail
-    assert campaign.credit(k("m", "killed", 1.0, "test_stateful::test_lockstep[legacy]", "REMOVE-EXACT"),
-                           legacy_only, scen).status == "killed"
+    assert (
+        campaign.credit(
+            k("m", "killed", 1.0, "test_stateful::test_lockstep[legacy]", "REMOVE-EXACT"), legacy_only, scen
+        ).status
+        == "killed"
+    )
     # golden scenarios: the profile comes from the scenario file (pytest may suffix duplicate ids)
-    assert campaign.credit(k("m", "killed", 1.0, "test_golden::test_golden_scenario[stringent_lifecycle_lineage0]"),
-                           legacy_only, scen).status == "false_kill"
-    assert campaign.credit(k("m", "killed", 1.0, "test_golden::test_golden_scenario[failed_use_keeps_blocks]"),
-                           legacy_only, scen).status == "killed"
+    assert (
+        campaign.credit(
+            k("m", "killed", 1.0, "test_golden::test_golden_scenario[stringent_lifecycle_lineage0]"), legacy_only, scen
+        ).status
+        == "false_kill"
+    )
+    assert (
+        campaign.credit(
+            k("m", "killed", 1.0, "test_golden::test_golden_scenario[failed_use_keeps_blocks]"), legacy_only, scen
+        ).status
+        == "killed"
+    )
     # a test that names no profile is credited
     assert campaign.credit(k("m", "killed", 1.0, "test_x::test_y"), legacy_only, scen).status == "killed"
     assert "FALSE-KILL" in campaign.format_table([false], {})

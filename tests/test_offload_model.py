@@ -183,8 +183,13 @@ class OffloadModelMachine(RuleBasedStateMachine):
 
     # ------------------------------------------------------------------ rules
     @precondition(lambda self: self.model is not None and len(self.requests) < 3)
-    @rule(node=st.sampled_from(sorted(PARENT)), partial=st.booleans(), tokens=st.booleans(), wait=st.booleans(),
-          race=st.booleans())
+    @rule(
+        node=st.sampled_from(sorted(PARENT)),
+        partial=st.booleans(),
+        tokens=st.booleans(),
+        wait=st.booleans(),
+        race=st.booleans(),
+    )
     def use(self, node: int, partial: bool, tokens: bool, wait: bool, race: bool) -> None:
         """A request's Use of a path from the root; with ``wait``, a Use
         blocked on offload waits for the transfer (a tick to the earliest
@@ -303,8 +308,12 @@ class OffloadModelMachine(RuleBasedStateMachine):
     @precondition(
         lambda self: self.model is not None and len(self.requests) < 4 and bool(self.m.registered("host_pinned"))
     )
-    @rule(pick=st.integers(0, 63), node=st.sampled_from(sorted(PARENT)), shift=st.sampled_from([0, 0, 1, -1]),
-          from_g2=st.sampled_from([True, True, False]))
+    @rule(
+        pick=st.integers(0, 63),
+        node=st.sampled_from(sorted(PARENT)),
+        shift=st.sampled_from([0, 0, 1, -1]),
+        from_g2=st.sampled_from([True, True, False]),
+    )
     def swap_in(self, pick: int, node: int, shift: int, from_g2: bool) -> None:
         """Swap in a suffix of a path, anchored to the block before it: from a
         block G2 holds, or from what G1 lacks of the path (as a scheduler
@@ -325,8 +334,9 @@ class OffloadModelMachine(RuleBasedStateMachine):
             anchor_req, _ = self._place(p[:start], False, False)
             if len(anchor_req.fulls) < start:
                 return
-        op = SwapIn(blocks=[SwapInBlock(seq_hash=s, plh=plh(s)) for s in p[start:]],
-                    parent=p[start - 1] if start else None)
+        op = SwapIn(
+            blocks=[SwapInBlock(seq_hash=s, plh=plh(s)) for s in p[start:]], parent=p[start - 1] if start else None
+        )
         g2 = self.m.registered("host_pinned")
         hits = 0
         for s in p[start:]:
@@ -425,9 +435,16 @@ def test_offload_scenarios_exist() -> None:
     assert len(names) >= 12
     covered = {r for _, s in OFFLOAD_SCENARIOS for r in s.rules}
     offload_rules = {
-        RuleId.QUARANTINE_HOLD, RuleId.QUARANTINE_RELEASE, RuleId.OFFLOAD_BLOCKS_USE, RuleId.G2_STORE_ON_COMPLETE,
-        RuleId.G2_EVICT, RuleId.DEVICE_REMOVE_IMMEDIATE, RuleId.TIME_MONOTONIC, RuleId.SWAPIN_RESERVE,
-        RuleId.SWAPIN_SKIP_PRESENT, RuleId.SWAPIN_ANCHOR,
+        RuleId.QUARANTINE_HOLD,
+        RuleId.QUARANTINE_RELEASE,
+        RuleId.OFFLOAD_BLOCKS_USE,
+        RuleId.G2_STORE_ON_COMPLETE,
+        RuleId.G2_EVICT,
+        RuleId.DEVICE_REMOVE_IMMEDIATE,
+        RuleId.TIME_MONOTONIC,
+        RuleId.SWAPIN_RESERVE,
+        RuleId.SWAPIN_SKIP_PRESENT,
+        RuleId.SWAPIN_ANCHOR,
     }
     assert offload_rules <= covered, offload_rules - covered
     for _, s in OFFLOAD_SCENARIOS:
@@ -465,8 +482,13 @@ def test_offload_scenarios_kill_mutant(mutant: Any) -> None:
 
 def test_mutant_catalogue_has_offload_mutants() -> None:
     ids = {m.id for m in _offload_mutants()}
-    assert {"slot_released_at_enqueue", "g2_stored_at_enqueue", "device_removed_at_completion",
-            "swapin_registers_present", "tick_backwards_applied"} <= ids
+    assert {
+        "slot_released_at_enqueue",
+        "g2_stored_at_enqueue",
+        "device_removed_at_completion",
+        "swapin_registers_present",
+        "tick_backwards_applied",
+    } <= ids
 
 
 # ------------------------------------------------------------ swap-in validation
@@ -529,7 +551,10 @@ def test_swap_in_copies_the_g2_metadata_of_when_it_started() -> None:
     assert m.earliest_deadline() == 2.0
     step = m.apply(Tick(now_ms=2.0))  # 2's offload (queued first) pushes 1 out of G2, then 1 lands in G1
     assert [(e.storage_tier, e.kind, e.hashes()) for e in step.events] == [
-        ("host_pinned", "removed", [1]), ("host_pinned", "stored", [2]), ("device", "stored", [1])]
+        ("host_pinned", "removed", [1]),
+        ("host_pinned", "stored", [2]),
+        ("device", "stored", [1]),
+    ]
     stored = step.events[-1]
     assert stored.block_token_ids == [[1] * BS]
     assert stored.data.stored.blocks[0].tokens_hash == 101  # type: ignore[union-attr]

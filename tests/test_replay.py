@@ -91,8 +91,13 @@ def test_a_machine_failure_replays_with_the_same_rule(
         run_state_machine_as_test(
             machine_class(setup),
             settings=settings(
-                max_examples=200, stateful_step_count=30, database=None, derandomize=True, deadline=None,
-                report_multiple_bugs=False, suppress_health_check=list(HealthCheck),
+                max_examples=200,
+                stateful_step_count=30,
+                database=None,
+                derandomize=True,
+                deadline=None,
+                report_multiple_bugs=False,
+                suppress_health_check=list(HealthCheck),
             ),
         )
     assert ei.value.rule == RuleId.REMOVE_EXACT
@@ -143,8 +148,9 @@ def test_replay_defaults_to_the_adapter_named_in_the_file(
     assert "against reference" in capsys.readouterr().out
 
 
-def test_replay_reports_model_drift(adapters: dict[str, Path], tmp_path: Path,
-                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_replay_reports_model_drift(
+    adapters: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = tmp_path / "r.jsonl"
     _write_failure(path, "drop_removed")
     lines = path.read_text().splitlines()
@@ -174,10 +180,14 @@ def test_an_adapter_that_crashes_during_replay_is_exit_2(
         ("not json\n", ":1: header is not JSON"),
         ('{"something": 1}\n', "not a kvspec replay header"),
         ('{"kvspec_replay": 1, "config": {"capacity": 0}}\n', ":1: invalid config"),
-        ('{"kvspec_replay": 1, "config": {"capacity": 2}}\n{"op": {"op": "use", "blocks": "x"}}\n',
-         ":2: invalid operation"),
-        ('{"kvspec_replay": 1, "config": {"capacity": 2}}\n{"op": {"op": "deref", "blocks": []}}\n[1]\n',
-         ':3: expected an object with an "op"'),
+        (
+            '{"kvspec_replay": 1, "config": {"capacity": 2}}\n{"op": {"op": "use", "blocks": "x"}}\n',
+            ":2: invalid operation",
+        ),
+        (
+            '{"kvspec_replay": 1, "config": {"capacity": 2}}\n{"op": {"op": "deref", "blocks": []}}\n[1]\n',
+            ':3: expected an object with an "op"',
+        ),
     ],
     ids=["empty", "garbage", "not-replay", "bad-config", "bad-op", "bad-line"],
 )
@@ -196,7 +206,9 @@ def test_kvspec_replay_command_line(tmp_path: Path, adapters: dict[str, Path]) -
     _write_failure(path, "reference")
     proc = subprocess.run(
         [sys.executable, "-m", "kvspec", "replay", str(path), "--impl=adapters/reference"],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "replay passed (3 steps)" in proc.stdout

@@ -22,8 +22,9 @@ COPIES, DECODE, HOST = SEEDS[0], SEEDS[1], SEEDS[2]
 
 def impl_run(w: Workload, variant: PoolVariant = SPEC_VARIANT, salt: int = 7) -> list[RequestOutcome]:
     """What an implementation following ``variant`` would report (its own decode tokens)."""
-    res = run_sequential(w.setup, w.requests, decode=SyntheticDecode(w.setup.manager.block_size, salt=salt),
-                         variant=variant)
+    res = run_sequential(
+        w.setup, w.requests, decode=SyntheticDecode(w.setup.manager.block_size, salt=salt), variant=variant
+    )
     return [RequestOutcome(cached_tokens=r.cached_tokens, events=r.events) for r in res]
 
 
@@ -45,7 +46,8 @@ def test_the_reference_passes_every_seed() -> None:
         if w.concurrent:
             results, stream = interleave(w.setup, w.requests)
             run: list[RequestOutcome] | ConcurrentRun = ConcurrentRun(
-                outcomes=[RequestOutcome(cached_tokens=r.cached_tokens) for r in results], events=stream)
+                outcomes=[RequestOutcome(cached_tokens=r.cached_tokens) for r in results], events=stream
+            )
         else:
             run = impl_run(w)
         checked = check_run(w, run)
@@ -144,8 +146,12 @@ def test_concurrent_runs_get_protocol_and_hash_checks_only() -> None:
     w = Workload(setup=setup_of(12, 2), requests=[RequestSpec(prompt=[1, 2, 3], max_tokens=3)] * 2, concurrent=True)
     results, stream = interleave(w.setup, w.requests)
     shifted = [e.model_copy(update={"event_id": e.event_id + 1}) for e in stream]
-    assert rules(w, ConcurrentRun(outcomes=[RequestOutcome(cached_tokens=r.cached_tokens) for r in results],
-                                  events=stream)) == set()
+    assert (
+        rules(
+            w, ConcurrentRun(outcomes=[RequestOutcome(cached_tokens=r.cached_tokens) for r in results], events=stream)
+        )
+        == set()
+    )
     run = ConcurrentRun(outcomes=[RequestOutcome(cached_tokens=4), RequestOutcome(cached_tokens=0)], events=shifted)
     assert rules(w, run) == {R.EVENT_ID, R.VLLM_PREFIX_HIT}  # 4 cached tokens of a 3-token prompt
 

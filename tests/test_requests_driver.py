@@ -23,8 +23,10 @@ from kvspec.spec.wire import KvEvent
 
 
 def setup(capacity: int, block_size: int = 4, host: int | None = None) -> PoolSetup:
-    return PoolSetup(manager=ManagerConfig(profile="vllm", capacity=capacity, block_size=block_size, eviction="lru"),
-                     host_blocks=host)
+    return PoolSetup(
+        manager=ManagerConfig(profile="vllm", capacity=capacity, block_size=block_size, eviction="lru"),
+        host_blocks=host,
+    )
 
 
 def toks(start: int, n: int) -> list[int]:
@@ -36,16 +38,18 @@ def seqs(prompt: list[int], bs: int = 4) -> list[int]:
 
 
 def brief(events: list[KvEvent]) -> list[tuple[str, str, list[int], int | None]]:
-    return [(e.storage_tier, e.kind, e.hashes(),
-             e.data.stored.parent_hash if e.kind == "stored" else None)  # type: ignore[union-attr]
-            for e in events]
+    return [
+        (e.storage_tier, e.kind, e.hashes(), e.data.stored.parent_hash if e.kind == "stored" else None)  # type: ignore[union-attr]
+        for e in events
+    ]
 
 
 def test_block_aligned_repeat_recomputes_its_last_block_as_a_second_copy() -> None:
     a = toks(1, 8)
     h = seqs(a)
-    r = run_sequential(setup(16), [RequestSpec(prompt=a, max_tokens=1)] * 2
-                       + [RequestSpec(prompt=[*a, 9], max_tokens=1)])
+    r = run_sequential(
+        setup(16), [RequestSpec(prompt=a, max_tokens=1)] * 2 + [RequestSpec(prompt=[*a, 9], max_tokens=1)]
+    )
     assert [x.cached_tokens for x in r] == [0, 4, 8]  # at most num_tokens - 1, whole blocks
     assert brief(r[0].events) == [("device", "stored", h, None)]
     assert brief(r[1].events) == [("device", "stored", [h[1]], h[0])]  # STORE-COPY: the recomputed copy

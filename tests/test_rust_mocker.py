@@ -33,13 +33,29 @@ needs_wheel = pytest.mark.skipif(
 
 # Two events as the 1.6.1 event plane publishes them (from a probe of the wheel).
 DEVICE_STORED = {
-    "worker_id": 16611442837984828375, "storage_tier": "device", "residency_domain": "worker", "dp_rank": 0,
-    "event": {"event_id": 1, "dp_rank": 0, "data": {"stored": {"parent_hash": None, "start_position": None, "blocks": [
-        {"block_hash": 6320977984009303047, "tokens_hash": 6320977984009303047, "mm_extra_info": None},
-        {"block_hash": 3184517425968952090, "tokens_hash": 16988655349664461655, "mm_extra_info": None}]}}},
+    "worker_id": 16611442837984828375,
+    "storage_tier": "device",
+    "residency_domain": "worker",
+    "dp_rank": 0,
+    "event": {
+        "event_id": 1,
+        "dp_rank": 0,
+        "data": {
+            "stored": {
+                "parent_hash": None,
+                "start_position": None,
+                "blocks": [
+                    {"block_hash": 6320977984009303047, "tokens_hash": 6320977984009303047, "mm_extra_info": None},
+                    {"block_hash": 3184517425968952090, "tokens_hash": 16988655349664461655, "mm_extra_info": None},
+                ],
+            }
+        },
+    },
 }
 HOST_REMOVED = {
-    "worker_id": 16611442837984828375, "storage_tier": "host_pinned", "residency_domain": "worker",
+    "worker_id": 16611442837984828375,
+    "storage_tier": "host_pinned",
+    "residency_domain": "worker",
     "event": {"event_id": 7, "dp_rank": 0, "data": {"removed": {"block_hashes": [3184517425968952090]}}},
 }
 
@@ -73,8 +89,14 @@ def test_decode_event_refuses_what_it_cannot_read(raw: dict[str, object], messag
 
 def test_multimodal_info_is_refused_not_dropped() -> None:
     raw = {**DEVICE_STORED, "event": {**DEVICE_STORED["event"]}}  # type: ignore[dict-item]
-    raw["event"]["data"] = {"stored": {"parent_hash": None, "blocks": [  # type: ignore[index]
-        {"block_hash": 1, "tokens_hash": 1, "mm_extra_info": {"mm_objects": []}}]}}
+    raw["event"]["data"] = {
+        "stored": {
+            "parent_hash": None,
+            "blocks": [  # type: ignore[index]
+                {"block_hash": 1, "tokens_hash": 1, "mm_extra_info": {"mm_objects": []}}
+            ],
+        }
+    }
     with pytest.raises(WireError, match="multimodal"):
         rm.decode_event(raw)
 
@@ -94,8 +116,10 @@ def _fake_child(monkeypatch: pytest.MonkeyPatch, code: str) -> None:
 
 
 def test_a_child_that_writes_garbage_is_an_adapter_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    _fake_child(monkeypatch, "import sys; sys.stdin.readline(); print('hello, not json', flush=True); import time; "
-                             "time.sleep(30)")
+    _fake_child(
+        monkeypatch,
+        "import sys; sys.stdin.readline(); print('hello, not json', flush=True); import time; time.sleep(30)",
+    )
     t0 = time.monotonic()
     with pytest.raises(AdapterError, match="not a JSON line"):
         rm.open_rust_mocker(setup_of(8, 4), MANIFEST, ADAPTER_DIR)
@@ -194,8 +218,9 @@ def test_a_real_run_reports_cached_tokens_and_prompt_hashes() -> None:
     prompt = list(range(1, 9))
     h = [s for s, _ in block_hashes(prompt, 4)]
     with rm.open_rust_mocker(setup_of(8, 4), MANIFEST, ADAPTER_DIR) as impl:
-        out = impl.run_sequential([RequestSpec(prompt=prompt, max_tokens=1)] * 2 + [RequestSpec(prompt=[*prompt, 9],
-                                                                                                max_tokens=1)])
+        out = impl.run_sequential(
+            [RequestSpec(prompt=prompt, max_tokens=1)] * 2 + [RequestSpec(prompt=[*prompt, 9], max_tokens=1)]
+        )
     assert [o.cached_tokens for o in out] == [0, 4, 8]  # whole blocks, at most num_tokens - 1
     assert [e.hashes() for e in out[0].events] == [h]
     ids = [e.event_id for o in out for e in o.events]

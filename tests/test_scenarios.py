@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from kvspec.adapters.reference.adapter import ReferenceImplementation
 from kvspec.conformance.failures import ConformanceFailure
 from kvspec.conformance.implementation import Implementation

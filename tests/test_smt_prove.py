@@ -93,8 +93,19 @@ def test_kvspec_prove_at_the_default_bound(capsys: pytest.CaptureFixture[str]) -
 
 
 def test_kvspec_prove_reports_a_mutant_counterexample(capsys: pytest.CaptureFixture[str]) -> None:
-    code = kvspec_main(["prove", "--slots", "3", "--hashes", "4", "--mutant", "device-removed-at-completion",
-                        "--invariant", "INV-ROUTER-MATCH"])
+    code = kvspec_main(
+        [
+            "prove",
+            "--slots",
+            "3",
+            "--hashes",
+            "4",
+            "--mutant",
+            "device-removed-at-completion",
+            "--invariant",
+            "INV-ROUTER-MATCH",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 1
     assert "counterexample" in out and "COUNTEREXAMPLE to INV-ROUTER-MATCH" in out

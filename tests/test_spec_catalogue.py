@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 import pytest
+
 from kvspec.spec.profiles import PROFILES
 from kvspec.spec.rules import RULES, RuleId
 

@@ -182,8 +182,18 @@ def test_traffic_mix_produces_what_the_rules_need(profile: str) -> None:
     total: Counter[str] = Counter()
     for seed in range(6):
         total += drive(profile, "lru", capacity=6 + seed, seed=seed, steps=150)
-    for key in ("hit", "removed", "exhausted", "promote new", "promote existing", "finish", "preempt",
-                "readmit", "extend", "deref"):
+    for key in (
+        "hit",
+        "removed",
+        "exhausted",
+        "promote new",
+        "promote existing",
+        "finish",
+        "preempt",
+        "readmit",
+        "extend",
+        "deref",
+    ):
         assert total[key] > 0, f"{profile}: no {key} in {dict(total)}"
     rejected = [k for k in total if k.startswith("rejected ")]
     assert len(rejected) >= 2, rejected
@@ -201,8 +211,9 @@ def test_invalid_traffic_that_the_model_accepts_is_a_generator_error() -> None:
     generator bug cannot pass silently as 'valid traffic')."""
     t = Traffic(ManagerConfig(profile="kvbm", capacity=4))
     planned = t.invalid(t.invalid_kinds.index("deref_unknown"), [0], 0)
-    accepted = StepOutcome(result=OpResult(), counters=Counters(
-        active_blocks=0, active_refs=0, inactive_blocks=0, free_blocks=4))
+    accepted = StepOutcome(
+        result=OpResult(), counters=Counters(active_blocks=0, active_refs=0, inactive_blocks=0, free_blocks=4)
+    )
     with pytest.raises(TrafficError, match="accepted by the model"):
         planned.commit(accepted, accepted.counters)
 

@@ -24,8 +24,12 @@ def use(*blocks: int | str, parent: int | None = None) -> Use:
     refs = [FullBlock(full=b) if isinstance(b, int) else PartialBlock(partial=b) for b in blocks]
     fulls = [b for b in blocks if isinstance(b, int)]
     plhs = [Plh(hash=h, parent=fulls[i - 1] if i else parent, position=i) for i, h in enumerate(fulls)]
-    return Use(blocks=refs, local_hashes=[h + 1000 for h in fulls], plhs=plhs,
-               parent=FullBlock(full=parent) if parent is not None else None)
+    return Use(
+        blocks=refs,
+        local_hashes=[h + 1000 for h in fulls],
+        plhs=plhs,
+        parent=FullBlock(full=parent) if parent is not None else None,
+    )
 
 
 def deref(*blocks: int | str) -> Deref:
@@ -33,8 +37,9 @@ def deref(*blocks: int | str) -> Deref:
 
 
 def promote(uuid: str, seq: int, parent: int | None) -> Promote:
-    return Promote(uuid=uuid, seq_hash=seq, parent_hash=parent, local_hash=seq + 1000,
-                   plh=Plh(hash=seq, parent=parent, position=0))
+    return Promote(
+        uuid=uuid, seq_hash=seq, parent_hash=parent, local_hash=seq + 1000, plh=Plh(hash=seq, parent=parent, position=0)
+    )
 
 
 def brief(events: list[KvEvent]) -> list[tuple[int, str, str, list[int], int | None]]:

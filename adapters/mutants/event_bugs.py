@@ -100,8 +100,13 @@ class ParentFirstReused(G1Model):
         known = dict(self.blocks)
         step = super()._use(op, prefer)
         first = next(
-            (r.full for r in _placed_refs(op, step) if isinstance(r, FullBlock) and known.get(r.full) is not None
-             and self.blocks.get(r.full) is known[r.full]),
+            (
+                r.full
+                for r in _placed_refs(op, step)
+                if isinstance(r, FullBlock)
+                and known.get(r.full) is not None
+                and self.blocks.get(r.full) is known[r.full]
+            ),
             None,
         )
         if first is None:

@@ -39,8 +39,9 @@ class DerefInactiveAtOne(G1Model):
     block with two owners goes inactive (owners 0) on the first Deref."""
 
     def _deref(self, op: Deref) -> Step:
-        before = {r.full: self.blocks[r.full].owners for r in op.blocks if isinstance(r, FullBlock)
-                  and r.full in self.blocks}
+        before = {
+            r.full: self.blocks[r.full].owners for r in op.blocks if isinstance(r, FullBlock) and r.full in self.blocks
+        }
         step = super()._deref(op)
         for seq, owners in before.items():
             b = self.blocks.get(seq)

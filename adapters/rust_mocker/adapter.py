@@ -89,7 +89,9 @@ def netns_works() -> bool:
     try:
         r = subprocess.run(
             ["unshare", "-rn", "sh", "-c", "ip link set lo up"],
-            capture_output=True, timeout=10, check=False,
+            capture_output=True,
+            timeout=10,
+            check=False,
         )
     except (OSError, subprocess.SubprocessError):
         return False
@@ -143,8 +145,9 @@ def decode_event(raw: Any) -> tuple[int, KvEvent]:
             blocks.append(b)
         stored["blocks"] = blocks
         ev["data"] = {"stored": stored}
-    return from_router_event({"worker_id": raw.get("worker_id", 0), "storage_tier": raw.get("storage_tier"),
-                              "event": ev})
+    return from_router_event(
+        {"worker_id": raw.get("worker_id", 0), "storage_tier": raw.get("storage_tier"), "event": ev}
+    )
 
 
 class RustMocker(RequestImplementation):
@@ -170,9 +173,14 @@ class RustMocker(RequestImplementation):
         try:
             self.child = ChildProcess(child_argv(), env=env, cwd=self._tmp)
             started = self._ask(
-                {"op": "start", "engine": engine_config(setup), "namespace": f"kvspec{uuid.uuid4().hex[:12]}",
-                 "block_size": setup.manager.block_size, "num_gpu_blocks": setup.manager.capacity,
-                 "timeout_s": manifest.start.startup_timeout_s},
+                {
+                    "op": "start",
+                    "engine": engine_config(setup),
+                    "namespace": f"kvspec{uuid.uuid4().hex[:12]}",
+                    "block_size": setup.manager.block_size,
+                    "num_gpu_blocks": setup.manager.capacity,
+                    "timeout_s": manifest.start.startup_timeout_s,
+                },
                 manifest.start.startup_timeout_s + 5,
                 "start",
             )
@@ -207,8 +215,9 @@ class RustMocker(RequestImplementation):
         try:
             reply = json.loads(line)
         except ValueError:
-            raise self._failure(f"the mocker wrote something that is not a JSON line during {what}: {line[:200]!r}") \
-                from None
+            raise self._failure(
+                f"the mocker wrote something that is not a JSON line during {what}: {line[:200]!r}"
+            ) from None
         if not isinstance(reply, dict):
             raise self._failure(f"the mocker's reply to {what} is not an object: {line[:200]!r}")
         if "error" in reply:
@@ -250,13 +259,23 @@ class RustMocker(RequestImplementation):
     def _run_message(self, mode: str, requests: Sequence[RequestSpec]) -> dict[str, Any]:
         for i, r in enumerate(requests):
             self.setup.check_fits(i, r)  # the mocker would stall: refuse clearly instead
-        return {"op": "run", "mode": mode, "requests": [r.model_dump() for r in requests],
-                "quiesce_ms": QUIESCE_MS, "request_timeout_s": self.manifest.start.timeout_s, "max_settle_s": 5.0}
+        return {
+            "op": "run",
+            "mode": mode,
+            "requests": [r.model_dump() for r in requests],
+            "quiesce_ms": QUIESCE_MS,
+            "request_timeout_s": self.manifest.start.timeout_s,
+            "max_settle_s": 5.0,
+        }
 
     def _outcome(self, reply: dict[str, Any], events: list[KvEvent]) -> RequestOutcome:
         try:
-            return RequestOutcome(cached_tokens=reply.get("cached_tokens"), finish=str(reply.get("finish")),
-                                  output_tokens=int(reply.get("output_tokens", 0)), events=events)
+            return RequestOutcome(
+                cached_tokens=reply.get("cached_tokens"),
+                finish=str(reply.get("finish")),
+                output_tokens=int(reply.get("output_tokens", 0)),
+                events=events,
+            )
         except (ValueError, TypeError) as e:
             raise self._failure(f"the mocker's request outcome is malformed: {e}") from None
 

@@ -159,8 +159,13 @@ class Mocker:
         rc.kv_event_publishing_enabled = True
         endpoint = f"dyn://{ns}.mocker.generate"
         args = EntrypointArgs(
-            EngineType.Mocker, model_path=None, model_name="kvspec-mock", endpoint_id=endpoint,
-            mocker_engine_args=cfg, kv_cache_block_size=int(msg["block_size"]), runtime_config=rc,
+            EngineType.Mocker,
+            model_path=None,
+            model_name="kvspec-mock",
+            endpoint_id=endpoint,
+            mocker_engine_args=cfg,
+            kv_cache_block_size=int(msg["block_size"]),
+            runtime_config=rc,
         )
         engine = await make_engine(self.rt, args)
         self.serve = asyncio.ensure_future(run_input(self.rt, endpoint, engine))  # a Future, not a coroutine
@@ -181,14 +186,20 @@ class Mocker:
         if not self.collector.wait_connected(5.0):
             raise TimeoutError(f"could not connect to the event publisher at {endpoint_addr}")
         await asyncio.sleep(0.05)  # the subscription reaches the publisher (PUB/SUB slow joiner)
-        return {"ok": "started", "startup_s": round(time.monotonic() - t0, 4), "publisher": endpoint_addr,
-                "pid": os.getpid()}
+        return {
+            "ok": "started",
+            "startup_s": round(time.monotonic() - t0, 4),
+            "publisher": endpoint_addr,
+            "pid": os.getpid(),
+        }
 
     async def generate(self, req: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         body = {
             "token_ids": req["prompt"],
             "stop_conditions": {"max_tokens": req["max_tokens"], "ignore_eos": True},
-            "sampling_options": {}, "output_options": {}, "eos_token_ids": [],
+            "sampling_options": {},
+            "output_options": {},
+            "eos_token_ids": [],
         }
 
         async def consume() -> dict[str, Any]:
@@ -204,8 +215,11 @@ class Mocker:
                     cached = details["cached_tokens"]
                 if data.get("finish_reason") is not None:
                     finish = data["finish_reason"]
-            return {"cached_tokens": cached, "finish": finish if isinstance(finish, str) else json.dumps(finish),
-                    "output_tokens": n_out}
+            return {
+                "cached_tokens": cached,
+                "finish": finish if isinstance(finish, str) else json.dumps(finish),
+                "output_tokens": n_out,
+            }
 
         try:
             return await asyncio.wait_for(consume(), timeout_s)
@@ -226,15 +240,27 @@ class Mocker:
                 try:
                     out = await self.generate(req, timeout)
                 except TimeoutError:
-                    reply({"error": f"request {i} did not complete within {timeout} s (engine stalled)",
-                           "stage": "request"})
+                    reply(
+                        {
+                            "error": f"request {i} did not complete within {timeout} s (engine stalled)",
+                            "stage": "request",
+                        }
+                    )
                     return
                 settled = await self.collector.settle(quiet, max_settle)
                 events, problems = self.collector.take()
                 if not settled:
                     problems.append(f"events kept arriving for {max_settle} s after request {i} completed")
-                reply({"ok": "request", "index": i, **out, "events": events, "problems": problems,
-                       "elapsed_ms": round((time.monotonic() - t0) * 1000, 3)})
+                reply(
+                    {
+                        "ok": "request",
+                        "index": i,
+                        **out,
+                        "events": events,
+                        "problems": problems,
+                        "elapsed_ms": round((time.monotonic() - t0) * 1000, 3),
+                    }
+                )
             reply({"ok": "done"})
             return
         tasks = [self.generate(req, timeout) for req in msg["requests"]]

@@ -35,10 +35,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ValidationError
+
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.errors import AdapterError, ConfigError, WireError
 from kvspec.spec.wire import StepOutcome, parse_operation
-from pydantic import BaseModel, ValidationError
 
 from ..implementation import Implementation
 from ..manifest import Manifest

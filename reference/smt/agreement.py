@@ -72,8 +72,12 @@ class Universe:
         return Bound(self.slots, len(self.par))
 
     def config(self) -> ManagerConfig:
-        return ManagerConfig(profile="kvbm", capacity=self.slots, eviction=self.policy,  # type: ignore[arg-type]
-                             offload=OffloadConfig(num_g2_blocks=self.cap2))
+        return ManagerConfig(
+            profile="kvbm",
+            capacity=self.slots,
+            eviction=self.policy,  # type: ignore[arg-type]
+            offload=OffloadConfig(num_g2_blocks=self.cap2),
+        )
 
     def depth(self, h: int) -> int:
         d = 0
@@ -129,11 +133,11 @@ def to_encoding(op: Any, forward: bool = True) -> Op:
 
 
 def use_op(u: Universe, blocks: Sequence[int | str], parent: int | None = None) -> Use:
-    refs: list[FullBlock | PartialBlock] = [FullBlock(full=b) if isinstance(b, int) else PartialBlock(partial=b)
-                                            for b in blocks]
+    refs: list[FullBlock | PartialBlock] = [
+        FullBlock(full=b) if isinstance(b, int) else PartialBlock(partial=b) for b in blocks
+    ]
     fulls = [b for b in blocks if isinstance(b, int)]
-    return Use(blocks=refs, plhs=[u.plh(h) for h in fulls],
-               parent=None if parent is None else FullBlock(full=parent))
+    return Use(blocks=refs, plhs=[u.plh(h) for h in fulls], parent=None if parent is None else FullBlock(full=parent))
 
 
 def deref_op(blocks: Sequence[int | str]) -> Deref:
@@ -160,8 +164,9 @@ def model_abstraction(m: G1Model) -> dict[str, Any]:
         if t.kind == "offload":
             pending.append(("offload", p.seq, NONE if p.parent_hash is None else p.parent_hash))
         else:
-            pending.append(("onboard", tuple(seq for seq, *_ in p.blocks[: p.slots]),
-                            NONE if p.parent is None else p.parent))
+            pending.append(
+                ("onboard", tuple(seq for seq, *_ in p.blocks[: p.slots]), NONE if p.parent is None else p.parent)
+            )
     return {
         "free": m.free,
         "quarantined": m.quarantined,
@@ -169,8 +174,9 @@ def model_abstraction(m: G1Model) -> dict[str, Any]:
         "active_full": m.active_full,
         "refs": m.refs,
         "partial": sorted(uuid_index(u) for u in m.partial),
-        "blocks": {s: (b.owners, NONE if b.parent_hash is None else b.parent_hash)
-                   for s, b in sorted(m.blocks.items())},
+        "blocks": {
+            s: (b.owners, NONE if b.parent_hash is None else b.parent_hash) for s, b in sorted(m.blocks.items())
+        },
         "unannounced": sorted(s for s, b in m.blocks.items() if not b.announced),
         "lru": list(m.policy),
         "pending": pending,
@@ -196,8 +202,11 @@ def encoding_abstraction(c: ConcreteState) -> dict[str, Any]:
         "active_full": v["afull_c"],
         "refs": v["refs_c"],
         "partial": sorted(v["pu"][s] for s in range(n) if v["st"][s] == "partial"),
-        "blocks": {v["blk"][s]: (v["own"][s], v["mpar"][s]) for s in sorted(range(n), key=lambda s: v["blk"][s])
-                   if v["st"][s] in ("active", "inactive")},
+        "blocks": {
+            v["blk"][s]: (v["own"][s], v["mpar"][s])
+            for s in sorted(range(n), key=lambda s: v["blk"][s])
+            if v["st"][s] in ("active", "inactive")
+        },
         "unannounced": [],
         "lru": [h for _t, h in inactive],
         "pending": [p for _o, p in sorted(pending)],
@@ -235,8 +244,9 @@ class Mismatch:
     encoding: Any
 
     def __str__(self) -> str:
-        return (f"operation {self.index} ({self.op!r}): {self.what}\n  model:    {self.model}\n"
-                f"  encoding: {self.encoding}")
+        return (
+            f"operation {self.index} ({self.op!r}): {self.what}\n  model:    {self.model}\n  encoding: {self.encoding}"
+        )
 
 
 @dataclass
@@ -287,18 +297,28 @@ class Lockstep:
         self.next_event_id += len(events)
         diff("events", [event_to_json(e) for e in step.events], [event_to_json(e) for e in events])
         value = None if out.value is None else concrete_eval(out.value)
-        diff("result", (step.result.value, step.result.status),
-             (value, STATUS_NAMES[concrete_eval(out.status)] if out.value is not None else "ok"))
-        diff("counters", self.model.counters().model_dump(),
-             {k: concrete_eval(t) for k, t in counters(out.post).items()})
+        diff(
+            "result",
+            (step.result.value, step.result.status),
+            (value, STATUS_NAMES[concrete_eval(out.status)] if out.value is not None else "ok"),
+        )
+        diff(
+            "counters", self.model.counters().model_dump(), {k: concrete_eval(t) for k, t in counters(out.post).items()}
+        )
         diff("state", model_abstraction(self.model), encoding_abstraction(post))
         violations = self.view.apply_batch(step.events)
         anchor_broken = any(v.rule == RuleId.PARENT_ANCHOR for v in violations)
-        diff("INV-ANCHOR (router flags PARENT-ANCHOR <=> encoding's anchor check fails)",
-             anchor_broken, not concrete_eval(out.anchor_ok))
+        diff(
+            "INV-ANCHOR (router flags PARENT-ANCHOR <=> encoding's anchor check fails)",
+            anchor_broken,
+            not concrete_eval(out.anchor_ok),
+        )
         diff("router device view == encoding's device view", sorted(self.view.stored("device")), post.view("dev"))
-        diff("router host-pinned view == encoding's host-pinned view",
-             sorted(self.view.stored("host_pinned")), post.view("g2v"))
+        diff(
+            "router host-pinned view == encoding's host-pinned view",
+            sorted(self.view.stored("host_pinned")),
+            post.view("g2v"),
+        )
         for p in determinism_problems(post):
             problems.append(Mismatch(i, op, "determinism", "unique choices", p))
         self.state = post.to_state()

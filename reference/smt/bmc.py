@@ -56,8 +56,15 @@ class OpVars:
 
     @staticmethod
     def fresh(i: int) -> OpVars:
-        return OpVars(z3.Int(f"op{i}_kind"), z3.Int(f"op{i}_h1"), z3.Int(f"op{i}_h2"), z3.Int(f"op{i}_u"),
-                      z3.Bool(f"op{i}_full2"), z3.Bool(f"op{i}_full1"), z3.Int(f"op{i}_p"))
+        return OpVars(
+            z3.Int(f"op{i}_kind"),
+            z3.Int(f"op{i}_h1"),
+            z3.Int(f"op{i}_h2"),
+            z3.Int(f"op{i}_u"),
+            z3.Bool(f"op{i}_full2"),
+            z3.Bool(f"op{i}_full1"),
+            z3.Int(f"op{i}_p"),
+        )
 
     def is_(self, kind: str) -> z3.BoolRef:
         return self.kind == KINDS.index(kind)
@@ -151,7 +158,14 @@ def well_formed(S: State, v: OpVars, universe: object, kinds: tuple[str, ...]) -
     }
     return z3.And(
         z3.Or([v.is_(k) for k in kinds]),
-        0 <= v.h1, v.h1 < m, 0 <= v.h2, v.h2 < m, 0 <= v.u, v.u < uu, NONE <= v.p, v.p < m,
+        0 <= v.h1,
+        v.h1 < m,
+        0 <= v.h2,
+        v.h2 < m,
+        0 <= v.u,
+        v.u < uu,
+        NONE <= v.p,
+        v.p < m,
         *[z3.Implies(v.is_(k), by_kind[k]) for k in kinds],
     )
 
@@ -193,8 +207,16 @@ class Found:
     seconds: float
 
 
-def search(universe: object, target: Target, *, max_depth: int, kinds: tuple[str, ...] = KINDS,
-           chooser: Chooser | None = None, min_depth: int = 1, timeout_ms: int = 120_000) -> Found | None:
+def search(
+    universe: object,
+    target: Target,
+    *,
+    max_depth: int,
+    kinds: tuple[str, ...] = KINDS,
+    chooser: Chooser | None = None,
+    min_depth: int = 1,
+    timeout_ms: int = 120_000,
+) -> Found | None:
     """The shortest trace (up to ``max_depth`` operations) reaching ``target``."""
     t0 = time.perf_counter()
     trace = Trace(universe, chooser or Chooser("lru"), kinds)

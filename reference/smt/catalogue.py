@@ -100,23 +100,50 @@ class TransitionSpec:
 
 
 TRANSITIONS: list[TransitionSpec] = [
-    TransitionSpec("use(full)", use_full, {"h": "hash", "a": "hash?", "m": "hash?"},
-                   {"t": "slot", "s": "slot", "v": "slot"}, takes_policy=True,
-                   canonical={"t": 0, "s": 0, "v": 0}),  # one of the three cases applies
-    TransitionSpec("use(partial)", use_partial, {"u": "uuid"}, {"s": "slot", "v": "slot"}, takes_policy=True,
-                   canonical={"s": 0, "v": 0}),
+    TransitionSpec(
+        "use(full)",
+        use_full,
+        {"h": "hash", "a": "hash?", "m": "hash?"},
+        {"t": "slot", "s": "slot", "v": "slot"},
+        takes_policy=True,
+        canonical={"t": 0, "s": 0, "v": 0},
+    ),  # one of the three cases applies
+    TransitionSpec(
+        "use(partial)",
+        use_partial,
+        {"u": "uuid"},
+        {"s": "slot", "v": "slot"},
+        takes_policy=True,
+        canonical={"s": 0, "v": 0},
+    ),
     TransitionSpec("deref(full)", deref_full, {"h": "hash"}, {"t": "slot"}, canonical={"t": 0}),
     TransitionSpec("deref(partial)", deref_partial, {"u": "uuid"}, {"s": "slot"}, canonical={"s": 0}),
-    TransitionSpec("promote", promote, {"u": "uuid", "h": "hash", "p": "hash?"}, {"s": "slot", "t": "slot"},
-                   canonical={"s": 0, "t": 1}),  # the partial slot and the existing block's slot differ
+    TransitionSpec(
+        "promote",
+        promote,
+        {"u": "uuid", "h": "hash", "p": "hash?"},
+        {"s": "slot", "t": "slot"},
+        canonical={"s": 0, "t": 1},
+    ),  # the partial slot and the existing block's slot differ
     TransitionSpec("evict", evict, {}, {"v": "slot"}, takes_policy=True, canonical={"v": 0}),
-    TransitionSpec("offload_complete", offload_complete, {"s": "slot"}, {"w": "hash"},
-                   canonical={"s": 0, "w": 1},  # G2's victim is named 1 and the offloaded block 0:
-                   canonical_state=lambda S: [S.pblk[0] == 0]),  # block hashes are alike too
-    TransitionSpec("swapin_reserve", swapin_reserve, {"j": "job", "h": "hash", "p": "hash?"}, {"s": "slot"},
-                   canonical={"s": 0, "j": 0}),
-    TransitionSpec("swapin_register", swapin_register, {"j": "job"}, {"k": "slot"},
-                   canonical={"j": 0, "k": 0}),  # any order of the job's slots
+    TransitionSpec(
+        "offload_complete",
+        offload_complete,
+        {"s": "slot"},
+        {"w": "hash"},
+        canonical={"s": 0, "w": 1},  # G2's victim is named 1 and the offloaded block 0:
+        canonical_state=lambda S: [S.pblk[0] == 0],
+    ),  # block hashes are alike too
+    TransitionSpec(
+        "swapin_reserve",
+        swapin_reserve,
+        {"j": "job", "h": "hash", "p": "hash?"},
+        {"s": "slot"},
+        canonical={"s": 0, "j": 0},
+    ),
+    TransitionSpec(
+        "swapin_register", swapin_register, {"j": "job"}, {"k": "slot"}, canonical={"j": 0, "k": 0}
+    ),  # any order of the job's slots
 ]
 
 

@@ -19,20 +19,35 @@ from .universe import DEFAULT_BOUND, Bound
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--slots", type=int, default=DEFAULT_BOUND.slots,
-                   help="G1 slots in the universe (default %(default)s)")
-    p.add_argument("--hashes", type=int, default=DEFAULT_BOUND.hashes,
-                   help="block hashes in the universe (default %(default)s)")
-    p.add_argument("--invariant", action="append", metavar="ID",
-                   help="prove only this invariant or lemma (repeatable; default: all)")
+    p.add_argument(
+        "--slots", type=int, default=DEFAULT_BOUND.slots, help="G1 slots in the universe (default %(default)s)"
+    )
+    p.add_argument(
+        "--hashes", type=int, default=DEFAULT_BOUND.hashes, help="block hashes in the universe (default %(default)s)"
+    )
+    p.add_argument(
+        "--invariant",
+        action="append",
+        metavar="ID",
+        help="prove only this invariant or lemma (repeatable; default: all)",
+    )
     p.add_argument("--no-lemmas", action="store_true", help="leave the LEMMA-* rows out of the table (still assumed)")
-    p.add_argument("--no-sanity", action="store_true",
-                   help="skip the checks that every valid operation has a successor and every rule fires")
+    p.add_argument(
+        "--no-sanity",
+        action="store_true",
+        help="skip the checks that every valid operation has a successor and every rule fires",
+    )
     p.add_argument("--no-symmetry", action="store_true", help="do not fix the chosen slots by symmetry (slower)")
-    p.add_argument("--contracts", action="store_true",
-                   help="also find which invariants need the caller contracts (ASSUME-*): prove them again without")
-    p.add_argument("--mutant", choices=[m.name for m in MUTANTS],
-                   help="prove against a broken variant of the rules (expect a counterexample)")
+    p.add_argument(
+        "--contracts",
+        action="store_true",
+        help="also find which invariants need the caller contracts (ASSUME-*): prove them again without",
+    )
+    p.add_argument(
+        "--mutant",
+        choices=[m.name for m in MUTANTS],
+        help="prove against a broken variant of the rules (expect a counterexample)",
+    )
     p.add_argument("--timeout", type=float, default=None, metavar="SECONDS", help="per solver call (default: none)")
 
 
@@ -76,8 +91,14 @@ def run(args: argparse.Namespace) -> int:
             cols.insert(3, "no" if str(r.property_id) in free else "yes (ASSUME-*)")
         print(_row(cols, widths), flush=True)
 
-    results = prove(bound, props=props, applier=applier, symmetry=not args.no_symmetry,
-                    timeout_ms=int(args.timeout * 1000) if args.timeout else None, on_result=show)
+    results = prove(
+        bound,
+        props=props,
+        applier=applier,
+        symmetry=not args.no_symmetry,
+        timeout_ms=int(args.timeout * 1000) if args.timeout else None,
+        on_result=show,
+    )
     problems: list[str] = []
     if not args.no_sanity and not args.mutant:
         for name, check in (("SANITY-ENABLED", check_enabled), ("SANITY-RULES-FIRE", check_rules_reachable)):

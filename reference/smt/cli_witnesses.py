@@ -23,10 +23,18 @@ from .witnesses import WITNESS_DIR, WITNESSES, generate, path_of, verify, witnes
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, default=WITNESS_DIR, help="directory to write (default: %(default)s)")
-    p.add_argument("--only", action="append", metavar="NAME", choices=[w.name for w in WITNESSES],
-                   help="regenerate only this witness (repeatable)")
-    p.add_argument("--check", action="store_true",
-                   help="verify the checked-in files (target reached, expectations current) instead of searching")
+    p.add_argument(
+        "--only",
+        action="append",
+        metavar="NAME",
+        choices=[w.name for w in WITNESSES],
+        help="regenerate only this witness (repeatable)",
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="verify the checked-in files (target reached, expectations current) instead of searching",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -88,9 +88,7 @@ class ConcreteState:
 
     def registered(self) -> dict[int, int]:
         """block -> owners, for every registered (active or inactive) block."""
-        return {
-            self.blk[s]: self.own[s] for s in range(self.bound.slots) if self.st[s] in ("active", "inactive")
-        }
+        return {self.blk[s]: self.own[s] for s in range(self.bound.slots) if self.st[s] in ("active", "inactive")}
 
     def live_jobs(self) -> list[int]:
         return sorted({self.jid[s] for s in range(self.bound.slots) if self.st[s] == "reserved"})

@@ -58,9 +58,16 @@ def _parent(v: int) -> int | None:
 
 def assemble(out: OpOutcome, ev: Eval, first_id: int, dp_rank: int = 0) -> list[KvEvent]:
     """The KvEvents of one operation, in publication order."""
-    published = [(f, ev(f.block), ev(f.parent) if f.parent is not None else None,
-                  bool(ev(f.starts_group)) if not isinstance(f.starts_group, bool) else f.starts_group)
-                 for w, f in out.frags if ev(w)]
+    published = [
+        (
+            f,
+            ev(f.block),
+            ev(f.parent) if f.parent is not None else None,
+            bool(ev(f.starts_group)) if not isinstance(f.starts_group, bool) else f.starts_group,
+        )
+        for w, f in out.frags
+        if ev(w)
+    ]
     events: list[KvEvent] = []
 
     def nid() -> int:
@@ -94,8 +101,9 @@ def assemble(out: OpOutcome, ev: Eval, first_id: int, dp_rank: int = 0) -> list[
             continue
         flush()
         if f.kind == "stored":
-            events.append(make_stored(nid(), [h], [0], _parent(p) if p is not None else None, dp_rank=dp_rank,
-                                      tier="host_pinned"))
+            events.append(
+                make_stored(nid(), [h], [0], _parent(p) if p is not None else None, dp_rank=dp_rank, tier="host_pinned")
+            )
         else:
             tier = "host_pinned" if f.tier != "device" else "device"
             events.append(make_removed(nid(), [h], dp_rank=dp_rank, tier=tier))

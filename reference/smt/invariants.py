@@ -106,8 +106,10 @@ def lemma_swapin_parent_held(S: State) -> Conjuncts:
     """LEMMA-SWAPIN-PARENT-HELD: a pending swap-in's parent is the root or an
     active G1 block (it cannot be evicted before the swap-in registers)."""
     return [
-        (f"job {j}: pending => parent is root or active",
-         z3.Implies(S.job_live(j), z3.Or(S.jpar[j] == NONE, S.is_active(S.jpar[j]))))
+        (
+            f"job {j}: pending => parent is root or active",
+            z3.Implies(S.job_live(j), z3.Or(S.jpar[j] == NONE, S.is_active(S.jpar[j]))),
+        )
         for j in range(S.bound.jobs)
     ]
 
@@ -119,8 +121,10 @@ def lemma_onboard_anchor(S: State) -> Conjuncts:
     busy = S.busy != NONE
     return [
         ("registration in progress => its job still has a reserved slot", z3.Implies(busy, S.job_live(S.busy))),
-        ("registration in progress => its anchor is root or registered",
-         z3.Implies(busy, z3.Or(S.ranc == NONE, S.is_registered(S.ranc)))),
+        (
+            "registration in progress => its anchor is root or registered",
+            z3.Implies(busy, z3.Or(S.ranc == NONE, S.is_registered(S.ranc))),
+        ),
     ]
 
 
@@ -137,8 +141,10 @@ def step_anchor(step: Step) -> Conjuncts:
     router's device view when the router applies that Stored (by
     INV-ROUTER-MATCH: registered in G1 when the event is emitted)."""
     return [
-        (f"device Stored #{i} names a parent the router holds",
-         z3.Implies(a.when, z3.Or(a.parent == NONE, sel(a.view, a.parent))))
+        (
+            f"device Stored #{i} names a parent the router holds",
+            z3.Implies(a.when, z3.Or(a.parent == NONE, sel(a.view, a.parent))),
+        )
         for i, a in enumerate(step.anchors)
     ]
 
@@ -150,8 +156,12 @@ def step_quarantine(step: Step) -> Conjuncts:
     out: Conjuncts = []
     for s in pre.slots:
         leaves = z3.And(pre.st[s] == QUARANTINED, post.st[s] != QUARANTINED)
-        out.append((f"slot {s}: leaves quarantine only to free, at its transfer's completion",
-                    z3.Implies(leaves, z3.And(post.st[s] == FREE, pre.pend[s], z3.Not(post.pend[s])))))
+        out.append(
+            (
+                f"slot {s}: leaves quarantine only to free, at its transfer's completion",
+                z3.Implies(leaves, z3.And(post.st[s] == FREE, pre.pend[s], z3.Not(post.pend[s]))),
+            )
+        )
     return out
 
 
@@ -174,14 +184,18 @@ class Property:
 
 
 INVARIANTS: list[Property] = [
-    Property(R.INV_CONSERVE, "free + partial + active + inactive + quarantined + reserved = capacity",
-             inv_conserve),
+    Property(R.INV_CONSERVE, "free + partial + active + inactive + quarantined + reserved = capacity", inv_conserve),
     Property(R.INV_OWNERS, "a block is active iff it has an owner; inactive blocks have none", inv_owners),
-    Property(R.INV_ROUTER_MATCH, "router view per tier == registered blocks (device: G1, host-pinned: G2)",
-             inv_router_match),
+    Property(
+        R.INV_ROUTER_MATCH, "router view per tier == registered blocks (device: G1, host-pinned: G2)", inv_router_match
+    ),
     Property(R.INV_NO_DUP, "no block hash is registered in two G1 slots", inv_no_dup),
-    Property(R.INV_QUARANTINE, "quarantined exactly while its offload is pending; never allocated",
-             inv_quarantine, step_quarantine),
+    Property(
+        R.INV_QUARANTINE,
+        "quarantined exactly while its offload is pending; never allocated",
+        inv_quarantine,
+        step_quarantine,
+    ),
     Property(R.INV_ANCHOR, "every device Stored's parent is the root or held by the router", None, step_anchor),
 ]
 
@@ -190,10 +204,18 @@ LEMMAS: list[Property] = [
     Property("LEMMA-ACTIVE-COUNT", "active counter == active slots", lemma_active_count, lemma=True),
     Property("LEMMA-RESERVED-COUNT", "reserved counter == reserved slots", lemma_reserved_count, lemma=True),
     Property("LEMMA-REFS", "refs counter == sum of the active blocks' owners", lemma_refs, lemma=True),
-    Property("LEMMA-SWAPIN-PARENT-HELD", "a pending swap-in's parent is the root or active",
-             lemma_swapin_parent_held, lemma=True),
-    Property("LEMMA-ONBOARD-ANCHOR", "a registration in progress has a slot left and a registered anchor",
-             lemma_onboard_anchor, lemma=True),
+    Property(
+        "LEMMA-SWAPIN-PARENT-HELD",
+        "a pending swap-in's parent is the root or active",
+        lemma_swapin_parent_held,
+        lemma=True,
+    ),
+    Property(
+        "LEMMA-ONBOARD-ANCHOR",
+        "a registration in progress has a slot left and a registered anchor",
+        lemma_onboard_anchor,
+        lemma=True,
+    ),
     Property("LEMMA-G2-CAPACITY", "G2 holds at most its capacity", lemma_g2_capacity, lemma=True),
 ]
 

@@ -93,8 +93,10 @@ def _evictions(step: Step) -> list[Frag]:
 def _g2_stored_at_enqueue(step: Step) -> Step:
     """G2-STORE-ON-COMPLETE broken: the host-pinned Stored is published when
     the offload is queued instead of when it completes."""
-    extra = [Frag(f.when, "host_pinned", "stored", f.block, parent=z3.IntVal(-1), starts_group=True)
-             for f in _evictions(step)]
+    extra = [
+        Frag(f.when, "host_pinned", "stored", f.block, parent=z3.IntVal(-1), starts_group=True)
+        for f in _evictions(step)
+    ]
     if step.name == "offload_complete":
         step.frags = [f for f in step.frags if not (f.tier == "host_pinned" and f.kind == "stored")]
     step.frags = step.frags + extra
@@ -137,26 +139,69 @@ def _anchor_to_g2_parent(S: State, j: z3.ArithRef, h: z3.ArithRef) -> z3.ArithRe
 
 
 MUTANTS: list[Mutant] = [
-    Mutant("release-at-enqueue", R.QUARANTINE_HOLD, "an evicted slot is freed when its offload is queued",
-           R.INV_QUARANTINE, patch=_release_at_enqueue),
-    Mutant("deref-inactive-at-one-owner", R.DEREF_OWNER, "Deref makes a block inactive at one owner",
-           R.INV_OWNERS, patch=_deref_inactive_at_one),
-    Mutant("use-registers-registered", R.USE_HIT_INACTIVE, "Use registers an inactive block a second time",
-           R.INV_NO_DUP, extra={"use(full)": {"lookup": _only_active}}),
-    Mutant("evict-active", R.EVICT_POLICY, "eviction may pick an active block",
-           R.INV_CONSERVE,
-           extra={n: {"policy": _evict_any_registered} for n in ("use(full)", "use(partial)", "evict")}),
-    Mutant("g2-stored-at-enqueue", R.G2_STORE_ON_COMPLETE, "host-pinned Stored published at offload enqueue",
-           R.INV_ROUTER_MATCH, patch=_g2_stored_at_enqueue),
-    Mutant("device-removed-at-completion", R.DEVICE_REMOVE_IMMEDIATE, "device Removed delayed to transfer completion",
-           R.INV_ROUTER_MATCH, patch=_device_removed_at_completion),
-    Mutant("swapin-registers-present", R.SWAPIN_SKIP_PRESENT, "swap-in registers a block G1 already holds",
-           R.INV_NO_DUP, extra={"swapin_register": {"lookup": _never_present}}),
-    Mutant("swapin-anchor-from-g2", R.SWAPIN_ANCHOR, "swap-in anchors its Stored to G2's recorded parent",
-           R.INV_ANCHOR, extra={"swapin_register": {"first_anchor": _anchor_to_g2_parent}}),
-    Mutant("contract:swapin-parent-released", ASSUME_SWAPIN_PARENT_HELD,
-           "the caller may release a pending swap-in's parent (the contract dropped)",
-           "LEMMA-SWAPIN-PARENT-HELD", drop=(ASSUME_SWAPIN_PARENT_HELD,)),
+    Mutant(
+        "release-at-enqueue",
+        R.QUARANTINE_HOLD,
+        "an evicted slot is freed when its offload is queued",
+        R.INV_QUARANTINE,
+        patch=_release_at_enqueue,
+    ),
+    Mutant(
+        "deref-inactive-at-one-owner",
+        R.DEREF_OWNER,
+        "Deref makes a block inactive at one owner",
+        R.INV_OWNERS,
+        patch=_deref_inactive_at_one,
+    ),
+    Mutant(
+        "use-registers-registered",
+        R.USE_HIT_INACTIVE,
+        "Use registers an inactive block a second time",
+        R.INV_NO_DUP,
+        extra={"use(full)": {"lookup": _only_active}},
+    ),
+    Mutant(
+        "evict-active",
+        R.EVICT_POLICY,
+        "eviction may pick an active block",
+        R.INV_CONSERVE,
+        extra={n: {"policy": _evict_any_registered} for n in ("use(full)", "use(partial)", "evict")},
+    ),
+    Mutant(
+        "g2-stored-at-enqueue",
+        R.G2_STORE_ON_COMPLETE,
+        "host-pinned Stored published at offload enqueue",
+        R.INV_ROUTER_MATCH,
+        patch=_g2_stored_at_enqueue,
+    ),
+    Mutant(
+        "device-removed-at-completion",
+        R.DEVICE_REMOVE_IMMEDIATE,
+        "device Removed delayed to transfer completion",
+        R.INV_ROUTER_MATCH,
+        patch=_device_removed_at_completion,
+    ),
+    Mutant(
+        "swapin-registers-present",
+        R.SWAPIN_SKIP_PRESENT,
+        "swap-in registers a block G1 already holds",
+        R.INV_NO_DUP,
+        extra={"swapin_register": {"lookup": _never_present}},
+    ),
+    Mutant(
+        "swapin-anchor-from-g2",
+        R.SWAPIN_ANCHOR,
+        "swap-in anchors its Stored to G2's recorded parent",
+        R.INV_ANCHOR,
+        extra={"swapin_register": {"first_anchor": _anchor_to_g2_parent}},
+    ),
+    Mutant(
+        "contract:swapin-parent-released",
+        ASSUME_SWAPIN_PARENT_HELD,
+        "the caller may release a pending swap-in's parent (the contract dropped)",
+        "LEMMA-SWAPIN-PARENT-HELD",
+        drop=(ASSUME_SWAPIN_PARENT_HELD,),
+    ),
 ]
 
 

@@ -267,8 +267,9 @@ def apply_use(S: State, op: UseOp, ch: Chooser, concrete: bool = False) -> OpOut
         def one(St: State, b: BlockArg = b, mp: Term = mparent, a: Term = anchor, is_full: object = is_full) -> Step:
             pk = run.pick
             if is_full is not False:
-                full = use_full(St, b.h, a, mp, t=pk(holder(St, b.h)), s=pk(free_slot(St)), v=pk(ch.victim(St)),
-                                policy=pol)
+                full = use_full(
+                    St, b.h, a, mp, t=pk(holder(St, b.h)), s=pk(free_slot(St)), v=pk(ch.victim(St)), policy=pol
+                )
                 if is_full is True:
                     return full
             part = use_partial(St, b.u, s=pk(free_slot(St)), v=pk(ch.victim(St)), policy=pol)
@@ -286,8 +287,10 @@ def apply_use(S: State, op: UseOp, ch: Chooser, concrete: bool = False) -> OpOut
         stop_here = z3.And(act, z3.Not(step.placed))
         status = z3.If(stop_here, step.status, status)
         # the rest of the batch: how many blocks would still need a slot
-        rest = [z3.If(r.full, z3.Not(run.state.is_registered(r.h)), z3.Not(run.state.held_partial(r.u)))
-                for r in op.blocks[i + 1:]]
+        rest = [
+            z3.If(r.full, z3.Not(run.state.is_registered(r.h)), z3.Not(run.state.held_partial(r.u)))
+            for r in op.blocks[i + 1 :]
+        ]
         extension = z3.If(z3.And(stop_here, step.status == STATUS_BLOCKED), count(rest), extension)
         stopped = run.lit(z3.Or(stopped, stop_here))
         if concrete:
@@ -317,15 +320,18 @@ def _choose_step(c: z3.BoolRef, a: Step, b: Step) -> Step:
     """A step that is ``a`` when ``c`` holds, else ``b`` (a Use block whose
     kind, full or partial, the solver picks)."""
     out = Step(f"{a.name}|{b.name}", a.pre, merge(c, a.post, b.post))
-    out.requires = {"either": ("valid", z3.If(c, a.enabled("valid"), b.enabled("valid"))),
-                    "either-choice": ("choice", z3.If(c, a.enabled("choice"), b.enabled("choice")))}
+    out.requires = {
+        "either": ("valid", z3.If(c, a.enabled("valid"), b.enabled("valid"))),
+        "either-choice": ("choice", z3.If(c, a.enabled("choice"), b.enabled("choice"))),
+    }
     out.frags = [Frag(z3.And(c, f.when), f.tier, f.kind, f.block, f.parent, f.starts_group) for f in a.frags]
     out.frags += [Frag(z3.And(z3.Not(c), f.when), f.tier, f.kind, f.block, f.parent, f.starts_group) for f in b.frags]
     out.placed = z3.If(c, a.placed, b.placed)
     out.status = z3.If(c, a.status, b.status)
     no = z3.BoolVal(False)
-    out.rules = {k: z3.Or(z3.And(c, a.rules.get(k, no)), z3.And(z3.Not(c), b.rules.get(k, no)))
-                 for k in {*a.rules, *b.rules}}
+    out.rules = {
+        k: z3.Or(z3.And(c, a.rules.get(k, no)), z3.And(z3.Not(c), b.rules.get(k, no))) for k in {*a.rules, *b.rules}
+    }
     out.params = {**b.params, **a.params}
     if "v" in a.params and "v" in b.params:
         out.params["v"] = z3.If(c, a.params["v"], b.params["v"])
@@ -346,32 +352,54 @@ def apply_deref(S: State, op: DerefOp, ch: Chooser, concrete: bool = False) -> O
                 return deref_full(St, b.h, t=run.pick(holder(St, b.h)))
             if is_full is False:
                 return deref_partial(St, b.u, s=run.pick(partial_slot(St, b.u)))
-            return _choose_step(b.full, deref_full(St, b.h, t=holder(St, b.h)),
-                                deref_partial(St, b.u, s=partial_slot(St, b.u)))
+            return _choose_step(
+                b.full, deref_full(St, b.h, t=holder(St, b.h)), deref_partial(St, b.u, s=partial_slot(St, b.u))
+            )
 
         before = run.state
-        ok = z3.If(b.full, z3.Or([z3.And(before.holds(k, b.h), before.own[k] >= 1) for k in before.slots]),
-                   before.held_partial(b.u))
+        ok = z3.If(
+            b.full,
+            z3.Or([z3.And(before.holds(k, b.h), before.own[k] >= 1) for k in before.slots]),
+            before.held_partial(b.u),
+        )
         valid.append(ok)
         step = run.take(one, ok)
         if step is None:
             break
     ok_all = z3.And(valid) if valid else z3.BoolVal(True)
     post = merge(ok_all, run.state, S) if not concrete else (run.state if z3.is_true(z3.simplify(ok_all)) else S)
-    return OpOutcome("deref", post, ok_all, R.DEREF_UNKNOWN, None, z3.IntVal(STATUS_OK), [],
-                     constraints=[z3.Implies(ok_all, c) for c in run.constraints])
+    return OpOutcome(
+        "deref",
+        post,
+        ok_all,
+        R.DEREF_UNKNOWN,
+        None,
+        z3.IntVal(STATUS_OK),
+        [],
+        constraints=[z3.Implies(ok_all, c) for c in run.constraints],
+    )
 
 
 def apply_promote(S: State, op: PromoteOp, ch: Chooser, concrete: bool = False) -> OpOutcome:
     run = _Run(S, concrete)
     ok = S.held_partial(op.u)
-    step = run.take(lambda St: promote(St, op.u, op.h, op.p, s=run.pick(partial_slot(St, op.u)),
-                                       t=run.pick(holder(St, op.h))), ok)
+    step = run.take(
+        lambda St: promote(St, op.u, op.h, op.p, s=run.pick(partial_slot(St, op.u)), t=run.pick(holder(St, op.h))), ok
+    )
     p = z3.IntVal(op.p) if isinstance(op.p, int) else op.p
     any_stored = z3.Or([w for w, _ in _frags(run, "device", "stored")] or [z3.BoolVal(False)])
-    return OpOutcome("promote", run.state, ok, R.PROMOTE_UNKNOWN, None, z3.IntVal(STATUS_OK), run.frags,
-                     stored_parent=p, constraints=run.constraints,
-                     anchor_ok=z3.Implies(any_stored, z3.Or(p == NONE, S.dev_has(p))) if step else z3.BoolVal(True))
+    return OpOutcome(
+        "promote",
+        run.state,
+        ok,
+        R.PROMOTE_UNKNOWN,
+        None,
+        z3.IntVal(STATUS_OK),
+        run.frags,
+        stored_parent=p,
+        constraints=run.constraints,
+        anchor_ok=z3.Implies(any_stored, z3.Or(p == NONE, S.dev_has(p))) if step else z3.BoolVal(True),
+    )
 
 
 def apply_tick(S: State, op: TickOp, ch: Chooser, concrete: bool = False) -> OpOutcome:
@@ -397,6 +425,7 @@ def apply_tick(S: State, op: TickOp, ch: Chooser, concrete: bool = False) -> OpO
         is_offload = z3.And(any_pending, nxt < n)
         is_onboard = z3.And(any_pending, nxt >= n)
         done = done + z3.If(any_pending, 1, 0)
+
         def complete(St: State, nxt: Term = nxt) -> Step:
             return offload_complete(St, nxt, w=run.pick(g2_victim(St)), g2_lru=True)
 
@@ -404,6 +433,7 @@ def apply_tick(S: State, op: TickOp, ch: Chooser, concrete: bool = False) -> OpO
         j = nxt - n
         for i in range(n):
             cond = z3.And(is_onboard, run.state.job_live(j) if i == 0 else run.state.busy == j)
+
             def register(St: State, j: Term = j) -> Step:
                 return swapin_register(St, j, k=run.pick(job_slot(St, j)), ordered=True)
 
@@ -412,13 +442,23 @@ def apply_tick(S: State, op: TickOp, ch: Chooser, concrete: bool = False) -> OpO
                 if run.lit(cond) is False:
                     break
                 continue
-            anchor_ok += [z3.Implies(z3.And(cond, a.when), z3.Or(a.parent == NONE, sel(a.view, a.parent)))
-                          for a in step.anchors]
+            anchor_ok += [
+                z3.Implies(z3.And(cond, a.when), z3.Or(a.parent == NONE, sel(a.view, a.parent))) for a in step.anchors
+            ]
     if concrete:
         done = z3.simplify(done)
-    return OpOutcome("tick", run.state, z3.BoolVal(True), None, done, z3.IntVal(STATUS_OK), run.frags,
-                     constraints=run.constraints, anchor_ok=z3.And(anchor_ok) if anchor_ok else z3.BoolVal(True),
-                     victims=run.victims)
+    return OpOutcome(
+        "tick",
+        run.state,
+        z3.BoolVal(True),
+        None,
+        done,
+        z3.IntVal(STATUS_OK),
+        run.frags,
+        constraints=run.constraints,
+        anchor_ok=z3.And(anchor_ok) if anchor_ok else z3.BoolVal(True),
+        victims=run.victims,
+    )
 
 
 def apply_swap_in(S: State, op: SwapInOp, ch: Chooser, concrete: bool = False) -> OpOutcome:
@@ -438,6 +478,7 @@ def apply_swap_in(S: State, op: SwapInOp, ch: Chooser, concrete: bool = False) -
     j = run.pick(fresh_job(S))
     p = z3.IntVal(op.parent) if isinstance(op.parent, int) else op.parent
     for i, h in enumerate(op.blocks):
+
         def reserve(St: State, h: Term | int = h) -> Step:
             return swapin_reserve(St, j, h, p, s=run.pick(free_slot(St)))
 
@@ -445,11 +486,22 @@ def apply_swap_in(S: State, op: SwapInOp, ch: Chooser, concrete: bool = False) -
     lacking = k - S.free_c
     pol = ch.victim_policy()
     for e in range(len(op.blocks)):
-        run.take(lambda St: evict(St, v=run.pick(ch.victim(St)), policy=pol),
-                 z3.And(blocked, e < lacking, run.state.any_inactive()))
+        run.take(
+            lambda St: evict(St, v=run.pick(ch.victim(St)), policy=pol),
+            z3.And(blocked, e < lacking, run.state.any_inactive()),
+        )
     status = z3.If(enough, STATUS_SCHEDULED, z3.If(blocked, STATUS_BLOCKED, STATUS_NO_HITS))
-    return OpOutcome("swap_in", run.state, z3.BoolVal(True), None, z3.If(enough, k, 0), status, run.frags,
-                     constraints=run.constraints, victims=run.victims)
+    return OpOutcome(
+        "swap_in",
+        run.state,
+        z3.BoolVal(True),
+        None,
+        z3.If(enough, k, 0),
+        status,
+        run.frags,
+        constraints=run.constraints,
+        victims=run.victims,
+    )
 
 
 def apply_op(S: State, op: Op, ch: Chooser, concrete: bool = False) -> OpOutcome:

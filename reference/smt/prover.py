@@ -113,8 +113,9 @@ class _Built:
     base: list[z3.BoolRef]
 
 
-def build(spec: TransitionSpec, bound: Bound, policy: Policy, applier: Applier,
-          assume: list[Property], symmetry: bool = False) -> _Built:
+def build(
+    spec: TransitionSpec, bound: Bound, policy: Policy, applier: Applier, assume: list[Property], symmetry: bool = False
+) -> _Built:
     rigid = Rigid.fresh(bound)
     pre = State.fresh(bound, rigid, "pre_")
     step, consts, doms = applier(spec, pre, "in_", policy, symmetry=symmetry)

@@ -256,8 +256,11 @@ class State:
             ]
         out += [z3.And(NONE <= p, p < m) for p in self.jpar]
         out += [z3.And(NONE <= p, p < m) for p in self.g2par]
-        out += [z3.And(NONE <= self.busy, self.busy < j), z3.And(NONE <= self.ranc, self.ranc < m),
-                z3.And(NONE <= self.rmpar, self.rmpar < m)]
+        out += [
+            z3.And(NONE <= self.busy, self.busy < j),
+            z3.And(NONE <= self.ranc, self.ranc < m),
+            z3.And(NONE <= self.rmpar, self.rmpar < m),
+        ]
         return out
 
     # ------------------------------------------------------------ queries

@@ -122,7 +122,15 @@ def _finish(step: Step) -> Step:
 
 
 def use_full(
-    S: State, h: Term, a: Term, m: Term, *, t: Term, s: Term, v: Term, policy: Policy = "unordered",
+    S: State,
+    h: Term,
+    a: Term,
+    m: Term,
+    *,
+    t: Term,
+    s: Term,
+    v: Term,
+    policy: Policy = "unordered",
     lookup: Lookup = registry_lookup,
 ) -> Step:
     """Use of one full block ``h``; ``a`` is the parent the batch's Stored names
@@ -276,8 +284,11 @@ def evict(S: State, *, v: Term, policy: Policy = "unordered") -> Step:
     step = Step("evict", S, S, params={"v": v})
     step.require(R.EVICT_POLICY, "valid", S.any_inactive())
     step.require("CHOICE-VICTIM", "choice", victim_allowed(S, v, policy))
-    step.rules = {R.EVICT_POLICY: z3.BoolVal(True), R.QUARANTINE_HOLD: z3.BoolVal(True),
-                  R.DEVICE_REMOVE_IMMEDIATE: z3.BoolVal(True)}
+    step.rules = {
+        R.EVICT_POLICY: z3.BoolVal(True),
+        R.QUARANTINE_HOLD: z3.BoolVal(True),
+        R.DEVICE_REMOVE_IMMEDIATE: z3.BoolVal(True),
+    }
     step.post, step.frags = _quarantine(S, v, z3.BoolVal(True))
     return _finish(step)
 
@@ -360,7 +371,12 @@ def swapin_reserve(S: State, j: Term, h: Term, p: Term, *, s: Term) -> Step:
 
 
 def swapin_register(
-    S: State, j: Term, *, k: Term, ordered: bool = False, lookup: Lookup = registry_lookup,
+    S: State,
+    j: Term,
+    *,
+    k: Term,
+    ordered: bool = False,
+    lookup: Lookup = registry_lookup,
     first_anchor: Callable[[State, Term, Term], Term] | None = None,
 ) -> Step:
     """The onboard transfer of swap-in job ``j`` has completed; register its
@@ -378,8 +394,9 @@ def swapin_register(
     parent; mutants replace it)."""
     step = Step("swapin_register", S, S, params={"j": j, "k": k})
     in_job = [z3.And(S.st[i] == RESERVED, S.jid[i] == j) for i in S.slots]
-    step.require("PENDING", "valid", z3.And(0 <= j, j < S.bound.jobs, S.job_live(j),
-                                            z3.Or(S.busy == NONE, S.busy == j)))
+    step.require(
+        "PENDING", "valid", z3.And(0 <= j, j < S.bound.jobs, S.job_live(j), z3.Or(S.busy == NONE, S.busy == j))
+    )
     choice = z3.And(_slot(S, k), sel(in_job, k))
     if ordered:
         choice = z3.And(choice, *[z3.Implies(i < k, z3.Not(in_job[i])) for i in S.slots])

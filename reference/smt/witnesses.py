@@ -70,9 +70,14 @@ def _stalled_mid_batch(status: int) -> Callable[[Trace], z3.BoolRef]:
             return z3.BoolVal(False)
         use, tick, retry = t.steps[-3], t.steps[-2], t.steps[-1]
         return z3.And(
-            use.vars.is_("use2"), use.pre.quar_c >= 1, use.result == 1, use.status == status,
+            use.vars.is_("use2"),
+            use.pre.quar_c >= 1,
+            use.result == 1,
+            use.status == status,
             tick.vars.is_("tick"),
-            _same_args(use, retry), retry.result == 2, retry.status == STATUS_OK,
+            _same_args(use, retry),
+            retry.result == 2,
+            retry.status == STATUS_OK,
         )
 
     return target
@@ -97,8 +102,9 @@ def _eviction_tie(t: Trace) -> z3.BoolRef:
         return z3.BoolVal(False)
     use, tick = t.steps[-2], t.steps[-1]
     inactive = z3.Sum([z3.If(use.pre.st[k] == INACTIVE, 1, 0) for k in use.pre.slots])
-    return z3.And(use.vars.is_("use1"), use.status == STATUS_BLOCKED, use.pre.free_c == 0, inactive >= 2,
-                  tick.vars.is_("tick"))
+    return z3.And(
+        use.vars.is_("use1"), use.status == STATUS_BLOCKED, use.pre.free_c == 0, inactive >= 2, tick.vars.is_("tick")
+    )
 
 
 FOREST = (NONE, 0, 1, NONE, 3)  # two chains: 0 <- 1 <- 2 and 3 <- 4
@@ -111,8 +117,18 @@ WITNESSES: list[Witness] = [
         "completes and nothing is left to evict (QUARANTINE-HOLD, USE-CAPACITY). A Tick completes the transfer, "
         "frees the slot exactly once (QUARANTINE-RELEASE) and publishes the host-pinned Stored; the same Use then "
         "places both blocks.",
-        (R.QUARANTINE_HOLD, R.QUARANTINE_RELEASE, R.USE_CAPACITY, R.OFFLOAD_BLOCKS_USE, R.G2_STORE_ON_COMPLETE,
-         R.DEVICE_REMOVE_IMMEDIATE, R.USE_HIT_ACTIVE, R.COUNTERS, R.INV_QUARANTINE, R.INV_CONSERVE),
+        (
+            R.QUARANTINE_HOLD,
+            R.QUARANTINE_RELEASE,
+            R.USE_CAPACITY,
+            R.OFFLOAD_BLOCKS_USE,
+            R.G2_STORE_ON_COMPLETE,
+            R.DEVICE_REMOVE_IMMEDIATE,
+            R.USE_HIT_ACTIVE,
+            R.COUNTERS,
+            R.INV_QUARANTINE,
+            R.INV_CONSERVE,
+        ),
         Universe(2, FOREST, 2, "lru"),
         _stalled_mid_batch(STATUS_CAPACITY),
         max_depth=8,
@@ -126,8 +142,18 @@ WITNESSES: list[Witness] = [
         "blocked on it (OFFLOAD-BLOCKS-USE), with the device Removed published at once (DEVICE-REMOVE-IMMEDIATE). "
         "A Tick completes both transfers in queue order (host-pinned Stored each, G2 evicting by LRU when full); "
         "the same Use then places both blocks.",
-        (R.OFFLOAD_BLOCKS_USE, R.QUARANTINE_HOLD, R.QUARANTINE_RELEASE, R.DEVICE_REMOVE_IMMEDIATE,
-         R.G2_STORE_ON_COMPLETE, R.G2_EVICT, R.EVICT_POLICY, R.COUNTERS, R.INV_QUARANTINE, R.INV_ROUTER_MATCH),
+        (
+            R.OFFLOAD_BLOCKS_USE,
+            R.QUARANTINE_HOLD,
+            R.QUARANTINE_RELEASE,
+            R.DEVICE_REMOVE_IMMEDIATE,
+            R.G2_STORE_ON_COMPLETE,
+            R.G2_EVICT,
+            R.EVICT_POLICY,
+            R.COUNTERS,
+            R.INV_QUARANTINE,
+            R.INV_ROUTER_MATCH,
+        ),
         Universe(3, FOREST, 1, "lru"),
         _stalled_mid_batch(STATUS_BLOCKED),
         max_depth=9,
@@ -142,8 +168,15 @@ WITNESSES: list[Witness] = [
         "to the parent given at swap-in (SWAPIN-ANCHOR, as the kvbm mocker does), which a router no longer holds: "
         "the router view reports PARENT-ANCHOR. This is why the proof of INV-ANCHOR assumes the caller keeps a "
         "pending swap-in's parent (ASSUME-SWAPIN-PARENT-HELD, spec/INVARIANTS.md).",
-        (R.SWAPIN_RESERVE, R.SWAPIN_ANCHOR, R.EVICT_POLICY, R.DEVICE_REMOVE_IMMEDIATE, R.QUARANTINE_HOLD,
-         R.G2_STORE_ON_COMPLETE, R.INV_ANCHOR),
+        (
+            R.SWAPIN_RESERVE,
+            R.SWAPIN_ANCHOR,
+            R.EVICT_POLICY,
+            R.DEVICE_REMOVE_IMMEDIATE,
+            R.QUARANTINE_HOLD,
+            R.G2_STORE_ON_COMPLETE,
+            R.INV_ANCHOR,
+        ),
         Universe(2, FOREST, 2, "lru"),
         _swapin_parent_evicted,
         max_depth=10,
@@ -254,8 +287,7 @@ def _frag_terms(out: OpOutcome) -> list[z3.ExprRef]:
 
 
 def _state_terms(S: State) -> dict[str, list[z3.ExprRef]]:
-    owners = [z3.Sum([z3.If(z3.And(S.st[k] == ACTIVE, S.blk[k] == h), S.own[k], 0) for k in S.slots])
-              for h in S.hashes]
+    owners = [z3.Sum([z3.If(z3.And(S.st[k] == ACTIVE, S.blk[k] == h), S.own[k], 0) for k in S.slots]) for h in S.hashes]
     inactive = [z3.Or([z3.And(S.st[k] == INACTIVE, S.blk[k] == h) for k in S.slots]) for h in S.hashes]
     return {"active": owners, "inactive": inactive, "g2": list(S.g2)}
 
@@ -339,9 +371,11 @@ def build_scenario(w: Witness, ops: Sequence[Any], depth: int) -> Scenario:
     return Scenario(
         name=w.name,
         description=w.description,
-        source=(f"bounded model checking (z3): reference/smt/witnesses.py, witness {w.name!r}, shortest trace "
-                f"({depth} operations) in a universe of {w.universe.slots} slots and block hashes forming "
-                f"the forest {list(w.universe.par)}; expected values from the solver's trace"),
+        source=(
+            f"bounded model checking (z3): reference/smt/witnesses.py, witness {w.name!r}, shortest trace "
+            f"({depth} operations) in a universe of {w.universe.slots} slots and block hashes forming "
+            f"the forest {list(w.universe.par)}; expected values from the solver's trace"
+        ),
         rules=list(dict.fromkeys(w.rules)),  # type: ignore[arg-type]
         config=w.universe.config(),
         requires=sorted(set(requires)),
@@ -435,8 +469,15 @@ def universe_of(scenario: Scenario) -> Universe:
     par: dict[int, int] = {}
     for step in scenario.steps:
         op = step.op
-        plhs = op.plhs if isinstance(op, Use) else [op.plh] if isinstance(op, Promote) else \
-            [b.plh for b in op.blocks] if isinstance(op, SwapIn) else []
+        plhs = (
+            op.plhs
+            if isinstance(op, Use)
+            else [op.plh]
+            if isinstance(op, Promote)
+            else [b.plh for b in op.blocks]
+            if isinstance(op, SwapIn)
+            else []
+        )
         for plh in plhs:
             par[plh.hash] = NONE if plh.parent is None else plh.parent
     n = max(par, default=0) + 1
