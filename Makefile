@@ -1,26 +1,36 @@
-# The two commands of the README. Each sets up .venv on first use.
+# The README's two commands. Each creates .venv on first use.
+#   make conformance   the conformance suite on one implementation (IMPL, default: the reference)
+#   make test          the project's tests, then the gates CI holds the project to
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 IMPL ?= adapters/reference
+HYPOTHESIS_PROFILE ?= ci
 
 .PHONY: conformance test setup clean
 
-$(BIN)/kvspec: pyproject.toml
+$(VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
-	touch $(BIN)/kvspec
+	$(BIN)/pip install --quiet -e '.[dev,dynamo]'
+	touch $@
 
-setup: $(BIN)/kvspec
+setup: $(VENV)/.installed
 
-## The main job: the conformance suite against one implementation (default: the reference model).
 conformance: setup
 	$(BIN)/pytest conformance --impl=$(IMPL)
 
-## The project's own tests.
 test: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy kvspec spec reference conformance adapters
 	$(BIN)/pytest tests
+	$(BIN)/kvspec schemas --check
+	$(BIN)/kvspec prove
+	$(BIN)/pytest conformance --impl=adapters/reference_jsonl --hypothesis-profile=$(HYPOTHESIS_PROFILE)
+	$(BIN)/pytest conformance --impl=adapters/c_port --hypothesis-profile=$(HYPOTHESIS_PROFILE)
+	$(BIN)/pytest conformance --impl=adapters/rust_mocker
+	$(BIN)/kvspec mutants
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info
+	rm -rf $(VENV) .pytest_cache .hypothesis .kvspec build *.egg-info
