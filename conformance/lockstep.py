@@ -48,6 +48,7 @@ from typing import Any
 
 from kvspec.reference import RouterView, Violation, make_model
 from kvspec.spec.config import ManagerConfig
+from kvspec.spec.display import format_op, format_ops
 from kvspec.spec.errors import AdapterError, InvalidOperation
 from kvspec.spec.hashing import local_block_hash
 from kvspec.spec.profiles import Profile, profile
@@ -71,7 +72,6 @@ from kvspec.spec.wire import (
 from .diff import Divergence, counters_divergence, event_divergence, op_rule, result_divergence
 from .failures import ConformanceFailure
 from .implementation import Implementation
-from .report import format_op, format_ops
 
 REPLAY_FORMAT = 1
 _HASH_RE = re.compile(r"\b\d{5,20}\b")

@@ -9,6 +9,7 @@ they were.
 
 from __future__ import annotations
 
+from kvspec.spec.display import format_ops
 from kvspec.spec.rules import RuleId
 from kvspec.spec.scenario import Scenario
 from kvspec.spec.wire import Counters, OpResult, StepOutcome
@@ -16,7 +17,6 @@ from kvspec.spec.wire import Counters, OpResult, StepOutcome
 from .diff import Divergence, counters_divergence, event_divergence, op_rule, result_divergence
 from .failures import ConformanceFailure
 from .implementation import Implementation
-from .report import format_ops
 
 
 def check_step(scenario: Scenario, index: int, outcome: StepOutcome, before: Counters | None) -> Divergence | None:

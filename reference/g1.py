@@ -56,6 +56,7 @@ from kvspec.spec.wire import (
 
 from .outcome import Step
 from .policies import Policy, make_policy
+from .validation import check_use_shape
 
 PlhId = tuple[int, int, int | None]  # (position, hash, parent): the registry key
 _NO_VALUE = OpResult(value=None)
@@ -241,27 +242,7 @@ class G1Model:
             raise InvalidOperation(RuleId.USE_VALIDATE, f"lineage hash {pid} belongs to block {other}, not {seq}")
 
     def _validate_use(self, op: Use) -> None:
-        fulls = [b.full for b in op.blocks if isinstance(b, FullBlock)]
-        n = len(fulls)
-        if len(op.plhs) != n:
-            raise InvalidOperation(RuleId.USE_VALIDATE, f"plhs has {len(op.plhs)} entries for {n} full blocks")
-        if op.local_hashes and len(op.local_hashes) != n:
-            raise InvalidOperation(
-                RuleId.USE_VALIDATE, f"local_hashes has {len(op.local_hashes)} entries for {n} full blocks"
-            )
-        if op.token_ids is not None:
-            if len(op.token_ids) != n:
-                raise InvalidOperation(
-                    RuleId.USE_VALIDATE, f"token_ids has {len(op.token_ids)} entries for {n} full blocks"
-                )
-            for i, toks in enumerate(op.token_ids):
-                if len(toks) != self.block_size:
-                    raise InvalidOperation(
-                        RuleId.USE_VALIDATE,
-                        f"token_ids[{i}] has {len(toks)} tokens; a full block has {self.block_size}",
-                    )
-        if isinstance(op.parent, PartialBlock):
-            raise InvalidOperation(RuleId.USE_VALIDATE, "a partial block cannot be the parent of a Use")
+        fulls = check_use_shape(op, self.block_size)
         seen_pos: set[int] = set()
         batch_ids: dict[PlhId, int] = {}
         for seq, plh in zip(fulls, op.plhs, strict=True):

@@ -94,6 +94,7 @@ from kvspec.spec.wire import (
 )
 
 from .outcome import Step
+from .validation import check_use_shape
 
 
 @dataclass(frozen=True, slots=True)
@@ -383,27 +384,7 @@ class VllmPoolModel:
 
     # ------------------------------------------------------------------- Use
     def _validate_use(self, op: Use) -> None:
-        fulls = [b.full for b in op.blocks if isinstance(b, FullBlock)]
-        n = len(fulls)
-        if len(op.plhs) != n:
-            raise InvalidOperation(RuleId.USE_VALIDATE, f"plhs has {len(op.plhs)} entries for {n} full blocks")
-        if op.local_hashes and len(op.local_hashes) != n:
-            raise InvalidOperation(
-                RuleId.USE_VALIDATE, f"local_hashes has {len(op.local_hashes)} entries for {n} full blocks"
-            )
-        if op.token_ids is not None:
-            if len(op.token_ids) != n:
-                raise InvalidOperation(
-                    RuleId.USE_VALIDATE, f"token_ids has {len(op.token_ids)} entries for {n} full blocks"
-                )
-            for i, toks in enumerate(op.token_ids):
-                if len(toks) != self.block_size:
-                    raise InvalidOperation(
-                        RuleId.USE_VALIDATE,
-                        f"token_ids[{i}] has {len(toks)} tokens; a full block has {self.block_size}",
-                    )
-        if isinstance(op.parent, PartialBlock):
-            raise InvalidOperation(RuleId.USE_VALIDATE, "a partial block cannot be the parent of a Use")
+        check_use_shape(op, self.block_size)
         seen_partial: set[str] = set()
         for b in op.blocks:
             if isinstance(b, PartialBlock):

@@ -5,6 +5,7 @@ through the installed pytest plugin (as a port's own CI would run it)."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -62,6 +63,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
         capture_output=True,
         timeout=300,
     )
+    shutil.rmtree(ROOT / "build", ignore_errors=True)  # setuptools builds in the source tree
     return next(out.glob("kvspec-*.whl"))
 
 

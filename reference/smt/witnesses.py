@@ -23,6 +23,7 @@ from typing import Any
 
 import z3
 
+from kvspec.spec.display import format_op
 from kvspec.spec.rules import RuleId as R
 from kvspec.spec.scenario import SCENARIO_DIR, Expect, Scenario, ScenarioStep, dump_scenario
 from kvspec.spec.wire import Deref, Promote, SwapIn, Tick, Use, event_to_json
@@ -340,27 +341,12 @@ def derive(universe: Universe, ops: Sequence[Any]) -> list[Expect]:
     return out
 
 
-def _describe(op: Any) -> str:
-    if isinstance(op, Use):
-        names = [repr(b) for b in op.blocks]
-        return f"Use {names}" + (f" parent {op.parent.full}" if op.parent is not None else "")  # type: ignore[union-attr]
-    if isinstance(op, Deref):
-        return f"Deref {[repr(b) for b in op.blocks]}"
-    if isinstance(op, Promote):
-        return f"Promote {op.uuid} -> {op.seq_hash}"
-    if isinstance(op, Tick):
-        return f"Tick {op.now_ms:g} ms"
-    if isinstance(op, SwapIn):
-        return f"SwapIn {[b.seq_hash for b in op.blocks]} parent {op.parent}"
-    return type(op).__name__
-
-
 def build_scenario(w: Witness, ops: Sequence[Any], depth: int) -> Scenario:
     expects = derive(w.universe, ops)
     at = w.target_step(depth)
     steps = []
     for i, (op, exp) in enumerate(zip(ops, expects, strict=True)):
-        note = _describe(op)
+        note = format_op(op)
         if i == at:
             note += f" -- {w.target_note}"
         steps.append(ScenarioStep(op=op, expect=exp, note=note))

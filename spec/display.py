@@ -1,11 +1,11 @@
-"""Readable forms of operations and events for failure reports."""
+"""Readable forms of operations and outcomes, for failure reports, replays and witnesses."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-from kvspec.spec.wire import Deref, Destroy, FullBlock, Promote, Reset, SwapIn, Tick, Use
+from .wire import Deref, Destroy, FullBlock, Promote, Reset, SwapIn, Tick, Use
 
 
 def _ref(b: Any) -> str:
