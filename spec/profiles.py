@@ -50,6 +50,10 @@ class Profile:
 
 
 _ORPHAN = "LRU-style policies evict by age, so a parent can go before its still-stored children"
+#: the rules of the vLLM-style pool, which the G1 profiles do not have
+_VLLM_ONLY = frozenset(
+    {R.STORE_COPY, R.REMOVE_COPY, R.CLEAR_ALL, R.VLLM_PREFIX_HIT, R.VLLM_FREE_ORDER, R.VLLM_LAZY_REMOVE}
+)
 _INTERLEAVE = (
     "a batch whose reused block comes after a new block anchors the whole Stored to that "
     "later block, which is not the block before the first stored one"
@@ -69,17 +73,7 @@ PROFILES: dict[str, Profile] = {
             policies=("lineage", "lru", "multi_lru", "unordered"),
             view_mode="set",
             operations=("use", "deref", "promote", "tick", "swap_in"),
-            not_applicable=frozenset(
-                {
-                    R.DESTROY_ACTIVE,
-                    R.STORE_COPY,
-                    R.REMOVE_COPY,
-                    R.CLEAR_ALL,
-                    R.VLLM_PREFIX_HIT,
-                    R.VLLM_FREE_ORDER,
-                    R.VLLM_LAZY_REMOVE,
-                }
-            ),
+            not_applicable=_VLLM_ONLY | {R.DESTROY_ACTIVE},
             known_breaks={
                 R.PARENT_ANCHOR: _INTERLEAVE
                 + "; and a swap-in whose parent the caller released before it completed anchors its "
@@ -102,17 +96,7 @@ PROFILES: dict[str, Profile] = {
             policies=("lineage", "lru", "multi_lru", "unordered"),
             view_mode="set",
             operations=("use", "deref", "promote"),
-            not_applicable=frozenset(
-                {
-                    R.DESTROY_ACTIVE,
-                    R.STORE_COPY,
-                    R.REMOVE_COPY,
-                    R.CLEAR_ALL,
-                    R.VLLM_PREFIX_HIT,
-                    R.VLLM_FREE_ORDER,
-                    R.VLLM_LAZY_REMOVE,
-                }
-            ),
+            not_applicable=_VLLM_ONLY | {R.DESTROY_ACTIVE},
             known_breaks={R.REMOVE_NO_ORPHAN: _ORPHAN},
         ),
         Profile(
@@ -126,18 +110,7 @@ PROFILES: dict[str, Profile] = {
             policies=("lru",),
             view_mode="set",
             operations=("use", "deref", "destroy", "promote"),
-            not_applicable=frozenset(
-                {
-                    R.STORE_COPY,
-                    R.REMOVE_COPY,
-                    R.CLEAR_ALL,
-                    R.VLLM_PREFIX_HIT,
-                    R.VLLM_FREE_ORDER,
-                    R.VLLM_LAZY_REMOVE,
-                    R.DEREF_UNKNOWN,
-                    R.DEREF_PARTIAL,
-                }
-            ),
+            not_applicable=_VLLM_ONLY | {R.DEREF_UNKNOWN, R.DEREF_PARTIAL},
             known_breaks={
                 R.EVENT_ORDER: "each eviction publishes its Removed at once, before the batch's Stored",
                 R.PARENT_ANCHOR: _INTERLEAVE,
