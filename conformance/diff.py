@@ -124,6 +124,13 @@ def _event_rule(
     if exp.kind != act.kind:
         if exp.storage_tier != act.storage_tier:
             return RuleId.EVENT_SOURCE
+        i = expected.index(exp)
+        if _is_subsequence(_shape(actual[i:]), _shape(expected[i:])):  # expected events are missing
+            if exp.storage_tier == "host_pinned":
+                return RuleId.G2_STORE_ON_COMPLETE if exp.kind == "stored" else RuleId.G2_EVICT
+            return RuleId.REMOVE_EXACT if exp.kind == "removed" else RuleId.STORE_NEW_ONLY
+        if _is_subsequence(_shape(expected[i:]), _shape(actual[i:])):  # extra events were published
+            return RuleId.REMOVE_EXACT if act.kind == "removed" else RuleId.STORE_NEW_ONLY
         if exp.kind == "stored" and act.kind == "removed":
             return RuleId.EVENT_ORDER
         if exp.kind == "removed" and act.kind == "stored":
@@ -155,6 +162,17 @@ def _event_rule(
             return RuleId.EVICT_POLICY
         return RuleId.REMOVE_EXACT
     return RuleId.EVENT_SOURCE
+
+
+def _shape(events: list[KvEvent]) -> list[tuple[str, str, tuple[int, ...]]]:
+    """Events without their ids: enough to tell a missing or extra event from
+    a reordering."""
+    return [(e.kind, e.storage_tier, tuple(e.hashes())) for e in events]
+
+
+def _is_subsequence(short: list[Any], long: list[Any]) -> bool:
+    it = iter(long)
+    return all(any(x == y for y in it) for x in short)
 
 
 def counters_divergence(

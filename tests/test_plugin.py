@@ -1,0 +1,109 @@
+"""The pytest plugin's verdicts: a declared deviation turns the failures it
+explains into expected failures, a declared deviation nothing observes fails
+the session as an unexpected pass, and a missing capability is a named skip.
+Each case runs the golden-scenario module in a child pytest against a small
+adapter written here."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import kvspec.conformance as conformance_pkg
+
+GOLDEN = Path(conformance_pkg.__file__).parent / "test_golden.py"
+
+ADAPTER_MODULE = '''
+from kvspec.adapters.reference.adapter import ReferenceImplementation
+from kvspec.spec.wire import StepOutcome
+
+
+class DropsRemoved(ReferenceImplementation):
+    """The reference, except that it never publishes a Removed."""
+
+    def step(self, op):
+        out = super().step(op)
+        kept = [e for e in out.events if e.kind != "removed"]
+        return StepOutcome.model_construct(**{**out.__dict__, "events": kept})
+
+
+def open_plain(config, manifest, adapter_dir):
+    return ReferenceImplementation(config, manifest)
+
+
+def open_drops_removed(config, manifest, adapter_dir):
+    return DropsRemoved(config, manifest)
+'''
+
+
+def make_adapter(tmp: Path, factory: str, deviations: str = "", capabilities: str = "") -> Path:
+    (tmp / "plugin_probe_adapter.py").write_text(ADAPTER_MODULE)
+    folder = tmp / "adapter"
+    folder.mkdir()
+    (folder / "manifest.toml").write_text(
+        textwrap.dedent(
+            f"""
+            name = "probe"
+            kind = "python"
+            profile = "kvbm"
+            [start]
+            python = "plugin_probe_adapter:{factory}"
+            [capabilities]
+            profiles = ["kvbm", "atomic", "legacy"]
+            policies = ["lineage", "lru", "multi_lru", "unordered"]
+            {capabilities}
+            """
+        )
+        + deviations
+    )
+    return folder
+
+
+def run_suite(tmp: Path, adapter: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
+    env["PYTHONPATH"] = str(tmp) + os.pathsep + env.get("PYTHONPATH", "")
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", str(GOLDEN), f"--impl={adapter}", "-q", "-p", "no:cacheprovider", "-rxs"],
+        cwd=tmp,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+DEVIATION = """
+[[deviations]]
+rule = "REMOVE-EXACT"
+reason = "probe: never publishes Removed"
+"""
+
+
+def test_undeclared_break_fails_with_its_rule(tmp_path: Path) -> None:
+    proc = run_suite(tmp_path, make_adapter(tmp_path, "open_drops_removed"))
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    assert "[REMOVE-EXACT]" in proc.stdout
+
+
+def test_declared_deviation_turns_its_failures_into_xfails(tmp_path: Path) -> None:
+    proc = run_suite(tmp_path, make_adapter(tmp_path, "open_drops_removed", DEVIATION))
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert "xfailed" in proc.stdout
+    assert "expected deviation REMOVE-EXACT: probe: never publishes Removed" in proc.stdout
+    assert "REMOVE-EXACT               observed" in proc.stdout
+
+
+def test_declared_deviation_never_observed_is_an_unexpected_pass(tmp_path: Path) -> None:
+    proc = run_suite(tmp_path, make_adapter(tmp_path, "open_plain", DEVIATION))
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    assert "UNEXPECTED PASS: deviation REMOVE-EXACT" in proc.stdout
+    assert "remove it from the manifest" in proc.stdout
+
+
+def test_missing_capability_is_a_named_skip(tmp_path: Path) -> None:
+    proc = run_suite(tmp_path, make_adapter(tmp_path, "open_plain", capabilities="offload = false\nswap_in = false"))
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    assert "does not declare capability offload" in proc.stdout
