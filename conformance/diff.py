@@ -179,7 +179,8 @@ def counters_divergence(
     expected: Counters | dict[str, int], actual: Counters, op: Any = None, *, stored: bool | None = None
 ) -> Divergence | None:
     """Differing counters, under the rule of the operation that moved them:
-    quarantine counts under QUARANTINE-HOLD (QUARANTINE-RELEASE in a Tick),
+    quarantine counts under QUARANTINE-HOLD (QUARANTINE-RELEASE when a Tick's
+    completion kept a slot),
     a Deref under DEREF-OWNER (DEREF-PARTIAL when it names a partial block and
     the free slots differ), a
     Promote under PROMOTE-NEW or PROMOTE-EXISTING (``stored``: whether the
@@ -190,7 +191,10 @@ def counters_divergence(
     if not diff:
         return None
     if "quarantined_blocks" in diff:
-        rule = RuleId.QUARANTINE_RELEASE if isinstance(op, Tick) else RuleId.QUARANTINE_HOLD
+        want, got = diff["quarantined_blocks"]
+        # a completion that keeps its slot breaks RELEASE; a slot let go early breaks HOLD
+        late = isinstance(op, Tick) and got is not None and got > want
+        rule = RuleId.QUARANTINE_RELEASE if late else RuleId.QUARANTINE_HOLD
     elif isinstance(op, Deref):
         partial = any(not isinstance(b, FullBlock) for b in op.blocks)
         rule = RuleId.DEREF_PARTIAL if partial and "free_blocks" in diff else RuleId.DEREF_OWNER
