@@ -243,7 +243,10 @@ class OffloadModelMachine(RuleBasedStateMachine):
         return req, step.result.status
 
     def finishable(self) -> list[Request]:
-        return [r for r in self.requests if r.waits_until is None or r.waits_until <= self.ledger.now]
+        # ASSUME-SWAPIN-PARENT-HELD: a request anchoring a swap-in is held until the onboard has
+        # completed, not merely until its deadline passed (an instant one completes at the next tick)
+        anchoring = {parent for _, kind, _, parent in self.ledger.pending if kind == "onboard"}
+        return [r for r in self.requests if r.waits_until is None or not anchoring & set(r.fulls)]
 
     @precondition(lambda self: self.model is not None and bool(self.finishable()))
     @rule(i=st.integers(0, 63), reverse=st.booleans())
