@@ -43,6 +43,7 @@ from kvspec.spec.wire import StepOutcome, parse_operation
 
 from ..implementation import Implementation
 from ..manifest import Manifest
+from .cabi_host import declare_abi
 
 #: the ABI version this module speaks (KVSPEC_ABI_VERSION of spec/kvspec_abi.h)
 ABI_VERSION = 1
@@ -187,14 +188,7 @@ class CAbiLibrary:
             raise ConfigError(f"cannot load {path}: {e}") from e
         dll = self.dll
         try:
-            dll.kvspec_abi_version.argtypes = []
-            dll.kvspec_abi_version.restype = ctypes.c_int
-            dll.kvspec_open.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
-            dll.kvspec_open.restype = ctypes.c_void_p
-            dll.kvspec_call.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
-            dll.kvspec_call.restype = ctypes.c_int
-            dll.kvspec_close.argtypes = [ctypes.c_void_p]
-            dll.kvspec_close.restype = None
+            declare_abi(dll)
         except AttributeError as e:
             raise ConfigError(f"{path} does not export the kvspec ABI: {e}") from e
         version = dll.kvspec_abi_version()

@@ -34,8 +34,10 @@ _ERR_CAP = 1024
 _REQUEST_LINE = re.compile(rb'\{"id":([1-9][0-9]{0,15}),"op":(\{.*\})\}\r?\n?\Z', re.DOTALL)
 
 
-def _load(path: str) -> Any:
-    dll = ctypes.CDLL(path)
+def declare_abi(dll: Any) -> Any:
+    """Declare the prototypes of spec/kvspec_abi.h on a loaded library (also
+    used by the in-process loader, ``cabi.CAbiLibrary``); AttributeError names
+    a missing symbol."""
     dll.kvspec_abi_version.argtypes = []
     dll.kvspec_abi_version.restype = ctypes.c_int
     dll.kvspec_open.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
@@ -45,6 +47,10 @@ def _load(path: str) -> Any:
     dll.kvspec_close.argtypes = [ctypes.c_void_p]
     dll.kvspec_close.restype = None
     return dll
+
+
+def _load(path: str) -> Any:
+    return declare_abi(ctypes.CDLL(path))
 
 
 def _send(out: Any, obj: dict[str, Any] | bytes) -> None:
