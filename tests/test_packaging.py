@@ -4,6 +4,7 @@ through the installed pytest plugin (as a port's own CI would run it)."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -15,34 +16,34 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-MAPPED = {
-    "kvspec": "kvspec",
-    "kvspec.spec": "spec",
-    "kvspec.reference": "reference",
-    "kvspec.conformance": "conformance",
-    "kvspec.adapters": "adapters",
-}
+PACKAGE = ROOT / "kvspec"
+#: the architecture's four layers: top-level links into the one package
+LAYERS = ("spec", "reference", "conformance", "adapters")
 
 
-def _listed_packages() -> set[str]:
-    return set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+def _listed_in_repo() -> set[str]:
+    return set(subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split())
 
 
-def _package_dirs() -> set[str]:
-    found = set()
-    for name, folder in MAPPED.items():
-        base = ROOT / folder
-        for init in base.rglob("__init__.py"):
-            rel = init.parent.relative_to(base)
-            if any(part.startswith((".", "_")) or part in ("build", "findings") for part in rel.parts):
-                continue
-            found.add(".".join([name, *rel.parts]) if rel.parts else name)
-    return found
+def test_top_level_layers_are_links_into_the_package() -> None:
+    for layer in LAYERS:
+        link = ROOT / layer
+        assert link.is_symlink(), f"{layer}/ should link to kvspec/{layer}"
+        assert link.resolve() == (PACKAGE / layer).resolve()
 
 
-def test_every_package_directory_is_listed_in_pyproject() -> None:
-    missing = _package_dirs() - _listed_packages()
-    assert not missing, f"add to [tool.setuptools] packages: {sorted(missing)}"
+def test_every_module_import_name_follows_its_path() -> None:
+    """A module at kvspec/a/b.py is imported as kvspec.a.b: no package-dir
+    mapping that tools cannot follow."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert "package-dir" not in config
+    for py in PACKAGE.rglob("*.py"):
+        rel = py.relative_to(ROOT).with_suffix("")
+        name = ".".join(rel.parts).removesuffix(".__init__")
+        assert importlib.util.find_spec(name) is not None, name
+        spec = importlib.util.find_spec(name)
+        assert spec is not None and spec.origin is not None
+        assert Path(spec.origin).resolve() == py.resolve(), (name, spec.origin)
 
 
 def test_nothing_generic_is_importable_at_top_level() -> None:
@@ -55,16 +56,37 @@ def test_nothing_generic_is_importable_at_top_level() -> None:
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """Build the wheel from a copy of the committed tree in a temporary folder
+    (setuptools writes build/ next to the sources); return it and the build's
+    output."""
+    src = tmp_path_factory.mktemp("src")
+    for rel in _listed_in_repo():
+        dest = src / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if (ROOT / rel).is_symlink():
+            dest.symlink_to(os.readlink(ROOT / rel))
+        elif (ROOT / rel).is_file():
+            shutil.copy2(ROOT / rel, dest)
     out = tmp_path_factory.mktemp("wheel")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(ROOT)],
-        check=True,
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(out), str(src)],
         capture_output=True,
+        text=True,
         timeout=300,
     )
-    shutil.rmtree(ROOT / "build", ignore_errors=True)  # setuptools builds in the source tree
-    return next(out.glob("kvspec-*.whl"))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return next(out.glob("kvspec-*.whl")), proc.stdout + proc.stderr
+
+
+@pytest.fixture(scope="module")
+def wheel(built: tuple[Path, str]) -> Path:
+    return built[0]
+
+
+def test_building_prints_no_setuptools_warning(built: tuple[Path, str]) -> None:
+    lines = [line for line in built[1].splitlines() if "warning" in line.lower()]
+    assert not lines, "\n".join(lines)
 
 
 def test_wheel_has_one_top_level_name_and_the_spec_data(wheel: Path) -> None:

@@ -162,8 +162,8 @@ class OffloadGroup(RuleGroup):
         ):
             pending = self._onboard_deadlines()
             if pending:
-                super().run(self._tick(max(pending), "tick_next"))  # type: ignore[misc]
-        return super().run(planned)  # type: ignore[misc, no-any-return]
+                super().run(self._tick(max(pending), "tick_next"))
+        return super().run(planned)
 
     # ---------------------------------------------------------------- helpers
     def _offload_on(self) -> bool:

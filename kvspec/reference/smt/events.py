@@ -105,7 +105,8 @@ def assemble(out: OpOutcome, ev: Eval, first_id: int, dp_rank: int = 0) -> list[
                 make_stored(nid(), [h], [0], _parent(p) if p is not None else None, dp_rank=dp_rank, tier="host_pinned")
             )
         else:
-            tier = "host_pinned" if f.tier != "device" else "device"
-            events.append(make_removed(nid(), [h], dp_rank=dp_rank, tier=tier))
+            events.append(
+                make_removed(nid(), [h], dp_rank=dp_rank, tier="host_pinned" if f.tier != "device" else "device")
+            )
     flush()
     return events

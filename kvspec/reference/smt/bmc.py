@@ -121,7 +121,7 @@ class TraceStep:
 
     @property
     def anchor_ok(self) -> z3.BoolRef:
-        return self.value("anchor_ok")  # type: ignore[return-value]
+        return self.value("anchor_ok")
 
 
 @dataclass

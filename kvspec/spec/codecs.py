@@ -93,7 +93,7 @@ def to_vllm_batch(events: Iterable[KvEvent], *, ts: float = 0.0, block_size: int
         else:
             out.append(["AllBlocksCleared"])
     batch: list[Any] = [ts, out] if dp_rank is None else [ts, out, dp_rank]
-    return msgpack.packb(batch)  # type: ignore[no-any-return]
+    return msgpack.packb(batch)
 
 
 def from_vllm_batch(payload: bytes, *, first_event_id: int = 0) -> tuple[float, list[KvEvent]]:

@@ -398,7 +398,7 @@ def _op_values(op: Any) -> tuple[str, dict[str, Any]]:
         parent = NONE if op.parent is None else op.parent.full  # type: ignore[union-attr]
         b = op.blocks
         if len(b) == 1 and hasattr(b[0], "partial"):
-            return "use_partial", {"u": int(b[0].partial[1:])}  # type: ignore[union-attr]
+            return "use_partial", {"u": int(b[0].partial[1:])}
         if len(b) == 1:
             return "use1", {"h1": b[0].full, "p": parent}  # type: ignore[union-attr]
         second = b[1]
@@ -410,8 +410,8 @@ def _op_values(op: Any) -> tuple[str, dict[str, Any]]:
         if len(b) == 2:
             return "deref2", {"h2": b[0].full, "h1": b[1].full}  # type: ignore[union-attr]
         if hasattr(b[0], "full"):
-            return "deref1", {"h1": b[0].full, "full1": True}  # type: ignore[union-attr]
-        return "deref1", {"u": int(b[0].partial[1:]), "full1": False}  # type: ignore[union-attr]
+            return "deref1", {"h1": b[0].full, "full1": True}
+        return "deref1", {"u": int(b[0].partial[1:]), "full1": False}
     if isinstance(op, Promote):
         parent = NONE if op.parent_hash is None else op.parent_hash
         return "promote", {"u": int(op.uuid[1:]), "h1": op.seq_hash, "p": parent}

@@ -47,7 +47,7 @@ class Mutant:
     #: caller contracts dropped (to show the proof needs them)
     drop: tuple[str, ...] = ()
 
-    def applier(self, spec: TransitionSpec, S: State, prefix: str, policy: Policy, *, symmetry: bool = False):  # type: ignore[no-untyped-def]
+    def applier(self, spec: TransitionSpec, S: State, prefix: str, policy: Policy, *, symmetry: bool = False):
         extra = (self.extra or {}).get(spec.name)
         if extra:
             spec = dataclasses.replace(spec, extra={**spec.extra, **extra})

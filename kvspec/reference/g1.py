@@ -375,17 +375,16 @@ class G1Model:
                     new_seqs.append(seq)
                     new_meta.append(nb)
                 meta_parent = seq
-            else:
-                if ref.partial not in self.partial:
-                    got, victim = self._take_slot(prefer)
+            elif isinstance(ref, PartialBlock) and ref.partial not in self.partial:
+                got, victim = self._take_slot(prefer)
+                if victim is not None:
+                    evicted.append(victim)
+                if not got:
+                    status = "blocked_on_offload" if victim is not None else "capacity"
                     if victim is not None:
-                        evicted.append(victim)
-                    if not got:
-                        status = "blocked_on_offload" if victim is not None else "capacity"
-                        if victim is not None:
-                            self._extend_quarantine(op.blocks[placed + 1 :], op.plhs[fi:], prefer, evicted)
-                        break
-                    self.partial[ref.partial] = None
+                        self._extend_quarantine(op.blocks[placed + 1 :], op.plhs[fi:], prefer, evicted)
+                    break
+                self.partial[ref.partial] = None
             placed += 1
         events: list[KvEvent] = []
         if new_seqs:

@@ -21,7 +21,7 @@ def literal_index(i: Term | int) -> int | None:
     if isinstance(i, int):
         return i
     if z3.is_int_value(i):
-        return i.as_long()  # type: ignore[attr-defined, no-any-return]
+        return i.as_long()
     return None
 
 

@@ -322,15 +322,15 @@ def attribute(
     exp_s = [_strip(ev) for ev in expected]
     act_s = [_strip(ev) for ev in actual]
     if exp_s == act_s:
-        for j, (e, a) in enumerate(zip(expected, actual, strict=True)):
-            if e.event_id != a.event_id:
-                return R.EVENT_ID, j, f"event id {a.event_id} where {e.event_id} is due"
+        for j, (want, got) in enumerate(zip(expected, actual, strict=True)):
+            if want.event_id != got.event_id:
+                return R.EVENT_ID, j, f"event id {got.event_id} where {want.event_id} is due"
         return None
     j = next(
         k for k in range(max(len(exp_s), len(act_s))) if k >= len(exp_s) or k >= len(act_s) or exp_s[k] != act_s[k]
     )
-    e = expected[j] if j < len(expected) else None
-    a = actual[j] if j < len(actual) else None
+    e: KvEvent | None = expected[j] if j < len(expected) else None
+    a: KvEvent | None = actual[j] if j < len(actual) else None
     if e is not None and a is not None:
         note = copy_notes.get(e.event_id, frozenset())
         if note and set(e.hashes()) <= note:  # an announcement of one copy among several: missing?

@@ -295,7 +295,7 @@ POLICIES: dict[str, type] = {
 
 def make_policy(name: str) -> Policy:
     try:
-        return POLICIES[name]()  # type: ignore[no-any-return]
+        return POLICIES[name]()
     except KeyError:
         raise ConfigError(f"unknown eviction policy {name!r}; known: {sorted(POLICIES)}") from None
 

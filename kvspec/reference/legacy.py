@@ -177,7 +177,7 @@ class LegacyModel:
                     return Step(OpResult(value=False, status="capacity"), events)
                 victim, _ = self.inactive.popitem(last=False)
                 if victim[0] == "F":
-                    self.unannounced.discard(victim[1])  # type: ignore[arg-type]
+                    self.unannounced.discard(victim[1])
                     events.append(
                         make_removed(self._event_id(), [victim[1]], dp_rank=self.dp_rank)  # type: ignore[list-item]
                     )
@@ -226,7 +226,7 @@ class LegacyModel:
             del self.active[k]
             if k[0] == "F":
                 gone.append(k[1])  # type: ignore[arg-type]
-                self.unannounced.discard(k[1])  # type: ignore[arg-type]
+                self.unannounced.discard(k[1])
         events = [make_removed(self._event_id(), gone, dp_rank=self.dp_rank)] if gone else []
         return Step(OpResult(value=True), events)
 

@@ -175,7 +175,7 @@ OPERATION_ADAPTER: TypeAdapter[Any] = TypeAdapter(Operation)
 
 def parse_operation(data: Any) -> Use | Deref | Destroy | Promote | Tick | SwapIn | Reset:
     """Validate a decoded JSON object as an operation (raises pydantic.ValidationError)."""
-    return OPERATION_ADAPTER.validate_python(data)  # type: ignore[no-any-return]
+    return OPERATION_ADAPTER.validate_python(data)
 
 
 # --------------------------------------------------------------------------
@@ -328,7 +328,7 @@ def make_stored(
             "event_id": event_id,
             "data": data,
             "dp_rank": dp_rank,
-            "storage_tier": tier,  # type: ignore[no-any-return]
+            "storage_tier": tier,
             "block_token_ids": token_ids,
         },
     )
@@ -343,7 +343,7 @@ def make_removed(event_id: int, block_hashes: list[int], *, dp_rank: int = 0, ti
             "event_id": event_id,
             "data": data,
             "dp_rank": dp_rank,
-            "storage_tier": tier,  # type: ignore[no-any-return]
+            "storage_tier": tier,
             "block_token_ids": None,
         },
     )
@@ -355,7 +355,7 @@ def make_cleared(event_id: int, *, dp_rank: int = 0, tier: StorageTier = "device
         {
             "event_id": event_id,
             "data": "cleared",
-            "dp_rank": dp_rank,  # type: ignore[no-any-return]
+            "dp_rank": dp_rank,
             "storage_tier": tier,
             "block_token_ids": None,
         },

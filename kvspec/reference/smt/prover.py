@@ -214,7 +214,7 @@ def without_contracts(applier: Applier = default_applier) -> Applier:
     """``applier`` with the caller contracts (ASSUME-*) dropped: every valid
     operation is allowed, whatever the caller holds."""
 
-    def apply(spec: TransitionSpec, S: State, prefix: str, policy: Policy, *, symmetry: bool = False):  # type: ignore[no-untyped-def]
+    def apply(spec: TransitionSpec, S: State, prefix: str, policy: Policy, *, symmetry: bool = False):
         step, consts, doms = applier(spec, S, prefix, policy, symmetry=symmetry)
         step.requires = {k: v for k, v in step.requires.items() if v[0] != "contract"}
         return step, consts, doms

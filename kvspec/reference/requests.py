@@ -274,7 +274,7 @@ def run_to_end(gen: RequestSteps, what: str) -> RequestResult:
             if next(gen) is None:
                 raise ConfigError(f"{what} cannot be allocated even with every other block free")
     except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]
+        return stop.value
 
 
 def make_driver(

@@ -287,14 +287,14 @@ class Lockstep:
                     act.earliest_deadline_ms,
                 )
         for tier in self.tiers:
-            got = self.view.stored(tier, dp_rank=self.config.dp_rank)
+            held = self.view.stored(tier, dp_rank=self.config.dp_rank)
             want = self.model.announced(tier)
-            if got != want:
+            if held != want:
                 return Divergence(
                     RuleId.INV_ROUTER_MATCH,
                     f"the router view of the {tier} tier after the step",
                     f"announced {sorted(want)}",
-                    f"router holds {sorted(got)} (missing {sorted(want - got)}, extra {sorted(got - want)})",
+                    f"router holds {sorted(held)} (missing {sorted(want - held)}, extra {sorted(held - want)})",
                 )
         return None
 
