@@ -3,23 +3,40 @@
 It applies events the way a router's indexer does (per worker and dp_rank,
 per storage tier) and reports every violation of the stream-checkable rules
 with the rule id, the offending event and the state it contradicted. The same
-object checks a live adapter's events step by step and a recorded log
-offline; it never raises on a bad stream, it records and carries on the way a
-tolerant indexer would, so that one run reports every problem.
+object checks a live adapter's events step by step (the lockstep checker,
+``apply``/``apply_batch`` with ``KvEvent`` objects) and a recorded or live
+engine stream (``kvspec check-log`` and ``kvspec watch``, through the field
+level entry points ``on_stored``/``on_removed``/``on_cleared``, which take
+the decoded fields so that no event object is built unless a violation needs
+one). Both routes run the same rule code. It never raises on a bad stream: it
+records and carries on the way a tolerant indexer would, so that one run
+reports every problem.
 
 Two counting modes:
 
-- ``set`` (kvbm, atomic, legacy): a hash is stored or not. STORE-NO-DUP and
-  REMOVE-EXACT apply.
-- ``copies`` (vllm): a hash may be stored in several physical blocks; each
-  Stored adds a copy (STORE-COPY) and each Removed takes one away
+- ``set`` (kvbm, atomic, legacy, Dynamo's event plane): a hash is stored or
+  not. STORE-NO-DUP and REMOVE-EXACT apply.
+- ``copies`` (vllm, SGLang): a hash may be stored in several physical blocks;
+  each Stored adds a copy (STORE-COPY) and each Removed takes one away
   (REMOVE-COPY); the hash leaves the view with its last copy.
 
 PARENT-ANCHOR is checked on the tiers in ``anchored_tiers`` (the device tier
-by default): the parent must be stored in that tier when the Stored arrives,
-and, where the caller knows the true lineage (``expect_parent``), it must be
-exactly the block before the event's first block. REMOVE-NO-ORPHAN is strict
-and off unless ``strict=True``.
+by default, as the kvbm offload tier's host-pinned Stored carries its G1
+parent; ``None`` checks every tier, as a router indexing each tier as its own
+prefix tree needs): the parent must be stored in that tier when the Stored
+arrives, and, where the caller knows the true lineage (``expect_parent``), it
+must be exactly the block before the event's first block. REMOVE-NO-ORPHAN
+is strict and off unless ``strict=True``.
+
+State is proportional to the blocks stored now, not to the stream's length:
+per tier one record per stored hash (copies, parent, the event that stored
+it), a count of stored children per parent, and a bounded memory of recent
+removals (for the "removed by event #N" context of a report). Violations are
+counted per rule; ``keep`` bounds how many are kept as objects.
+
+Stored events may also be checked by a ``StoredCheck`` (hashes against
+tokens, ``conformance/streams/hashcheck.py``) or, for the lockstep checker, by
+a per-block ``hash_check`` function.
 
 Transfer timing (G2-STORE-ON-COMPLETE), only where time is observable: a
 caller that knows the manager's clock (the lockstep checker, on every Tick)
@@ -35,16 +52,28 @@ that is never given a clock (a recorded log without timestamps) skips it.
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Callable, Iterable
+from collections import Counter, OrderedDict, deque
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from kvspec.spec.rules import RuleId
-from kvspec.spec.wire import KvEvent, Removed, Stored
+from kvspec.spec.wire import KvEvent, Removed, Stored, make_cleared, make_removed, make_stored
 
 Mode = Literal["set", "copies"]
 Source = tuple[int, int]  # (worker_id, dp_rank)
+#: one tier of one manager: (worker_id, dp_rank, tier)
+TierKey = tuple[int, int, str]
+#: what a StoredCheck reports: the rule, a message, and context
+Problem = tuple[RuleId, str, dict[str, Any]]
+#: where in the input an event came from (a line number, or frame and event
+#: index); opaque to the view, formatted by whoever reads the report
+At = int | tuple[int, ...] | None
+
+#: how many recent removals each tier remembers for report context
+RECENT_REMOVALS = 4096
+#: orphan reports that list the orphaned children (each costs a scan of the tier)
+ORPHAN_LISTINGS = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +86,9 @@ class Violation:
     index: int = -1
     source: Source = (0, 0)
     context: dict[str, Any] = field(default_factory=dict)
+    tier: str = "device"
+    #: the place in the input (line, or frame and event), when the caller gave one
+    at: At = None
 
     def __str__(self) -> str:
         where = f" at stream index {self.index}" if self.index >= 0 else ""
@@ -65,13 +97,101 @@ class Violation:
         return f"[{self.rule}] {self.message}{where}{ev}{ctx}"
 
 
+class StoredCheck(Protocol):
+    """Checks a Stored's blocks against what it carries (hashes, tokens).
+
+    ``stored`` returns the problems found (or None); ``gone`` and ``cleared``
+    tell it which blocks left the view, so that any state it keeps stays
+    proportional to the stored blocks."""
+
+    def stored(
+        self,
+        key: TierKey,
+        parent: int | None,
+        hashes: Sequence[int],
+        tokens_hashes: Sequence[int] | None,
+        token_ids: Sequence[Sequence[int]] | None,
+        meta: Any,
+    ) -> list[Problem] | None: ...
+
+    def gone(self, key: TierKey, block_hash: int) -> None: ...
+
+    def cleared(self, key: TierKey) -> None: ...
+
+
+HashCheckFn = Callable[[int | None, int, int, list[int] | None], str | None]
+
+
+class _PerBlockCheck:
+    """A ``hash_check(parent, block_hash, tokens_hash, token_ids)`` function
+    as a StoredCheck: STORE-TOKENS-HASH for each block it has a message for."""
+
+    def __init__(self, fn: HashCheckFn) -> None:
+        self.fn = fn
+
+    def stored(
+        self,
+        key: TierKey,
+        parent: int | None,
+        hashes: Sequence[int],
+        tokens_hashes: Sequence[int] | None,
+        token_ids: Sequence[Sequence[int]] | None,
+        meta: Any,
+    ) -> list[Problem] | None:
+        out: list[Problem] | None = None
+        prev = parent
+        for i, h in enumerate(hashes):
+            toks = list(token_ids[i]) if token_ids is not None else None
+            msg = self.fn(prev, h, tokens_hashes[i] if tokens_hashes is not None else 0, toks)
+            if msg is not None:
+                out = out or []
+                out.append((RuleId.STORE_TOKENS_HASH, msg, {"block": h}))
+            prev = h
+        return out
+
+    def gone(self, key: TierKey, block_hash: int) -> None:
+        return None
+
+    def cleared(self, key: TierKey) -> None:
+        return None
+
+
+class _Recent:
+    """The last ``cap`` removals of a tier: hash -> (event id, stream index)."""
+
+    __slots__ = ("cap", "d")
+
+    def __init__(self, cap: int = RECENT_REMOVALS) -> None:
+        self.cap = cap
+        self.d: OrderedDict[int, tuple[int, int]] = OrderedDict()
+
+    def put(self, h: int, eid: int, index: int) -> None:
+        d = self.d
+        if h in d:
+            d.move_to_end(h)
+        d[h] = (eid, index)
+        if len(d) > self.cap:
+            d.popitem(last=False)
+
+    def get(self, h: int) -> tuple[int, int] | None:
+        return self.d.get(h)
+
+    def clear(self) -> None:
+        self.d.clear()
+
+
 @dataclass(slots=True)
 class _Tier:
-    copies: dict[int, int] = field(default_factory=dict)
-    parent_of: dict[int, int | None] = field(default_factory=dict)
-    children: dict[int, set[int]] = field(default_factory=dict)
-    stored_by: dict[int, int] = field(default_factory=dict)  # hash -> event id that stored it
-    removed_by: dict[int, int] = field(default_factory=dict)  # hash -> event id that removed it
+    #: stored hash -> (copies, parent, event id that stored it, stream index of that event)
+    live: dict[int, tuple[int, int | None, int, int]] = field(default_factory=dict)
+    #: parent hash -> how many stored blocks name it as parent
+    kids: dict[int, int] = field(default_factory=dict)
+    removed: _Recent = field(default_factory=_Recent)
+
+    def reset(self) -> None:
+        self.live.clear()
+        self.kids.clear()
+        self.removed.clear()
 
 
 @dataclass(slots=True)
@@ -94,24 +214,40 @@ class RouterView:
         strict: bool = False,
         first_event_id: int | None = 0,
         expect_dp_rank: int | None = None,
-        anchored_tiers: Iterable[str] = ("device",),
-        hash_check: Callable[[int | None, int, int, list[int] | None], str | None] | None = None,
+        anchored_tiers: Iterable[str] | None = ("device",),
+        hash_check: HashCheckFn | None = None,
+        stored_check: StoredCheck | None = None,
+        keep: int | None = None,
+        on_violation: Callable[[Violation], None] | None = None,
     ) -> None:
         """``first_event_id``: the id a manager's first event must carry (None:
         accept whatever comes first, for logs captured mid-stream).
-        ``hash_check(parent, block_hash, tokens_hash, token_ids)`` returns a
-        message when a stored block's hashes do not follow from its tokens."""
+        ``anchored_tiers``: where PARENT-ANCHOR's "parent is stored" applies
+        (None: every tier). ``hash_check(parent, block_hash, tokens_hash,
+        token_ids)`` returns a message when a stored block's hashes do not
+        follow from its tokens; ``stored_check`` is the general form (one of
+        the two). ``keep``: how many violations to keep in ``violations``
+        (all are counted in ``counts``); ``on_violation`` sees each as it
+        happens."""
+        if hash_check is not None and stored_check is not None:
+            raise ValueError("give hash_check or stored_check, not both")
         self.mode = mode
         self.strict = strict
         self.first_event_id = first_event_id
         self.expect_dp_rank = expect_dp_rank
-        self.anchored_tiers = frozenset(anchored_tiers)
+        self.anchored_tiers = None if anchored_tiers is None else frozenset(anchored_tiers)
         self.hash_check = hash_check
+        self.check: StoredCheck | None = _PerBlockCheck(hash_check) if hash_check is not None else stored_check
+        self.keep = keep
+        self.on_violation = on_violation
         self.sources: dict[Source, _Source] = {}
         self.violations: list[Violation] = []
+        self.counts: Counter[RuleId] = Counter()
         self.expected_parents: dict[int, int | None] = {}
         self.index = 0
         self._timing: _Timing | None = None
+        self._collect: list[Violation] | None = None
+        self._orphan_listings = 0
 
     # ------------------------------------------------------------------ state
     def _source(self, key: Source) -> _Source:
@@ -125,13 +261,17 @@ class RouterView:
         src = self.sources.get((worker_id, dp_rank))
         if src is None or tier not in src.tiers:
             return set()
-        return set(src.tiers[tier].copies)
+        return set(src.tiers[tier].live)
 
     def copies(self, tier: str = "device", worker_id: int = 0, dp_rank: int = 0) -> dict[int, int]:
         src = self.sources.get((worker_id, dp_rank))
         if src is None or tier not in src.tiers:
             return {}
-        return dict(src.tiers[tier].copies)
+        return {h: rec[0] for h, rec in src.tiers[tier].live.items()}
+
+    def live_blocks(self) -> dict[TierKey, int]:
+        """How many hashes each (worker, dp_rank, tier) holds now."""
+        return {(w, d, name): len(t.live) for (w, d), s in self.sources.items() for name, t in s.tiers.items()}
 
     def expect_parent(self, block_hash: int, parent_hash: int | None) -> None:
         """Tell the view the true parent of a block (from the operations)."""
@@ -153,159 +293,266 @@ class RouterView:
                     self._flag(
                         RuleId.EVENT_ORDER,
                         f"Stored published after Removed event #{seen_removed.event_id} within one operation",
-                        ev,
                         (worker_id, ev.dp_rank),
+                        ev.storage_tier,
+                        ev,
                     )
                 )
             out.extend(self.apply(ev, worker_id))
         return out
 
     def apply(self, ev: KvEvent, worker_id: int = 0) -> list[Violation]:
-        key = (worker_id, ev.dp_rank)
-        src = self._source(key)
+        """Apply one event object; returns the violations it caused."""
         out: list[Violation] = []
-        if self.expect_dp_rank is not None and ev.dp_rank != self.expect_dp_rank:
-            out.append(
-                self._flag(
-                    RuleId.EVENT_SOURCE,
-                    f"event carries dp_rank {ev.dp_rank}",
-                    ev,
-                    key,
-                    expected_dp_rank=self.expect_dp_rank,
+        self._collect = out
+        try:
+            d = ev.data
+            if isinstance(d, Stored):
+                s = d.stored
+                self.on_stored(
+                    worker_id,
+                    ev.dp_rank,
+                    ev.storage_tier,
+                    ev.event_id,
+                    s.parent_hash,
+                    [b.block_hash for b in s.blocks],
+                    [b.tokens_hash for b in s.blocks],
+                    ev.block_token_ids,
+                    ev=ev,
                 )
-            )
-        if src.next_id is not None and ev.event_id != src.next_id:
-            what = "a gap" if ev.event_id > src.next_id else "a repeat or step back"
-            out.append(
-                self._flag(RuleId.EVENT_ID, f"event id {ev.event_id} is {what}", ev, key, expected_id=src.next_id)
-            )
-        src.next_id = ev.event_id + 1
-        tier = src.tier(ev.storage_tier)
-        if isinstance(ev.data, Stored):
-            out.extend(self._stored(ev, tier, key))
-        elif isinstance(ev.data, Removed):
-            out.extend(self._removed(ev, tier, key))
-        else:
-            tier.copies.clear()
-            tier.parent_of.clear()
-            tier.children.clear()
-        if self._timing is not None:
-            out.extend(self._check_timing(ev, key))
-        self.index += 1
+            elif isinstance(d, Removed):
+                self.on_removed(worker_id, ev.dp_rank, ev.storage_tier, ev.event_id, d.removed.block_hashes, ev=ev)
+            else:
+                self.on_cleared(worker_id, ev.dp_rank, ev.storage_tier, ev.event_id, ev=ev)
+        finally:
+            self._collect = None
         return out
 
-    def _flag(self, rule: RuleId, message: str, ev: KvEvent | None, key: Source, **context: Any) -> Violation:
-        v = Violation(rule, message, ev, self.index, key, context)
-        self.violations.append(v)
-        return v
+    def _begin(self, worker: int, dp_rank: int, tier: str, event_id: int | None, ev: Any) -> tuple[_Source, int]:
+        """EVENT-SOURCE and EVENT-ID, shared by the three kinds; returns the
+        source and the event id to record (the stream index when the stream
+        carries none)."""
+        key = (worker, dp_rank)
+        src = self.sources.get(key)
+        if src is None:
+            src = self._source(key)
+        if self.expect_dp_rank is not None and dp_rank != self.expect_dp_rank:
+            self._flag(
+                RuleId.EVENT_SOURCE,
+                f"event carries dp_rank {dp_rank}",
+                key,
+                tier,
+                ev,
+                expected_dp_rank=self.expect_dp_rank,
+            )
+        if event_id is None:
+            return src, self.index
+        nxt = src.next_id
+        if nxt is not None and event_id != nxt:
+            what = "a gap" if event_id > nxt else "a repeat or step back"
+            self._flag(RuleId.EVENT_ID, f"event id {event_id} is {what}", key, tier, ev, expected_id=nxt)
+        src.next_id = event_id + 1
+        return src, event_id
 
-    def _stored(self, ev: KvEvent, tier: _Tier, key: Source) -> list[Violation]:
-        assert isinstance(ev.data, Stored)
-        data = ev.data.stored
-        out: list[Violation] = []
-        blocks = data.blocks
-        if ev.storage_tier in self.anchored_tiers:
-            parent = data.parent_hash
-            if parent is not None and tier.copies.get(parent, 0) == 0:
-                ctx: dict[str, Any] = {"parent": parent}
-                if parent in tier.removed_by:
-                    ctx["parent_removed_by_event"] = tier.removed_by[parent]
-                else:
-                    ctx["parent_state"] = "never stored in this tier"
-                out.append(self._flag(RuleId.PARENT_ANCHOR, f"parent {parent} is not stored", ev, key, **ctx))
-            first = blocks[0].block_hash
+    def on_stored(
+        self,
+        worker: int,
+        dp_rank: int,
+        tier_name: str,
+        event_id: int | None,
+        parent: int | None,
+        hashes: Sequence[int],
+        tokens_hashes: Sequence[int] | None = None,
+        token_ids: Sequence[Sequence[int]] | None = None,
+        meta: Any = None,
+        at: At = None,
+        ev: KvEvent | None = None,
+    ) -> None:
+        """Apply a Stored given as fields (``event_id`` None: the stream
+        carries no ids; ``tokens_hashes``/``token_ids`` when it carries them;
+        ``meta`` is passed to the StoredCheck)."""
+        ref: Any = ev if ev is not None else _Ref("stored", event_id, tier_name, parent, hashes, tokens_hashes, at)
+        src, eid = self._begin(worker, dp_rank, tier_name, event_id, ref)
+        key = (worker, dp_rank)
+        tier = src.tiers.get(tier_name)
+        if tier is None:
+            tier = src.tier(tier_name)
+        live = tier.live
+        anchored = self.anchored_tiers
+        if parent is not None and (anchored is None or tier_name in anchored) and parent not in live:
+            ctx: dict[str, Any] = {"parent": parent}
+            gone = tier.removed.get(parent)
+            if gone is not None:
+                ctx["parent_removed_by_event"] = gone[0]
+            else:
+                ctx["parent_state"] = f"never stored in tier {tier_name}"
+            self._flag(RuleId.PARENT_ANCHOR, f"parent {parent} is not stored", key, tier_name, ref, **ctx)
+        if self.expected_parents and (anchored is None or tier_name in anchored) and hashes:
+            first = hashes[0]
             if first in self.expected_parents and self.expected_parents[first] != parent:
-                out.append(
-                    self._flag(
-                        RuleId.PARENT_ANCHOR,
-                        f"parent {parent} is not the block before {first}",
-                        ev,
-                        key,
-                        expected_parent=self.expected_parents[first],
-                    )
+                self._flag(
+                    RuleId.PARENT_ANCHOR,
+                    f"parent {parent} is not the block before {first}",
+                    key,
+                    tier_name,
+                    ref,
+                    expected_parent=self.expected_parents[first],
                 )
-        prev = data.parent_hash
-        seen: set[int] = set()
-        for i, b in enumerate(blocks):
-            h = b.block_hash
-            if self.hash_check is not None:
-                toks = ev.block_token_ids[i] if ev.block_token_ids is not None else None
-                msg = self.hash_check(prev, h, b.tokens_hash, toks)
-                if msg is not None:
-                    out.append(self._flag(RuleId.STORE_TOKENS_HASH, msg, ev, key, block=h))
-            if h in seen and self.mode == "set":
-                out.append(self._flag(RuleId.STORE_NO_DUP, f"block {h} appears twice in one Stored", ev, key))
-                prev = h
-                continue
-            seen.add(h)
-            n = tier.copies.get(h, 0)
-            if n and self.mode == "set":
-                out.append(
+        check = self.check
+        if check is not None:
+            problems = check.stored((worker, dp_rank, tier_name), parent, hashes, tokens_hashes, token_ids, meta)
+            if problems:
+                for rule, msg, pctx in problems:
+                    self._flag(rule, msg, key, tier_name, ref, **pctx)
+        kids = tier.kids
+        index = self.index
+        set_mode = self.mode == "set"
+        prev = parent
+        for h in hashes:
+            rec = live.get(h)
+            if rec is None:
+                live[h] = (1, prev, eid, index)
+                if prev is not None:
+                    kids[prev] = kids.get(prev, 0) + 1
+            elif set_mode:
+                if rec[3] == index:
+                    self._flag(RuleId.STORE_NO_DUP, f"block {h} appears twice in one Stored", key, tier_name, ref)
+                else:
                     self._flag(
                         RuleId.STORE_NO_DUP,
                         f"block {h} is already stored",
-                        ev,
                         key,
-                        stored_by_event=tier.stored_by.get(h),
+                        tier_name,
+                        ref,
+                        stored_by_event=rec[2],
                     )
-                )
             else:
-                tier.copies[h] = n + 1
-                tier.stored_by[h] = ev.event_id
-                if n == 0:
-                    old = tier.parent_of.get(h)
-                    if old is not None and h in tier.children.get(old, ()):
-                        tier.children[old].discard(h)
-                    tier.parent_of[h] = prev
-                    if prev is not None:
-                        tier.children.setdefault(prev, set()).add(h)
+                live[h] = (rec[0] + 1, rec[1], eid, index)
             prev = h
-        return out
+        if self._timing is not None and tier_name == "host_pinned":
+            self._check_timing("stored", tier_name, hashes, key, ref)
+        self.index = index + 1
 
-    def _removed(self, ev: KvEvent, tier: _Tier, key: Source) -> list[Violation]:
-        assert isinstance(ev.data, Removed)
-        out: list[Violation] = []
-        gone: list[int] = []
-        rule = RuleId.REMOVE_EXACT if self.mode == "set" else RuleId.REMOVE_COPY
-        seen: set[int] = set()
-        for h in ev.data.removed.block_hashes:
-            if self.mode == "set" and h in seen:
-                out.append(self._flag(rule, f"block {h} appears twice in one Removed", ev, key))
+    def on_removed(
+        self,
+        worker: int,
+        dp_rank: int,
+        tier_name: str,
+        event_id: int | None,
+        hashes: Sequence[int],
+        at: At = None,
+        ev: KvEvent | None = None,
+    ) -> None:
+        """Apply a Removed given as fields."""
+        ref: Any = ev if ev is not None else _Ref("removed", event_id, tier_name, None, hashes, None, at)
+        src, eid = self._begin(worker, dp_rank, tier_name, event_id, ref)
+        key = (worker, dp_rank)
+        tier = src.tiers.get(tier_name)
+        if tier is None:
+            tier = src.tier(tier_name)
+        live = tier.live
+        kids = tier.kids
+        removed = tier.removed
+        index = self.index
+        set_mode = self.mode == "set"
+        check = self.check
+        strict = self.strict
+        gone: list[int] | None = [] if strict else None
+        for h in hashes:
+            rec = live.get(h)
+            if rec is None:
+                self._not_stored(h, key, tier_name, tier, ref, index, set_mode)
                 continue
-            seen.add(h)
-            n = tier.copies.get(h, 0)
-            if n == 0:
-                ctx: dict[str, Any] = {}
-                if h in tier.removed_by:
-                    ctx["already_removed_by_event"] = tier.removed_by[h]
-                else:
-                    ctx["state"] = "never stored in this tier"
-                out.append(self._flag(rule, f"block {h} is not stored in tier {ev.storage_tier}", ev, key, **ctx))
-                continue
-            if n == 1:
-                del tier.copies[h]
-                tier.removed_by[h] = ev.event_id
-                parent = tier.parent_of.pop(h, None)
-                if parent is not None:
-                    kids = tier.children.get(parent)
-                    if kids is not None:
-                        kids.discard(h)
-                gone.append(h)
+            n = rec[0]
+            if n == 1 or set_mode:
+                del live[h]
+                removed.put(h, eid, index)
+                p = rec[1]
+                if p is not None:
+                    k = kids.get(p, 0)
+                    if k <= 1:
+                        kids.pop(p, None)
+                    else:
+                        kids[p] = k - 1
+                if gone is not None:
+                    gone.append(h)
+                if check is not None:
+                    check.gone((worker, dp_rank, tier_name), h)
             else:
-                tier.copies[h] = n - 1
-        if self.strict:
+                live[h] = (n - 1, rec[1], rec[2], rec[3])
+        if gone:
             for h in gone:
-                orphans = sorted(c for c in tier.children.get(h, ()) if c in tier.copies)
-                if orphans:
-                    out.append(
-                        self._flag(
-                            RuleId.REMOVE_NO_ORPHAN,
-                            f"removing {h} leaves its stored children {orphans} without a parent",
-                            ev,
-                            key,
-                        )
-                    )
-        return out
+                n_orphans = kids.get(h, 0)
+                if n_orphans:
+                    self._orphaned(h, n_orphans, key, tier_name, tier, ref)
+        if self._timing is not None and tier_name == "device":
+            self._check_timing("removed", tier_name, hashes, key, ref)
+        self.index = index + 1
+
+    def on_cleared(
+        self,
+        worker: int,
+        dp_rank: int,
+        tier_name: str,
+        event_id: int | None,
+        at: At = None,
+        ev: KvEvent | None = None,
+    ) -> None:
+        """Apply a Cleared: the tier forgets everything it held for the source."""
+        ref: Any = ev if ev is not None else _Ref("cleared", event_id, tier_name, None, (), None, at)
+        src, _ = self._begin(worker, dp_rank, tier_name, event_id, ref)
+        src.tier(tier_name).reset()
+        if self.check is not None:
+            self.check.cleared((worker, dp_rank, tier_name))
+        self.index += 1
+
+    def _not_stored(
+        self, h: int, key: Source, tier_name: str, tier: _Tier, ref: Any, index: int, set_mode: bool
+    ) -> None:
+        rule = RuleId.REMOVE_EXACT if set_mode else RuleId.REMOVE_COPY
+        gone = tier.removed.get(h)
+        if set_mode and gone is not None and gone[1] == index:
+            self._flag(rule, f"block {h} appears twice in one Removed", key, tier_name, ref)
+            return
+        ctx: dict[str, Any] = {}
+        if gone is not None:
+            ctx["already_removed_by_event"] = gone[0]
+        else:
+            ctx["state"] = "never stored in this tier"
+        self._flag(rule, f"block {h} is not stored in tier {tier_name}", key, tier_name, ref, **ctx)
+
+    def _orphaned(self, h: int, n: int, key: Source, tier_name: str, tier: _Tier, ref: Any) -> None:
+        ctx: dict[str, Any] = {}
+        if self._orphan_listings < ORPHAN_LISTINGS:
+            self._orphan_listings += 1
+            kids = sorted(c for c, rec in tier.live.items() if rec[1] == h)
+            ctx["children_stored_by_events"] = sorted({tier.live[c][2] for c in kids})
+            what = f"its stored children {kids}"
+        else:
+            what = f"{n} stored child(ren)"
+        self._flag(
+            RuleId.REMOVE_NO_ORPHAN,
+            f"removing {h} leaves {what} without a parent in tier {tier_name}",
+            key,
+            tier_name,
+            ref,
+            **ctx,
+        )
+
+    def _flag(self, rule: RuleId, message: str, key: Source, tier: str, ref: Any, **context: Any) -> Violation:
+        if isinstance(ref, _Ref):
+            ev, at = ref.event(key[1]), ref.at
+        else:
+            ev, at = ref, None
+        v = Violation(rule, message, ev, self.index, key, context, tier, at)
+        self.counts[rule] += 1
+        if self.keep is None or len(self.violations) < self.keep:
+            self.violations.append(v)
+        if self._collect is not None:
+            self._collect.append(v)
+        if self.on_violation is not None:
+            self.on_violation(v)
+        return v
 
     # ------------------------------------------------------ transfer timing
     def enable_timing(self, min_transfer_ms: float, now_ms: float = 0.0, *, from_start: bool | None = None) -> None:
@@ -336,49 +583,80 @@ class RouterView:
         """The clock as last observed (None: timing is not observable)."""
         return None if self._timing is None else self._timing.now_ms
 
-    def _check_timing(self, ev: KvEvent, key: Source) -> list[Violation]:
+    def _check_timing(self, kind: str, tier: str, hashes: Sequence[int], key: Source, ref: Any) -> None:
         t = self._timing
         assert t is not None
-        out: list[Violation] = []
-        if ev.storage_tier == "device" and isinstance(ev.data, Removed):
-            for h in ev.data.removed.block_hashes:
+        if kind == "removed":
+            for h in hashes:
                 t.started.setdefault((key, h), deque()).append(t.now_ms)
-        elif ev.storage_tier == "host_pinned" and isinstance(ev.data, Stored):
-            for b in ev.data.stored.blocks:
-                q = t.started.get((key, b.block_hash))
-                if not q:
-                    if t.from_start:
-                        out.append(
-                            self._flag(
-                                RuleId.G2_STORE_ON_COMPLETE,
-                                f"host-pinned Stored of block {b.block_hash} at {t.now_ms} ms, but no device "
-                                "Removed of it started a transfer",
-                                ev,
-                                key,
-                                block=b.block_hash,
-                                now_ms=t.now_ms,
-                            )
-                        )
-                    continue
-                start = q.popleft()
-                if not q:
-                    del t.started[(key, b.block_hash)]
-                earliest = start + t.min_transfer_ms
-                if t.now_ms + _TIME_EPS * max(1.0, abs(earliest)) < earliest:
-                    out.append(
-                        self._flag(
-                            RuleId.G2_STORE_ON_COMPLETE,
-                            f"host-pinned Stored of block {b.block_hash} at {t.now_ms} ms: its transfer started "
-                            f"at {start} ms (device Removed) and takes at least {t.min_transfer_ms} ms",
-                            ev,
-                            key,
-                            block=b.block_hash,
-                            now_ms=t.now_ms,
-                            transfer_started_ms=start,
-                            earliest_completion_ms=earliest,
-                        )
+            return
+        for h in hashes:
+            q = t.started.get((key, h))
+            if not q:
+                if t.from_start:
+                    self._flag(
+                        RuleId.G2_STORE_ON_COMPLETE,
+                        f"host-pinned Stored of block {h} at {t.now_ms} ms, but no device Removed of it started a "
+                        "transfer",
+                        key,
+                        tier,
+                        ref,
+                        block=h,
+                        now_ms=t.now_ms,
                     )
-        return out
+                continue
+            start = q.popleft()
+            if not q:
+                del t.started[(key, h)]
+            earliest = start + t.min_transfer_ms
+            if t.now_ms + _TIME_EPS * max(1.0, abs(earliest)) < earliest:
+                self._flag(
+                    RuleId.G2_STORE_ON_COMPLETE,
+                    f"host-pinned Stored of block {h} at {t.now_ms} ms: its transfer started at {start} ms (device "
+                    f"Removed) and takes at least {t.min_transfer_ms} ms",
+                    key,
+                    tier,
+                    ref,
+                    block=h,
+                    now_ms=t.now_ms,
+                    transfer_started_ms=start,
+                    earliest_completion_ms=earliest,
+                )
+
+
+class _Ref:
+    """An event given as fields, made into a ``KvEvent`` only if a violation
+    needs one for its report."""
+
+    __slots__ = ("at", "event_id", "hashes", "kind", "parent", "tier", "tokens_hashes")
+
+    def __init__(
+        self,
+        kind: str,
+        event_id: int | None,
+        tier: str,
+        parent: int | None,
+        hashes: Sequence[int],
+        tokens_hashes: Sequence[int] | None,
+        at: At,
+    ) -> None:
+        self.kind = kind
+        self.event_id = event_id
+        self.tier = tier
+        self.parent = parent
+        self.hashes = hashes
+        self.tokens_hashes = tokens_hashes
+        self.at = at
+
+    def event(self, dp_rank: int) -> KvEvent:
+        eid = -1 if self.event_id is None else self.event_id
+        tier: Any = self.tier
+        if self.kind == "stored":
+            th = list(self.tokens_hashes) if self.tokens_hashes is not None else [0] * len(self.hashes)
+            return make_stored(eid, list(self.hashes), th, self.parent, dp_rank=dp_rank, tier=tier)
+        if self.kind == "removed":
+            return make_removed(eid, list(self.hashes), dp_rank=dp_rank, tier=tier)
+        return make_cleared(eid, dp_rank=dp_rank, tier=tier)
 
 
 #: slack for clocks computed another way (e.g. seconds times 1000)

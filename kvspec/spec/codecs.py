@@ -15,22 +15,69 @@
   are computed from the token ids (spec/hashing.py), as Dynamo's bridge does.
 
 Decoding failures raise ``WireError`` naming what was wrong.
+
+Two decoding routes. The functions of the first half build validated
+``KvEvent`` objects (pydantic), for adapters and tests that handle a few
+events at a time. The second half ("typed stream decoding") declares the
+published formats as msgspec structs, so that ``kvspec check-log`` and
+``kvspec watch`` decode a long stream at close to the speed of an untyped
+decoder and still refuse a wrong type with the path of the field:
+
+- ``RouterEventMsg``: Dynamo's RouterEvent as its event plane carries it and
+  as ``RadixTree.dump_tree_as_events()`` prints it (ai-dynamo/dynamo
+  lib/kv-router/src/protocols.rs, ``RouterEvent``, ``KvCacheEvent``,
+  ``KvCacheStoreData``, ``KvCacheStoredBlockData`` with ``mm_extra_info``);
+  unknown fields are refused by the strict decoder, and ``decode_router_line``
+  falls back to ignoring them (the caller warns once);
+- ``KvspecEventMsg``: kvspec's own event JSON (a Dynamo ``KvCacheEvent``
+  plus ``storage_tier`` and ``block_token_ids``);
+- vLLM's ``KVEventBatch`` (vllm-project/vllm vllm/distributed/kv_events.py,
+  ``EventBatch``, ``BlockStored``, ``BlockRemoved``, ``AllBlocksCleared``) in
+  both layouts msgspec produces: the batch as an array ``[ts, events,
+  data_parallel_rank]`` or a map, each event a tagged array
+  (``["BlockStored", ...]``, older vLLM) or a map with a ``type`` key (vLLM
+  0.32, and the ai-dynamo mocker's ``zmq_kv_events_port`` feed,
+  ai-dynamo/dynamo lib/mocker/src/services/zmq_events.rs,
+  ``encode_event_batch``). Unknown fields are ignored there (vLLM adds fields
+  often, and the array layout is positional).
+
+msgspec cannot bound an integer above 2**63 in a type, so u64 fields are
+checked after decoding (``check_u64``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Annotated, Any, Literal
 
 import msgpack
+import msgspec
 from pydantic import ValidationError
 
 from .errors import WireError
 from .hashing import local_block_hash
-from .wire import KvEvent, StorageTier, event_to_json, make_cleared, make_removed, make_stored
+from .wire import U64_MAX, KvEvent, StorageTier, event_to_json, make_cleared, make_removed, make_stored
 
-#: vLLM's storage medium names and kvspec's tiers
-MEDIUM_TO_TIER: dict[str | None, StorageTier] = {None: "device", "GPU": "device", "CPU": "host_pinned", "DISK": "disk"}
+#: vLLM's storage medium names and kvspec's tiers, with the names Dynamo's
+#: ``StorageTier::from_kv_medium`` accepts (ai-dynamo/dynamo
+#: lib/kv-router/src/protocols.rs)
+MEDIUM_TO_TIER: dict[str | None, StorageTier] = {
+    None: "device",
+    "GPU": "device",
+    "DEVICE": "device",
+    "CPU": "host_pinned",
+    "CPU_PINNED": "host_pinned",
+    "CPU_TIER1": "host_pinned",
+    "CPU_TIER2": "disk",
+    "DISK": "disk",
+    "NVME": "disk",
+    "EXTERNAL": "external",
+    "NETWORK": "external",
+    "REMOTE": "external",
+    "SHARED": "external",
+}
+#: the storage tiers a router event may name
+TIERS: frozenset[str] = frozenset({"device", "host_pinned", "disk", "remote", "external"})
 TIER_TO_MEDIUM: dict[str, str] = {"device": "GPU", "host_pinned": "CPU", "disk": "DISK"}
 
 
@@ -69,9 +116,30 @@ def from_router_event(data: Any) -> tuple[int, KvEvent]:
     if not isinstance(worker, int) or worker < 0:
         raise WireError(f"router event: worker_id must be a non-negative integer, got {worker!r}")
     tier = data.get("storage_tier", "device")
-    if tier not in ("device", "host_pinned", "disk", "remote"):
+    if tier not in TIERS:
         raise WireError(f"router event: unknown storage_tier {tier!r}")
-    return worker, from_dynamo_event(data["event"], storage_tier=tier, block_token_ids=data.get("block_token_ids"))
+    return worker, from_dynamo_event(
+        _without_mm(data["event"]), storage_tier=tier, block_token_ids=data.get("block_token_ids")
+    )
+
+
+def _without_mm(event: Any) -> Any:
+    """Dynamo writes ``mm_extra_info`` on every stored block (null without
+    multimodal input); kvspec's event has no such field, so a null one is
+    dropped (a non-null one stays and is refused by name)."""
+    try:
+        blocks = event["data"]["stored"]["blocks"]
+    except (TypeError, KeyError):
+        return event
+    if not isinstance(blocks, list):
+        return event
+    new = [
+        {k: v for k, v in b.items() if k != "mm_extra_info"}
+        if isinstance(b, dict) and b.get("mm_extra_info", 0) is None
+        else b
+        for b in blocks
+    ]
+    return {**event, "data": {"stored": {**event["data"]["stored"], "blocks": new}}}
 
 
 # ------------------------------------------------------------------ vLLM
@@ -184,3 +252,297 @@ def _summarize(e: ValidationError) -> str:
         loc = ".".join(str(x) for x in err["loc"])
         parts.append(f"{loc}: {err['msg']}")
     return "; ".join(parts)
+
+
+# ------------------------------------------------- typed stream decoding
+
+#: a non-negative integer; the u64 upper bound is checked after decoding
+Uint = Annotated[int, msgspec.Meta(ge=0)]
+U32 = Annotated[int, msgspec.Meta(ge=0, le=2**32 - 1)]
+
+
+def check_u64(values: Sequence[int], what: str) -> None:
+    """Raise WireError when a decoded hash list holds a value above u64."""
+    if values and max(values) > U64_MAX:
+        bad = next(v for v in values if v > U64_MAX)
+        raise WireError(f"{what}: {bad} does not fit in 64 bits")
+
+
+class MmObjectMsg(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """One multimodal object of a block (Dynamo ``BlockMmObjectInfo``)."""
+
+    mm_hash: Uint
+    offsets: list[tuple[Uint, Uint]]
+
+
+class BlockExtraInfoMsg(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """Dynamo ``BlockExtraInfo``: the multimodal objects of one block."""
+
+    mm_objects: list[MmObjectMsg] = []
+
+
+class StoredBlockMsg(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    block_hash: Uint
+    tokens_hash: Uint
+    mm_extra_info: BlockExtraInfoMsg | None = None
+
+
+class StoreDataMsg(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    blocks: list[StoredBlockMsg]
+    parent_hash: Uint | None = None
+    start_position: U32 | None = None
+
+
+class RemoveDataMsg(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    block_hashes: list[Uint]
+
+
+class EventDataMsg(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """Dynamo's externally tagged ``KvCacheEventData`` object form: exactly
+    one of ``stored`` and ``removed`` (``"cleared"`` is a plain string)."""
+
+    stored: StoreDataMsg | None = None
+    removed: RemoveDataMsg | None = None
+
+
+class KvCacheEventMsg(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    event_id: Uint
+    data: EventDataMsg | Literal["cleared"]
+    dp_rank: U32 = 0
+
+
+class RouterEventMsg(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """Dynamo ``RouterEvent``: a worker's event and the tier it concerns."""
+
+    worker_id: Uint
+    event: KvCacheEventMsg
+    storage_tier: str = "device"
+    residency_domain: str | None = None
+
+
+class KvspecEventMsg(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """kvspec's event JSON (``spec/schema/kv_event.json``)."""
+
+    event_id: Uint
+    data: EventDataMsg | Literal["cleared"]
+    dp_rank: U32 = 0
+    storage_tier: str = "device"
+    block_token_ids: list[list[U32]] | None = None
+
+
+ROUTER_DECODER = msgspec.json.Decoder(RouterEventMsg)
+KVSPEC_DECODER = msgspec.json.Decoder(KvspecEventMsg)
+
+#: the fields each level of a router event knows, for dropping a newer
+#: producer's additions (``strip_unknown``)
+_KNOWN: dict[str, frozenset[str]] = {
+    "router": frozenset(RouterEventMsg.__struct_fields__),
+    "event": frozenset(KvCacheEventMsg.__struct_fields__),
+    "data": frozenset(EventDataMsg.__struct_fields__),
+    "stored": frozenset(StoreDataMsg.__struct_fields__),
+    "removed": frozenset(RemoveDataMsg.__struct_fields__),
+    "block": frozenset(StoredBlockMsg.__struct_fields__),
+    "extra": frozenset(BlockExtraInfoMsg.__struct_fields__),
+    "mm": frozenset(MmObjectMsg.__struct_fields__),
+}
+
+
+def strip_unknown(obj: Any, unknown: set[str]) -> Any:
+    """A router event (untyped) without the fields this decoder does not
+    know; their dotted paths are added to ``unknown``."""
+
+    def keep(d: Any, level: str, path: str) -> Any:
+        if not isinstance(d, dict):
+            return d
+        out = {}
+        for k, v in d.items():
+            if k in _KNOWN[level]:
+                out[k] = v
+            else:
+                unknown.add(f"{path}.{k}" if path else str(k))
+        return out
+
+    top = keep(obj, "router", "")
+    if not isinstance(top, dict):
+        return top
+    ev = top["event"] = keep(top.get("event"), "event", "event")
+    if isinstance(ev, dict):
+        data = ev["data"] = keep(ev.get("data"), "data", "event.data") if "data" in ev else None
+        if isinstance(data, dict):
+            if "stored" in data:
+                st = data["stored"] = keep(data["stored"], "stored", "event.data.stored")
+                if isinstance(st, dict) and isinstance(st.get("blocks"), list):
+                    blocks = []
+                    for b in st["blocks"]:
+                        b = keep(b, "block", "event.data.stored.blocks[]")
+                        if isinstance(b, dict) and isinstance(b.get("mm_extra_info"), dict):
+                            x = b["mm_extra_info"] = keep(b["mm_extra_info"], "extra", "mm_extra_info")
+                            if isinstance(x.get("mm_objects"), list):
+                                x["mm_objects"] = [keep(m, "mm", "mm_objects[]") for m in x["mm_objects"]]
+                        blocks.append(b)
+                    st["blocks"] = blocks
+            if "removed" in data:
+                data["removed"] = keep(data["removed"], "removed", "event.data.removed")
+    return top
+
+
+def event_data(data: EventDataMsg | str) -> StoreDataMsg | RemoveDataMsg | None:
+    """The one variant of a decoded ``data`` (None for cleared); raises
+    WireError when the object names none or both."""
+    if isinstance(data, str):
+        return None
+    if data.stored is not None:
+        if data.removed is not None:
+            raise WireError("event data names both 'stored' and 'removed'")
+        return data.stored
+    if data.removed is not None:
+        return data.removed
+    raise WireError("event data names no variant: expected 'stored', 'removed' or \"cleared\"")
+
+
+# vLLM ------------------------------------------------------------------
+
+#: vLLM's ``ExternalBlockHash``: an int (``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES``,
+#: the default) or the full hash bytes
+VllmHash = Uint | bytes
+
+
+class _StoredFields(msgspec.Struct, gc=False):
+    block_hashes: list[VllmHash]
+    token_ids: list[U32]
+    block_size: Annotated[int, msgspec.Meta(ge=1)]
+    parent_block_hash: VllmHash | None = None
+    lora_id: int | None = None
+    medium: str | None = None
+    lora_name: str | None = None
+    extra_keys: list[Any] | None = None
+    group_idx: Annotated[int, msgspec.Meta(ge=0)] | None = None
+
+
+class _RemovedFields(msgspec.Struct, gc=False):
+    block_hashes: list[VllmHash]
+    medium: str | None = None
+    group_idx: Annotated[int, msgspec.Meta(ge=0)] | None = None
+
+
+# The array layout is positional: vLLM's field order (block_hashes,
+# parent_block_hash, token_ids, block_size, lora_id, medium, lora_name,
+# extra_keys, group_idx); trailing fields a newer vLLM adds are ignored.
+class VllmStoredArr(msgspec.Struct, array_like=True, tag="BlockStored", gc=False):
+    block_hashes: list[VllmHash]
+    parent_block_hash: VllmHash | None
+    token_ids: list[U32]
+    block_size: Annotated[int, msgspec.Meta(ge=1)]
+    lora_id: int | None = None
+    medium: str | None = None
+    lora_name: str | None = None
+    extra_keys: list[Any] | None = None
+    group_idx: Annotated[int, msgspec.Meta(ge=0)] | None = None
+
+
+class VllmRemovedArr(msgspec.Struct, array_like=True, tag="BlockRemoved", gc=False):
+    block_hashes: list[VllmHash]
+    medium: str | None = None
+    group_idx: Annotated[int, msgspec.Meta(ge=0)] | None = None
+
+
+class VllmClearedArr(msgspec.Struct, array_like=True, tag="AllBlocksCleared", gc=False):
+    pass
+
+
+class VllmStoredMap(_StoredFields, tag="BlockStored", tag_field="type", gc=False):
+    pass
+
+
+class VllmRemovedMap(_RemovedFields, tag="BlockRemoved", tag_field="type", gc=False):
+    pass
+
+
+class VllmClearedMap(msgspec.Struct, tag="AllBlocksCleared", tag_field="type", gc=False):
+    pass
+
+
+VllmArrEvent = VllmStoredArr | VllmRemovedArr | VllmClearedArr
+VllmMapEvent = VllmStoredMap | VllmRemovedMap | VllmClearedMap
+VllmStored = VllmStoredArr | VllmStoredMap
+VllmRemoved = VllmRemovedArr | VllmRemovedMap
+VllmEvent = VllmArrEvent | VllmMapEvent
+STORED_TYPES = (VllmStoredArr, VllmStoredMap)
+REMOVED_TYPES = (VllmRemovedArr, VllmRemovedMap)
+
+
+class VllmBatchArrMap(msgspec.Struct, array_like=True, gc=False):
+    ts: float
+    events: list[VllmMapEvent]
+    data_parallel_rank: Annotated[int, msgspec.Meta(ge=0)] | None = None
+
+
+class VllmBatchArrArr(msgspec.Struct, array_like=True, gc=False):
+    ts: float
+    events: list[VllmArrEvent]
+    data_parallel_rank: Annotated[int, msgspec.Meta(ge=0)] | None = None
+
+
+class VllmBatchMapMap(msgspec.Struct, gc=False):
+    ts: float
+    events: list[VllmMapEvent]
+    data_parallel_rank: Annotated[int, msgspec.Meta(ge=0)] | None = None
+
+
+class VllmBatchMapArr(msgspec.Struct, gc=False):
+    ts: float
+    events: list[VllmArrEvent]
+    data_parallel_rank: Annotated[int, msgspec.Meta(ge=0)] | None = None
+
+
+VllmBatch = VllmBatchArrMap | VllmBatchArrArr | VllmBatchMapMap | VllmBatchMapArr
+
+
+class VllmBatchDecoder:
+    """Decodes ``KVEventBatch`` payloads in whichever of the four layouts the
+    stream uses; the layout that worked last is tried first."""
+
+    def __init__(self) -> None:
+        self._decoders: list[msgspec.msgpack.Decoder[Any]] = [
+            msgspec.msgpack.Decoder(VllmBatchArrMap),  # vLLM 0.32, Dynamo's mocker
+            msgspec.msgpack.Decoder(VllmBatchArrArr),  # older vLLM (array_like everywhere)
+            msgspec.msgpack.Decoder(VllmBatchMapMap),
+            msgspec.msgpack.Decoder(VllmBatchMapArr),
+        ]
+
+    def decode(self, payload: bytes) -> VllmBatch:
+        errors: list[str] = []
+        for i, dec in enumerate(self._decoders):
+            try:
+                batch: VllmBatch = dec.decode(payload)
+            except msgspec.ValidationError as e:
+                errors.append(str(e))
+                continue
+            except msgspec.DecodeError as e:
+                raise WireError(f"not valid msgpack: {e}") from None
+            except RecursionError:
+                raise WireError("msgpack nested too deeply") from None
+            if i:
+                self._decoders.insert(0, self._decoders.pop(i))
+            return batch
+        # the layout that got furthest into the payload says what is wrong
+        best = max(errors, key=lambda m: len(m.rpartition(" - at `")[2]) if " - at `" in m else 0)
+        raise WireError(f"not a vLLM KVEventBatch: {best}")
+
+
+def vllm_tier(medium: str | None, group_idx: int | None) -> str:
+    """The tier a vLLM event concerns; a KV cache group other than 0 (hybrid
+    models) is a pool of its own, named ``TIER/gN``."""
+    tier = MEDIUM_TO_TIER.get(medium)
+    if tier is None:
+        raise WireError(f"unknown vLLM storage medium {medium!r}")
+    return tier if not group_idx else f"{tier}/g{group_idx}"
+
+
+def vllm_hash_int(h: int | bytes) -> int:
+    """A vLLM block hash as the u64 a router keys it by: ints as they are,
+    hash bytes reduced the way vLLM's own ``maybe_convert_block_hash`` does
+    (the low 64 bits of the big-endian value)."""
+    if isinstance(h, bytes):
+        return int.from_bytes(h, "big") & U64_MAX
+    return h

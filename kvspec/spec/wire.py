@@ -217,7 +217,9 @@ class Counters(Wire):
 # Events
 # --------------------------------------------------------------------------
 
-StorageTier = Literal["device", "host_pinned", "disk", "remote"]
+#: ``external`` is Dynamo 1.6's name for a tier outside the worker (kvspec's
+#: older ``remote``); both are accepted
+StorageTier = Literal["device", "host_pinned", "disk", "remote", "external"]
 
 
 class StoredBlock(Wire):
