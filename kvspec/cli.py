@@ -17,7 +17,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "prove": ("kvspec.reference.smt.cli_prove", "prove the lifecycle invariants with z3"),
     "witnesses": ("kvspec.reference.smt.cli_witnesses", "regenerate the bounded-model-checking scenarios"),
     "schemas": ("kvspec.spec.schema_export", "write (or --check) the JSON Schemas in spec/schema/"),
-    "check-log": ("kvspec.conformance.check_log", "check a recorded event log with the router view"),
+    "check-log": ("kvspec.conformance.check_log", "check a recorded event stream (Dynamo, vLLM, kvspec) offline"),
+    "watch": ("kvspec.conformance.streams.watch", "subscribe to a live ZMQ KV event feed and check it continuously"),
 }
 
 
@@ -25,7 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="kvspec", description=__doc__.splitlines()[0] if __doc__ else None)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, help_text) in SUBCOMMANDS.items():
-        p = sub.add_parser(name, help=help_text, description=help_text)
+        # no help of its own: "kvspec NAME --help" reaches the full parser below
+        p = sub.add_parser(name, help=help_text, description=help_text, add_help=False)
         p.set_defaults(_module=module)
         # arguments are added lazily below, once we know which subcommand runs
     args, rest = parser.parse_known_args(argv)

@@ -539,19 +539,31 @@ class RouterView:
             **ctx,
         )
 
-    def _flag(self, rule: RuleId, message: str, key: Source, tier: str, ref: Any, **context: Any) -> Violation:
-        if isinstance(ref, _Ref):
-            ev, at = ref.event(key[1]), ref.at
-        else:
-            ev, at = ref, None
-        v = Violation(rule, message, ev, self.index, key, context, tier, at)
-        self.counts[rule] += 1
+    def report(
+        self, rule: RuleId, message: str, worker: int, dp_rank: int, tier: str, at: At = None, **context: Any
+    ) -> Violation:
+        """Record a violation found outside the view (for example a lost or
+        repeated transport sequence number), counted with the others."""
+        v = Violation(rule, message, None, self.index, (worker, dp_rank), context, tier, at)
+        self._keep(v)
+        return v
+
+    def _keep(self, v: Violation) -> None:
+        self.counts[v.rule] += 1
         if self.keep is None or len(self.violations) < self.keep:
             self.violations.append(v)
         if self._collect is not None:
             self._collect.append(v)
         if self.on_violation is not None:
             self.on_violation(v)
+
+    def _flag(self, rule: RuleId, message: str, key: Source, tier: str, ref: Any, **context: Any) -> Violation:
+        if isinstance(ref, _Ref):
+            ev, at = ref.event(key[1]), ref.at
+        else:
+            ev, at = ref, None
+        v = Violation(rule, message, ev, self.index, key, context, tier, at)
+        self._keep(v)
         return v
 
     # ------------------------------------------------------ transfer timing

@@ -367,7 +367,7 @@ def strip_unknown(obj: Any, unknown: set[str]) -> Any:
         return top
     ev = top["event"] = keep(top.get("event"), "event", "event")
     if isinstance(ev, dict):
-        data = ev["data"] = keep(ev.get("data"), "data", "event.data") if "data" in ev else None
+        data = ev.get("data")  # an unknown key here is an unknown variant: left for the decoder to refuse
         if isinstance(data, dict):
             if "stored" in data:
                 st = data["stored"] = keep(data["stored"], "stored", "event.data.stored")

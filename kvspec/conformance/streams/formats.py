@@ -1,0 +1,431 @@
+"""Recorded stream formats: detection and readers.
+
+Each reader feeds the router view directly from the decoded fields (no event
+objects on the way), and raises ``StreamError`` naming the line or frame when
+the input cannot be read. Formats:
+
+- ``router``: Dynamo RouterEvent JSON lines (``codecs.RouterEventMsg``), as
+  the event plane carries them and ``RadixTree.dump_tree_as_events()``
+  prints them;
+- ``kvspec``: kvspec event JSON lines (``spec/schema/kv_event.json``; a
+  Dynamo ``KvCacheEvent`` line is one too);
+- ``zmq``: a ZMQ capture (``capture.py``): multipart messages with their
+  sequence numbers, each payload a vLLM ``KVEventBatch``;
+- ``vllm``: raw vLLM ``KVEventBatch`` msgpack payloads, concatenated.
+
+Limits: a line (or a msgpack batch) longer than ``max_record_bytes`` is an
+error, as is nesting deeper than the decoders allow; a file that ends inside
+a record says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+import msgpack
+import msgspec
+
+from kvspec.reference.router_view import RouterView
+from kvspec.spec.codecs import (
+    KVSPEC_DECODER,
+    ROUTER_DECODER,
+    TIERS,
+    EventDataMsg,
+    KvspecEventMsg,
+    RemoveDataMsg,
+    RouterEventMsg,
+    StoreDataMsg,
+    event_data,
+    strip_unknown,
+)
+from kvspec.spec.errors import WireError
+from kvspec.spec.wire import U64_MAX
+
+from .capture import CAPTURE_DECODER, frames_of
+from .zmqfeed import ZmqFeed
+
+FORMATS = ("auto", "router", "kvspec", "zmq", "vllm")
+#: the longest line or batch read (a real event is a few kilobytes)
+MAX_RECORD_BYTES = 64 << 20
+CHUNK = 1 << 20
+
+
+class StreamError(Exception):
+    """The input cannot be read; ``at`` names where (line or batch)."""
+
+    def __init__(self, message: str, at: str | None = None) -> None:
+        super().__init__(f"{at}: {message}" if at else message)
+        self.at = at
+        self.reason = message
+
+
+@dataclass(slots=True)
+class ReadStats:
+    records: int = 0  # lines or batches read
+    events: int = 0
+    stored: int = 0
+    removed: int = 0
+    cleared: int = 0
+    bytes: int = 0
+
+
+# ---------------------------------------------------------------- detection
+
+
+def detect(path: Path) -> str:
+    """The format of a file, from its first record."""
+    with path.open("rb") as f:
+        head = f.read(1 << 16)
+    body = head.lstrip(b" \t\r\n\xef\xbb\xbf")
+    if not body:
+        raise StreamError("the input is empty: no events to check")
+    first = body[:1]
+    if first == b"{":
+        line = body.split(b"\n", 1)[0]
+        try:
+            obj = msgspec.json.decode(line)
+        except (msgspec.DecodeError, RecursionError):
+            return _guess_json(line)
+        if isinstance(obj, dict):
+            if "parts_b64" in obj:
+                return "zmq"
+            if "event" in obj and "worker_id" in obj:
+                return "router"
+            if "event_id" in obj and "data" in obj:
+                return "kvspec"
+        raise StreamError(
+            "line 1 is a JSON object of no known format (a Dynamo RouterEvent has 'worker_id' and 'event', "
+            "a kvspec or Dynamo KvCacheEvent 'event_id' and 'data', a ZMQ capture line 'parts_b64')"
+        )
+    b = first[0]
+    if 0x90 <= b <= 0x9F or b in (0xDC, 0xDD) or 0x80 <= b <= 0x8F or b in (0xDE, 0xDF):
+        return "vllm"
+    raise StreamError(
+        f"cannot tell the format: the input starts with byte 0x{b:02x}, neither a JSON object nor a msgpack "
+        "array or map (name it with --format)"
+    )
+
+
+def _guess_json(line: bytes) -> str:
+    """The format of a first line too long or broken to decode: by its keys."""
+    if b'"parts_b64"' in line:
+        return "zmq"
+    if b'"worker_id"' in line and b'"event"' in line:
+        return "router"
+    return "kvspec"
+
+
+# ------------------------------------------------------------------ lines
+
+
+def iter_chunks(f: IO[bytes], limit: int) -> Iterator[tuple[int, list[bytes], int]]:
+    """Lists of lines (without newline), the number of the first, and the
+    number of a line the file ends inside (it lacks its newline; 0: none).
+    A line longer than ``limit`` raises StreamError without being read whole."""
+    lineno = 1
+    pending: list[bytes] = []  # pieces of a line that spans chunks
+    pending_len = 0
+    while True:
+        chunk = f.read(CHUNK)
+        if not chunk:
+            break
+        nl = chunk.find(b"\n")
+        if nl < 0:
+            pending.append(chunk)
+            pending_len += len(chunk)
+            if pending_len > limit:
+                raise StreamError(f"longer than {limit} bytes (--max-record-bytes)", f"line {lineno}")
+            continue
+        if pending:
+            pending.append(chunk)
+            chunk = b"".join(pending)
+            pending, pending_len = [], 0
+        lines = chunk.split(b"\n")
+        rest = lines.pop()
+        for i, line in enumerate(lines):
+            if len(line) > limit:
+                raise StreamError(f"longer than {limit} bytes (--max-record-bytes)", f"line {lineno + i}")
+        yield lineno, lines, 0
+        lineno += len(lines)
+        if rest:
+            pending.append(rest)
+            pending_len = len(rest)
+            if pending_len > limit:
+                raise StreamError(f"longer than {limit} bytes (--max-record-bytes)", f"line {lineno}")
+    if pending:
+        yield lineno, [b"".join(pending)], lineno
+
+
+def _json_error(e: Exception, lineno: int, last: bool) -> StreamError:
+    if isinstance(e, RecursionError):
+        return StreamError("nested too deeply", f"line {lineno}")
+    msg = str(e)
+    if isinstance(e, msgspec.ValidationError):
+        msg = f"invalid record: {msg}"
+    elif isinstance(e, msgspec.DecodeError):
+        msg = f"not valid JSON ({msg})"
+        if last:
+            msg += "; the file ends inside this line (truncated?)"
+    return StreamError(msg, f"line {lineno}")
+
+
+# ---------------------------------------------------------------- readers
+
+
+class RouterReader:
+    """Dynamo RouterEvent JSON lines."""
+
+    def __init__(self, warn: Callable[[str], None], limit: int = MAX_RECORD_BYTES) -> None:
+        self.warn = warn
+        self.limit = limit
+        self.unknown: set[str] = set()
+        self.stats = ReadStats()
+        self.residency: set[str] = set()
+
+    def _lenient(self, line: bytes) -> RouterEventMsg:
+        """Decode a line that has fields the strict decoder does not know."""
+        fresh: set[str] = set()
+        obj = strip_unknown(msgspec.json.decode(line), fresh)
+        new = fresh - self.unknown
+        if new:
+            self.unknown |= new
+            self.warn(
+                f"router events carry field(s) this version does not know: {', '.join(sorted(new))} "
+                "(ignored; a newer Dynamo may have added them)"
+            )
+        return msgspec.convert(obj, RouterEventMsg)
+
+    def run(self, f: IO[bytes], view: RouterView) -> None:
+        dec = ROUTER_DECODER.decode
+        st = self.stats
+        on_stored, on_removed = view.on_stored, view.on_removed
+        tiers = TIERS
+        lenient = False
+        for first, lines, unterminated in iter_chunks(f, self.limit):
+            for off, line in enumerate(lines):
+                lineno = first + off
+                if not line or line.isspace():
+                    continue
+                st.bytes += len(line) + 1
+                try:
+                    m = self._lenient(line) if lenient else dec(line)
+                except msgspec.ValidationError as e:
+                    if "unknown field" not in str(e):
+                        raise _json_error(e, lineno, False) from None
+                    try:
+                        m = self._lenient(line)
+                    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError) as e2:
+                        raise _json_error(e2, lineno, False) from None
+                    lenient = True
+                except (msgspec.DecodeError, RecursionError) as e:
+                    raise _json_error(e, lineno, lineno == unterminated) from None
+                st.records += 1
+                ev = m.event
+                tier = m.storage_tier
+                if tier not in tiers:
+                    raise StreamError(f"unknown storage_tier {tier!r}", f"line {lineno}")
+                if m.worker_id > U64_MAX or ev.event_id > U64_MAX:
+                    raise StreamError("worker_id or event_id does not fit in 64 bits", f"line {lineno}")
+                if m.residency_domain is not None and m.residency_domain not in self.residency:
+                    self.residency.add(m.residency_domain)
+                data = ev.data
+                if type(data) is EventDataMsg:
+                    s = data.stored
+                    if s is not None and data.removed is None:
+                        blocks = s.blocks
+                        if not blocks:
+                            raise StreamError("a stored event names no blocks", f"line {lineno}")
+                        hs = [b.block_hash for b in blocks]
+                        ths = [b.tokens_hash for b in blocks]
+                        p = s.parent_hash
+                        if max(hs) > U64_MAX or max(ths) > U64_MAX or (p is not None and p > U64_MAX):
+                            raise StreamError("a hash does not fit in 64 bits", f"line {lineno}")
+                        on_stored(m.worker_id, ev.dp_rank, tier, ev.event_id, p, hs, ths, None, None, lineno)
+                        st.stored += 1
+                    else:
+                        try:
+                            r = event_data(data)
+                        except WireError as e:
+                            raise StreamError(str(e), f"line {lineno}") from None
+                        assert isinstance(r, RemoveDataMsg)
+                        hs = r.block_hashes
+                        if not hs:
+                            raise StreamError("a removed event names no blocks", f"line {lineno}")
+                        if max(hs) > U64_MAX:
+                            raise StreamError("a hash does not fit in 64 bits", f"line {lineno}")
+                        on_removed(m.worker_id, ev.dp_rank, tier, ev.event_id, hs, lineno)
+                        st.removed += 1
+                else:
+                    view.on_cleared(m.worker_id, ev.dp_rank, tier, ev.event_id, lineno)
+                    st.cleared += 1
+                st.events += 1
+
+
+class KvspecReader:
+    """kvspec event JSON lines (or Dynamo KvCacheEvent lines: worker 0)."""
+
+    def __init__(self, warn: Callable[[str], None], limit: int = MAX_RECORD_BYTES, worker_id: int = 0) -> None:
+        self.warn = warn
+        self.limit = limit
+        self.worker_id = worker_id
+        self.stats = ReadStats()
+
+    def run(self, f: IO[bytes], view: RouterView) -> None:
+        dec = KVSPEC_DECODER.decode
+        st = self.stats
+        w = self.worker_id
+        for first, lines, unterminated in iter_chunks(f, self.limit):
+            for off, line in enumerate(lines):
+                lineno = first + off
+                if not line or line.isspace():
+                    continue
+                st.bytes += len(line) + 1
+                try:
+                    m: KvspecEventMsg = dec(line)
+                except (msgspec.ValidationError, msgspec.DecodeError, RecursionError) as e:
+                    raise _json_error(e, lineno, lineno == unterminated) from None
+                st.records += 1
+                try:
+                    self._apply(m, view, w, lineno)
+                except WireError as e:
+                    raise StreamError(str(e), f"line {lineno}") from None
+                st.events += 1
+
+    def _apply(self, m: KvspecEventMsg, view: RouterView, w: int, lineno: int) -> None:
+        st = self.stats
+        tier = m.storage_tier
+        if tier not in TIERS:
+            raise WireError(f"unknown storage_tier {tier!r}")
+        if m.event_id > U64_MAX:
+            raise WireError("event_id does not fit in 64 bits")
+        d = event_data(m.data)
+        if m.block_token_ids is not None and not isinstance(d, StoreDataMsg):
+            raise WireError("block_token_ids is only allowed on a stored event")
+        if isinstance(d, StoreDataMsg):
+            if not d.blocks:
+                raise WireError("a stored event names no blocks")
+            hs = [b.block_hash for b in d.blocks]
+            ths = [b.tokens_hash for b in d.blocks]
+            p = d.parent_hash
+            if max(hs) > U64_MAX or max(ths) > U64_MAX or (p is not None and p > U64_MAX):
+                raise WireError("a hash does not fit in 64 bits")
+            toks = m.block_token_ids
+            if toks is not None and len(toks) != len(hs):
+                raise WireError(f"block_token_ids has {len(toks)} entries for {len(hs)} blocks")
+            view.on_stored(w, m.dp_rank, tier, m.event_id, p, hs, ths, toks, None, lineno)
+            st.stored += 1
+        elif isinstance(d, RemoveDataMsg):
+            hs = d.block_hashes
+            if not hs:
+                raise WireError("a removed event names no blocks")
+            if max(hs) > U64_MAX:
+                raise WireError("a hash does not fit in 64 bits")
+            view.on_removed(w, m.dp_rank, tier, m.event_id, hs, lineno)
+            st.removed += 1
+        else:
+            view.on_cleared(w, m.dp_rank, tier, m.event_id, lineno)
+            st.cleared += 1
+
+
+class CaptureReader:
+    """A ZMQ capture (``capture.py``)."""
+
+    def __init__(self, feed: ZmqFeed, limit: int = MAX_RECORD_BYTES) -> None:
+        self.feed = feed
+        self.limit = limit
+        self.stats = ReadStats()
+
+    def run(self, f: IO[bytes], view: RouterView) -> None:
+        dec = CAPTURE_DECODER.decode
+        st = self.stats
+        feed = self.feed
+        for first, lines, unterminated in iter_chunks(f, self.limit):
+            for off, line in enumerate(lines):
+                lineno = first + off
+                if not line or line.isspace():
+                    continue
+                st.bytes += len(line) + 1
+                try:
+                    rec = dec(line)
+                except (msgspec.ValidationError, msgspec.DecodeError, RecursionError) as e:
+                    raise _json_error(e, lineno, lineno == unterminated) from None
+                st.records += 1
+                try:
+                    feed.feed(frames_of(rec), lineno, replayed=rec.replayed)
+                except WireError as e:
+                    raise StreamError(str(e), f"line {lineno}") from None
+        _copy_feed_stats(feed, st)
+
+
+class PayloadReader:
+    """Concatenated vLLM ``KVEventBatch`` msgpack payloads (no sequence
+    numbers: the batches are applied in file order)."""
+
+    def __init__(self, feed: ZmqFeed, limit: int = MAX_RECORD_BYTES) -> None:
+        self.feed = feed
+        self.limit = limit
+        self.stats = ReadStats()
+
+    def run(self, f: IO[bytes], view: RouterView) -> None:
+        st = self.stats
+        unpacker = msgpack.Unpacker(max_buffer_size=max(self.limit, CHUNK))
+        buf = bytearray()
+        base = 0  # absolute offset of buf[0]
+        start = 0  # absolute offset of the next batch
+        n = 0
+        while True:
+            chunk = f.read(CHUNK)
+            if chunk:
+                try:
+                    unpacker.feed(chunk)
+                except msgpack.BufferFull:
+                    raise StreamError(f"larger than {self.limit} bytes (--max-record-bytes)", f"batch {n}") from None
+                buf += chunk
+            while True:
+                try:
+                    unpacker.skip()
+                except msgpack.OutOfData:
+                    break
+                except (ValueError, msgpack.StackError, msgpack.FormatError, msgpack.ExtraData) as e:
+                    raise StreamError(f"not valid msgpack ({type(e).__name__}: {e})", f"batch {n}") from None
+                end = unpacker.tell()
+                payload = bytes(buf[start - base : end - base])
+                st.records += 1
+                st.bytes += len(payload)
+                try:
+                    self.feed.apply_payload(payload, n)
+                except WireError as e:
+                    raise StreamError(str(e), f"batch {n} (byte {start})") from None
+                n += 1
+                start = end
+            if start > base:
+                del buf[: start - base]
+                base = start
+            if not chunk:
+                break
+        if buf:
+            raise StreamError(
+                f"the file ends inside a batch: {len(buf)} byte(s) after the last complete batch (truncated?)",
+                f"batch {n} (byte {start})",
+            )
+        _copy_feed_stats(self.feed, st)
+
+
+def _copy_feed_stats(feed: ZmqFeed, st: ReadStats) -> None:
+    fs = feed.stats
+    st.events, st.stored, st.removed, st.cleared = fs.events, fs.stored, fs.removed, fs.cleared
+
+
+Reader = RouterReader | KvspecReader | CaptureReader | PayloadReader
+
+
+def describe(fmt: str) -> str:
+    return {
+        "router": "Dynamo RouterEvent JSON lines",
+        "kvspec": "kvspec event JSON lines",
+        "zmq": "ZMQ capture (vLLM-style feed)",
+        "vllm": "vLLM KVEventBatch msgpack payloads",
+    }.get(fmt, fmt)
