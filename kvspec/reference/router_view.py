@@ -52,7 +52,7 @@ that is never given a clock (a recorded log without timestamps) skips it.
 
 from __future__ import annotations
 
-from collections import Counter, OrderedDict, deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -100,8 +100,9 @@ class Violation:
 class StoredCheck(Protocol):
     """Checks a Stored's blocks against what it carries (hashes, tokens).
 
-    ``stored`` returns the problems found (or None); ``gone`` and ``cleared``
-    tell it which blocks left the view, so that any state it keeps stays
+    ``stored`` returns the problems found (or None); ``gone`` (once per
+    Removed, with the hashes that left) and ``cleared`` tell it which blocks
+    left the view, so that any state it keeps stays
     proportional to the stored blocks."""
 
     def stored(
@@ -114,7 +115,7 @@ class StoredCheck(Protocol):
         meta: Any,
     ) -> list[Problem] | None: ...
 
-    def gone(self, key: TierKey, block_hash: int) -> None: ...
+    def gone(self, key: TierKey, block_hashes: list[int]) -> None: ...
 
     def cleared(self, key: TierKey) -> None: ...
 
@@ -149,7 +150,7 @@ class _PerBlockCheck:
             prev = h
         return out
 
-    def gone(self, key: TierKey, block_hash: int) -> None:
+    def gone(self, key: TierKey, block_hashes: list[int]) -> None:
         return None
 
     def cleared(self, key: TierKey) -> None:
@@ -157,27 +158,34 @@ class _PerBlockCheck:
 
 
 class _Recent:
-    """The last ``cap`` removals of a tier: hash -> (event id, stream index)."""
+    """Recent removals of a tier: hash -> (event id, stream index). Two
+    generations of at most ``cap`` entries each: the older is dropped when
+    the newer fills up, so lookups see between ``cap`` and ``2 * cap`` of
+    the latest removals at O(1) per removal."""
 
-    __slots__ = ("cap", "d")
+    __slots__ = ("cap", "cur", "old")
 
     def __init__(self, cap: int = RECENT_REMOVALS) -> None:
         self.cap = cap
-        self.d: OrderedDict[int, tuple[int, int]] = OrderedDict()
+        self.cur: dict[int, tuple[int, int]] = {}
+        self.old: dict[int, tuple[int, int]] = {}
 
     def put(self, h: int, eid: int, index: int) -> None:
-        d = self.d
-        if h in d:
-            d.move_to_end(h)
-        d[h] = (eid, index)
-        if len(d) > self.cap:
-            d.popitem(last=False)
+        self.cur[h] = (eid, index)
+        if len(self.cur) >= self.cap:
+            self.rotate()
+
+    def rotate(self) -> None:
+        self.old = self.cur
+        self.cur = {}
 
     def get(self, h: int) -> tuple[int, int] | None:
-        return self.d.get(h)
+        r = self.cur.get(h)
+        return r if r is not None else self.old.get(h)
 
     def clear(self) -> None:
-        self.d.clear()
+        self.cur = {}
+        self.old = {}
 
 
 @dataclass(slots=True)
@@ -371,9 +379,14 @@ class RouterView:
         """Apply a Stored given as fields (``event_id`` None: the stream
         carries no ids; ``tokens_hashes``/``token_ids`` when it carries them;
         ``meta`` is passed to the StoredCheck)."""
-        ref: Any = ev if ev is not None else _Ref("stored", event_id, tier_name, parent, hashes, tokens_hashes, at)
-        src, eid = self._begin(worker, dp_rank, tier_name, event_id, ref)
+        ref: Any = ev if ev is not None else ("stored", event_id, tier_name, parent, hashes, tokens_hashes, at)
         key = (worker, dp_rank)
+        src = self.sources.get(key)
+        if src is None or event_id is None or src.next_id != event_id or self.expect_dp_rank is not None:
+            src, eid = self._begin(worker, dp_rank, tier_name, event_id, ref)
+        else:  # the common case: the id expected, nothing else to check
+            src.next_id = event_id + 1
+            eid = event_id
         tier = src.tiers.get(tier_name)
         if tier is None:
             tier = src.tier(tier_name)
@@ -408,10 +421,11 @@ class RouterView:
         index = self.index
         set_mode = self.mode == "set"
         prev = parent
+        setdefault = live.setdefault
         for h in hashes:
-            rec = live.get(h)
-            if rec is None:
-                live[h] = (1, prev, eid, index)
+            new = (1, prev, eid, index)
+            rec = setdefault(h, new)
+            if rec is new:
                 if prev is not None:
                     kids[prev] = kids.get(prev, 0) + 1
             elif set_mode:
@@ -444,47 +458,55 @@ class RouterView:
         ev: KvEvent | None = None,
     ) -> None:
         """Apply a Removed given as fields."""
-        ref: Any = ev if ev is not None else _Ref("removed", event_id, tier_name, None, hashes, None, at)
-        src, eid = self._begin(worker, dp_rank, tier_name, event_id, ref)
+        ref: Any = ev if ev is not None else ("removed", event_id, tier_name, None, hashes, None, at)
         key = (worker, dp_rank)
+        src = self.sources.get(key)
+        if src is None or event_id is None or src.next_id != event_id or self.expect_dp_rank is not None:
+            src, eid = self._begin(worker, dp_rank, tier_name, event_id, ref)
+        else:
+            src.next_id = event_id + 1
+            eid = event_id
         tier = src.tiers.get(tier_name)
         if tier is None:
             tier = src.tier(tier_name)
         live = tier.live
         kids = tier.kids
         removed = tier.removed
+        recent = removed.cur
         index = self.index
+        mark = (eid, index)
         set_mode = self.mode == "set"
         check = self.check
-        strict = self.strict
-        gone: list[int] | None = [] if strict else None
+        gone: list[int] = []
         for h in hashes:
-            rec = live.get(h)
+            rec = live.pop(h, None) if set_mode else live.get(h)
             if rec is None:
                 self._not_stored(h, key, tier_name, tier, ref, index, set_mode)
                 continue
-            n = rec[0]
-            if n == 1 or set_mode:
-                del live[h]
-                removed.put(h, eid, index)
+            if set_mode or rec[0] == 1:
+                if not set_mode:
+                    del live[h]
+                recent[h] = mark
                 p = rec[1]
                 if p is not None:
-                    k = kids.get(p, 0)
-                    if k <= 1:
-                        kids.pop(p, None)
-                    else:
+                    k = kids.get(p)
+                    if k == 1:
+                        del kids[p]
+                    elif k:
                         kids[p] = k - 1
-                if gone is not None:
-                    gone.append(h)
-                if check is not None:
-                    check.gone((worker, dp_rank, tier_name), h)
+                gone.append(h)
             else:
-                live[h] = (n - 1, rec[1], rec[2], rec[3])
+                live[h] = (rec[0] - 1, rec[1], rec[2], rec[3])
+        if len(recent) >= removed.cap:
+            removed.rotate()
         if gone:
-            for h in gone:
-                n_orphans = kids.get(h, 0)
-                if n_orphans:
-                    self._orphaned(h, n_orphans, key, tier_name, tier, ref)
+            if check is not None:
+                check.gone((worker, dp_rank, tier_name), gone)
+            if self.strict:
+                for h in gone:
+                    n_orphans = kids.get(h, 0)
+                    if n_orphans:
+                        self._orphaned(h, n_orphans, key, tier_name, tier, ref)
         if self._timing is not None and tier_name == "device":
             self._check_timing("removed", tier_name, hashes, key, ref)
         self.index = index + 1
@@ -499,7 +521,7 @@ class RouterView:
         ev: KvEvent | None = None,
     ) -> None:
         """Apply a Cleared: the tier forgets everything it held for the source."""
-        ref: Any = ev if ev is not None else _Ref("cleared", event_id, tier_name, None, (), None, at)
+        ref: Any = ev if ev is not None else ("cleared", event_id, tier_name, None, (), None, at)
         src, _ = self._begin(worker, dp_rank, tier_name, event_id, ref)
         src.tier(tier_name).reset()
         if self.check is not None:
@@ -558,8 +580,8 @@ class RouterView:
             self.on_violation(v)
 
     def _flag(self, rule: RuleId, message: str, key: Source, tier: str, ref: Any, **context: Any) -> Violation:
-        if isinstance(ref, _Ref):
-            ev, at = ref.event(key[1]), ref.at
+        if isinstance(ref, tuple):
+            ev, at = _event_of(ref, key[1]), ref[6]
         else:
             ev, at = ref, None
         v = Violation(rule, message, ev, self.index, key, context, tier, at)
@@ -636,39 +658,18 @@ class RouterView:
                 )
 
 
-class _Ref:
-    """An event given as fields, made into a ``KvEvent`` only if a violation
-    needs one for its report."""
-
-    __slots__ = ("at", "event_id", "hashes", "kind", "parent", "tier", "tokens_hashes")
-
-    def __init__(
-        self,
-        kind: str,
-        event_id: int | None,
-        tier: str,
-        parent: int | None,
-        hashes: Sequence[int],
-        tokens_hashes: Sequence[int] | None,
-        at: At,
-    ) -> None:
-        self.kind = kind
-        self.event_id = event_id
-        self.tier = tier
-        self.parent = parent
-        self.hashes = hashes
-        self.tokens_hashes = tokens_hashes
-        self.at = at
-
-    def event(self, dp_rank: int) -> KvEvent:
-        eid = -1 if self.event_id is None else self.event_id
-        tier: Any = self.tier
-        if self.kind == "stored":
-            th = list(self.tokens_hashes) if self.tokens_hashes is not None else [0] * len(self.hashes)
-            return make_stored(eid, list(self.hashes), th, self.parent, dp_rank=dp_rank, tier=tier)
-        if self.kind == "removed":
-            return make_removed(eid, list(self.hashes), dp_rank=dp_rank, tier=tier)
-        return make_cleared(eid, dp_rank=dp_rank, tier=tier)
+def _event_of(ref: tuple[Any, ...], dp_rank: int) -> KvEvent:
+    """The event object of one given as fields ``(kind, event_id, tier,
+    parent, hashes, tokens_hashes, at)``, made only when a violation needs
+    it for its report."""
+    kind, event_id, tier, parent, hashes, tokens_hashes, _ = ref
+    eid = -1 if event_id is None else event_id
+    if kind == "stored":
+        th = list(tokens_hashes) if tokens_hashes is not None else [0] * len(hashes)
+        return make_stored(eid, list(hashes), th, parent, dp_rank=dp_rank, tier=tier)
+    if kind == "removed":
+        return make_removed(eid, list(hashes), dp_rank=dp_rank, tier=tier)
+    return make_cleared(eid, dp_rank=dp_rank, tier=tier)
 
 
 #: slack for clocks computed another way (e.g. seconds times 1000)

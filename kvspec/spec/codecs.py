@@ -261,6 +261,10 @@ Uint = Annotated[int, msgspec.Meta(ge=0)]
 U32 = Annotated[int, msgspec.Meta(ge=0, le=2**32 - 1)]
 
 
+#: the tiers a router event may name (Dynamo's ``StorageTier``, plus kvspec's ``remote``)
+Tier = Literal["device", "host_pinned", "disk", "external", "remote"]
+
+
 def check_u64(values: Sequence[int], what: str) -> None:
     """Raise WireError when a decoded hash list holds a value above u64."""
     if values and max(values) > U64_MAX:
@@ -316,7 +320,7 @@ class RouterEventMsg(msgspec.Struct, forbid_unknown_fields=True, gc=False):
 
     worker_id: Uint
     event: KvCacheEventMsg
-    storage_tier: str = "device"
+    storage_tier: Tier = "device"
     residency_domain: str | None = None
 
 
@@ -326,7 +330,7 @@ class KvspecEventMsg(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     event_id: Uint
     data: EventDataMsg | Literal["cleared"]
     dp_rank: U32 = 0
-    storage_tier: str = "device"
+    storage_tier: Tier = "device"
     block_token_ids: list[list[U32]] | None = None
 
 

@@ -45,7 +45,7 @@ from .results import finding_json, format_at
 
 PRODUCERS = ("auto", "dynamo", "vllm", "sglang", "kvspec")
 #: the producer a format implies
-FORMAT_PRODUCER = {"router": "dynamo", "kvspec": "kvspec", "zmq": "vllm", "vllm": "vllm"}
+FORMAT_PRODUCER = {"router": "dynamo", "kvspec": "kvspec", "zmq": "vllm", "vllm": "vllm", "live": "vllm"}
 #: findings kept in memory for the results file
 KEEP = 1000
 

@@ -183,7 +183,6 @@ class RouterReader:
         self.limit = limit
         self.unknown: set[str] = set()
         self.stats = ReadStats()
-        self.residency: set[str] = set()
 
     def _lenient(self, line: bytes) -> RouterEventMsg:
         """Decode a line that has fields the strict decoder does not know."""
@@ -200,68 +199,68 @@ class RouterReader:
 
     def run(self, f: IO[bytes], view: RouterView) -> None:
         dec = ROUTER_DECODER.decode
-        st = self.stats
         on_stored, on_removed = view.on_stored, view.on_removed
-        tiers = TIERS
         lenient = False
-        for first, lines, unterminated in iter_chunks(f, self.limit):
-            for off, line in enumerate(lines):
-                lineno = first + off
-                if not line or line.isspace():
-                    continue
-                st.bytes += len(line) + 1
-                try:
-                    m = self._lenient(line) if lenient else dec(line)
-                except msgspec.ValidationError as e:
-                    if "unknown field" not in str(e):
-                        raise _json_error(e, lineno, False) from None
+        records = n_stored = n_removed = n_cleared = 0
+        try:
+            for first, lines, unterminated in iter_chunks(f, self.limit):
+                lineno = first - 1
+                for line in lines:
+                    lineno += 1
+                    if not line or line.isspace():
+                        continue
                     try:
-                        m = self._lenient(line)
-                    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError) as e2:
-                        raise _json_error(e2, lineno, False) from None
-                    lenient = True
-                except (msgspec.DecodeError, RecursionError) as e:
-                    raise _json_error(e, lineno, lineno == unterminated) from None
-                st.records += 1
-                ev = m.event
-                tier = m.storage_tier
-                if tier not in tiers:
-                    raise StreamError(f"unknown storage_tier {tier!r}", f"line {lineno}")
-                if m.worker_id > U64_MAX or ev.event_id > U64_MAX:
-                    raise StreamError("worker_id or event_id does not fit in 64 bits", f"line {lineno}")
-                if m.residency_domain is not None and m.residency_domain not in self.residency:
-                    self.residency.add(m.residency_domain)
-                data = ev.data
-                if type(data) is EventDataMsg:
-                    s = data.stored
-                    if s is not None and data.removed is None:
-                        blocks = s.blocks
-                        if not blocks:
-                            raise StreamError("a stored event names no blocks", f"line {lineno}")
-                        hs = [b.block_hash for b in blocks]
-                        ths = [b.tokens_hash for b in blocks]
-                        p = s.parent_hash
-                        if max(hs) > U64_MAX or max(ths) > U64_MAX or (p is not None and p > U64_MAX):
-                            raise StreamError("a hash does not fit in 64 bits", f"line {lineno}")
-                        on_stored(m.worker_id, ev.dp_rank, tier, ev.event_id, p, hs, ths, None, None, lineno)
-                        st.stored += 1
-                    else:
+                        m = self._lenient(line) if lenient else dec(line)
+                    except msgspec.ValidationError as e:
+                        if "unknown field" not in str(e):
+                            raise _json_error(e, lineno, False) from None
                         try:
-                            r = event_data(data)
-                        except WireError as e:
-                            raise StreamError(str(e), f"line {lineno}") from None
-                        assert isinstance(r, RemoveDataMsg)
-                        hs = r.block_hashes
-                        if not hs:
-                            raise StreamError("a removed event names no blocks", f"line {lineno}")
-                        if max(hs) > U64_MAX:
-                            raise StreamError("a hash does not fit in 64 bits", f"line {lineno}")
-                        on_removed(m.worker_id, ev.dp_rank, tier, ev.event_id, hs, lineno)
-                        st.removed += 1
-                else:
-                    view.on_cleared(m.worker_id, ev.dp_rank, tier, ev.event_id, lineno)
-                    st.cleared += 1
-                st.events += 1
+                            m = self._lenient(line)
+                        except (msgspec.ValidationError, msgspec.DecodeError, RecursionError) as e2:
+                            raise _json_error(e2, lineno, False) from None
+                        lenient = True
+                    except (msgspec.DecodeError, RecursionError) as e:
+                        raise _json_error(e, lineno, lineno == unterminated) from None
+                    records += 1
+                    ev = m.event
+                    w = m.worker_id
+                    eid = ev.event_id
+                    if w > U64_MAX or eid > U64_MAX:
+                        raise StreamError("worker_id or event_id does not fit in 64 bits", f"line {lineno}")
+                    data = ev.data
+                    if type(data) is EventDataMsg:
+                        s = data.stored
+                        if s is not None and data.removed is None:
+                            blocks = s.blocks
+                            if not blocks:
+                                raise StreamError("a stored event names no blocks", f"line {lineno}")
+                            hs = [b.block_hash for b in blocks]
+                            ths = [b.tokens_hash for b in blocks]
+                            p = s.parent_hash
+                            if max(hs) > U64_MAX or max(ths) > U64_MAX or (p is not None and p > U64_MAX):
+                                raise StreamError("a hash does not fit in 64 bits", f"line {lineno}")
+                            on_stored(w, ev.dp_rank, m.storage_tier, eid, p, hs, ths, None, None, lineno)
+                            n_stored += 1
+                        else:
+                            try:
+                                r = event_data(data)
+                            except WireError as e:
+                                raise StreamError(str(e), f"line {lineno}") from None
+                            assert isinstance(r, RemoveDataMsg)
+                            hs = r.block_hashes
+                            if not hs:
+                                raise StreamError("a removed event names no blocks", f"line {lineno}")
+                            if max(hs) > U64_MAX:
+                                raise StreamError("a hash does not fit in 64 bits", f"line {lineno}")
+                            on_removed(w, ev.dp_rank, m.storage_tier, eid, hs, lineno)
+                            n_removed += 1
+                    else:
+                        view.on_cleared(w, ev.dp_rank, m.storage_tier, eid, lineno)
+                        n_cleared += 1
+        finally:
+            st = self.stats
+            st.records, st.stored, st.removed, st.cleared = records, n_stored, n_removed, n_cleared
+            st.events = n_stored + n_removed + n_cleared
 
 
 class KvspecReader:

@@ -33,9 +33,12 @@ stored block and dropped when the router view reports the block gone.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import xxhash
 
 from kvspec.reference.router_view import Problem, TierKey
 from kvspec.spec.hashing import (
@@ -52,6 +55,9 @@ from kvspec.spec.hashing import (
     vllm_none_hash,
 )
 from kvspec.spec.rules import RuleId
+
+_pack = struct.Struct("<QQ").pack
+_xxh = xxhash.xxh3_64_intdigest
 
 SCHEMES = ("auto", "dynamo", "none", *(f"vllm-{a}" for a in VLLM_HASH_ALGOS))
 #: blocks tried before giving up on learning a feed's hash scheme
@@ -170,6 +176,18 @@ class HashCheck:
         token_ids: Sequence[Sequence[int]] | None,
         meta: Any,
     ) -> list[Problem] | None:
+        if token_ids is None and meta is None:
+            if tokens_hashes is None or not self.chain_checks:
+                return None
+            # Dynamo router events: the chain only (the hot path, inlined)
+            prev = parent
+            for h, th in zip(hashes, tokens_hashes, strict=True):
+                if (th if prev is None else _xxh(_pack(prev, th), SEED)) != h:
+                    return self._dynamo_chain(parent, hashes, tokens_hashes)
+                prev = h
+            self.checked_blocks += len(hashes)
+            self.chain_blocks += len(hashes)
+            return None
         out: list[Problem] | None = None
         m: StoredMeta | None = meta if isinstance(meta, StoredMeta) else None
         if m is not None and m.flat_tokens is not None and m.block_size:
@@ -194,13 +212,15 @@ class HashCheck:
                 out = self._feed_hashes(key, parent, hashes, token_ids, m, out)
         return out
 
-    def gone(self, key: TierKey, block_hash: int) -> None:
+    def gone(self, key: TierKey, block_hashes: list[int]) -> None:
         full = self.full.get(key)
-        if full is not None:
-            full.pop(block_hash, None)
+        if full:
+            for h in block_hashes:
+                full.pop(h, None)
         pend = self.pending.get(key)
-        if pend is not None:
-            pend.pop(block_hash, None)
+        if pend:
+            for h in block_hashes:
+                pend.pop(h, None)
 
     def cleared(self, key: TierKey) -> None:
         self.full.pop(key, None)

@@ -131,9 +131,12 @@ class ZmqFeed:
                     sequence=seq,
                 )
             self.next_seq = seq + 1
+            st.replayed += replayed
             return True
         if seq == nxt:
             self.next_seq = seq + 1
+            if replayed:
+                st.replayed += 1
             return True
         if seq > nxt:
             lost = seq - nxt

@@ -1,0 +1,256 @@
+"""Events per second of ``kvspec check-log``, beside what bounds it.
+
+Two streams are generated (a seeded random prefix forest, every block's hash
+chained from its parent as Dynamo does, leaves removed first so the stream
+is clean, about 20k blocks live):
+
+- Dynamo: RouterEvent JSON lines, 4 blocks per Stored (--events, default
+  500k), checked with every check on (hash chain included);
+- vLLM: a ZMQ capture of ``KVEventBatch`` payloads (events as maps, one per
+  batch, as vLLM 0.32 sends them), block hashes vLLM's sha256 chain with its
+  default seed, checked with copy counting, the sequence checks and the
+  hash recomputation on (--vllm-events, default 100k).
+
+For each, in the same run: the whole command (a fresh ``python -m kvspec.cli
+check-log`` process, median of --repeat runs, peak memory), the decode floor
+(msgspec's untyped decoder over every line, and for the capture the base64
+and msgpack decoding of every payload), and for the Dynamo stream the wheel's
+``RadixTree.apply_event`` over the same events (its first --radix-events,
+bytes prepared beforehand: the indexer alone). The last line is the
+command's Dynamo events/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import random
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import msgpack
+import msgspec
+
+from kvspec.spec.hashing import chain, vllm_block_hash, vllm_external, vllm_hash_fn, vllm_none_hash
+
+LIVE = 20_000
+WORKER = 1823152252274311444
+
+
+def forest_ops(n_events: int, blocks_per_stored: int, seed: int):  # type: ignore[no-untyped-def]
+    """(kind, parent, n) steps of a clean stream: Stored extends a path,
+    Removed takes a path's last blocks, leaf first."""
+    rng = random.Random(seed)
+    paths: list[list[int]] = []  # each a list of block ids (ints), root first
+    live = 0
+    next_id = 1
+    for _ in range(n_events):
+        if live > LIVE or (live > blocks_per_stored and rng.random() < 0.5 and paths):
+            i = rng.randrange(len(paths))
+            p = paths[i]
+            k = min(len(p), blocks_per_stored)
+            gone = p[-k:][::-1]
+            del p[-k:]
+            if not p:
+                paths[i] = paths[-1]
+                paths.pop()
+            live -= k
+            yield "removed", gone
+        else:
+            if paths and rng.random() < 0.7:
+                p = paths[rng.randrange(len(paths))]
+                parent = p[-1]
+            else:
+                p = []
+                paths.append(p)
+                parent = None
+            new = list(range(next_id, next_id + blocks_per_stored))
+            next_id += blocks_per_stored
+            p.extend(new)
+            live += blocks_per_stored
+            yield "stored", (parent, new)
+
+
+def write_dynamo(path: Path, n: int) -> None:
+    enc = msgspec.json.Encoder()
+    rng = random.Random(7)
+    seq: dict[int, int] = {}  # block id -> sequence hash
+    with path.open("wb") as f:
+        for eid, (kind, arg) in enumerate(forest_ops(n, 4, 1), 1):
+            if kind == "stored":
+                parent, new = arg
+                prev = None if parent is None else seq[parent]
+                p0 = prev
+                blocks = []
+                for b in new:
+                    th = rng.getrandbits(64)
+                    prev = chain(prev, th)
+                    seq[b] = prev
+                    blocks.append({"block_hash": prev, "tokens_hash": th, "mm_extra_info": None})
+                data: object = {"stored": {"parent_hash": p0, "start_position": None, "blocks": blocks}}
+            else:
+                data = {"removed": {"block_hashes": [seq.pop(b) for b in arg]}}
+            ev = {"event_id": eid, "data": data, "dp_rank": 0}
+            f.write(
+                enc.encode({"worker_id": WORKER, "storage_tier": "device", "residency_domain": "worker", "event": ev})
+            )
+            f.write(b"\n")
+
+
+def write_vllm(path: Path, n: int) -> None:
+    fn = vllm_hash_fn("sha256")
+    none = vllm_none_hash("sha256")
+    rng = random.Random(11)
+    full: dict[int, bytes] = {}
+    ext: dict[int, int] = {}
+    with path.open("w") as f:
+        for seq, (kind, arg) in enumerate(forest_ops(n, 2, 2)):
+            if kind == "stored":
+                parent, new = arg
+                pfull = none if parent is None else full[parent]
+                hashes, tokens = [], []
+                for b in new:
+                    toks = [rng.randrange(32000) for _ in range(16)]
+                    pfull = vllm_block_hash("sha256", pfull, toks, None, fn=fn)
+                    full[b] = pfull
+                    ext[b] = vllm_external(pfull)
+                    hashes.append(ext[b])
+                    tokens += toks
+                ev: dict[str, object] = {
+                    "type": "BlockStored",
+                    "block_hashes": hashes,
+                    "parent_block_hash": None if parent is None else ext[parent],
+                    "token_ids": tokens,
+                    "block_size": 16,
+                    "lora_id": None,
+                    "medium": "GPU",
+                    "lora_name": None,
+                    "extra_keys": [None] * len(new),
+                    "group_idx": 0,
+                    "kv_cache_spec_kind": "full_attention",
+                }
+            else:
+                ev = {
+                    "type": "BlockRemoved",
+                    "block_hashes": [ext.pop(b) for b in arg],
+                    "medium": "GPU",
+                    "group_idx": 0,
+                }
+                for b in arg:
+                    full.pop(b)
+            payload = msgpack.packb([time.time(), [ev], 0])
+            parts = [b"kv", seq.to_bytes(8, "big"), payload]
+            rec = {
+                "msg_idx": seq,
+                "recv_time_s": 0.0,
+                "n_parts": 3,
+                "parts_b64": [base64.b64encode(p).decode() for p in parts],
+            }
+            f.write(json.dumps(rec, separators=(",", ":")) + "\n")
+
+
+def run_command(path: Path, repeat: int) -> tuple[float, float]:
+    """Median seconds of the whole command, and peak RSS (MB) of the largest run."""
+    times = []
+    peak = 0.0
+    for _ in range(repeat):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        t = time.perf_counter()
+        r = subprocess.run(
+            [sys.executable, "-m", "kvspec.cli", "check-log", str(path), "--quiet"],
+            capture_output=True,
+            text=True,
+        )
+        times.append(time.perf_counter() - t)
+        if r.returncode != 0:
+            raise SystemExit(f"check-log exited {r.returncode} on a clean stream:\n{r.stdout}\n{r.stderr}")
+        peak = max(peak, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, before / 1024)
+    return statistics.median(times), peak
+
+
+def decode_floor(path: Path, capture: bool, repeat: int) -> float:
+    dec = msgspec.json.Decoder()
+    mp = msgspec.msgpack.Decoder()
+    data = path.read_bytes().splitlines()
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        if capture:
+            for line in data:
+                rec = dec.decode(line)
+                for p in rec["parts_b64"]:
+                    raw = base64.b64decode(p)
+                mp.decode(raw)
+        else:
+            for line in data:
+                dec.decode(line)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def radix(path: Path, limit: int) -> tuple[float, int] | None:
+    try:
+        from dynamo._core import RadixTree
+    except ImportError:
+        return None
+    events = []
+    with path.open("rb") as f:
+        for i, line in enumerate(f):
+            if i >= limit:
+                break
+            obj = json.loads(line)
+            events.append(json.dumps(obj["event"]).encode())
+    tree = RadixTree()
+    t = time.perf_counter()
+    for ev in events:
+        tree.apply_event(WORKER, ev)
+    return time.perf_counter() - t, len(events)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--events", type=int, default=500_000)
+    ap.add_argument("--vllm-events", type=int, default=100_000)
+    ap.add_argument("--radix-events", type=int, default=100_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        dyn, vll = Path(tmp, "dynamo.jsonl"), Path(tmp, "vllm.zmq.jsonl")
+        t = time.perf_counter()
+        write_dynamo(dyn, args.events)
+        write_vllm(vll, args.vllm_events)
+        print(f"generated {args.events} Dynamo and {args.vllm_events} vLLM events in {time.perf_counter() - t:.1f} s")
+        print(f"  Dynamo stream {dyn.stat().st_size / 1e6:.0f} MB, vLLM capture {vll.stat().st_size / 1e6:.0f} MB")
+        cmd_s, peak = run_command(dyn, args.repeat)
+        floor_s = decode_floor(dyn, False, args.repeat)
+        rt = radix(dyn, args.radix_events)
+        vcmd_s, vpeak = run_command(vll, args.repeat)
+        vfloor_s = decode_floor(vll, True, args.repeat)
+        rate = args.events / cmd_s
+        print(f"{'stream':<8} {'measure':<44} {'events/s':>12}")
+        print(f"{'dynamo':<8} {'check-log, whole command (every check on)':<44} {rate:>12,.0f}")
+        print(f"{'dynamo':<8} {'decode floor: msgspec untyped, every line':<44} {args.events / floor_s:>12,.0f}")
+        print(f"{'dynamo':<8} {'  ratio floor / check-log':<44} {(args.events / floor_s) / rate:>12.2f}")
+        if rt is not None:
+            secs, n = rt
+            print(f"{'dynamo':<8} {f'RadixTree.apply_event (wheel, first {n})':<44} {n / secs:>12,.0f}")
+        else:
+            print(f"{'dynamo':<8} {'RadixTree.apply_event: wheel not installed':<44} {'-':>12}")
+        print(f"{'dynamo':<8} {'check-log peak memory (MB)':<44} {peak:>12,.0f}")
+        vrate = args.vllm_events / vcmd_s
+        print(f"{'vllm':<8} {'check-log, whole command (every check on)':<44} {vrate:>12,.0f}")
+        print(f"{'vllm':<8} {'decode floor: JSON + base64 + msgpack':<44} {args.vllm_events / vfloor_s:>12,.0f}")
+        print(f"{'vllm':<8} {'check-log peak memory (MB)':<44} {vpeak:>12,.0f}")
+    print(f"host: {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
+    print(f"check_log_throughput: {rate:.0f} events/s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,258 @@
+"""``kvspec watch`` end to end on loopback, against a publisher with injected
+faults: the batches of the real vLLM recording (tests/data), sent the way
+vLLM's ``ZmqEventPublisher`` sends them (topic, 8-byte sequence, payload),
+with a replay socket that answers as vLLM's does, and a fault plan that
+drops, repeats, reorders or corrupts messages."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import zmq
+
+DATA = Path(__file__).parent / "data"
+VLLM = DATA / "vllm-0.32-cpu-engine.zmq.jsonl"
+TOTAL_EVENTS = 80
+
+
+def recorded() -> list[list[bytes]]:
+    return [[base64.b64decode(p) for p in json.loads(line)["parts_b64"]] for line in VLLM.read_text().splitlines()]
+
+
+def events_in(frames: list[bytes]) -> int:
+    import msgpack
+
+    return len(msgpack.unpackb(frames[2])[1])
+
+
+class Publisher:
+    """An XPUB (so it can wait for the subscription, where vLLM's PUB would
+    lose the first batches; the watcher must cope with both) and a ROUTER
+    replay socket on 127.0.0.1, run by a thread."""
+
+    def __init__(self, plan: dict[int, str], *, replay: bool = True) -> None:
+        self.ctx = zmq.Context()
+        self.pub = self.ctx.socket(zmq.XPUB)
+        self.pub.setsockopt(zmq.LINGER, 0)
+        port = self.pub.bind_to_random_port("tcp://127.0.0.1")
+        self.endpoint = f"tcp://127.0.0.1:{port}"
+        self.router = None
+        self.replay_endpoint = None
+        if replay:
+            self.router = self.ctx.socket(zmq.ROUTER)
+            self.router.setsockopt(zmq.LINGER, 0)
+            rport = self.router.bind_to_random_port("tcp://127.0.0.1")
+            self.replay_endpoint = f"tcp://127.0.0.1:{rport}"
+        self.plan = plan
+        self.messages = recorded()
+        self.stop = threading.Event()
+        self.replay_requests = 0
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(5)
+        self.pub.close(0)
+        if self.router is not None:
+            self.router.close(0)
+        self.ctx.term()
+
+    def _serve_replay(self) -> None:
+        assert self.router is not None
+        while self.router.poll(0):
+            ident, _, start = self.router.recv_multipart()
+            self.replay_requests += 1
+            first = int.from_bytes(start, "big")
+            for frames in self.messages[first:]:
+                self.router.send_multipart([ident, b"", frames[1], frames[2]])
+            self.router.send_multipart([ident, b"", (-1).to_bytes(8, "big", signed=True), b""])
+
+    def _run(self) -> None:
+        while not self.stop.is_set() and not self.pub.poll(50):
+            pass  # wait for the subscription
+        if self.stop.is_set():
+            return
+        self.pub.recv()
+        held: list[bytes] | None = None
+        for i, frames in enumerate(self.messages):
+            action = self.plan.get(i, "send")
+            if action == "drop":
+                pass
+            elif action == "repeat":
+                self.pub.send_multipart(frames)
+                self.pub.send_multipart(frames)
+            elif action == "hold":  # sent after the next one
+                held = frames
+            elif action == "corrupt":
+                self.pub.send_multipart([frames[0], frames[1], b"\xc1" + frames[2][1:]])
+            else:
+                self.pub.send_multipart(frames)
+                if held is not None:
+                    self.pub.send_multipart(held)
+                    held = None
+            time.sleep(0.002)
+            if self.router is not None:
+                self._serve_replay()
+        while not self.stop.is_set():
+            if self.router is not None:
+                self._serve_replay()
+            time.sleep(0.01)
+
+
+def watch(
+    pub: Publisher, tmp_path: Path, *extra: str, max_events: int | None = TOTAL_EVENTS, timeout: float = 20
+) -> tuple[int, str, str, dict]:
+    res = tmp_path / "watch.json"
+    cmd = [sys.executable, "-m", "kvspec.cli", "watch", pub.endpoint, "--json", str(res), "--timeout", str(timeout)]
+    if pub.replay_endpoint is not None:
+        cmd += ["--replay", pub.replay_endpoint]
+    if max_events is not None:
+        cmd += ["--max-events", str(max_events)]
+    cmd += list(extra)
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 30)
+    return r.returncode, r.stdout, r.stderr, json.loads(res.read_text())
+
+
+@pytest.fixture
+def publisher(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
+    plan, replay = request.param
+    pub = Publisher(plan, replay=replay)
+    pub.start()
+    yield pub
+    pub.close()
+
+
+@pytest.mark.parametrize("publisher", [({}, True)], indirect=True)
+def test_clean_feed(publisher: Publisher, tmp_path: Path) -> None:
+    record = tmp_path / "feed.jsonl"
+    code, out, err, doc = watch(publisher, tmp_path, "--record", str(record))
+    assert code == 0, out + err
+    assert doc["counts"]["events"] == TOTAL_EVENTS and doc["counts"]["lost"] == 0
+    assert doc["status"] == "clean"
+    # the recording is a capture check-log reads, with the same verdict
+    r = subprocess.run([sys.executable, "-m", "kvspec.cli", "check-log", str(record)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"checked {TOTAL_EVENTS} events" in r.stdout
+
+
+@pytest.mark.parametrize("publisher", [({5: "drop", 9: "drop"}, True)], indirect=True)
+def test_dropped_batches_are_filled_from_the_replay_socket(publisher: Publisher, tmp_path: Path) -> None:
+    record = tmp_path / "feed.jsonl"
+    code, out, err, doc = watch(publisher, tmp_path, "--record", str(record))
+    assert code == 0, out + err
+    assert doc["counts"]["replayed"] == 2 and doc["counts"]["lost"] == 0
+    assert publisher.replay_requests == 2
+    lines = [json.loads(x) for x in record.read_text().splitlines()]
+    assert sum(1 for x in lines if x.get("replayed")) >= 2
+    r = subprocess.run([sys.executable, "-m", "kvspec.cli", "check-log", str(record)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("publisher", [({5: "drop"}, False)], indirect=True)
+def test_dropped_batch_without_replay_is_reported_lost(publisher: Publisher, tmp_path: Path) -> None:
+    lost = events_in(recorded()[5])
+    code, out, _, doc = watch(publisher, tmp_path, max_events=TOTAL_EVENTS - lost)
+    assert code == 1
+    assert doc["counts"]["lost"] == 1
+    assert doc["findings"][0]["rule"] == "EVENT-ID"
+    assert "sequence 6 where 5 was due: 1 batch(es) lost" in doc["findings"][0]["message"]
+    assert "message 5 event 0" not in out  # the finding is at the message that revealed it
+    assert "EVENT-ID" in out
+
+
+@pytest.mark.parametrize("publisher", [({7: "repeat"}, True)], indirect=True)
+def test_repeated_batch_is_a_duplicate(publisher: Publisher, tmp_path: Path) -> None:
+    code, _, _, doc = watch(publisher, tmp_path)
+    assert code == 1
+    assert doc["counts"]["duplicates"] == 1 and doc["counts"]["events"] == TOTAL_EVENTS
+    assert doc["findings_by_rule"] == {"EVENT-ID": 1}
+    assert "already received" in doc["findings"][0]["message"]
+
+
+@pytest.mark.parametrize("publisher", [({5: "hold"}, False)], indirect=True)
+def test_reordered_batches(publisher: Publisher, tmp_path: Path) -> None:
+    code, _, _, doc = watch(publisher, tmp_path)
+    assert code == 1
+    messages = [f["message"] for f in doc["findings"] if f["rule"] == "EVENT-ID"]
+    assert any("sequence 6 where 5 was due" in m for m in messages)
+    assert any("sequence 5 arrived after 6: out of order" in m for m in messages)
+    assert doc["counts"]["late"] == 1
+
+
+@pytest.mark.parametrize("publisher", [({3: "corrupt"}, False)], indirect=True)
+def test_corrupted_batch_is_unreadable(publisher: Publisher, tmp_path: Path) -> None:
+    code, out, _, doc = watch(publisher, tmp_path, max_events=TOTAL_EVENTS - events_in(recorded()[3]))
+    assert code == 2
+    assert "message 3: unreadable: not valid msgpack" in out
+    assert doc["status"] == "unreadable" and doc["counts"]["unreadable"] == 1
+
+
+@pytest.mark.parametrize("publisher", [({}, True)], indirect=True)
+def test_sigint_stops_cleanly(publisher: Publisher, tmp_path: Path) -> None:
+    res = tmp_path / "w.json"
+    cmd = [sys.executable, "-m", "kvspec.cli", "watch", publisher.endpoint, "--json", str(res)]
+    cmd += ["--replay", str(publisher.replay_endpoint), "--status-interval", "0.2"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            time.sleep(0.3)
+            if res.exists() or proc.poll() is not None:
+                break
+            # all messages are out within about a second; give the status line a chance
+            if time.monotonic() > deadline - 18:
+                break
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out + err
+    assert "Traceback" not in err
+    assert "watch: " in err and "live blocks w0/dp0/device=" in err  # the status line
+    doc = json.loads(res.read_text())
+    assert doc["counts"]["events"] == TOTAL_EVENTS
+
+
+def test_nothing_received_before_the_timeout(tmp_path: Path) -> None:
+    ctx = zmq.Context()
+    s = ctx.socket(zmq.PUB)
+    port = s.bind_to_random_port("tcp://127.0.0.1")
+    try:
+        r = subprocess.run(
+            [sys.executable, "-m", "kvspec.cli", "watch", f"tcp://127.0.0.1:{port}", "--timeout", "0.5"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    finally:
+        s.close(0)
+        ctx.term()
+    assert r.returncode == 2
+    assert "no message received" in r.stdout
+
+
+def test_watch_help_documents_every_option() -> None:
+    r = subprocess.run([sys.executable, "-m", "kvspec.cli", "watch", "--help"], capture_output=True, text=True)
+    assert r.returncode == 0
+    for opt in ["--replay", "--topic", "--record", "--timeout", "--max-events", "--status-interval", "--json"]:
+        assert opt in r.stdout, opt
+
+
+def test_not_an_endpoint_is_a_usage_error() -> None:
+    r = subprocess.run([sys.executable, "-m", "kvspec.cli", "watch", "localhost:5557"], capture_output=True, text=True)
+    assert r.returncode == 2 and "not a ZMQ endpoint" in r.stderr
+    assert os.environ.get("KVSPEC_NEVER_SET") is None
