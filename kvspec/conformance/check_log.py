@@ -108,7 +108,9 @@ def run(args: argparse.Namespace) -> int:
     except OSError as e:
         error = f"{path}: cannot read it: {e.strerror or e}"
     except MemoryError:
-        error = "out of memory while reading the input"
+        error = f"{path}: out of memory while reading the input"
+    except Exception as e:  # a bug: still no traceback for the user, and exit 2
+        error = f"{path}: internal error {type(e).__name__}: {e} (a bug in kvspec: please report it with the input)"
     code = 2 if error is not None else (1 if checker is not None and checker.counts else 0)
     if error is not None:
         print(f"kvspec check-log: {error}", file=sys.stderr)

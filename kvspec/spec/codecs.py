@@ -522,7 +522,7 @@ class VllmBatchDecoder:
             except msgspec.ValidationError as e:
                 errors.append(str(e))
                 continue
-            except msgspec.DecodeError as e:
+            except (msgspec.DecodeError, ValueError) as e:
                 raise WireError(f"not valid msgpack: {e}") from None
             except RecursionError:
                 raise WireError("msgpack nested too deeply") from None

@@ -23,18 +23,20 @@ import base64
 import binascii
 import json
 import time
-from typing import IO
+from typing import IO, Annotated
 
 import msgspec
 
 from kvspec.spec.errors import WireError
 
+NonNeg = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
+
 
 class CaptureLine(msgspec.Struct, gc=False):
     parts_b64: list[str]
-    msg_idx: int | None = None
-    recv_time_s: float | None = None
-    n_parts: int | None = None
+    msg_idx: NonNeg | None = None
+    recv_time_s: Annotated[float, msgspec.Meta(ge=0)] | None = None
+    n_parts: NonNeg | None = None
     replayed: bool = False
 
 

@@ -162,6 +162,8 @@ def iter_chunks(f: IO[bytes], limit: int) -> Iterator[tuple[int, list[bytes], in
 def _json_error(e: Exception, lineno: int, last: bool) -> StreamError:
     if isinstance(e, RecursionError):
         return StreamError("nested too deeply", f"line {lineno}")
+    if isinstance(e, UnicodeDecodeError):
+        return StreamError(f"not valid UTF-8 ({e.reason} at byte {e.start})", f"line {lineno}")
     msg = str(e)
     if isinstance(e, msgspec.ValidationError):
         msg = f"invalid record: {msg}"
@@ -216,10 +218,10 @@ class RouterReader:
                             raise _json_error(e, lineno, False) from None
                         try:
                             m = self._lenient(line)
-                        except (msgspec.ValidationError, msgspec.DecodeError, RecursionError) as e2:
+                        except (msgspec.DecodeError, RecursionError, ValueError) as e2:
                             raise _json_error(e2, lineno, False) from None
                         lenient = True
-                    except (msgspec.DecodeError, RecursionError) as e:
+                    except (msgspec.DecodeError, RecursionError, ValueError) as e:
                         raise _json_error(e, lineno, lineno == unterminated) from None
                     records += 1
                     ev = m.event
@@ -284,7 +286,7 @@ class KvspecReader:
                 st.bytes += len(line) + 1
                 try:
                     m: KvspecEventMsg = dec(line)
-                except (msgspec.ValidationError, msgspec.DecodeError, RecursionError) as e:
+                except (msgspec.DecodeError, RecursionError, ValueError) as e:
                     raise _json_error(e, lineno, lineno == unterminated) from None
                 st.records += 1
                 try:
@@ -349,7 +351,7 @@ class CaptureReader:
                 st.bytes += len(line) + 1
                 try:
                     rec = dec(line)
-                except (msgspec.ValidationError, msgspec.DecodeError, RecursionError) as e:
+                except (msgspec.DecodeError, RecursionError, ValueError) as e:
                     raise _json_error(e, lineno, lineno == unterminated) from None
                 st.records += 1
                 try:
