@@ -111,9 +111,9 @@ def detect(path: Path) -> str:
 
 def _guess_json(line: bytes) -> str:
     """The format of a first line too long or broken to decode: by its keys."""
-    if b'"parts_b64"' in line:
+    if b'"parts_b64"' in line or b'"msg_idx"' in line:
         return "zmq"
-    if b'"worker_id"' in line and b'"event"' in line:
+    if b'"worker_id"' in line or b'"event"' in line or b'"storage_tier"' in line[:40]:
         return "router"
     return "kvspec"
 

@@ -1,0 +1,168 @@
+"""Dynamo's own indexer as a differential oracle for ``kvspec check-log``.
+
+Streams of Dynamo RouterEvents are generated (a few workers and dp ranks,
+each a random prefix forest whose block hashes chain as Dynamo's do, leaves
+removed first), then corrupted or not. Each stream goes through the
+``RadixTree`` of the ai-dynamo-runtime wheel (``apply_event``, which raises
+when a Removed names a block it does not hold or a Stored's parent is
+missing) and through ``check-log``:
+
+- every stream ``check-log`` calls clean (exit 0) is ingested by the
+  RadixTree without an error;
+- every stream the RadixTree rejects is flagged by ``check-log`` (exit 1)
+  with the rule at the root of it: PARENT-ANCHOR for a missing parent;
+  for an unknown block REMOVE-EXACT, or the PARENT-ANCHOR of the Stored the
+  indexer skipped, or the REMOVE-NO-ORPHAN of the parent whose removal took
+  the block with it (the RadixTree drops a removed node's whole subtree).
+
+check-log is stricter than the indexer (it also checks ids, duplicates,
+orphans and hashes), so the converse implications do not hold and are not
+asserted."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import random
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kvspec.cli import main
+from kvspec.spec.hashing import chain
+
+os.environ.setdefault("DYN_LOG", "error")  # the indexer logs every event it refuses
+radix = pytest.importorskip(
+    "dynamo._core", reason="the ai-dynamo-runtime wheel is not installed (pip install 'kvspec[dynamo]')"
+)
+
+CORRUPTIONS = ["none", "drop", "swap", "repeat", "unknown_parent", "unknown_removed", "wrong_worker", "cleared"]
+
+
+def valid_stream(rng: random.Random, n: int) -> list[dict[str, Any]]:
+    """Router events of 1-2 workers x 1-2 dp ranks; each source a forest."""
+    sources = [(w, d) for w in rng.sample([3, 11, 2**63 + 5], rng.randint(1, 2)) for d in range(rng.randint(1, 2))]
+    state: dict[tuple[int, int], dict[str, Any]] = {s: {"paths": [], "next_id": 1} for s in sources}
+    out = []
+    for _ in range(n):
+        src = rng.choice(sources)
+        s = state[src]
+        paths: list[list[int]] = s["paths"]
+        live = sum(len(p) for p in paths)
+        if live and rng.random() < 0.45:
+            i = rng.randrange(len(paths))
+            k = rng.randint(1, len(paths[i]))
+            gone = paths[i][-k:][::-1]
+            del paths[i][-k:]
+            if not paths[i]:
+                paths.pop(i)
+            data: Any = {"removed": {"block_hashes": gone}}
+        else:
+            if paths and rng.random() < 0.6:
+                p = rng.choice(paths)
+            else:
+                p = []
+                paths.append(p)
+            parent = p[-1] if p else None
+            blocks, prev = [], parent
+            for _ in range(rng.randint(1, 4)):
+                th = rng.getrandbits(64)
+                prev = chain(prev, th)
+                blocks.append({"block_hash": prev, "tokens_hash": th, "mm_extra_info": None})
+                p.append(prev)
+            data = {"stored": {"parent_hash": parent, "start_position": None, "blocks": blocks}}
+        ev = {"event_id": s["next_id"], "data": data, "dp_rank": src[1]}
+        s["next_id"] += 1
+        out.append({"worker_id": src[0], "storage_tier": "device", "residency_domain": "worker", "event": ev})
+    return out
+
+
+def corrupt(rng: random.Random, events: list[dict[str, Any]], how: str) -> list[dict[str, Any]]:
+    events = json.loads(json.dumps(events))
+    if how == "none" or len(events) < 2:
+        return events
+    i = rng.randrange(len(events))
+    if how == "drop":
+        del events[i]
+    elif how == "swap":
+        j = rng.randrange(len(events))
+        events[i], events[j] = events[j], events[i]
+    elif how == "repeat":
+        events.insert(i, json.loads(json.dumps(events[i])))
+    elif how == "unknown_parent":
+        stored = [e for e in events if "stored" in e["event"]["data"]]
+        rng.choice(stored)["event"]["data"]["stored"]["parent_hash"] = rng.getrandbits(64)
+    elif how == "unknown_removed":
+        removed = [e for e in events if "removed" in e["event"]["data"]]
+        if removed:
+            rng.choice(removed)["event"]["data"]["removed"]["block_hashes"].append(rng.getrandbits(64))
+    elif how == "wrong_worker":
+        events[i]["worker_id"] = 9
+    elif how == "cleared":
+        events[i]["event"]["data"] = "cleared"
+    return events
+
+
+def radix_errors(events: list[dict[str, Any]]) -> list[tuple[int, str]]:
+    """(line, message) of every event the wheel's RadixTree refused."""
+    tree = radix.RadixTree()
+    errors = []
+    for n, e in enumerate(events, 1):
+        try:
+            tree.apply_event(e["worker_id"], json.dumps(e["event"]).encode())
+        except (RuntimeError, ValueError) as err:
+            errors.append((n, str(err)))
+    return errors
+
+
+def check_log(events: list[dict[str, Any]]) -> tuple[int, dict[str, Any]]:
+    with tempfile.TemporaryDirectory() as tmp:
+        log, res = Path(tmp, "s.jsonl"), Path(tmp, "r.json")
+        log.write_text("".join(json.dumps(e) + "\n" for e in events))
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            code = main(["check-log", str(log), "--json", str(res), "--max-report", "0"])
+        return code, json.loads(res.read_text())
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), how=st.sampled_from(CORRUPTIONS), n=st.integers(2, 40))
+def test_check_log_agrees_with_dynamos_radix_tree(seed: int, how: str, n: int) -> None:
+    rng = random.Random(seed)
+    events = corrupt(rng, valid_stream(rng, n), how)
+    code, doc = check_log(events)
+    errors = radix_errors(events)
+    assert code in (0, 1), doc
+    if code == 0:
+        assert errors == [], f"check-log called the stream clean; the RadixTree refused: {errors}"
+    if errors:
+        assert code == 1
+        rules = set(doc["findings_by_rule"])
+        for _, msg in errors:
+            if "find parent block" in msg:
+                assert "PARENT-ANCHOR" in rules, (msg, rules)
+            elif "find block" in msg:
+                # the block is unknown to the indexer: never stored (REMOVE-EXACT); or stored by a Stored the
+                # indexer skipped for its missing parent (PARENT-ANCHOR); or dropped with its parent's
+                # subtree when the parent was removed first (the indexer removes a node with its
+                # descendants: REMOVE-NO-ORPHAN). check-log reports each at its root.
+                assert rules & {"REMOVE-EXACT", "PARENT-ANCHOR", "REMOVE-NO-ORPHAN"}, (msg, rules)
+
+
+def test_the_generator_makes_clean_streams_and_the_oracle_can_refuse() -> None:
+    """The property above is not vacuous: clean streams pass both, and the
+    corruptions do make the RadixTree refuse some streams."""
+    refused = 0
+    for seed in range(30):
+        rng = random.Random(seed)
+        events = valid_stream(rng, 30)
+        assert check_log(events)[0] == 0
+        assert radix_errors(events) == []
+        bad = corrupt(rng, events, "unknown_removed" if seed % 2 else "unknown_parent")
+        refused += bool(radix_errors(bad))
+    assert refused >= 10
