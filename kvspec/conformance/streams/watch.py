@@ -87,6 +87,7 @@ class Watch:
         self.sub.setsockopt(zmq.LINGER, 0)
         self.sub.setsockopt(zmq.RCVHWM, 1_000_000)
         self.sub.setsockopt(zmq.SUBSCRIBE, args.topic.encode())
+        self._monitor = self.sub.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
         self.sub.connect(args.endpoint)
         self.writer: CaptureWriter | None = None
         self._record: IO[str] | None = None
@@ -101,8 +102,24 @@ class Watch:
     def close(self) -> None:
         if self._record is not None:
             self._record.close()
+        self.sub.disable_monitor()
+        self._monitor.close(0)
         self.sub.close(0)
         self.ctx.term()
+
+    def start(self, wait_s: float) -> bool:
+        """Wait (up to ``wait_s``) for the connection to the publisher, then,
+        where a replay socket is offered, fetch what was published before we
+        subscribed. Returns whether the connection was made."""
+        connected = bool(self._monitor.poll(int(wait_s * 1000)))
+        if connected:
+            time.sleep(0.05)  # the subscription travels to the publisher after the handshake
+        if self.args.replay is not None and not self.feed.mid_stream:
+            for frames in self._replay(self.feed.first_seq):
+                if self.writer is not None:
+                    self.writer.write(frames, replayed=True)
+                self._apply(frames, replayed=True)
+        return connected
 
     # ------------------------------------------------------------ replay
     def _replay(self, start: int) -> Iterator[list[bytes]]:
@@ -230,6 +247,13 @@ def run(args: argparse.Namespace) -> int:
 
     old: Any = signal.signal(signal.SIGINT, on_sigint)
     try:
+        connected = watch.start(min(5.0, args.timeout) if args.timeout is not None else 5.0)
+        state = "connected" if connected else "not connected yet"
+        print(
+            f"watch: subscribed to {args.endpoint} ({state}; {feed.stats.replayed} batch(es) fetched by replay)",
+            file=sys.stderr,
+            flush=True,
+        )
         watch.run()
     finally:
         signal.signal(signal.SIGINT, old)

@@ -83,6 +83,9 @@ class ZmqFeed:
         self.stats = FeedStats()
         self.next_seq: int | None = None
         self.missing: OrderedDict[int, None] = OrderedDict()
+        #: batches applied from the replay socket that may still arrive live
+        #: (a live copy of one of them is expected, not a duplicate)
+        self.via_replay: OrderedDict[int, None] = OrderedDict()
 
     # ------------------------------------------------------------ framing
     @staticmethod
@@ -113,6 +116,14 @@ class ZmqFeed:
 
     def _sequence(self, seq: int, at: At, replayed: bool) -> bool:
         """Check ``seq``; True when the batch is to be applied."""
+        ok = self._check_sequence(seq, at, replayed)
+        if ok and replayed:
+            self.via_replay[seq] = None
+            if len(self.via_replay) > MISSING_LIMIT:
+                self.via_replay.popitem(last=False)
+        return ok
+
+    def _check_sequence(self, seq: int, at: At, replayed: bool) -> bool:
         st = self.stats
         if st.first_seq is None:
             st.first_seq = seq
@@ -175,6 +186,9 @@ class ZmqFeed:
             return True
         if replayed:
             return False  # a replay repeats what already arrived: not the publisher's fault
+        if seq in self.via_replay:
+            del self.via_replay[seq]  # the live copy of a batch the replay socket supplied first
+            return False
         st.duplicates += 1
         self.view.report(
             RuleId.EVENT_ID,
