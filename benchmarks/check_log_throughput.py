@@ -27,7 +27,6 @@ import base64
 import json
 import os
 import random
-import resource
 import statistics
 import subprocess
 import sys
@@ -156,32 +155,46 @@ def write_vllm(path: Path, n: int) -> None:
             f.write(json.dumps(rec, separators=(",", ":")) + "\n")
 
 
-def run_command(path: Path, repeat: int) -> tuple[float, float]:
-    """Median seconds of the whole command, and peak RSS (MB) of the largest run."""
-    times = []
-    peak = 0.0
+_CHILD = """
+import json, resource, sys
+from kvspec.cli import main
+code = main(sys.argv[1:])
+ru = resource.getrusage(resource.RUSAGE_SELF)
+hwm = next(int(x.split()[1]) for x in open('/proc/self/status') if x.startswith('VmHWM'))
+print('BENCH ' + json.dumps({'code': code, 'cpu': ru.ru_utime + ru.ru_stime, 'hwm_kb': hwm}), file=sys.stderr)
+"""
+
+
+def run_command(path: Path, repeat: int) -> tuple[float, float, float]:
+    """Median wall seconds and CPU seconds of the whole command (a fresh
+    process each run), and its peak resident memory in MB (VmHWM)."""
+    walls, cpus, peak = [], [], 0.0
     for _ in range(repeat):
-        before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
         t = time.perf_counter()
         r = subprocess.run(
-            [sys.executable, "-m", "kvspec.cli", "check-log", str(path), "--quiet"],
-            capture_output=True,
-            text=True,
+            [sys.executable, "-c", _CHILD, "check-log", str(path), "--quiet"], capture_output=True, text=True
         )
-        times.append(time.perf_counter() - t)
-        if r.returncode != 0:
-            raise SystemExit(f"check-log exited {r.returncode} on a clean stream:\n{r.stdout}\n{r.stderr}")
-        peak = max(peak, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, before / 1024)
-    return statistics.median(times), peak
+        walls.append(time.perf_counter() - t)
+        line = next((x for x in r.stderr.splitlines() if x.startswith("BENCH ")), None)
+        if r.returncode != 0 or line is None:
+            raise SystemExit(f"check-log failed on a clean stream (exit {r.returncode}):\n{r.stdout}\n{r.stderr}")
+        info = json.loads(line[6:])
+        if info["code"] != 0:
+            raise SystemExit(f"check-log found problems in a clean stream:\n{r.stdout}")
+        cpus.append(info["cpu"])
+        peak = max(peak, info["hwm_kb"] / 1024)
+    return statistics.median(walls), statistics.median(cpus), peak
 
 
-def decode_floor(path: Path, capture: bool, repeat: int) -> float:
+def decode_floor(path: Path, capture: bool, repeat: int) -> tuple[float, float]:
+    """Median wall and CPU seconds of decoding every record untyped (lines in memory)."""
     dec = msgspec.json.Decoder()
     mp = msgspec.msgpack.Decoder()
     data = path.read_bytes().splitlines()
-    times = []
+    times, cpus = [], []
     for _ in range(repeat):
         t = time.perf_counter()
+        c = time.process_time()
         if capture:
             for line in data:
                 rec = dec.decode(line)
@@ -192,10 +205,12 @@ def decode_floor(path: Path, capture: bool, repeat: int) -> float:
             for line in data:
                 dec.decode(line)
         times.append(time.perf_counter() - t)
-    return statistics.median(times)
+        cpus.append(time.process_time() - c)
+    del data
+    return statistics.median(times), statistics.median(cpus)
 
 
-def radix(path: Path, limit: int) -> tuple[float, int] | None:
+def radix(path: Path, limit: int) -> tuple[float, float, int] | None:
     try:
         from dynamo._core import RadixTree
     except ImportError:
@@ -209,9 +224,10 @@ def radix(path: Path, limit: int) -> tuple[float, int] | None:
             events.append(json.dumps(obj["event"]).encode())
     tree = RadixTree()
     t = time.perf_counter()
+    c = time.process_time()
     for ev in events:
         tree.apply_event(WORKER, ev)
-    return time.perf_counter() - t, len(events)
+    return time.perf_counter() - t, time.process_time() - c, len(events)
 
 
 def main() -> None:
@@ -228,26 +244,33 @@ def main() -> None:
         write_vllm(vll, args.vllm_events)
         print(f"generated {args.events} Dynamo and {args.vllm_events} vLLM events in {time.perf_counter() - t:.1f} s")
         print(f"  Dynamo stream {dyn.stat().st_size / 1e6:.0f} MB, vLLM capture {vll.stat().st_size / 1e6:.0f} MB")
-        cmd_s, peak = run_command(dyn, args.repeat)
-        floor_s = decode_floor(dyn, False, args.repeat)
+        # the commands first, while this process is small
+        cmd_s, cmd_cpu, peak = run_command(dyn, args.repeat)
+        vcmd_s, vcmd_cpu, vpeak = run_command(vll, args.repeat)
+        floor_s, floor_cpu = decode_floor(dyn, False, args.repeat)
+        vfloor_s, vfloor_cpu = decode_floor(vll, True, args.repeat)
         rt = radix(dyn, args.radix_events)
-        vcmd_s, vpeak = run_command(vll, args.repeat)
-        vfloor_s = decode_floor(vll, True, args.repeat)
-        rate = args.events / cmd_s
-        print(f"{'stream':<8} {'measure':<44} {'events/s':>12}")
-        print(f"{'dynamo':<8} {'check-log, whole command (every check on)':<44} {rate:>12,.0f}")
-        print(f"{'dynamo':<8} {'decode floor: msgspec untyped, every line':<44} {args.events / floor_s:>12,.0f}")
-        print(f"{'dynamo':<8} {'  ratio floor / check-log':<44} {(args.events / floor_s) / rate:>12.2f}")
+        n, vn = args.events, args.vllm_events
+        rows = [
+            ("dynamo", "check-log, whole command (every check on)", n / cmd_s, n / cmd_cpu),
+            ("dynamo", "decode floor: msgspec untyped, every line", n / floor_s, n / floor_cpu),
+        ]
         if rt is not None:
-            secs, n = rt
-            print(f"{'dynamo':<8} {f'RadixTree.apply_event (wheel, first {n})':<44} {n / secs:>12,.0f}")
-        else:
-            print(f"{'dynamo':<8} {'RadixTree.apply_event: wheel not installed':<44} {'-':>12}")
-        print(f"{'dynamo':<8} {'check-log peak memory (MB)':<44} {peak:>12,.0f}")
-        vrate = args.vllm_events / vcmd_s
-        print(f"{'vllm':<8} {'check-log, whole command (every check on)':<44} {vrate:>12,.0f}")
-        print(f"{'vllm':<8} {'decode floor: JSON + base64 + msgpack':<44} {args.vllm_events / vfloor_s:>12,.0f}")
-        print(f"{'vllm':<8} {'check-log peak memory (MB)':<44} {vpeak:>12,.0f}")
+            rs, rc, rn = rt
+            rows.append(("dynamo", f"RadixTree.apply_event (wheel, first {rn})", rn / rs, rn / rc))
+        rows += [
+            ("vllm", "check-log, whole command (every check on)", vn / vcmd_s, vn / vcmd_cpu),
+            ("vllm", "decode floor: JSON + base64 + msgpack", vn / vfloor_s, vn / vfloor_cpu),
+        ]
+        print(f"{'stream':<8} {'measure':<44} {'events/s wall':>14} {'events/s CPU':>14}")
+        for stream, what, wall, cpu in rows:
+            print(f"{stream:<8} {what:<44} {wall:>14,.0f} {cpu:>14,.0f}")
+        print(f"dynamo   floor / check-log: {cmd_s / floor_s:.2f}x wall, {cmd_cpu / floor_cpu:.2f}x CPU")
+        print(f"vllm     floor / check-log: {vcmd_s / vfloor_s:.2f}x wall, {vcmd_cpu / vfloor_cpu:.2f}x CPU")
+        if rt is None:
+            print("dynamo   RadixTree.apply_event: the ai-dynamo-runtime wheel is not installed")
+        print(f"peak memory of check-log: dynamo {peak:.0f} MB, vllm {vpeak:.0f} MB")
+        rate = n / cmd_s
     print(f"host: {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
     print(f"check_log_throughput: {rate:.0f} events/s")
 
