@@ -39,10 +39,10 @@ from pydantic import BaseModel, ValidationError
 
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.errors import AdapterError, ConfigError, WireError
-from kvspec.spec.wire import StepOutcome, parse_operation
+from kvspec.spec.manifest import Manifest
+from kvspec.spec.wire import Operation, StepOutcome, parse_operation
 
-from ..implementation import Implementation
-from ..manifest import Manifest
+from ..interface import Implementation
 from .cabi_host import declare_abi
 
 #: the ABI version this module speaks (KVSPEC_ABI_VERSION of spec/kvspec_abi.h)
@@ -241,7 +241,7 @@ def summarize_validation(err: ValidationError, limit: int = 4) -> str:
     return summarize(err, limit)
 
 
-def request_json(op: Any) -> bytes:
+def request_json(op: Operation | dict[str, Any]) -> bytes:
     """An operation (wire model or plain dict) as the request text of kvspec_call."""
     if isinstance(op, dict):
         op = parse_operation(op)
@@ -321,7 +321,7 @@ class CAbiImplementation(Implementation):
         """The JSON-lines implementation driving the host process (isolation "process")."""
         return self._host
 
-    def step(self, op: Any) -> StepOutcome:
+    def step(self, op: Operation) -> StepOutcome:
         if self._host is not None:
             return self._host.step(op)
         if self._dead is not None:

@@ -30,6 +30,7 @@ from pydantic import BaseModel, ValidationError
 
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.errors import AdapterError, ConfigError
+from kvspec.spec.manifest import Capabilities, Manifest
 from kvspec.spec.protocol import (
     SUPPORTED_VERSIONS,
     ErrorReply,
@@ -38,10 +39,9 @@ from kvspec.spec.protocol import (
     Ready,
     Refused,
 )
-from kvspec.spec.wire import StepOutcome, parse_operation
+from kvspec.spec.wire import Operation, StepOutcome, parse_operation
 
-from ..implementation import Implementation
-from ..manifest import Capabilities, Manifest
+from ..interface import Implementation
 from .process import ChildExitedError, ChildProcess, ChildTimeoutError, LineTooLongError, describe_exit
 
 #: how long a child may take to exit after ``bye`` before it is signalled
@@ -61,7 +61,7 @@ def encode_hello(config: ManagerConfig) -> bytes:
     return Hello(type="hello", versions=list(SUPPORTED_VERSIONS), config=config).model_dump_json().encode()
 
 
-def encode_request(rid: int, op: Any) -> bytes:
+def encode_request(rid: int, op: Operation) -> bytes:
     """One request line (without its newline): every field of the op, nulls included."""
     return b'{"id":%d,"op":%s}' % (rid, op.model_dump_json().encode())
 
@@ -340,7 +340,7 @@ class JsonlImplementation(Implementation):
 
     # ------------------------------------------------------------- steps
 
-    def step(self, op: Any) -> StepOutcome:
+    def step(self, op: Operation) -> StepOutcome:
         if self._dead is not None:
             raise AdapterError(f"not usable after an earlier failure: {self._dead}")
         if self._closed:
