@@ -4,10 +4,10 @@ rule is evident from the stream itself."""
 
 from __future__ import annotations
 
-from kvspec.reference.router_view import RouterView
+from kvspec.reference.router_view import Mode, RouterView
 from kvspec.spec.hashing import local_block_hash, sequence_hash
 from kvspec.spec.rules import RuleId
-from kvspec.spec.wire import KvEvent, make_cleared, make_removed, make_stored
+from kvspec.spec.wire import KvEvent, Stored, make_cleared, make_removed, make_stored
 
 
 def stored(eid: int, hashes: list[int], parent: int | None = None, **kw: object) -> KvEvent:
@@ -194,3 +194,84 @@ def test_violation_str_names_rule_event_and_context() -> None:
     text = str(view.violations[0])
     assert text.startswith("[STORE-NO-DUP]")
     assert "#1 Stored[1]" in text and "stored_by_event: 0" in text
+
+
+# ------------------------------------------- field-level entry, bounds, reports
+
+
+def test_anchoring_in_every_tier_flags_a_host_parent_evicted_from_the_host_tier() -> None:
+    view = RouterView(anchored_tiers=None)
+    events = [
+        stored(0, [1, 2], tier="host_pinned"),
+        removed(1, [2], tier="host_pinned"),
+        stored(2, [3], parent=2, tier="host_pinned"),
+    ]
+    assert feed(view, events) == [RuleId.PARENT_ANCHOR]
+    assert view.violations[0].tier == "host_pinned"
+    assert view.violations[0].context["parent_removed_by_event"] == 1
+
+
+def test_field_entry_and_object_entry_report_the_same() -> None:
+    import random
+
+    rng = random.Random(3)
+    for _ in range(50):
+        evs = []
+        for eid in range(rng.randint(1, 30)):
+            hs = [rng.randrange(8) for _ in range(rng.randint(1, 3))]
+            tier = rng.choice(["device", "host_pinned"])
+            if rng.random() < 0.5:
+                evs.append(stored(eid + rng.choice([0, 0, 1]), hs, parent=rng.choice([None, 1, 2]), tier=tier))
+            else:
+                evs.append(removed(eid, hs, tier=tier))
+        modes: tuple[Mode, ...] = ("set", "copies")
+        for mode in modes:
+            a = RouterView(mode=mode, strict=True, anchored_tiers=None)
+            b = RouterView(mode=mode, strict=True, anchored_tiers=None)
+            for e in evs:
+                a.apply(e, 4)
+                if isinstance(e.data, Stored):
+                    d = e.data.stored
+                    b.on_stored(
+                        4, e.dp_rank, e.storage_tier, e.event_id, d.parent_hash, e.hashes(), [0] * len(e.hashes())
+                    )
+                else:
+                    b.on_removed(4, e.dp_rank, e.storage_tier, e.event_id, e.hashes())
+            assert [(v.rule, v.message, v.tier) for v in a.violations] == [
+                (v.rule, v.message, v.tier) for v in b.violations
+            ]
+            assert b.violations == [] or all(v.event is not None for v in b.violations)
+
+
+def test_violations_are_counted_even_when_none_are_kept() -> None:
+    seen = []
+    view = RouterView(keep=0, on_violation=seen.append)
+    feed(view, [stored(0, [1]), stored(1, [1]), removed(2, [7])])
+    assert view.violations == []
+    assert view.counts == {RuleId.STORE_NO_DUP: 1, RuleId.REMOVE_EXACT: 1}
+    assert [v.rule for v in seen] == [RuleId.STORE_NO_DUP, RuleId.REMOVE_EXACT]
+    v = view.report(RuleId.EVENT_ID, "sequence gap", 4, 0, "device", at=17)
+    assert v.at == 17 and view.counts[RuleId.EVENT_ID] == 1 and seen[-1] is v
+
+
+def test_state_stays_proportional_to_the_stored_blocks() -> None:
+    """200k events over at most 64 stored blocks: what the view keeps does
+    not grow with the stream (removals are remembered in a bounded window)."""
+    from kvspec.reference.router_view import RECENT_REMOVALS
+
+    view = RouterView(strict=True, first_event_id=None, anchored_tiers=None)
+    eid = 0
+    for i in range(50_000):
+        base = i * 4
+        view.on_stored(1, 0, "device", eid, None, [base, base + 1], [0, 0])
+        view.on_stored(1, 0, "device", eid + 1, base + 1, [base + 2, base + 3], [0, 0])
+        eid += 2
+        if i >= 16:
+            old = (i - 16) * 4
+            view.on_removed(1, 0, "device", eid, [old + 3, old + 2, old + 1, old])
+            eid += 1
+    tier = view.sources[(1, 0)].tiers["device"]
+    assert len(tier.live) == 64
+    assert len(tier.kids) <= 64
+    assert len(tier.removed.cur) + len(tier.removed.old) <= 2 * RECENT_REMOVALS
+    assert view.violations == []
