@@ -48,8 +48,9 @@ from .capture import CAPTURE_DECODER, frames_of
 from .zmqfeed import ZmqFeed
 
 FORMATS = ("auto", "router", "kvspec", "zmq", "vllm")
-#: the longest line or batch read (a real event is a few kilobytes)
-MAX_RECORD_BYTES = 64 << 20
+#: the longest line or batch read (a real event is a few kilobytes; a longer
+#: record would take memory out of proportion to the blocks it stores)
+MAX_RECORD_BYTES = 16 << 20
 CHUNK = 1 << 20
 
 

@@ -39,6 +39,7 @@ from kvspec.spec.errors import WireError
 
 from .capture import CaptureWriter
 from .check import Checker, UsageError, add_checker_arguments
+from .formats import MAX_RECORD_BYTES
 from .junit import junit_xml, write_junit
 from .results import results, write_json
 from .zmqfeed import END_SEQ, ZmqFeed
@@ -68,6 +69,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--status-interval", type=float, default=2.0, metavar="S", help="seconds between status lines (0: none)"
     )
     parser.add_argument(
+        "--max-record-bytes",
+        type=int,
+        default=MAX_RECORD_BYTES,
+        metavar="N",
+        help=f"the largest message accepted (default {MAX_RECORD_BYTES}); ZMQ drops a connection that sends more",
+    )
+    parser.add_argument(
         "--replay-timeout",
         type=float,
         default=2.0,
@@ -86,6 +94,7 @@ class Watch:
         self.sub = self.ctx.socket(zmq.SUB)
         self.sub.setsockopt(zmq.LINGER, 0)
         self.sub.setsockopt(zmq.RCVHWM, 1_000_000)
+        self.sub.setsockopt(zmq.MAXMSGSIZE, args.max_record_bytes)  # a larger message drops the connection
         self.sub.setsockopt(zmq.SUBSCRIBE, args.topic.encode())
         self._monitor = self.sub.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
         self.sub.connect(args.endpoint)
@@ -232,6 +241,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.max_events is not None and args.max_events <= 0:
             raise UsageError("--max-events must be positive")
+        if args.max_record_bytes <= 0:
+            raise UsageError("--max-record-bytes must be positive")
         if not args.endpoint.startswith(("tcp://", "ipc://", "inproc://")):
             raise UsageError(f"endpoint {args.endpoint!r} is not a ZMQ endpoint (tcp://HOST:PORT)")
         checker = Checker(args, "live", where=args.endpoint)
