@@ -74,12 +74,16 @@ def test_vllm_event_ids_are_assigned_in_arrival_order() -> None:
     ("payload", "message"),
     [
         (b"\xc1", "not valid msgpack"),
-        (msgpack.packb({"a": 1}), "must be"),
-        (msgpack.packb([0.0, [["Boom"]]]), "unknown event tag"),
+        (msgpack.packb({"a": 1}), "missing required field `ts`"),
+        (msgpack.packb([0.0, [["Boom"]]]), "Invalid value 'Boom'"),
         (msgpack.packb([0.0, [["BlockStored", [1], None, [1, 2, 3], 4, None, "GPU"]]]), "token_ids has 3"),
-        (msgpack.packb([0.0, [["BlockStored", [-1], None, [1], 1, None, "GPU"]]]), "not a u64"),
+        (
+            msgpack.packb([0.0, [["BlockStored", [-1], None, [1], 1, None, "GPU"]]]),
+            r"Expected `int` >= 0 - at `\$\[1\]\[0\]\[1\]\[0\]`",
+        ),
         (msgpack.packb([0.0, [["BlockRemoved", [1], "TAPE"]]]), "medium"),
-        (msgpack.packb([0.0, [["BlockStored", [1]]]]), "too few fields"),
+        (msgpack.packb([0.0, [["BlockStored", [1]]]]), "of at least length 5, got 2"),
+        (msgpack.packb([0.0, [{"type": "BlockRemoved", "block_hashes": [1], "group_idx": 2}]]), "KV cache group 2"),
     ],
 )
 def test_malformed_vllm_batches_are_named(payload: bytes, message: str) -> None:
@@ -90,3 +94,37 @@ def test_malformed_vllm_batches_are_named(payload: bytes, message: str) -> None:
 def test_vllm_stored_needs_token_ids() -> None:
     with pytest.raises(WireError, match="token ids"):
         to_vllm_batch([make_stored(0, [1], [0], None)], block_size=4)
+
+
+def test_vllm_batch_in_the_map_layout_of_vllm_0_32() -> None:
+    """vLLM 0.32 sends each event as a map with a ``type`` key (and more
+    fields than the array layout had): the same events come out."""
+    toks = [[1, 2, 3, 4]]
+    batch = [
+        2.5,
+        [
+            {
+                "type": "BlockStored",
+                "block_hashes": [100],
+                "parent_block_hash": None,
+                "token_ids": toks[0],
+                "block_size": 4,
+                "lora_id": None,
+                "medium": "GPU",
+                "lora_name": None,
+                "extra_keys": [None],
+                "group_idx": 0,
+                "kv_cache_spec_kind": "full_attention",
+            },
+            {"type": "BlockRemoved", "block_hashes": [100], "medium": "CPU", "group_idx": 0},
+            {"type": "AllBlocksCleared"},
+        ],
+        3,
+    ]
+    ts, events = from_vllm_batch(msgpack.packb(batch), first_event_id=4)
+    assert ts == 2.5
+    assert events == [
+        make_stored(4, [100], [local_block_hash(toks[0])], None, dp_rank=3, token_ids=toks),
+        make_removed(5, [100], dp_rank=3, tier="host_pinned"),
+        make_cleared(6, dp_rank=3),
+    ]

@@ -165,85 +165,51 @@ def to_vllm_batch(events: Iterable[KvEvent], *, ts: float = 0.0, block_size: int
 
 
 def from_vllm_batch(payload: bytes, *, first_event_id: int = 0) -> tuple[float, list[KvEvent]]:
-    """Decode a vLLM ``KVEventBatch``; event ids count from ``first_event_id``."""
-    try:
-        batch = msgpack.unpackb(payload, strict_map_key=False)
-    except (msgpack.ExtraData, msgpack.FormatError, msgpack.StackError, ValueError) as e:
-        raise WireError(f"vLLM event batch is not valid msgpack: {e}") from None
-    if not isinstance(batch, list) or len(batch) not in (2, 3) or not isinstance(batch[1], list):
-        raise WireError("vLLM event batch must be [ts, [events...]] or [ts, [events...], dp_rank]")
-    ts = batch[0]
-    if not isinstance(ts, int | float):
-        raise WireError(f"vLLM event batch: ts must be a number, got {ts!r}")
-    dp_rank = batch[2] if len(batch) == 3 and batch[2] is not None else 0
-    if not isinstance(dp_rank, int) or dp_rank < 0:
-        raise WireError(f"vLLM event batch: data_parallel_rank must be a non-negative integer, got {dp_rank!r}")
+    """Decode a vLLM ``KVEventBatch`` (array or map layout, see the typed
+    decoders below) into events; ids count from ``first_event_id``, tokens
+    hashes are computed from the token ids. A KV cache group other than 0
+    is refused (kvspec's event has no group)."""
+    batch = VllmBatchDecoder().decode(payload)
+    dp_rank = batch.data_parallel_rank or 0
+    if dp_rank > 2**32 - 1:
+        raise WireError(f"vLLM event batch: data_parallel_rank {dp_rank} does not fit in 32 bits")
     events: list[KvEvent] = []
-    eid = first_event_id
-    for i, raw in enumerate(batch[1]):
-        if not isinstance(raw, list) or not raw or not isinstance(raw[0], str):
-            raise WireError(f"vLLM event {i}: expected a tagged array, got {raw!r:.80}")
-        tag = raw[0]
-        try:
-            if tag == "BlockStored":
-                events.append(_vllm_stored(raw, eid, dp_rank))
-            elif tag == "BlockRemoved":
-                hashes, medium = raw[1], raw[2] if len(raw) > 2 else None
-                _check_hashes(hashes, f"vLLM event {i}: block_hashes")
-                events.append(make_removed(eid, list(hashes), dp_rank=dp_rank, tier=_tier(medium)))
-            elif tag == "AllBlocksCleared":
-                events.append(make_cleared(eid, dp_rank=dp_rank))
-            else:
-                raise WireError(f"vLLM event {i}: unknown event tag {tag!r}")
-        except IndexError:
-            raise WireError(f"vLLM event {i} ({tag}): too few fields") from None
-        eid += 1
-    return float(ts), events
-
-
-def _vllm_stored(raw: list[Any], eid: int, dp_rank: int) -> KvEvent:
-    hashes, parent, tokens, block_size = raw[1], raw[2], raw[3], raw[4]
-    medium = raw[6] if len(raw) > 6 else None
-    _check_hashes(hashes, "BlockStored.block_hashes")
-    if parent is not None:
-        _check_hashes([parent], "BlockStored.parent_block_hash")
-    if not isinstance(block_size, int) or block_size <= 0:
-        raise WireError(f"BlockStored.block_size must be a positive integer, got {block_size!r}")
-    if not isinstance(tokens, list) or len(tokens) != block_size * len(hashes):
-        raise WireError(
-            f"BlockStored.token_ids has {len(tokens) if isinstance(tokens, list) else tokens!r} tokens "
-            f"for {len(hashes)} blocks of {block_size}"
-        )
-    per_block = [tokens[i * block_size : (i + 1) * block_size] for i in range(len(hashes))]
-    for blk in per_block:
-        for t in blk:
-            if not isinstance(t, int) or not 0 <= t < 2**32:
-                raise WireError(f"BlockStored.token_ids: {t!r} is not a u32 token id")
-    return make_stored(
-        eid,
-        list(hashes),
-        [local_block_hash(b) for b in per_block],
-        parent,
-        dp_rank=dp_rank,
-        tier=_tier(medium),
-        token_ids=per_block,
-    )
-
-
-def _tier(medium: Any) -> StorageTier:
-    if medium not in MEDIUM_TO_TIER:
-        raise WireError(f"unknown vLLM storage medium {medium!r}")
-    return MEDIUM_TO_TIER[medium]
-
-
-def _check_hashes(values: Any, what: str) -> None:
-    if not isinstance(values, list) or not values:
-        raise WireError(f"{what} must be a non-empty list of u64 hashes")
-    for v in values:
-        if not isinstance(v, int) or not 0 <= v < 2**64:
+    for i, ev in enumerate(batch.events):
+        eid = first_event_id + i
+        if isinstance(ev, VllmClearedArr | VllmClearedMap):
+            events.append(make_cleared(eid, dp_rank=dp_rank))
+            continue
+        if ev.group_idx:
+            raise WireError(f"vLLM event {i}: KV cache group {ev.group_idx} (kvspec events name no group)")
+        tier = MEDIUM_TO_TIER.get(ev.medium)
+        if tier is None:
+            raise WireError(f"vLLM event {i}: unknown vLLM storage medium {ev.medium!r}")
+        hashes = [vllm_hash_int(h) for h in ev.block_hashes]
+        if not hashes:
+            raise WireError(f"vLLM event {i}: block_hashes is empty")
+        check_u64(hashes, f"vLLM event {i}: block_hashes")
+        if isinstance(ev, VllmRemovedArr | VllmRemovedMap):
+            events.append(make_removed(eid, hashes, dp_rank=dp_rank, tier=tier))
+            continue
+        bs, tokens = ev.block_size, ev.token_ids
+        if len(tokens) != bs * len(hashes):
             raise WireError(
-                f"{what}: {v!r} is not a u64 hash (vLLM's own sha256-based hashes must be reduced to 64 bits)"
+                f"BlockStored.token_ids has {len(tokens)} tokens for {len(hashes)} blocks of {bs} (vLLM event {i})"
             )
+        per_block = [tokens[k * bs : (k + 1) * bs] for k in range(len(hashes))]
+        parent = None if ev.parent_block_hash is None else vllm_hash_int(ev.parent_block_hash)
+        events.append(
+            make_stored(
+                eid,
+                hashes,
+                [local_block_hash(b) for b in per_block],
+                parent,
+                dp_rank=dp_rank,
+                tier=tier,
+                token_ids=per_block,
+            )
+        )
+    return float(batch.ts), events
 
 
 def _summarize(e: ValidationError) -> str:
@@ -529,8 +495,14 @@ class VllmBatchDecoder:
             if i:
                 self._decoders.insert(0, self._decoders.pop(i))
             return batch
-        # the layout that got furthest into the payload says what is wrong
-        best = max(errors, key=lambda m: len(m.rpartition(" - at `")[2]) if " - at `" in m else 0)
+        # the layout that got furthest into the payload says what is wrong (a
+        # layout mismatch, map for array or array for map, least)
+        def depth(m: str) -> tuple[int, int]:
+            path = len(m.rpartition(" - at `")[2]) if " - at `" in m else 0
+            mismatch = "Expected `object`, got `array`" in m or "Expected `array`, got `object`" in m
+            return path, 0 if mismatch else 1
+
+        best = max(errors, key=depth)
         raise WireError(f"not a vLLM KVEventBatch: {best}")
 
 
