@@ -142,6 +142,15 @@ def test_host_tier_parent_evicted_from_the_host_tier_is_flagged(
     assert "device" not in out.split("checked")[0].replace("tiers: device", "")  # the device tier is fine
 
 
+def test_real_host_tier_orphaning_names_tier_and_cause(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, str(DATA / "dynamo-1.6.1-mocker-host.router.jsonl"))
+    assert code == 1
+    first = out.splitlines()[0]
+    assert ":4: REMOVE-NO-ORPHAN worker 7375963995128891518 dp 0 host_pinned: removing 1813654816074459860" in first
+    assert "(children stored by events [2])" in first
+    assert "REMOVE-NO-ORPHAN         1" in out and "tiers: device, host_pinned" in out
+
+
 def test_orphaning_is_reported_by_default_with_its_cause(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     a, (_h1, h2) = stored(None, [21, 22])
     b, (h3,) = stored(h2, [23])
