@@ -259,7 +259,7 @@ def test_handshake_and_clean_close() -> None:
     config = ManagerConfig(profile="legacy", capacity=2, eviction="lru")
     impl = JsonlImplementation(load_manifest(JSONL_DIR), JSONL_DIR, config)
     assert impl.ready is not None
-    assert impl.ready.protocol == 1
+    assert impl.ready.protocol == 2  # offered [1, 2]: the newest both speak
     assert impl.ready.profile == "legacy"
     assert impl.ready.name.startswith("kvspec reference model")
     pgid = impl.pgid
@@ -271,20 +271,21 @@ def test_handshake_and_clean_close() -> None:
 
 
 def test_reference_jsonl_claims_what_the_reference_claims() -> None:
-    """Everything but the request level, which protocol version 1 does not carry."""
+    """Everything, the request level included (protocol version 2 carries it)."""
     jsonl, ref = load_manifest(JSONL_DIR), load_manifest(REFERENCE_DIR)
     assert jsonl.kind == "subprocess"
     assert jsonl.profile == ref.profile
-    assert jsonl.capabilities == ref.capabilities.model_copy(update={"request_level": False})
+    assert jsonl.capabilities == ref.capabilities
+    assert jsonl.start.requests is None  # the request level goes through the protocol, not a Python factory
 
 
 def test_manifest_claiming_more_than_the_child_announces_fails_the_handshake() -> None:
     manifest = load_manifest(JSONL_DIR)
-    caps = manifest.capabilities.model_copy(update={"request_level": True, "max_capacity": 2_000_000})
+    caps = manifest.capabilities.model_copy(update={"reset": True, "max_capacity": 2_000_000})
     lying = manifest.model_copy(update={"capabilities": caps})
     with pytest.raises(
         AdapterError,
-        match=r"declares capabilities the adapter's handshake does not: request_level, "
+        match=r"declares capabilities the adapter's handshake does not: reset, "
         r"max_capacity >= 2000000 \(announces 1000000\)",
     ):
         JsonlImplementation(lying, JSONL_DIR, ManagerConfig(capacity=2))

@@ -14,7 +14,11 @@ finished) and the KV event stream the engine published while running them.
 
 An adapter folder declares ``kind = "request"`` and ``start.python =
 "module:factory"``; ``factory(setup, manifest, adapter_dir)`` returns the
-implementation. An implementation that cannot run on this machine (a wheel
+implementation. A block-level adapter declaring ``request_level`` names its
+own factory in ``start.requests``, or, for ``kind = "subprocess"`` and
+``kind = "c_abi"``, leaves it out: the layer then runs through the
+request-level messages of protocol version 2 (``transport.engine``), so a
+port in any language is checked by the same layer. An implementation that cannot run on this machine (a wheel
 that is not installed) raises ``ImplementationUnavailableError`` from its factory,
 which the suite turns into a skip naming the reason; an implementation that
 is there but fails to start raises ``AdapterError``, a failure.
@@ -103,10 +107,15 @@ def open_request_implementation(manifest: Manifest, adapter_dir: Path, setup: Po
     if not manifest.capabilities.request_level:
         raise ConfigError(f"{manifest.name}: the manifest does not declare request_level")
     target = manifest.start.python if manifest.kind == "request" else manifest.start.requests
+    if target is None and manifest.kind in ("subprocess", "c_abi"):
+        from .transport.engine import open_engine_implementation
+
+        return open_engine_implementation(manifest, adapter_dir, setup)
     if not target or ":" not in target:
         raise ConfigError(
             f"{manifest.name}: a request-level adapter needs start.python (kind 'request') or "
-            "start.requests (other kinds) = 'module:factory'"
+            "start.requests (kind 'python') = 'module:factory'; kinds 'subprocess' and 'c_abi' "
+            "speak protocol version 2 without one"
         )
     mod_name, _, attr = target.partition(":")
     factory = getattr(importlib.import_module(mod_name), attr)

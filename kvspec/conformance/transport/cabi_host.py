@@ -12,7 +12,12 @@ per opened implementation, and importing pydantic would cost more than the
 whole test step; the parent validates every reply anyway.
 
 The host forwards each request's ``op`` to ``kvspec_call`` and each reply
-(already StepOutcome JSON) back verbatim inside ``{"id":N,"outcome":...}``.
+(already StepOutcome JSON, or EngineOutcome JSON in a request-level session)
+back verbatim inside ``{"id":N,"outcome":...}``. It speaks protocol versions
+1 and 2, as far as the library's ABI version allows: a ``hello`` carrying
+``engine`` (a request-level session, version 2) opens the library with
+``kvspec_open_engine``, which ABI version 2 libraries with a request level
+export.
 """
 
 from __future__ import annotations
@@ -24,8 +29,12 @@ import re
 import sys
 from typing import Any
 
-PROTOCOL_VERSION = 1
-ABI_VERSION = 1
+#: protocol versions the host speaks; the library's ABI version caps them
+PROTOCOL_VERSIONS = (1, 2)
+#: ABI versions the host loads (spec/kvspec_abi.h)
+ABI_VERSIONS = (1, 2)
+#: the first protocol and ABI version with request-level sessions
+ENGINE_VERSION = 2
 E_REQUEST = -1
 _ERR_CAP = 1024
 #: ``{"id":N,"op":{...}}`` exactly as JsonlImplementation writes it; the op's
@@ -46,7 +55,19 @@ def declare_abi(dll: Any) -> Any:
     dll.kvspec_call.restype = ctypes.c_int
     dll.kvspec_close.argtypes = [ctypes.c_void_p]
     dll.kvspec_close.restype = None
+    if has_engine(dll):  # ABI version 2, optional: request-level sessions
+        dll.kvspec_open_engine.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+        dll.kvspec_open_engine.restype = ctypes.c_void_p
     return dll
+
+
+def has_engine(dll: Any) -> bool:
+    """Does the library export ``kvspec_open_engine`` (a request level)?"""
+    try:
+        getattr(dll, "kvspec_open_engine")  # noqa: B009 - ctypes resolves symbols on attribute access
+    except AttributeError:
+        return False
+    return True
 
 
 def _load(path: str) -> Any:
@@ -81,21 +102,33 @@ def main(argv: list[str]) -> int:
     except (ValueError, KeyError, TypeError) as e:
         _send(out, {"type": "refused", "error": {"code": "internal_error", "message": f"bad hello: {e}"}})
         return 1
-    if PROTOCOL_VERSION not in versions:
-        msg = f"the C ABI host speaks protocol version {PROTOCOL_VERSION}, not {versions}"
-        _send(out, {"type": "refused", "error": {"code": "unsupported_version", "message": msg}})
-        return 1
+    engine = hello.get("engine")
     try:
         dll = _load(lib_path)
     except (OSError, AttributeError) as e:
         _send(out, {"type": "refused", "error": {"code": "internal_error", "message": f"cannot load {lib_path}: {e}"}})
         return 1
-    if dll.kvspec_abi_version() != ABI_VERSION:
-        msg = f"{lib_path} implements ABI version {dll.kvspec_abi_version()}, the host speaks {ABI_VERSION}"
+    abi = dll.kvspec_abi_version()
+    if abi not in ABI_VERSIONS:
+        msg = f"{lib_path} implements ABI version {abi}, the host speaks {list(ABI_VERSIONS)}"
         _send(out, {"type": "refused", "error": {"code": "internal_error", "message": msg}})
         return 1
+    lowest = ENGINE_VERSION if engine is not None else 1
+    serves = [v for v in PROTOCOL_VERSIONS if lowest <= v <= abi]
+    common = [v for v in serves if v in versions]
+    if not common:
+        what = "request-level sessions in protocol versions" if engine is not None else "protocol versions"
+        msg = f"the C ABI host serves {what} {serves} for this library (ABI version {abi}), not {versions}"
+        _send(out, {"type": "refused", "error": {"code": "unsupported_version", "message": msg}})
+        return 1
     err = ctypes.create_string_buffer(_ERR_CAP)
-    handle = dll.kvspec_open(json.dumps(config).encode(), err, _ERR_CAP)
+    if engine is None:
+        handle = dll.kvspec_open(json.dumps(config).encode(), err, _ERR_CAP)
+    elif has_engine(dll):
+        handle = dll.kvspec_open_engine(json.dumps(config).encode(), json.dumps(engine).encode(), err, _ERR_CAP)
+    else:
+        err.value = b"the library has no request level (it does not export kvspec_open_engine)"
+        handle = None
     if not handle:
         msg = err.value.decode(errors="replace")
         _send(out, {"type": "refused", "error": {"code": "unsupported_config", "message": msg}})
@@ -105,7 +138,7 @@ def main(argv: list[str]) -> int:
         {
             "type": "ready",
             "name": name,
-            "protocol": PROTOCOL_VERSION,
+            "protocol": max(common),
             "profile": config.get("profile", "kvbm"),
             "capabilities": json.loads(caps_json),
         },
