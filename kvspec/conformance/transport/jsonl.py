@@ -226,6 +226,8 @@ class JsonlImplementation(Implementation):
         self._dead: str | None = None
         self._closed = False
         argv = expand_command(manifest.start.command, self.adapter_dir)
+        #: the child's command line, placeholders expanded
+        self.argv = argv
         self._key: ChildKey = (tuple(argv), str(self.adapter_dir))
         self._pool = _pool
         started = time.monotonic()
