@@ -19,7 +19,7 @@ from kvspec.conformance.failures import ConformanceFailure
 from kvspec.conformance.lockstep import Lockstep
 from kvspec.conformance.machine import MachineSetup, machine_class
 from kvspec.conformance.manifest import load_manifest
-from kvspec.conformance.replay import load_replay
+from kvspec.conformance.replay_file import load_replay
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.rules import RuleId
 from kvspec.spec.wire import Deref, FullBlock, Plh, Use

@@ -28,6 +28,7 @@ from kvspec.spec.wire import (
     Destroy,
     FullBlock,
     KvEvent,
+    Operation,
     OpResult,
     Promote,
     Removed,
@@ -51,7 +52,7 @@ class Divergence:
         return f"{self.what}\n  expected: {self.expected}\n  actual:   {self.actual}"
 
 
-def op_rule(op: Any) -> RuleId:
+def op_rule(op: Operation | None) -> RuleId:
     """The rule an operation's result is governed by."""
     if isinstance(op, Use):
         return RuleId.USE_CAPACITY
@@ -75,7 +76,7 @@ def _ev(e: KvEvent | None) -> str:
 
 
 def event_divergence(
-    expected: list[KvEvent], actual: list[KvEvent], op: Any = None, *, offload: bool = False
+    expected: list[KvEvent], actual: list[KvEvent], op: Operation | None = None, *, offload: bool = False
 ) -> Divergence | None:
     """The first differing event, with the rule the difference breaks.
 
@@ -102,7 +103,7 @@ def event_divergence(
 
 
 def _event_rule(
-    exp: KvEvent | None, act: KvEvent | None, expected: list[KvEvent], actual: list[KvEvent], op: Any
+    exp: KvEvent | None, act: KvEvent | None, expected: list[KvEvent], actual: list[KvEvent], op: Operation | None
 ) -> RuleId:
     host = (exp or act).storage_tier == "host_pinned" if (exp or act) is not None else False  # type: ignore[union-attr]
     if exp is None or act is None:
@@ -176,7 +177,7 @@ def _is_subsequence(short: list[Any], long: list[Any]) -> bool:
 
 
 def counters_divergence(
-    expected: Counters | dict[str, int], actual: Counters, op: Any = None, *, stored: bool | None = None
+    expected: Counters | dict[str, int], actual: Counters, op: Operation | None = None, *, stored: bool | None = None
 ) -> Divergence | None:
     """Differing counters, under the rule of the operation that moved them:
     quarantine counts under QUARANTINE-HOLD (QUARANTINE-RELEASE when a Tick's
@@ -212,7 +213,7 @@ def counters_divergence(
     )
 
 
-def result_divergence(expected: OpResult, actual: OpResult, op: Any) -> Divergence | None:
+def result_divergence(expected: OpResult, actual: OpResult, op: Operation) -> Divergence | None:
     if (
         expected.value == actual.value
         and type(expected.value) is type(actual.value)

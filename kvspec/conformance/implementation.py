@@ -1,45 +1,25 @@
-"""The interface between the suite and an implementation under test.
+"""Opening the implementation a manifest describes.
 
-An ``Implementation`` is one running manager: the suite sends it operations
-one at a time and gets back a ``StepOutcome`` (result or typed error, the
-counters, the events published). How the operation gets there is the
-adapter's business: in-process Python, a child process speaking JSON lines
-(spec/PROTOCOL.md), or a C ABI through ctypes (spec/kvspec_abi.h).
+``open_implementation`` picks how the suite talks to it from the manifest's
+``kind``: an in-process Python factory, a child process speaking JSON lines
+(``transport/jsonl.py``) or a C ABI library (``transport/cabi.py``). The
+interface every implementation offers lives one layer below, in
+``conformance/interface.py`` (re-exported here for adapters that import it
+from this module).
 """
 
 from __future__ import annotations
 
 import importlib
-from abc import ABC, abstractmethod
 from pathlib import Path
-from types import TracebackType
-from typing import Any
 
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.errors import ConfigError
-from kvspec.spec.wire import StepOutcome
+from kvspec.spec.manifest import Manifest
 
-from .manifest import Manifest
+from .interface import Implementation
 
-
-class Implementation(ABC):
-    """One running manager under test. Close it (or use ``with``)."""
-
-    manifest: Manifest
-    config: ManagerConfig
-
-    @abstractmethod
-    def step(self, op: Any) -> StepOutcome:
-        """Apply one operation; raise AdapterError if the transport fails."""
-
-    def close(self) -> None:  # noqa: B027 - optional for in-process adapters
-        """Release everything the implementation holds (processes, libraries)."""
-
-    def __enter__(self) -> Implementation:
-        return self
-
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
-        self.close()
+__all__ = ["Implementation", "open_implementation"]
 
 
 def open_implementation(manifest: Manifest, adapter_dir: Path, config: ManagerConfig) -> Implementation:

@@ -1,15 +1,9 @@
 """``kvspec replay FILE --impl=adapters/NAME``: run a replay file again.
 
-A replay file is what a failing lockstep run leaves behind (JSON lines):
-
-- line 1, the header: ``{"kvspec_replay": 1, "adapter": NAME, "config":
-  {ManagerConfig}, "protocol_only": bool, "failure": {"rule", "step", "what"}}``;
-- then one line per operation, in order: ``{"op": {operation}, "expect":
-  {the reference model's outcome when the file was written}}``.
-
-Replaying opens the implementation with the header's configuration and runs
-the operations through the same lockstep checker (``conformance/lockstep.py``)
-on a fresh model, so the model again follows the implementation's choices
+A replay file is what a failing lockstep run leaves behind (its format:
+``conformance/replay_file.py``). Replaying opens the implementation with the
+header's configuration and runs the operations through the same lockstep
+checker (``conformance/lockstep.py``) on a fresh model, so the model again follows the implementation's choices
 where the policy allows several; nothing random is involved, so the run is
 deterministic. The first divergence is printed with its rule id (exit 1);
 otherwise "replay passed" (exit 0). A file that cannot be read, or an adapter
@@ -28,81 +22,18 @@ checks, through protocol version 2 for a subprocess or C ABI adapter
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from pydantic import ValidationError
-
-from kvspec.spec.config import ManagerConfig
-from kvspec.spec.errors import AdapterError, ConfigError, KvSpecError
-from kvspec.spec.wire import parse_operation
+from kvspec.spec.errors import AdapterError, ConfigError
 
 from .failures import ConformanceFailure
 from .implementation import open_implementation
-from .lockstep import REPLAY_FORMAT, Lockstep, outcome_json
+from .lockstep import Lockstep
 from .manifest import load_manifest, resolve_adapter_dir
+from .replay_file import ReplayFile, ReplayFileError, load_replay, outcome_json
 
-
-class ReplayFileError(KvSpecError):
-    """A replay file that cannot be used (names the line and what is wrong)."""
-
-
-@dataclass
-class ReplayFile:
-    path: Path
-    adapter: str
-    config: ManagerConfig
-    protocol_only: bool
-    failure: dict[str, Any] | None
-    ops: list[Any]
-    expected: list[dict[str, Any] | None]
-
-
-def load_replay(path: Path) -> ReplayFile:
-    """Read and validate a replay file (raises ReplayFileError)."""
-    try:
-        lines = path.read_text().splitlines()
-    except OSError as e:
-        raise ReplayFileError(f"{path}: cannot read: {e}") from e
-    if not lines:
-        raise ReplayFileError(f"{path}: empty file (expected a header line)")
-    try:
-        header = json.loads(lines[0])
-    except json.JSONDecodeError as e:
-        raise ReplayFileError(f"{path}:1: header is not JSON: {e}") from e
-    if not isinstance(header, dict) or header.get("kvspec_replay") != REPLAY_FORMAT:
-        raise ReplayFileError(f'{path}:1: not a kvspec replay header (want "kvspec_replay": {REPLAY_FORMAT})')
-    try:
-        config = ManagerConfig.model_validate(header.get("config"))
-    except ValidationError as e:
-        raise ReplayFileError(f"{path}:1: invalid config:\n{e}") from e
-    ops: list[Any] = []
-    expected: list[dict[str, Any] | None] = []
-    for n, line in enumerate(lines[1:], start=2):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ReplayFileError(f"{path}:{n}: not JSON: {e}") from e
-        if not isinstance(rec, dict) or "op" not in rec:
-            raise ReplayFileError(f'{path}:{n}: expected an object with an "op"')
-        try:
-            ops.append(parse_operation(rec["op"]))
-        except ValidationError as e:
-            raise ReplayFileError(f"{path}:{n}: invalid operation:\n{e}") from e
-        expected.append(rec.get("expect"))
-    return ReplayFile(
-        path=path,
-        adapter=str(header.get("adapter", "reference")),
-        config=config,
-        protocol_only=bool(header.get("protocol_only", False)),
-        failure=header.get("failure"),
-        ops=ops,
-        expected=expected,
-    )
+__all__ = ["ReplayFile", "ReplayFileError", "ReplayResult", "load_replay", "replay", "run"]
 
 
 @dataclass

@@ -16,7 +16,7 @@ from kvspec.spec.wire import Counters, OpResult, StepOutcome
 
 from .diff import Divergence, counters_divergence, event_divergence, op_rule, result_divergence
 from .failures import ConformanceFailure
-from .implementation import Implementation
+from .interface import Implementation
 
 
 def check_step(scenario: Scenario, index: int, outcome: StepOutcome, before: Counters | None) -> Divergence | None:

@@ -57,7 +57,7 @@ from kvspec.spec.wire import (
     Use,
 )
 
-from .lockstep import use_placed
+from .coverage import use_placed
 
 #: how many distinct token blocks the palette holds
 PALETTE = 48

@@ -87,13 +87,15 @@ class ResetPrefixCache(Wire):
     op: Literal["reset_prefix_cache"]
 
 
-EngineOperation: TypeAlias = Annotated[AddRequest | EngineStep | ResetPrefixCache, Field(discriminator="op")]
+#: a request-level operation (what ``engine_call`` takes)
+EngineOp: TypeAlias = AddRequest | EngineStep | ResetPrefixCache
+EngineOperation: TypeAlias = Annotated[EngineOp, Field(discriminator="op")]
 ENGINE_OPERATION_ADAPTER: TypeAdapter[Any] = TypeAdapter(EngineOperation)
 
 ENGINE_OPS: tuple[str, ...] = ("add_request", "step", "reset_prefix_cache")
 
 
-def parse_engine_operation(data: Any) -> AddRequest | EngineStep | ResetPrefixCache:
+def parse_engine_operation(data: Any) -> EngineOp:
     """Validate a decoded JSON object as a request-level operation
     (raises pydantic.ValidationError)."""
     return ENGINE_OPERATION_ADAPTER.validate_python(data)

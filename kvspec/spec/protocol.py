@@ -33,7 +33,6 @@ it as a broken adapter, never as a spec verdict.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -60,6 +59,7 @@ MAX_REQUEST_BYTES = 1024 * 1024
 #: Request ids are positive integers the parent counts up from 1.
 RequestId = Annotated[int, Field(ge=1, le=2**53 - 1, strict=True)]
 
+#: where ``kvspec schemas`` (``spec/schema_export.py``) writes ``protocol_schema()``
 SCHEMA_PATH = Path(__file__).parent / "schema" / "protocol.json"
 
 
@@ -207,32 +207,3 @@ def protocol_schema() -> dict[str, Any]:
         "oneOf": [{"$ref": "#/$defs/ParentMessage"}, {"$ref": "#/$defs/ChildMessage"}],
         "$defs": dict(sorted(defs.items())),
     }
-
-
-def protocol_schema_text() -> str:
-    """The schema exactly as checked in (the same rendering as every file of
-    ``kvspec schemas``, which also writes this one)."""
-    from .schema_export import render
-
-    return render(SCHEMA_PATH.name, protocol_schema())
-
-
-def write_protocol_schema(path: Path = SCHEMA_PATH) -> bool:
-    """Write the schema to ``path``; return True if the file changed."""
-    text = protocol_schema_text()
-    old = path.read_text() if path.is_file() else None
-    if old == text:
-        return False
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    return True
-
-
-if __name__ == "__main__":  # python -m kvspec.spec.protocol [--check]
-    if "--check" in sys.argv[1:]:
-        current = SCHEMA_PATH.read_text() if SCHEMA_PATH.is_file() else ""
-        if current != protocol_schema_text():
-            print(f"{SCHEMA_PATH} is out of date; run: python -m kvspec.spec.protocol", file=sys.stderr)
-            sys.exit(1)
-        sys.exit(0)
-    print(f"{SCHEMA_PATH}: {'written' if write_protocol_schema() else 'unchanged'}")

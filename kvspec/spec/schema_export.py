@@ -15,18 +15,17 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
+from .config import ManagerConfig
+from .engine_wire import EngineConfig, EngineOperation, EngineOutcome
+from .manifest import Manifest
+from .protocol import protocol_schema
+from .scenario import Scenario
+from .wire import KvEvent, Operation, StepOutcome
+
 SCHEMA_DIR = Path(__file__).parent / "schema"
 
 
 def _schemas() -> dict[str, Callable[[], dict[str, Any]]]:
-
-    from .config import ManagerConfig
-    from .engine_wire import EngineConfig, EngineOperation, EngineOutcome
-    from .manifest import Manifest
-    from .protocol import protocol_schema
-    from .scenario import Scenario
-    from .wire import KvEvent, Operation, StepOutcome
-
     return {
         "operation.json": lambda: TypeAdapter(Operation).json_schema(),
         "step_outcome.json": StepOutcome.model_json_schema,

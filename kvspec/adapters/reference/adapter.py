@@ -8,17 +8,16 @@ operation comes back as a typed error with its rule id, never as an exception.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from kvspec.conformance.implementation import Implementation
+from kvspec.conformance.interface import Implementation
 from kvspec.conformance.manifest import Manifest
 from kvspec.reference import Model, make_model
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.errors import InvalidOperation
-from kvspec.spec.wire import ErrorInfo, StepOutcome
+from kvspec.spec.wire import ErrorInfo, Operation, StepOutcome
 
 
-def outcome_of(model: Model, op: Any) -> StepOutcome:
+def outcome_of(model: Model, op: Operation) -> StepOutcome:
     """Apply ``op`` to ``model`` and package the outcome as the wire reports it."""
     try:
         step = model.apply(op)
@@ -44,7 +43,7 @@ class ReferenceImplementation(Implementation):
         self.manifest = manifest
         self.model = make_model(config)
 
-    def step(self, op: Any) -> StepOutcome:
+    def step(self, op: Operation) -> StepOutcome:
         return outcome_of(self.model, op)
 
 

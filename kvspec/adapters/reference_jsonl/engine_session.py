@@ -29,10 +29,10 @@ from kvspec.spec.config import ManagerConfig
 from kvspec.spec.engine_wire import (
     AddRequest,
     EngineConfig,
+    EngineOp,
     EngineOutcome,
     EngineStep,
     FinishedRequest,
-    ResetPrefixCache,
 )
 from kvspec.spec.errors import ConfigError
 
@@ -57,7 +57,7 @@ class EngineSession:
             setup, SyntheticDecode(config.block_size, salt=salt), driver_type=driver_type, model_type=model_type
         )
 
-    def apply(self, op: AddRequest | EngineStep | ResetPrefixCache) -> EngineOutcome:
+    def apply(self, op: EngineOp) -> EngineOutcome:
         """Apply one operation. ConfigError: an id already in use (a protocol error)."""
         reset: bool | None = None
         if isinstance(op, AddRequest):

@@ -43,16 +43,16 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ValidationError
 
 from kvspec.spec.config import ManagerConfig
-from kvspec.spec.engine_wire import EngineConfig, EngineOutcome
+from kvspec.spec.engine_wire import EngineConfig, EngineOp, EngineOutcome
 from kvspec.spec.errors import AdapterError, ConfigError, WireError
-from kvspec.spec.wire import StepOutcome, parse_operation
+from kvspec.spec.manifest import Manifest
+from kvspec.spec.wire import Operation, StepOutcome, parse_operation
 
-from ..implementation import Implementation
-from ..manifest import Manifest
+from ..interface import Implementation
+from .cabi_host import ABI_VERSIONS, ENGINE_VERSION, declare_abi, has_engine
 
 if TYPE_CHECKING:
     from .jsonl import JsonlImplementation
-from .cabi_host import ABI_VERSIONS, ENGINE_VERSION, declare_abi, has_engine
 
 #: the newest ABI version this module speaks (KVSPEC_ABI_VERSION of spec/kvspec_abi.h)
 ABI_VERSION = max(ABI_VERSIONS)
@@ -266,7 +266,7 @@ def summarize_validation(err: ValidationError, limit: int = 4) -> str:
     return summarize(err, limit)
 
 
-def request_json(op: Any) -> bytes:
+def request_json(op: Operation | dict[str, Any]) -> bytes:
     """An operation (wire model or plain dict) as the request text of kvspec_call."""
     if isinstance(op, dict):
         op = parse_operation(op)
@@ -364,14 +364,14 @@ class CAbiImplementation(Implementation):
         """The JSON-lines implementation driving the host process (isolation "process")."""
         return self._host
 
-    def step(self, op: Any) -> StepOutcome:
+    def step(self, op: Operation) -> StepOutcome:
         if self._host is not None:
             return self._host.step(op)
         if self.engine is not None:
             raise ConfigError(f"adapter {self.manifest.name!r}: a request-level session takes no block operations")
         return parse_reply(self._call(request_json(op)))
 
-    def engine_call(self, op: Any) -> EngineOutcome:
+    def engine_call(self, op: EngineOp) -> EngineOutcome:
         """One request-level operation (spec.engine_wire) of a request-level session."""
         if self._host is not None:
             return self._host.engine_call(op)

@@ -27,12 +27,12 @@ from pathlib import Path
 from typing import Protocol
 
 from kvspec.reference.requests import PoolSetup, RequestSpec
-from kvspec.spec.engine_wire import AddRequest, EngineConfig, EngineOutcome, EngineStep, FinishedRequest
+from kvspec.spec.engine_wire import AddRequest, EngineConfig, EngineOp, EngineOutcome, EngineStep, FinishedRequest
 from kvspec.spec.errors import AdapterError, ConfigError
+from kvspec.spec.manifest import Manifest
 from kvspec.spec.wire import KvEvent
 
-from ..manifest import Manifest
-from ..requests_api import ConcurrentRun, RequestImplementation, RequestOutcome
+from ..request_interface import ConcurrentRun, RequestImplementation, RequestOutcome
 
 #: steps an engine may take beyond one per prompt token and generated token
 #: (a chunked prefill of one token per step is the slowest sane schedule)
@@ -43,7 +43,7 @@ class EngineCaller(Protocol):
     """A request-level session of a transport (``JsonlImplementation``,
     ``CAbiImplementation`` opened with an engine)."""
 
-    def engine_call(self, op: AddRequest | EngineStep) -> EngineOutcome: ...
+    def engine_call(self, op: EngineOp) -> EngineOutcome: ...
 
     def close(self) -> None: ...
 

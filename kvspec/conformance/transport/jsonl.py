@@ -33,8 +33,9 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from kvspec.spec.config import ManagerConfig
-from kvspec.spec.engine_wire import EngineConfig, EngineOutcome
+from kvspec.spec.engine_wire import EngineConfig, EngineOp, EngineOutcome
 from kvspec.spec.errors import AdapterError, ConfigError
+from kvspec.spec.manifest import Capabilities, Manifest
 from kvspec.spec.protocol import (
     ENGINE_VERSION,
     SUPPORTED_VERSIONS,
@@ -45,10 +46,9 @@ from kvspec.spec.protocol import (
     Ready,
     Refused,
 )
-from kvspec.spec.wire import StepOutcome, parse_operation
+from kvspec.spec.wire import Operation, StepOutcome, parse_operation
 
-from ..implementation import Implementation
-from ..manifest import Capabilities, Manifest
+from ..interface import Implementation
 from .process import ChildExitedError, ChildProcess, ChildTimeoutError, LineTooLongError, describe_exit
 
 #: how long a child may take to exit after ``bye`` before it is signalled
@@ -79,7 +79,7 @@ def encode_hello(config: ManagerConfig, engine: EngineConfig | None = None) -> b
     return hello.model_dump_json(exclude={"engine"} if engine is None else None).encode()
 
 
-def encode_request(rid: int, op: Any) -> bytes:
+def encode_request(rid: int, op: Operation | EngineOp) -> bytes:
     """One request line (without its newline): every field of the op, nulls included."""
     return b'{"id":%d,"op":%s}' % (rid, op.model_dump_json().encode())
 
@@ -364,7 +364,7 @@ class JsonlImplementation(Implementation):
 
     # ------------------------------------------------------------- steps
 
-    def step(self, op: Any) -> StepOutcome:
+    def step(self, op: Operation) -> StepOutcome:
         if self.engine is not None:
             raise ConfigError(f"adapter {self.manifest.name!r}: a request-level session takes no block operations")
         if isinstance(op, dict):
@@ -373,7 +373,7 @@ class JsonlImplementation(Implementation):
         reply: OutcomeReply = self._validate(OutcomeReply, obj, raw, during)
         return reply.outcome
 
-    def engine_call(self, op: Any) -> EngineOutcome:
+    def engine_call(self, op: EngineOp) -> EngineOutcome:
         """Send one request-level operation (spec.engine_wire) of a
         request-level session and return its outcome."""
         if self.engine is None:
@@ -384,7 +384,7 @@ class JsonlImplementation(Implementation):
         reply: EngineOutcomeReply = self._validate(EngineOutcomeReply, obj, raw, during)
         return reply.outcome
 
-    def _exchange(self, op: Any) -> tuple[dict[str, Any], bytes, str]:
+    def _exchange(self, op: Operation | EngineOp) -> tuple[dict[str, Any], bytes, str]:
         """Write one request, read its reply line: (the decoded reply, its
         raw line, "to request N (kind)" for messages). A protocol error reply
         or any misbehaviour raises AdapterError."""

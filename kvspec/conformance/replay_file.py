@@ -1,0 +1,133 @@
+"""The replay file format: what a failing lockstep run leaves behind.
+
+JSON lines:
+
+- line 1, the header: ``{"kvspec_replay": 1, "adapter": NAME, "config":
+  {ManagerConfig}, "protocol_only": bool, "failure": {"rule", "step", "what"}}``;
+- then one line per operation, in order: ``{"op": {operation}, "expect":
+  {the reference model's outcome when the file was written}}``.
+
+``write_replay`` writes one (atomically: a reader never sees half a file),
+``load_replay`` reads and validates one; ``kvspec replay``
+(``conformance/replay.py``) runs it again.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from kvspec.spec.config import ManagerConfig
+from kvspec.spec.errors import KvSpecError
+from kvspec.spec.wire import Operation, StepOutcome, event_to_json, parse_operation
+
+REPLAY_FORMAT = 1
+
+
+class ReplayFileError(KvSpecError):
+    """A replay file that cannot be used (names the line and what is wrong)."""
+
+
+def outcome_json(o: StepOutcome) -> dict[str, Any]:
+    """Canonical JSON of a step outcome (events in their canonical form)."""
+    out: dict[str, Any] = {}
+    if o.error is not None:
+        out["error"] = o.error.model_dump(mode="json")
+    else:
+        assert o.result is not None
+        out["result"] = o.result.model_dump(mode="json")
+    out["counters"] = o.counters.model_dump(mode="json")
+    out["events"] = [event_to_json(e) for e in o.events]
+    if o.earliest_deadline_ms is not None:
+        out["earliest_deadline_ms"] = o.earliest_deadline_ms
+    return out
+
+
+def write_replay(
+    path: Path,
+    *,
+    adapter: str,
+    config: ManagerConfig,
+    protocol_only: bool,
+    failure: dict[str, Any],
+    ops: Sequence[Operation],
+    expected: Sequence[StepOutcome],
+) -> Path:
+    """Write the replay file: a header line, then one line per operation
+    with the model's expected outcome. Returns ``path``."""
+    header = {
+        "kvspec_replay": REPLAY_FORMAT,
+        "adapter": adapter,
+        "config": config.model_dump(mode="json"),
+        "protocol_only": protocol_only,
+        "failure": failure,
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with tmp.open("w") as f:
+        f.write(json.dumps(header) + "\n")
+        for op, exp in zip(ops, expected, strict=True):
+            f.write(json.dumps({"op": op.model_dump(mode="json"), "expect": outcome_json(exp)}) + "\n")
+    tmp.replace(path)
+    return path
+
+
+@dataclass
+class ReplayFile:
+    path: Path
+    adapter: str
+    config: ManagerConfig
+    protocol_only: bool
+    failure: dict[str, Any] | None
+    ops: list[Operation]
+    expected: list[dict[str, Any] | None]
+
+
+def load_replay(path: Path) -> ReplayFile:
+    """Read and validate a replay file (raises ReplayFileError)."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as e:
+        raise ReplayFileError(f"{path}: cannot read: {e}") from e
+    if not lines:
+        raise ReplayFileError(f"{path}: empty file (expected a header line)")
+    try:
+        header = json.loads(lines[0])
+    except json.JSONDecodeError as e:
+        raise ReplayFileError(f"{path}:1: header is not JSON: {e}") from e
+    if not isinstance(header, dict) or header.get("kvspec_replay") != REPLAY_FORMAT:
+        raise ReplayFileError(f'{path}:1: not a kvspec replay header (want "kvspec_replay": {REPLAY_FORMAT})')
+    try:
+        config = ManagerConfig.model_validate(header.get("config"))
+    except ValidationError as e:
+        raise ReplayFileError(f"{path}:1: invalid config:\n{e}") from e
+    ops: list[Operation] = []
+    expected: list[dict[str, Any] | None] = []
+    for n, line in enumerate(lines[1:], start=2):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ReplayFileError(f"{path}:{n}: not JSON: {e}") from e
+        if not isinstance(rec, dict) or "op" not in rec:
+            raise ReplayFileError(f'{path}:{n}: expected an object with an "op"')
+        try:
+            ops.append(parse_operation(rec["op"]))
+        except ValidationError as e:
+            raise ReplayFileError(f"{path}:{n}: invalid operation:\n{e}") from e
+        expected.append(rec.get("expect"))
+    return ReplayFile(
+        path=path,
+        adapter=str(header.get("adapter", "reference")),
+        config=config,
+        protocol_only=bool(header.get("protocol_only", False)),
+        failure=header.get("failure"),
+        ops=ops,
+        expected=expected,
+    )

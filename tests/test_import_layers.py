@@ -1,0 +1,85 @@
+"""The layers import downward only: no import cycle between kvspec's modules
+(counting imports inside functions too, which only hide a cycle from the
+interpreter), and the adapter-facing interface depends on the spec alone."""
+
+from __future__ import annotations
+
+import ast
+from graphlib import CycleError, TopologicalSorter
+from pathlib import Path
+
+PKG = Path(__file__).resolve().parents[1] / "kvspec"
+
+
+def _module_name(path: Path) -> str:
+    parts = ["kvspec", *path.relative_to(PKG).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path, name: str, known: set[str]) -> set[str]:
+    """The kvspec modules ``path`` imports (at any depth of the file)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            # ``from pkg import mod`` names a module; ``from mod import name`` the module itself
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+        else:
+            continue
+        out.update(t for t in targets if t in known and t != name)
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module name -> the kvspec modules it imports."""
+    files = {_module_name(p): p for p in PKG.rglob("*.py")}
+    known = set(files)
+    return {name: _imports(path, name, known) for name, path in files.items()}
+
+
+def _reachable(g: dict[str, set[str]], start: str) -> set[str]:
+    seen: set[str] = set()
+    todo = list(g[start])
+    while todo:
+        m = todo.pop()
+        if m not in seen:
+            seen.add(m)
+            todo.extend(g[m])
+    return seen
+
+
+def test_no_import_cycle() -> None:
+    try:
+        TopologicalSorter(import_graph()).prepare()
+    except CycleError as e:
+        raise AssertionError(f"import cycle: {' -> '.join(e.args[1])}") from None
+
+
+def test_the_interface_depends_on_the_spec_alone() -> None:
+    deps = import_graph()["kvspec.conformance.interface"]
+    assert deps, "the interface module imports the wire models"
+    assert all(d.startswith("kvspec.spec.") for d in deps), deps
+
+
+def test_transports_sit_above_the_interface_not_the_opener() -> None:
+    g = import_graph()
+    for t in ("kvspec.conformance.transport.jsonl", "kvspec.conformance.transport.cabi"):
+        assert "kvspec.conformance.interface" in g[t]
+        assert "kvspec.conformance.implementation" not in _reachable(g, t)
+
+
+def test_a_cycle_is_found() -> None:
+    """The cycle check can fail: a graph with a cycle is reported."""
+    g = import_graph()
+    g["kvspec.spec.wire"] = {*g["kvspec.spec.wire"], "kvspec.spec.schema_export"}
+    try:
+        TopologicalSorter(g).prepare()
+    except CycleError:
+        return
+    raise AssertionError("a cycle through kvspec.spec.wire went unnoticed")
