@@ -32,16 +32,17 @@ from kvspec.conformance.transport.jsonl import (
     encode_hello,
     encode_request,
     expand_command,
+    offered_versions,
     reuse_children,
 )
 from kvspec.conformance.transport.process import group_members
 from kvspec.spec.config import ManagerConfig, OffloadConfig
+from kvspec.spec.engine_wire import ENGINE_OPS, EngineConfig, parse_engine_operation
 from kvspec.spec.errors import AdapterError, ConfigError
 from kvspec.spec.protocol import (
     CHILD_MESSAGES,
     PARENT_MESSAGES,
     SCHEMA_PATH,
-    SUPPORTED_VERSIONS,
     protocol_schema,
 )
 from kvspec.spec.scenario import all_scenarios
@@ -133,7 +134,7 @@ EXAMPLES = doc_examples()
 
 
 def test_protocol_md_has_the_documented_examples() -> None:
-    assert len(EXAMPLES) == 5
+    assert len(EXAMPLES) == 7  # five of version 1, two request-level sessions of version 2
     assert sum(len(lines) for _, lines in EXAMPLES) > 30
 
 
@@ -177,8 +178,12 @@ def test_protocol_md_parent_lines_are_what_the_parent_writes(info: str, lines: l
         if direction != "→":
             continue
         msg = json.loads(line)
-        if msg.get("type") == "hello" and tuple(msg["versions"]) == SUPPORTED_VERSIONS:
-            assert encode_hello(ManagerConfig.model_validate(msg["config"])).decode() == line
+        if msg.get("type") == "hello":
+            engine = EngineConfig.model_validate(msg["engine"]) if "engine" in msg else None
+            if tuple(msg["versions"]) == offered_versions(engine):
+                assert encode_hello(ManagerConfig.model_validate(msg["config"]), engine).decode() == line
+        elif "op" in msg and msg["op"]["op"] in ENGINE_OPS:
+            assert encode_request(msg["id"], parse_engine_operation(msg["op"])).decode() == line
         elif "op" in msg:
             assert encode_request(msg["id"], parse_operation(msg["op"])).decode() == line
 
