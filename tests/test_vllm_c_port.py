@@ -390,3 +390,29 @@ def test_request_level_through_the_transport_finishes_every_request(build_env: N
         impl.close()
     assert [o.finish for o in out.outcomes] == ["length", "length"]
     assert [o.output_tokens for o in out.outcomes] == [3, 2]
+
+
+# ------------------------------------------------------------------ ABI.md
+
+
+ABI_MD = Path(__file__).resolve().parent.parent / "spec" / "ABI.md"
+
+
+def test_abi_md_request_level_example_is_what_the_port_answers(lib: CAbiLibrary) -> None:
+    text = ABI_MD.read_text()
+    block = text[text.index("## 6. Version 2") :]
+    body = block[block.index("```text\n") + 8 :]
+    body = body[: body.index("```")]
+    opens = [ln.split(":", 1)[1].strip() for ln in body.splitlines() if ln.startswith("open:")]
+    opens += [ln.strip() for ln in body.splitlines() if ln.startswith("       {")]
+    calls = [ln.split(":", 1)[1].strip() for ln in body.splitlines() if ln.startswith("call:")]
+    replies = [ln.split(":", 1)[1].strip() for ln in body.splitlines() if ln.startswith("reply:")]
+    assert len(opens) == 2 and len(calls) == len(replies) == 4
+    s = CAbiSession(lib, opens[0], engine_json=opens[1])
+    try:
+        for call, reply in zip(calls, replies, strict=True):
+            got = s.call(call.encode()).decode()
+            assert got == reply, f"ABI.md documents\n  {reply}\nbut the port answers\n  {got}"
+            EngineOutcome.model_validate_json(got)
+    finally:
+        s.close()
