@@ -251,9 +251,11 @@ def _engine_types(mutant: str | None) -> tuple[type[RequestDriver], type[VllmPoo
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Serve stdin/stdout. ``argv`` holds the options (none when a wrapper
+    script calls ``main()`` with a command line of its own)."""
     parser = argparse.ArgumentParser(prog="python -m kvspec.adapters.reference_jsonl.server", description=__doc__)
     parser.add_argument("--mutant", default=None, help="run this request-level mutant's driver (mutant campaign)")
-    args = parser.parse_args(argv)
+    args = parser.parse_args(argv or [])
     try:
         driver_type, model_type = _engine_types(args.mutant)
     except ConfigError as e:
@@ -273,4 +275,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
