@@ -37,7 +37,7 @@ from kvspec.conformance.manifest import Manifest, load_manifest
 from kvspec.conformance.request_replay import run_workload
 from kvspec.conformance.transport.cabi import E_REQUEST, CAbiImplementation, CAbiLibrary, CAbiSession, build_library
 from kvspec.conformance.transport.engine import EngineImplementation, open_engine_implementation
-from kvspec.conformance.transport.jsonl import AdapterProtocolError
+from kvspec.conformance.transport.jsonl import AdapterProtocolError, reuse_children
 from kvspec.conformance.transport.process import group_members
 from kvspec.conformance.workloads import Workload, seed_workloads, setup_of, workloads
 from kvspec.reference.requests import RequestSpec
@@ -416,3 +416,18 @@ def test_abi_md_request_level_example_is_what_the_port_answers(lib: CAbiLibrary)
             EngineOutcome.model_validate_json(got)
     finally:
         s.close()
+
+
+def test_host_process_serves_fresh_sessions_one_after_another(build_env: None, manifest: Manifest) -> None:
+    """The C ABI host announces multi_session: a pooled host opens a new handle
+    for the next session, which starts from nothing (event ids from 0)."""
+    w = seed_workloads()[0]
+    with reuse_children() as pool:
+        firsts = []
+        for _ in range(2):
+            impl = open_engine_implementation(manifest, PORT, w.setup)
+            out = impl.run_sequential(w.requests[:2])
+            firsts.append(out[0].events[0].event_id)
+            impl.close()
+        assert pool.reused == 1
+    assert firsts == [0, 0]
