@@ -373,3 +373,27 @@ def test_crash_keeps_the_childs_last_words() -> None:
 def test_version_1_child_cannot_open_a_request_level_session(mode: str, pattern: str) -> None:
     with pytest.raises(AdapterError, match=pattern):
         open_engine_implementation(broken(mode), BROKEN, SETUP)
+
+
+# ------------------------------------------------------------------ kvspec replay of a request workload
+
+
+def test_kvspec_replay_runs_a_request_workload_through_v2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kvspec.cli import main as cli_main
+    from kvspec.conformance.workloads import Workload
+
+    w = Workload(setup=setup_of(6, 4), requests=[RequestSpec(prompt=list(range(1, 9)), max_tokens=1)] * 2)
+    path = tmp_path / "requests-VLLM-PREFIX-HIT.jsonl"
+    path.write_text(w.to_jsonl())
+    assert cli_main(["replay", str(path), "--impl", "adapters/reference_jsonl"]) == 0
+    assert "conforms" in capsys.readouterr().out
+    monkeypatch.setenv("KVSPEC_ADAPTER_VARIANT", "")
+    assert cli_main(["replay", str(path), "--impl", "adapters/mutants/prefix_hit_uncapped"]) == 1
+    out = capsys.readouterr().out
+    assert "[VLLM-PREFIX-HIT] (NOT DECLARED)" in out and "8 cached tokens" in out
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"kvspec":"request-workload","version":1,"setup":{"manager":{"profile":"vllm","capacity":1}}}\n')
+    assert cli_main(["replay", str(bad), "--impl", "adapters/reference_jsonl"]) == 2
+    assert "cannot run" in capsys.readouterr().out
