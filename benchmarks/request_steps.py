@@ -145,7 +145,7 @@ def main() -> int:
         "vllm_c_port (v2, FFI in-process)": "ffi",
         "vllm_c_port (v2, host process)": "process",
     }
-    workloads = {"sequential": (traffic(60), False), "concurrent": (traffic(24), True)}
+    workloads = {"sequential": (traffic(60), False), "concurrent": (traffic(120, seed=12), True)}
     rates: dict[tuple[str, str], float] = {}
     for wname, (reqs, concurrent) in workloads.items():
         calls_seen: set[int] = set()
