@@ -30,6 +30,7 @@ test: setup
 	$(BIN)/kvspec prove
 	$(BIN)/pytest conformance --impl=adapters/reference_jsonl --hypothesis-profile=$(HYPOTHESIS_PROFILE)
 	$(BIN)/pytest conformance --impl=adapters/c_port --hypothesis-profile=$(HYPOTHESIS_PROFILE)
+	$(BIN)/pytest conformance --impl=adapters/vllm_c_port --hypothesis-profile=$(HYPOTHESIS_PROFILE)
 	$(BIN)/pytest conformance --impl=adapters/rust_mocker
 	$(BIN)/kvspec mutants
 

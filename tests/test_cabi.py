@@ -112,7 +112,7 @@ def use_op(*seqs: int, tokens: bool = False) -> Use:
 
 def test_library_builds_and_reports_its_abi_version(lib: CAbiLibrary) -> None:
     assert lib.path.is_file()
-    assert lib.dll.kvspec_abi_version() == cabi.ABI_VERSION == 1
+    assert lib.dll.kvspec_abi_version() == cabi.ABI_VERSION == 2
 
 
 def test_second_build_is_a_cache_hit(lib: CAbiLibrary, manifest: Manifest, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -169,7 +169,7 @@ def test_protocol_error_reply_is_typed() -> None:
         ("slow_handshake", r"no reply to hello \(the handshake\) within 1 s"),
         ("garbage_handshake", r"reply to hello is not valid JSON .*'Loading model weights\.\.\. done'"),
         ("refuse", r"refused the handshake \(unsupported_config\): capacity above 1024"),
-        ("bad_version", r"chose protocol version 99, which the parent did not offer \(offered \[1\]\)"),
+        ("bad_version", r"chose protocol version 99, which the parent did not offer \(offered \[1, 2\]\)"),
         ("wrong_profile", r"runs profile 'legacy' but was configured with 'kvbm'"),
         (
             "fewer_capabilities",

@@ -32,16 +32,17 @@ from kvspec.conformance.transport.jsonl import (
     encode_hello,
     encode_request,
     expand_command,
+    offered_versions,
     reuse_children,
 )
 from kvspec.conformance.transport.process import group_members
 from kvspec.spec.config import ManagerConfig, OffloadConfig
+from kvspec.spec.engine_wire import ENGINE_OPS, EngineConfig, parse_engine_operation
 from kvspec.spec.errors import AdapterError, ConfigError
 from kvspec.spec.protocol import (
     CHILD_MESSAGES,
     PARENT_MESSAGES,
     SCHEMA_PATH,
-    SUPPORTED_VERSIONS,
     protocol_schema,
 )
 from kvspec.spec.scenario import all_scenarios
@@ -133,7 +134,7 @@ EXAMPLES = doc_examples()
 
 
 def test_protocol_md_has_the_documented_examples() -> None:
-    assert len(EXAMPLES) == 5
+    assert len(EXAMPLES) == 7  # five of version 1, two request-level sessions of version 2
     assert sum(len(lines) for _, lines in EXAMPLES) > 30
 
 
@@ -177,8 +178,12 @@ def test_protocol_md_parent_lines_are_what_the_parent_writes(info: str, lines: l
         if direction != "→":
             continue
         msg = json.loads(line)
-        if msg.get("type") == "hello" and tuple(msg["versions"]) == SUPPORTED_VERSIONS:
-            assert encode_hello(ManagerConfig.model_validate(msg["config"])).decode() == line
+        if msg.get("type") == "hello":
+            engine = EngineConfig.model_validate(msg["engine"]) if "engine" in msg else None
+            if tuple(msg["versions"]) == offered_versions(engine):
+                assert encode_hello(ManagerConfig.model_validate(msg["config"]), engine).decode() == line
+        elif "op" in msg and msg["op"]["op"] in ENGINE_OPS:
+            assert encode_request(msg["id"], parse_engine_operation(msg["op"])).decode() == line
         elif "op" in msg:
             assert encode_request(msg["id"], parse_operation(msg["op"])).decode() == line
 
@@ -259,7 +264,7 @@ def test_handshake_and_clean_close() -> None:
     config = ManagerConfig(profile="legacy", capacity=2, eviction="lru")
     impl = JsonlImplementation(load_manifest(JSONL_DIR), JSONL_DIR, config)
     assert impl.ready is not None
-    assert impl.ready.protocol == 1
+    assert impl.ready.protocol == 2  # offered [1, 2]: the newest both speak
     assert impl.ready.profile == "legacy"
     assert impl.ready.name.startswith("kvspec reference model")
     pgid = impl.pgid
@@ -271,20 +276,21 @@ def test_handshake_and_clean_close() -> None:
 
 
 def test_reference_jsonl_claims_what_the_reference_claims() -> None:
-    """Everything but the request level, which protocol version 1 does not carry."""
+    """Everything, the request level included (protocol version 2 carries it)."""
     jsonl, ref = load_manifest(JSONL_DIR), load_manifest(REFERENCE_DIR)
     assert jsonl.kind == "subprocess"
     assert jsonl.profile == ref.profile
-    assert jsonl.capabilities == ref.capabilities.model_copy(update={"request_level": False})
+    assert jsonl.capabilities == ref.capabilities
+    assert jsonl.start.requests is None  # the request level goes through the protocol, not a Python factory
 
 
 def test_manifest_claiming_more_than_the_child_announces_fails_the_handshake() -> None:
     manifest = load_manifest(JSONL_DIR)
-    caps = manifest.capabilities.model_copy(update={"request_level": True, "max_capacity": 2_000_000})
+    caps = manifest.capabilities.model_copy(update={"reset": True, "max_capacity": 2_000_000})
     lying = manifest.model_copy(update={"capabilities": caps})
     with pytest.raises(
         AdapterError,
-        match=r"declares capabilities the adapter's handshake does not: request_level, "
+        match=r"declares capabilities the adapter's handshake does not: reset, "
         r"max_capacity >= 2000000 \(announces 1000000\)",
     ):
         JsonlImplementation(lying, JSONL_DIR, ManagerConfig(capacity=2))

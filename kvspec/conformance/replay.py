@@ -12,6 +12,11 @@ that cannot be started or crashes, is exit 2.
 The recorded expectations are not what is checked (the current model is);
 when the current model disagrees with them the spec or the model changed
 since the file was written, and the replay says so.
+
+A request-workload file (what the request-level layer writes for a finding,
+``conformance/workloads.py``) is replayed by ``request_replay``: the same
+checks, through protocol version 2 for a subprocess or C ABI adapter
+(default adapter: ``reference_requests``).
 """
 
 from __future__ import annotations
@@ -70,7 +75,9 @@ def replay(rf: ReplayFile, impl_dir: Path, *, protocol_only: bool | None = None)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("file", type=Path, help="replay file (JSON lines) written by a failing lockstep run")
+    parser.add_argument(
+        "file", type=Path, help="replay file (JSON lines) of a failing lockstep run, or a request-workload file"
+    )
     parser.add_argument(
         "--impl",
         default=None,
@@ -85,6 +92,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from .request_replay import DEFAULT_IMPL, is_request_workload, replay_files
+
+    if is_request_workload(args.file):
+        return replay_files([args.file], args.impl or DEFAULT_IMPL)
     try:
         rf = load_replay(args.file)
     except ReplayFileError as e:

@@ -1,8 +1,11 @@
 """The request-level layer: workloads of requests against any adapter that takes them.
 
 It runs for every adapter declaring ``request_level`` (and the ``vllm``
-profile): the bundled ``adapters/reference_requests`` (the reference model's
-request driver) and ``adapters/rust_mocker`` (the Dynamo mocker wheel).
+profile): in-process ones such as ``adapters/reference_requests`` (the
+reference model's request driver) and ``adapters/rust_mocker`` (the Dynamo
+mocker wheel), and subprocess or C ABI ones through the request-level
+messages of protocol version 2 (``adapters/reference_jsonl``,
+``adapters/vllm_c_port``).
 
 One exploration per session drives the implementation with workloads: the
 seed workloads (``conformance.workloads.seed_workloads``), the adapter's own

@@ -30,9 +30,11 @@ A request may only be as large as the pool: ``prompt + max_tokens - 1`` tokens
 must fit in ``capacity * block_size`` (the Dynamo mocker stalls forever on a
 request whose decode outgrows its pool); the driver refuses larger ones.
 
-``SequentialRun`` runs requests one after another. ``interleave`` runs a batch
-concurrently, one engine step per request in turn, admitting a request only
-when its whole budget is guaranteed (no preemption), for protocol checks.
+``run_sequential`` runs requests one after another. ``RequestEngine`` takes
+requests and runs them by engine steps, one step per running request in
+turn, admitting a request only when its whole budget is guaranteed (no
+preemption); ``interleave`` runs a batch concurrently on it, for protocol
+checks.
 """
 
 from __future__ import annotations
@@ -46,13 +48,12 @@ import xxhash
 from pydantic import Field, model_validator
 
 from kvspec.spec.config import ManagerConfig
+from kvspec.spec.engine_wire import MAX_TOKENS_LIMIT
 from kvspec.spec.errors import ConfigError
 from kvspec.spec.hashing import block_hashes, local_block_hash, sequence_hash
-from kvspec.spec.wire import U32, BlockRef, Deref, FullBlock, KvEvent, PartialBlock, Plh, Promote, Use, Wire
+from kvspec.spec.wire import U32, BlockRef, Deref, FullBlock, KvEvent, PartialBlock, Plh, Promote, Reset, Use, Wire
 
 from .vllm_pool import SPEC_VARIANT, HostBlock, PoolVariant, VllmPoolModel
-
-MAX_TOKENS_LIMIT = 4096
 
 
 class RequestSpec(Wire):
@@ -140,6 +141,11 @@ class RequestDriver:
         self.decode = decode
         self.block_size = model.block_size
 
+    def hit_cap(self, num_tokens: int) -> int:
+        """The most prompt blocks a prefix hit may cover: whole blocks of at
+        most ``num_tokens - 1`` tokens (VLLM-PREFIX-HIT)."""
+        return (num_tokens - 1) // self.block_size
+
     def budget_blocks(self, req: RequestSpec) -> int:
         """Physical blocks the request holds at its peak."""
         tokens = len(req.prompt) + req.max_tokens - 1
@@ -172,7 +178,7 @@ class RequestDriver:
         n = len(req.prompt)
         hashes = block_hashes(req.prompt, bs)
         full = len(hashes)
-        cap = (n - 1) // bs
+        cap = self.hit_cap(n)
         uid = f"r{index}"
         # ---- prefill
         seq_list = [s for s, _ in hashes]
@@ -305,45 +311,136 @@ def run_sequential(
     return out
 
 
-def interleave(
-    setup: PoolSetup, requests: Sequence[RequestSpec], decode: DecodeHashes | None = None
-) -> tuple[list[RequestResult], list[KvEvent]]:
-    """Run ``requests`` concurrently: each round, every running request takes
-    one engine step, in admission order; a waiting request is admitted (in
-    arrival order) when its whole budget fits beside the running ones'
-    remaining budgets. Returns each request's result and the whole stream."""
-    for i, r in enumerate(requests):
-        setup.check_fits(i, r)
-    driver = make_driver(setup, decode)
-    model = driver.model
-    waiting = list(range(len(requests)))
-    running: dict[int, RequestSteps] = {}
-    held: dict[int, int] = {}
-    results: dict[int, RequestResult] = {}
-    stream: list[KvEvent] = []
+@dataclass(slots=True)
+class Finished:
+    """A request that finished in one engine call: its id, its result, and
+    whether it was refused at admission (it can never fit the pool)."""
 
-    def budget_left() -> int:
-        c = model.counters()
-        return c.free_blocks + c.inactive_blocks - sum(driver.budget_blocks(requests[i]) - held[i] for i in running)
+    request_id: str
+    spec: RequestSpec
+    result: RequestResult
+    rejected: bool = False
 
-    while waiting or running:
-        while waiting and driver.budget_blocks(requests[waiting[0]]) <= budget_left():
-            i = waiting.pop(0)
-            running[i] = driver.steps(i, requests[i])
-            held[i] = 0
-        if not running:
-            raise ConfigError(f"request {waiting[0]} can never be admitted")
-        for i in list(running):
-            before = model.counters()
+
+@dataclass(slots=True)
+class EngineCall:
+    """What one engine call did: the events it published, in order, and the
+    requests that finished."""
+
+    events: list[KvEvent] = field(default_factory=list)
+    finished: list[Finished] = field(default_factory=list)
+
+
+class RequestEngine:
+    """The reference engine: requests are added, then run by steps.
+
+    Each ``step()`` first admits waiting requests in arrival order while the
+    next one's whole budget (``budget_blocks``) fits beside the running
+    requests' remaining budgets (so no request ever blocks and none is
+    preempted), then lets every running request take one engine step, in
+    admission order (a request whose generator is exhausted has freed its
+    blocks and finishes in that step). A request that can never fit the pool
+    is refused at ``add`` (it finishes at once, rejected). This is the
+    engine behind the JSON-lines server's request-level sessions
+    (spec/PROTOCOL.md, version 2) and behind ``interleave``.
+    """
+
+    def __init__(self, setup: PoolSetup, driver: RequestDriver) -> None:
+        self.setup = setup
+        self.driver = driver
+        self.model: VllmPoolModel = driver.model
+        self.specs: list[RequestSpec] = []
+        self.ids: dict[str, int] = {}
+        self.waiting: list[int] = []
+        self.running: dict[int, RequestSteps] = {}
+        self.held: dict[int, int] = {}
+
+    def _budget_left(self) -> int:
+        c = self.model.counters()
+        return (
+            c.free_blocks
+            + c.inactive_blocks
+            - sum(self.driver.budget_blocks(self.specs[i]) - self.held[i] for i in self.running)
+        )
+
+    def add(self, request_id: str, spec: RequestSpec) -> EngineCall:
+        """Queue a request (ConfigError for an id already in use)."""
+        if request_id in self.ids:
+            raise ConfigError(f"request id {request_id!r} is already in use in this session")
+        index = len(self.specs)
+        self.ids[request_id] = index
+        self.specs.append(spec)
+        try:
+            self.setup.check_fits(index, spec)
+        except ConfigError:
+            return EngineCall(finished=[Finished(request_id, spec, RequestResult(cached_tokens=0), rejected=True)])
+        self.waiting.append(index)
+        return EngineCall()
+
+    def step(self) -> EngineCall:
+        """One engine step (see the class docstring)."""
+        while self.waiting and self.driver.budget_blocks(self.specs[self.waiting[0]]) <= self._budget_left():
+            i = self.waiting.pop(0)
+            self.running[i] = self.driver.steps(i, self.specs[i])
+            self.held[i] = 0
+        if self.waiting and not self.running:
+            raise ConfigError(f"request {self.waiting[0]} can never be admitted")
+        names = list(self.ids)
+        out = EngineCall()
+        for i in list(self.running):
+            before = self.model.counters()
             try:
-                events = next(running[i])
+                events = next(self.running[i])
             except StopIteration as stop:
-                results[i] = stop.value
-                del running[i], held[i]
+                out.finished.append(Finished(names[i], self.specs[i], stop.value))
+                del self.running[i], self.held[i]
                 continue
             if events is None:
                 raise ConfigError(f"request {i} blocked although its budget was reserved")
-            after = model.counters()
-            held[i] += after.active_blocks - before.active_blocks
-            stream.extend(events)
-    return [results[i] for i in range(len(requests))], stream
+            after = self.model.counters()
+            self.held[i] += after.active_blocks - before.active_blocks
+            out.events.extend(events)
+        return out
+
+    def reset_prefix_cache(self) -> tuple[bool, EngineCall]:
+        """The prefix-cache reset (CLEAR-ALL): whether it happened, and its events."""
+        step = self.model.apply(Reset())
+        return step.result.value is True, EngineCall(events=list(step.events))
+
+    @property
+    def idle(self) -> bool:
+        return not self.waiting and not self.running
+
+
+def make_engine(
+    setup: PoolSetup,
+    decode: DecodeHashes | None = None,
+    variant: PoolVariant = SPEC_VARIANT,
+    driver_type: type[RequestDriver] = RequestDriver,
+    model_type: type[VllmPoolModel] = VllmPoolModel,
+) -> RequestEngine:
+    """A reference engine on a fresh model; ``driver_type`` and ``model_type``
+    let a request-level mutant (``adapters/mutants/request_bugs.py``) swap
+    the request driver or the pool."""
+    model = model_type(setup.manager, host_blocks=setup.host_blocks, variant=variant)
+    return RequestEngine(setup, driver_type(model, decode or SyntheticDecode(setup.manager.block_size)))
+
+
+def interleave(
+    setup: PoolSetup, requests: Sequence[RequestSpec], decode: DecodeHashes | None = None
+) -> tuple[list[RequestResult], list[KvEvent]]:
+    """Run ``requests`` concurrently on a ``RequestEngine``: all are added,
+    then it steps until every one has finished. Returns each request's
+    result and the whole stream."""
+    for i, r in enumerate(requests):
+        setup.check_fits(i, r)
+    engine = make_engine(setup, decode)
+    for i, r in enumerate(requests):
+        engine.add(f"r{i}", r)
+    results: dict[str, RequestResult] = {}
+    stream: list[KvEvent] = []
+    while not engine.idle:
+        call = engine.step()
+        stream.extend(call.events)
+        results.update((f.request_id, f.result) for f in call.finished)
+    return [results[f"r{i}"] for i in range(len(requests))], stream

@@ -1,7 +1,8 @@
 /*
  * kvspec_abi.h -- the C ABI a KV-cache block manager exposes to kvspec.
  *
- * ABI version 1. See spec/ABI.md for the walkthrough.
+ * ABI version 2 (version 1 plus request-level sessions). See spec/ABI.md
+ * for the walkthrough.
  *
  * WHY JSON over a C ABI: the conformance suite drives the implementation with
  * the same wire messages it uses everywhere else (spec/wire.py, JSON Schemas
@@ -16,6 +17,15 @@
  *                             result or error (rule id + message), the
  *                             counters after the operation, the events it
  *                             published in order.
+ *   Version 2, request-level sessions (a handle from kvspec_open_engine):
+ *   - engine  (kvspec_open_engine): an EngineConfig (spec/schema/engine_config.json)
+ *   - request (kvspec_call):  one request-level operation
+ *                             (spec/schema/engine_operation.json), e.g.
+ *                             {"op":"add_request","request_id":"r0","prompt":[1,2,3],"max_tokens":4}
+ *                             or {"op":"step"}
+ *   - reply   (kvspec_call):  one EngineOutcome (spec/schema/engine_outcome.json):
+ *                             the requests that finished, how many are running
+ *                             and waiting, the counters, the events published.
  *   Integers that are hashes are unsigned 64-bit and must round-trip exactly:
  *   parse them as u64, never through a double.
  *
@@ -41,8 +51,14 @@
 extern "C" {
 #endif
 
-/* The ABI version this header describes; kvspec_abi_version() must return it. */
-#define KVSPEC_ABI_VERSION 1
+/* The ABI version this header describes; kvspec_abi_version() must return
+ * the version the library implements. Version 2 is version 1 plus the
+ * optional kvspec_open_engine (a library without a request level may
+ * return 2 and not export it). A library written for version 1 keeps
+ * working unchanged; building it with -DKVSPEC_ABI_VERSION=1 pins it. */
+#ifndef KVSPEC_ABI_VERSION
+#define KVSPEC_ABI_VERSION 2
+#endif
 
 /* Return codes of kvspec_call (negative; a non-negative value is a length). */
 #define KVSPEC_E_REQUEST (-1)  /* request is not JSON or not an Operation; state untouched;
@@ -65,6 +81,16 @@ int kvspec_abi_version(void);
  * not have); then err (if not NULL and err_len > 0) holds a NUL-terminated
  * message, truncated to err_len - 1 bytes. */
 kvspec_handle *kvspec_open(const char *config_json, char *err, size_t err_len);
+
+/* Version 2, optional (export it only if the library has a request level):
+ * open one request-level engine. config_json is the ManagerConfig of its
+ * device pool (profile "vllm"), engine_json an EngineConfig (the host tier:
+ * {"host_blocks": N} or {"host_blocks": null}). kvspec_call on the handle
+ * then takes request-level operations and writes EngineOutcome replies,
+ * with the same return codes and the same "too small" protocol; a block
+ * operation on it is KVSPEC_E_REQUEST. Returns NULL with a message in err,
+ * as kvspec_open does, when the configuration is not valid or not supported. */
+kvspec_handle *kvspec_open_engine(const char *config_json, const char *engine_json, char *err, size_t err_len);
 
 /* Apply one operation and write its StepOutcome into reply.
  *

@@ -10,9 +10,17 @@ reply against them, and the reference server
 
 Messages, one JSON object per line:
 
-    parent -> child   Hello, Request, Bye
+    parent -> child   Hello, Request (or, version 2, EngineRequest), Bye
     child  -> parent  Ready or Refused (answering Hello), then per Request
-                      an OutcomeReply or an ErrorReply
+                      an OutcomeReply (per EngineRequest an EngineOutcomeReply)
+                      or an ErrorReply
+
+Version 2 adds request-level sessions (``spec.engine_wire``): a ``hello``
+carrying ``engine`` opens one, and its requests are whole-request operations
+(add a request, run a scheduler step, reset the prefix cache). Everything
+version 1 defines is unchanged, so a version-1 child keeps working: the
+parent offers both versions for block-level sessions and only version 2 for
+request-level ones.
 
 Two kinds of errors are kept apart on purpose. An operation the *spec*
 rejects is an ordinary outcome: ``OutcomeReply.outcome.error`` carries the
@@ -32,14 +40,17 @@ from pydantic import Field
 from pydantic.json_schema import models_json_schema
 
 from .config import ManagerConfig, ProfileName
+from .engine_wire import EngineConfig, EngineOperation, EngineOutcome
 from .manifest import Capabilities
 from .wire import Operation, StepOutcome, Wire
 
-#: The protocol version this module describes (an integer; see PROTOCOL.md
-#: "Versions"). Any change to a message's shape makes a new version.
-PROTOCOL_VERSION = 1
+#: The newest protocol version this module describes (an integer; see
+#: PROTOCOL.md "Versions"). Any change to a message's shape makes a new version.
+PROTOCOL_VERSION = 2
 #: Every version this package can speak, oldest first.
-SUPPORTED_VERSIONS: tuple[int, ...] = (1,)
+SUPPORTED_VERSIONS: tuple[int, ...] = (1, 2)
+#: The first version with request-level sessions (``Hello.engine``).
+ENGINE_VERSION = 2
 
 #: Largest request line (bytes, without the newline) a parent may send; a
 #: child must accept lines up to this size.
@@ -65,6 +76,10 @@ class Hello(Wire):
     versions: Annotated[list[Annotated[int, Field(ge=1, strict=True)]], Field(min_length=1)]
     #: the manager to build (spec/config.py)
     config: ManagerConfig
+    #: version 2: present only in a request-level session (the parent then
+    #: offers only versions >= 2); the parent leaves it out otherwise, so a
+    #: block-level hello is byte for byte the version-1 one
+    engine: EngineConfig | None = None
 
 
 class Ready(Wire):
@@ -121,6 +136,20 @@ class OutcomeReply(Wire):
     outcome: StepOutcome
 
 
+class EngineRequest(Wire):
+    """Version 2: one request-level operation of a request-level session."""
+
+    id: RequestId
+    op: EngineOperation
+
+
+class EngineOutcomeReply(Wire):
+    """Version 2: the child applied a request-level operation."""
+
+    id: RequestId
+    outcome: EngineOutcome
+
+
 ProtocolErrorCode = Literal["malformed_request", "unsupported_op", "unexpected_message", "internal_error"]
 
 
@@ -145,8 +174,8 @@ class Bye(Wire):
     type: Literal["bye"]
 
 
-PARENT_MESSAGES: tuple[type[Wire], ...] = (Hello, Request, Bye)
-CHILD_MESSAGES: tuple[type[Wire], ...] = (Ready, Refused, OutcomeReply, ErrorReply)
+PARENT_MESSAGES: tuple[type[Wire], ...] = (Hello, Request, EngineRequest, Bye)
+CHILD_MESSAGES: tuple[type[Wire], ...] = (Ready, Refused, OutcomeReply, EngineOutcomeReply, ErrorReply)
 
 
 # --------------------------------------------------------------------------
@@ -173,7 +202,7 @@ def protocol_schema() -> dict[str, Any]:
     defs["ParentMessage"] = {"oneOf": [{"$ref": f"#/$defs/{m.__name__}"} for m in PARENT_MESSAGES]}
     defs["ChildMessage"] = {"oneOf": [{"$ref": f"#/$defs/{m.__name__}"} for m in CHILD_MESSAGES]}
     return {
-        "title": f"kvspec JSON-lines adapter protocol, version {PROTOCOL_VERSION}",
+        "title": f"kvspec JSON-lines adapter protocol, versions {', '.join(map(str, SUPPORTED_VERSIONS))}",
         "description": "One JSON object per line over the child's stdin/stdout; see spec/PROTOCOL.md.",
         "oneOf": [{"$ref": "#/$defs/ParentMessage"}, {"$ref": "#/$defs/ChildMessage"}],
         "$defs": dict(sorted(defs.items())),

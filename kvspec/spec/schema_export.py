@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from .config import ManagerConfig
+from .engine_wire import EngineConfig, EngineOperation, EngineOutcome
 from .manifest import Manifest
 from .protocol import protocol_schema
 from .scenario import Scenario
@@ -33,6 +34,9 @@ def _schemas() -> dict[str, Callable[[], dict[str, Any]]]:
         "scenario.json": Scenario.model_json_schema,
         "adapter_manifest.json": Manifest.model_json_schema,
         "protocol.json": protocol_schema,
+        "engine_config.json": EngineConfig.model_json_schema,
+        "engine_operation.json": lambda: TypeAdapter(EngineOperation).json_schema(),
+        "engine_outcome.json": EngineOutcome.model_json_schema,
     }
 
 

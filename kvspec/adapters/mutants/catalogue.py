@@ -25,6 +25,7 @@ from . import legacy_bugs as lg
 from . import lifecycle_bugs as lc
 from . import offload_bugs as off
 from . import policy_bugs as pol
+from . import request_bugs as rq
 
 R = RuleId
 G1: tuple[ProfileName, ...] = ("kvbm", "atomic")
@@ -52,6 +53,8 @@ class Mutant:
         if config.profile not in self.profiles:
             return make_model(config)
         cls = self.legacy if config.profile == "legacy" else self.g1
+        if cls is None and self.id in rq.BY_ID:  # a request-level mutant: block level is the reference
+            return make_model(config)
         assert cls is not None, f"mutant {self.id} lists profile {config.profile} without a model for it"
         return cls(config)
 
@@ -372,6 +375,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         g1=off.SwapInParentDropped,
         needs=("offload", "swap_in"),
     ),
+    *(_m(m.id, m.description, ("vllm",), m.rule, needs=m.needs) for m in rq.REQUEST_MUTANTS),  # request_bugs.py
 )
 
 MUTANTS: dict[str, Mutant] = {m.id: m for m in CATALOGUE}

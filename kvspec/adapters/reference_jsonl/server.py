@@ -5,13 +5,24 @@ example for anyone writing an adapter in another language: read ``hello``,
 answer ``ready`` (or ``refused``), then answer one line per request until
 ``bye`` or end of input. See spec/PROTOCOL.md.
 
+It speaks versions 1 and 2. A ``hello`` with ``engine`` opens a
+request-level session (version 2): the reference engine
+(``engine_session.py``) answers ``add_request`` / ``step`` /
+``reset_prefix_cache``; otherwise the session is block-level, as in version 1.
+
 The capabilities it announces are those of ``adapters/reference`` (it runs
-the same model) minus the request level, so the handshake check in the parent catches a
-``reference_jsonl/manifest.toml`` that claims more than the model has.
+the same model), with the request level only under version 2, so the
+handshake check in the parent catches a ``reference_jsonl/manifest.toml``
+that claims more than the model has.
+
+``--mutant NAME`` runs the request driver of a request-level mutant
+(``adapters/mutants/request_bugs.py``) in request-level sessions; the
+mutant campaign serves those mutants through this server.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -23,10 +34,14 @@ from pydantic import ValidationError
 from kvspec.adapters.reference.adapter import outcome_of
 from kvspec.conformance.manifest import Capabilities, _builtin_adapters_dir, load_manifest
 from kvspec.reference import make_model
+from kvspec.reference.requests import RequestDriver
+from kvspec.reference.vllm_pool import VllmPoolModel
 from kvspec.spec.errors import ConfigError
 from kvspec.spec.protocol import (
+    ENGINE_VERSION,
     MAX_REQUEST_BYTES,
     SUPPORTED_VERSIONS,
+    EngineRequest,
     ErrorReply,
     HandshakeError,
     Hello,
@@ -36,14 +51,16 @@ from kvspec.spec.protocol import (
     Request,
 )
 
+from .engine_session import EngineSession
+
 NAME = "kvspec reference model (JSON lines)"
 
 
-def _capabilities() -> Capabilities:
-    """The reference adapter's capabilities, except the request level: protocol
-    version 1 carries block operations only."""
+def _capabilities(protocol: int) -> Capabilities:
+    """The reference adapter's capabilities; the request level only under a
+    version that carries it (version 1 has block operations only)."""
     caps = load_manifest(_builtin_adapters_dir() / "reference").capabilities
-    return caps.model_copy(update={"request_level": False})
+    return caps.model_copy(update={"request_level": caps.request_level and protocol >= ENGINE_VERSION})
 
 
 def _brief(err: ValidationError) -> str:
@@ -55,9 +72,19 @@ def _brief(err: ValidationError) -> str:
 class Server:
     """One session: the handshake, then requests until bye or EOF."""
 
-    def __init__(self, rfile: IO[bytes], wfile: IO[bytes]) -> None:
+    def __init__(
+        self,
+        rfile: IO[bytes],
+        wfile: IO[bytes],
+        *,
+        driver_type: type[RequestDriver] = RequestDriver,
+        model_type: type[VllmPoolModel] = VllmPoolModel,
+    ) -> None:
         self.rfile = rfile
         self.wfile = wfile
+        self.driver_type = driver_type
+        self.model_type = model_type
+        self.sessions = 0
 
     def send(self, data: bytes) -> None:
         self.wfile.write(data + b"\n")
@@ -83,7 +110,8 @@ class Server:
         return 1
 
     def handshake(self, line: bytes | None) -> Any | None:
-        """Answer a hello line; return the new model, or None after a refusal."""
+        """Answer a hello line; return the new model (an ``EngineSession`` for a
+        request-level session), or None after a refusal."""
         if line is None:
             return None
         try:
@@ -91,12 +119,24 @@ class Server:
         except ValidationError as e:
             self.refuse("unsupported_config", f"not a valid hello: {_brief(e)}")
             return None
-        common = set(hello.versions) & set(SUPPORTED_VERSIONS)
+        speaks = [v for v in SUPPORTED_VERSIONS if hello.engine is None or v >= ENGINE_VERSION]
+        common = set(hello.versions) & set(speaks)
         if not common:
-            self.refuse("unsupported_version", f"speaks versions {list(SUPPORTED_VERSIONS)}, offered {hello.versions}")
+            what = "request-level sessions in versions" if hello.engine is not None else "versions"
+            self.refuse("unsupported_version", f"speaks {what} {speaks}, offered {hello.versions}")
             return None
+        self.sessions += 1
         try:
-            model = make_model(hello.config)
+            if hello.engine is not None:
+                model: Any = EngineSession(
+                    hello.config,
+                    hello.engine,
+                    salt=self.sessions,
+                    driver_type=self.driver_type,
+                    model_type=self.model_type,
+                )
+            else:
+                model = make_model(hello.config)
         except ConfigError as e:
             self.refuse("unsupported_config", str(e))
             return None
@@ -104,12 +144,13 @@ class Server:
             traceback.print_exc()
             self.refuse("internal_error", f"cannot build the model: {type(e).__name__}: {e}")
             return None
+        protocol = max(common)
         ready = Ready(
             type="ready",
             name=NAME,
-            protocol=max(common),
+            protocol=protocol,
             profile=hello.config.profile,
-            capabilities=_capabilities(),
+            capabilities=_capabilities(protocol),
             multi_session=True,
         )
         self.send(ready.model_dump_json(exclude_none=True).encode())
@@ -128,28 +169,54 @@ class Server:
             line = self.read_line()
             if line is None:
                 return 0
-            try:
-                req = Request.model_validate_json(line)
-            except ValidationError as e:
-                other = self._other_message(line, e)
-                if other == "bye":
-                    return 0
-                if other == "hello":  # a new session: a fresh manager (we announce multi_session)
-                    model = self.handshake(line)
-                    if model is None:
-                        return 1
-                continue
-            try:
-                outcome = outcome_of(model, req.op)
-            except Exception as e:  # a model bug, not a spec verdict
-                traceback.print_exc()
-                self.error(req.id, "internal_error", f"{type(e).__name__}: {e}")
-                continue
-            # null and absent mean the same in every optional field: leave them out
-            self.send(b'{"id":%d,"outcome":%s}' % (req.id, outcome.model_dump_json(exclude_none=True).encode()))
+            if isinstance(model, EngineSession):
+                other = self._engine_request(model, line)
+            else:
+                other = self._block_request(model, line)
+            if other == "bye":
+                return 0
+            if other == "hello":  # a new session: a fresh manager (we announce multi_session)
+                model = self.handshake(line)
+                if model is None:
+                    return 1
 
-    def _other_message(self, line: bytes, err: ValidationError) -> str | None:
-        """A line that is not a request: "bye", "hello", or None after answering a protocol error."""
+    def _block_request(self, model: Any, line: bytes) -> str | None:
+        """Answer one line of a block-level session; "bye" or "hello" if it is one."""
+        try:
+            req = Request.model_validate_json(line)
+        except ValidationError as e:
+            return self._other_message(line, e, engine=False)
+        try:
+            outcome = outcome_of(model, req.op)
+        except Exception as e:  # a model bug, not a spec verdict
+            traceback.print_exc()
+            self.error(req.id, "internal_error", f"{type(e).__name__}: {e}")
+            return None
+        # null and absent mean the same in every optional field: leave them out
+        self.send(b'{"id":%d,"outcome":%s}' % (req.id, outcome.model_dump_json(exclude_none=True).encode()))
+        return None
+
+    def _engine_request(self, session: EngineSession, line: bytes) -> str | None:
+        """Answer one line of a request-level session; "bye" or "hello" if it is one."""
+        try:
+            req = EngineRequest.model_validate_json(line)
+        except ValidationError as e:
+            return self._other_message(line, e, engine=True)
+        try:
+            outcome = session.apply(req.op)
+        except ConfigError as e:  # an id already in use: the request cannot be applied
+            self.error(req.id, "malformed_request", str(e))
+            return None
+        except Exception as e:  # a model bug, not a spec verdict
+            traceback.print_exc()
+            self.error(req.id, "internal_error", f"{type(e).__name__}: {e}")
+            return None
+        self.send(b'{"id":%d,"outcome":%s}' % (req.id, outcome.model_dump_json(exclude_none=True).encode()))
+        return None
+
+    def _other_message(self, line: bytes, err: ValidationError, *, engine: bool) -> str | None:
+        """A line that is not a request of this session: "bye", "hello", or
+        None after answering a protocol error."""
         try:
             obj = json.loads(line)
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -161,18 +228,46 @@ class Server:
             self.error(None, "unexpected_message", f"unexpected {obj['type']!r} message after the handshake")
             return None
         rid = obj.get("id") if isinstance(obj, dict) else None
-        self.error(rid, "malformed_request", _brief(err))
+        other = Request if engine else EngineRequest
+        try:
+            wrong = other.model_validate(obj)
+        except ValidationError:
+            self.error(rid, "malformed_request", _brief(err))
+            return None
+        if engine:
+            why = f"block operation {wrong.op.op!r} in a request-level session (its hello carried engine)"
+        else:
+            why = f"request-level operation {wrong.op.op!r} in a block-level session (its hello carried no engine)"
+        self.error(rid, "unexpected_message", why)
         return None
 
 
-def main() -> int:
+def _engine_types(mutant: str | None) -> tuple[type[RequestDriver], type[VllmPoolModel]]:
+    if mutant is None:
+        return RequestDriver, VllmPoolModel
+    from kvspec.adapters.mutants.request_bugs import engine_types
+
+    return engine_types(mutant)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Serve stdin/stdout. ``argv`` holds the options (none when a wrapper
+    script calls ``main()`` with a command line of its own)."""
+    parser = argparse.ArgumentParser(prog="python -m kvspec.adapters.reference_jsonl.server", description=__doc__)
+    parser.add_argument("--mutant", default=None, help="run this request-level mutant's driver (mutant campaign)")
+    args = parser.parse_args(argv or [])
+    try:
+        driver_type, model_type = _engine_types(args.mutant)
+    except ConfigError as e:
+        print(f"reference_jsonl server: {e}", file=sys.stderr)
+        return 2
     # Keep the protocol channel clean: fd 1 becomes stderr for anything that
     # prints, and the protocol writes to a private duplicate of the real stdout.
     proto_out = os.fdopen(os.dup(1), "wb", buffering=65536)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     try:
-        return Server(sys.stdin.buffer, proto_out).serve()
+        return Server(sys.stdin.buffer, proto_out, driver_type=driver_type, model_type=model_type).serve()
     except BrokenPipeError:
         return 0
     except KeyboardInterrupt:
@@ -180,4 +275,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -19,6 +19,11 @@ header, the flags and the compiler, so a second load is only a ``dlopen``.
 
 Either way every reply is validated against ``StepOutcome``; a reply that
 does not validate is an ``AdapterError`` naming the field.
+
+Opened with an ``EngineConfig`` (a request-level session, ABI and protocol
+version 2), the library's ``kvspec_open_engine`` opens the handle and
+``engine_call`` exchanges request-level operations for ``EngineOutcome``
+replies (``conformance.transport.engine`` drives workloads with it).
 """
 
 from __future__ import annotations
@@ -33,20 +38,24 @@ import sys
 import tempfile
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
 from kvspec.spec.config import ManagerConfig
+from kvspec.spec.engine_wire import EngineConfig, EngineOp, EngineOutcome
 from kvspec.spec.errors import AdapterError, ConfigError, WireError
 from kvspec.spec.manifest import Manifest
 from kvspec.spec.wire import Operation, StepOutcome, parse_operation
 
 from ..interface import Implementation
-from .cabi_host import declare_abi
+from .cabi_host import ABI_VERSIONS, ENGINE_VERSION, declare_abi, has_engine
 
-#: the ABI version this module speaks (KVSPEC_ABI_VERSION of spec/kvspec_abi.h)
-ABI_VERSION = 1
+if TYPE_CHECKING:
+    from .jsonl import JsonlImplementation
+
+#: the newest ABI version this module speaks (KVSPEC_ABI_VERSION of spec/kvspec_abi.h)
+ABI_VERSION = max(ABI_VERSIONS)
 #: return codes of kvspec_call (spec/kvspec_abi.h)
 E_REQUEST, E_HANDLE, E_ARG, E_INTERNAL = -1, -2, -3, -4
 _CODE_NAMES = {
@@ -192,19 +201,35 @@ class CAbiLibrary:
         except AttributeError as e:
             raise ConfigError(f"{path} does not export the kvspec ABI: {e}") from e
         version = dll.kvspec_abi_version()
-        if version != ABI_VERSION:
-            raise ConfigError(f"{path} implements kvspec ABI version {version}; this kvspec speaks {ABI_VERSION}")
+        if version not in ABI_VERSIONS:
+            raise ConfigError(
+                f"{path} implements kvspec ABI version {version}; this kvspec speaks {list(ABI_VERSIONS)}"
+            )
         self.path = path
+        self.version: int = version
+        #: exports kvspec_open_engine (ABI version 2 with a request level)
+        self.has_engine = version >= ENGINE_VERSION and has_engine(dll)
 
 
 class CAbiSession:
     """One open handle: ``call(request) -> reply`` with a caller-owned buffer
     that grows when the library says the reply does not fit."""
 
-    def __init__(self, lib: CAbiLibrary, config_json: str, reply_cap: int = _INITIAL_REPLY_CAP) -> None:
+    def __init__(
+        self, lib: CAbiLibrary, config_json: str, reply_cap: int = _INITIAL_REPLY_CAP, *, engine_json: str | None = None
+    ) -> None:
         self.lib = lib
         err = ctypes.create_string_buffer(_ERR_CAP)
-        handle = lib.dll.kvspec_open(config_json.encode(), err, _ERR_CAP)
+        if engine_json is None:
+            handle = lib.dll.kvspec_open(config_json.encode(), err, _ERR_CAP)
+        elif not lib.has_engine:
+            raise ConfigError(
+                f"{lib.path} has no request level: a request-level session needs ABI version {ENGINE_VERSION} "
+                f"and kvspec_open_engine (the library implements ABI version {lib.version}"
+                f"{'' if lib.version < ENGINE_VERSION else ' without kvspec_open_engine'})"
+            )
+        else:
+            handle = lib.dll.kvspec_open_engine(config_json.encode(), engine_json.encode(), err, _ERR_CAP)
         if not handle:
             raise ConfigError(f"kvspec_open refused the configuration: {err.value.decode(errors='replace')}")
         self.handle: int | None = handle
@@ -261,6 +286,17 @@ def parse_reply(raw: bytes) -> StepOutcome:
         ) from None
 
 
+def parse_engine_reply(raw: bytes) -> EngineOutcome:
+    """Validate a kvspec_call reply of a request-level session (an EngineOutcome)."""
+    try:
+        return EngineOutcome.model_validate_json(raw)
+    except ValidationError as e:
+        text = raw[:200].decode(errors="replace")
+        raise AdapterError(
+            f"c_abi reply does not match EngineOutcome: {summarize_validation(e)}; reply: {text!r}"
+        ) from None
+
+
 # --------------------------------------------------------------------------
 # The Implementation
 # --------------------------------------------------------------------------
@@ -279,22 +315,29 @@ class CAbiImplementation(Implementation):
         *,
         isolation: str | None = None,
         extra_cflags: tuple[str, ...] = (),
+        engine: EngineConfig | None = None,
     ) -> None:
         self.manifest = manifest
         self.config = config
+        #: set for a request-level session (ABI and protocol version 2)
+        self.engine = engine
         self.isolation = isolation or manifest.start.isolation
         self.library_path = build_library(manifest, adapter_dir, extra_cflags)
         self._session: CAbiSession | None = None
-        self._host: Implementation | None = None
+        self._host: JsonlImplementation | None = None
         self._dead: str | None = None
         if self.isolation == "inprocess":
-            self._session = CAbiSession(CAbiLibrary(self.library_path), config.model_dump_json())
+            self._session = CAbiSession(
+                CAbiLibrary(self.library_path),
+                config.model_dump_json(),
+                engine_json=engine.model_dump_json() if engine is not None else None,
+            )
         elif self.isolation == "process":
             self._host = self._start_host(Path(adapter_dir))
         else:
             raise ConfigError(f"{manifest.name}: unknown start.isolation {self.isolation!r}")
 
-    def _start_host(self, adapter_dir: Path) -> Implementation:
+    def _start_host(self, adapter_dir: Path) -> JsonlImplementation:
         from .jsonl import AdapterProtocolError, JsonlImplementation
 
         command = [
@@ -309,7 +352,7 @@ class CAbiImplementation(Implementation):
             update={"kind": "subprocess", "start": self.manifest.start.model_copy(update={"command": command})}
         )
         try:
-            return JsonlImplementation(host_manifest, adapter_dir, self.config)
+            return JsonlImplementation(host_manifest, adapter_dir, self.config, engine=self.engine)
         except AdapterProtocolError as e:
             if e.code != "unsupported_config":
                 raise
@@ -317,23 +360,36 @@ class CAbiImplementation(Implementation):
             raise ConfigError(f"kvspec_open refused the configuration: {e}") from None
 
     @property
-    def host(self) -> Implementation | None:
+    def host(self) -> JsonlImplementation | None:
         """The JSON-lines implementation driving the host process (isolation "process")."""
         return self._host
 
     def step(self, op: Operation) -> StepOutcome:
         if self._host is not None:
             return self._host.step(op)
+        if self.engine is not None:
+            raise ConfigError(f"adapter {self.manifest.name!r}: a request-level session takes no block operations")
+        return parse_reply(self._call(request_json(op)))
+
+    def engine_call(self, op: EngineOp) -> EngineOutcome:
+        """One request-level operation (spec.engine_wire) of a request-level session."""
+        if self._host is not None:
+            return self._host.engine_call(op)
+        if self.engine is None:
+            raise ConfigError(
+                f"adapter {self.manifest.name!r}: a block-level session takes no request-level operations"
+            )
+        return parse_engine_reply(self._call(op.model_dump_json().encode()))
+
+    def _call(self, req: bytes) -> bytes:
         if self._dead is not None:
             raise AdapterError(f"not usable after an earlier failure: {self._dead}")
         assert self._session is not None
-        req = request_json(op)
         try:
-            raw = self._session.call(req)
+            return self._session.call(req)
         except CAbiError as e:
             self._dead = str(e)
             raise AdapterError(f"adapter {self.manifest.name!r}: {e} (request: {req[:200].decode()!r})") from None
-        return parse_reply(raw)
 
     def close(self) -> None:
         if self._host is not None:

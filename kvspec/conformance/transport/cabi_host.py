@@ -12,7 +12,15 @@ per opened implementation, and importing pydantic would cost more than the
 whole test step; the parent validates every reply anyway.
 
 The host forwards each request's ``op`` to ``kvspec_call`` and each reply
-(already StepOutcome JSON) back verbatim inside ``{"id":N,"outcome":...}``.
+(already StepOutcome JSON, or EngineOutcome JSON in a request-level session)
+back verbatim inside ``{"id":N,"outcome":...}``. It speaks protocol versions
+1 and 2, as far as the library's ABI version allows: a ``hello`` carrying
+``engine`` (a request-level session, version 2) opens the library with
+``kvspec_open_engine``, which ABI version 2 libraries with a request level
+export. It announces ``multi_session``: a later ``hello`` closes the handle
+and opens a new one in the same process (the ABI promises that handles
+share nothing), so the suite can reuse a host instead of starting one per
+test (PROTOCOL.md 3.8).
 """
 
 from __future__ import annotations
@@ -24,8 +32,12 @@ import re
 import sys
 from typing import Any
 
-PROTOCOL_VERSION = 1
-ABI_VERSION = 1
+#: protocol versions the host speaks; the library's ABI version caps them
+PROTOCOL_VERSIONS = (1, 2)
+#: ABI versions the host loads (spec/kvspec_abi.h)
+ABI_VERSIONS = (1, 2)
+#: the first protocol and ABI version with request-level sessions
+ENGINE_VERSION = 2
 E_REQUEST = -1
 _ERR_CAP = 1024
 #: ``{"id":N,"op":{...}}`` exactly as JsonlImplementation writes it; the op's
@@ -46,7 +58,19 @@ def declare_abi(dll: Any) -> Any:
     dll.kvspec_call.restype = ctypes.c_int
     dll.kvspec_close.argtypes = [ctypes.c_void_p]
     dll.kvspec_close.restype = None
+    if has_engine(dll):  # ABI version 2, optional: request-level sessions
+        dll.kvspec_open_engine.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+        dll.kvspec_open_engine.restype = ctypes.c_void_p
     return dll
+
+
+def has_engine(dll: Any) -> bool:
+    """Does the library export ``kvspec_open_engine`` (a request level)?"""
+    try:
+        getattr(dll, "kvspec_open_engine")  # noqa: B009 - ctypes resolves symbols on attribute access
+    except AttributeError:
+        return False
+    return True
 
 
 def _load(path: str) -> Any:
@@ -60,6 +84,56 @@ def _send(out: Any, obj: dict[str, Any] | bytes) -> None:
 
 def _error(rid: Any, code: str, message: str) -> dict[str, Any]:
     return {"id": rid if isinstance(rid, int) and rid >= 1 else None, "error": {"code": code, "message": message}}
+
+
+def _refuse(out: Any, code: str, message: str) -> int:
+    _send(out, {"type": "refused", "error": {"code": code, "message": message}})
+    return 1
+
+
+def _open(out: Any, dll: Any, lib_path: str, name: str, caps_json: str, line: bytes) -> Any:
+    """Answer one hello line: the opened handle after ``ready``, or None after ``refused``."""
+    try:
+        hello = json.loads(line)
+        versions, config = hello["versions"], hello["config"]
+    except (ValueError, KeyError, TypeError) as e:
+        _refuse(out, "internal_error", f"bad hello: {e}")
+        return None
+    engine = hello.get("engine")
+    abi = dll.kvspec_abi_version()
+    lowest = ENGINE_VERSION if engine is not None else 1
+    serves = [v for v in PROTOCOL_VERSIONS if lowest <= v <= abi]
+    common = [v for v in serves if v in versions]
+    if not common:
+        what = "request-level sessions in protocol versions" if engine is not None else "protocol versions"
+        _refuse(
+            out,
+            "unsupported_version",
+            f"the C ABI host serves {what} {serves} for this library (ABI version {abi}), not {versions}",
+        )
+        return None
+    err = ctypes.create_string_buffer(_ERR_CAP)
+    if engine is None:
+        handle = dll.kvspec_open(json.dumps(config).encode(), err, _ERR_CAP)
+    elif has_engine(dll):
+        handle = dll.kvspec_open_engine(json.dumps(config).encode(), json.dumps(engine).encode(), err, _ERR_CAP)
+    else:
+        err.value = b"the library has no request level (it does not export kvspec_open_engine)"
+        handle = None
+    if not handle:
+        _refuse(out, "unsupported_config", err.value.decode(errors="replace"))
+        return None
+    ready = {
+        "type": "ready",
+        "name": name,
+        "protocol": max(common),
+        "profile": config.get("profile", "kvbm"),
+        "capabilities": json.loads(caps_json),
+        # a fresh handle per session: the ABI promises that handles share nothing
+        "multi_session": True,
+    }
+    _send(out, ready)
+    return handle
 
 
 def main(argv: list[str]) -> int:
@@ -76,40 +150,17 @@ def main(argv: list[str]) -> int:
     if not line:
         return 0
     try:
-        hello = json.loads(line)
-        versions, config = hello["versions"], hello["config"]
-    except (ValueError, KeyError, TypeError) as e:
-        _send(out, {"type": "refused", "error": {"code": "internal_error", "message": f"bad hello: {e}"}})
-        return 1
-    if PROTOCOL_VERSION not in versions:
-        msg = f"the C ABI host speaks protocol version {PROTOCOL_VERSION}, not {versions}"
-        _send(out, {"type": "refused", "error": {"code": "unsupported_version", "message": msg}})
-        return 1
-    try:
         dll = _load(lib_path)
     except (OSError, AttributeError) as e:
-        _send(out, {"type": "refused", "error": {"code": "internal_error", "message": f"cannot load {lib_path}: {e}"}})
+        return _refuse(out, "internal_error", f"cannot load {lib_path}: {e}")
+    abi = dll.kvspec_abi_version()
+    if abi not in ABI_VERSIONS:
+        return _refuse(
+            out, "internal_error", f"{lib_path} implements ABI version {abi}, the host speaks {list(ABI_VERSIONS)}"
+        )
+    handle = _open(out, dll, lib_path, name, caps_json, line)
+    if handle is None:
         return 1
-    if dll.kvspec_abi_version() != ABI_VERSION:
-        msg = f"{lib_path} implements ABI version {dll.kvspec_abi_version()}, the host speaks {ABI_VERSION}"
-        _send(out, {"type": "refused", "error": {"code": "internal_error", "message": msg}})
-        return 1
-    err = ctypes.create_string_buffer(_ERR_CAP)
-    handle = dll.kvspec_open(json.dumps(config).encode(), err, _ERR_CAP)
-    if not handle:
-        msg = err.value.decode(errors="replace")
-        _send(out, {"type": "refused", "error": {"code": "unsupported_config", "message": msg}})
-        return 1
-    _send(
-        out,
-        {
-            "type": "ready",
-            "name": name,
-            "protocol": PROTOCOL_VERSION,
-            "profile": config.get("profile", "kvbm"),
-            "capabilities": json.loads(caps_json),
-        },
-    )
     call = dll.kvspec_call
     buf = ctypes.create_string_buffer(64 * 1024)
     try:
@@ -122,6 +173,12 @@ def main(argv: list[str]) -> int:
                     msg = json.loads(line)
                     if msg.get("type") == "bye":
                         return 0
+                    if msg.get("type") == "hello":  # a new session (we announced multi_session)
+                        dll.kvspec_close(handle)
+                        handle = _open(out, dll, lib_path, name, caps_json, line)
+                        if handle is None:
+                            return 1
+                        continue
                     rid, op = msg["id"], msg["op"]
                     if type(rid) is not int or rid < 1:
                         raise TypeError(f"id must be a positive integer, got {rid!r}")
@@ -144,7 +201,8 @@ def main(argv: list[str]) -> int:
             else:
                 _send(out, b'{"id":%d,"outcome":%s}\n' % (rid, buf.raw[:n]))
     finally:
-        dll.kvspec_close(handle)
+        if handle is not None:
+            dll.kvspec_close(handle)
     return 0  # EOF on stdin: the parent is gone
 
 

@@ -3,6 +3,10 @@
 ``JsonlImplementation`` starts the command of a ``kind = "subprocess"``
 manifest, performs the handshake of spec/PROTOCOL.md and then sends one
 operation per line, validating every reply against ``spec.protocol``.
+Opened with an ``EngineConfig`` it runs a request-level session (protocol
+version 2): ``engine_call`` sends one request-level operation
+(``spec.engine_wire``) and returns its ``EngineOutcome``;
+``conformance.transport.engine`` drives whole workloads with it.
 
 It treats the child as untrusted. Every way the child can misbehave ends in
 an ``AdapterError`` that says what went wrong and on which request, within
@@ -29,10 +33,13 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from kvspec.spec.config import ManagerConfig
+from kvspec.spec.engine_wire import EngineConfig, EngineOp, EngineOutcome
 from kvspec.spec.errors import AdapterError, ConfigError
 from kvspec.spec.manifest import Capabilities, Manifest
 from kvspec.spec.protocol import (
+    ENGINE_VERSION,
     SUPPORTED_VERSIONS,
+    EngineOutcomeReply,
     ErrorReply,
     Hello,
     OutcomeReply,
@@ -56,12 +63,23 @@ def expand_command(command: list[str], adapter_dir: Path) -> list[str]:
     return [part.replace("{python}", sys.executable).replace("{adapter_dir}", str(adapter_dir)) for part in command]
 
 
-def encode_hello(config: ManagerConfig) -> bytes:
-    """The hello line the parent writes (without its newline)."""
-    return Hello(type="hello", versions=list(SUPPORTED_VERSIONS), config=config).model_dump_json().encode()
+def offered_versions(engine: EngineConfig | None = None) -> tuple[int, ...]:
+    """The versions the parent offers: all it speaks for a block-level
+    session, those with request-level sessions for a request-level one."""
+    if engine is None:
+        return SUPPORTED_VERSIONS
+    return tuple(v for v in SUPPORTED_VERSIONS if v >= ENGINE_VERSION)
 
 
-def encode_request(rid: int, op: Operation) -> bytes:
+def encode_hello(config: ManagerConfig, engine: EngineConfig | None = None) -> bytes:
+    """The hello line the parent writes (without its newline). Without an
+    engine the ``engine`` field is left out, so a version-1 child reads
+    exactly the hello it knows."""
+    hello = Hello(type="hello", versions=list(offered_versions(engine)), config=config, engine=engine)
+    return hello.model_dump_json(exclude={"engine"} if engine is None else None).encode()
+
+
+def encode_request(rid: int, op: Operation | EngineOp) -> bytes:
     """One request line (without its newline): every field of the op, nulls included."""
     return b'{"id":%d,"op":%s}' % (rid, op.model_dump_json().encode())
 
@@ -190,11 +208,15 @@ def reuse_children(max_idle: int = 2) -> Iterator[ChildPool]:
 class JsonlImplementation(Implementation):
     """An implementation in a child process speaking spec/PROTOCOL.md."""
 
-    def __init__(self, manifest: Manifest, adapter_dir: Path, config: ManagerConfig) -> None:
+    def __init__(
+        self, manifest: Manifest, adapter_dir: Path, config: ManagerConfig, *, engine: EngineConfig | None = None
+    ) -> None:
         if not manifest.start.command:
             raise ConfigError(f"{manifest.name}: kind 'subprocess' needs start.command (argv list)")
         self.manifest = manifest
         self.config = config
+        #: set for a request-level session (protocol version 2)
+        self.engine = engine
         self.adapter_dir = Path(adapter_dir)
         self.timeout_s = manifest.start.timeout_s
         self.max_reply_bytes = manifest.start.max_reply_bytes
@@ -204,6 +226,8 @@ class JsonlImplementation(Implementation):
         self._dead: str | None = None
         self._closed = False
         argv = expand_command(manifest.start.command, self.adapter_dir)
+        #: the child's command line, placeholders expanded
+        self.argv = argv
         self._key: ChildKey = (tuple(argv), str(self.adapter_dir))
         self._pool = _pool
         started = time.monotonic()
@@ -310,7 +334,7 @@ class JsonlImplementation(Implementation):
 
     def _handshake(self, deadline: float) -> Ready:
         limit = self.manifest.start.startup_timeout_s
-        self._write(encode_hello(self.config) + b"\n", deadline, "during the handshake", limit)
+        self._write(encode_hello(self.config, self.engine) + b"\n", deadline, "during the handshake", limit)
         raw = self._read(deadline, "to hello (the handshake)", limit)
         obj = self._decode(raw, "to hello")
         kind = obj.get("type")
@@ -324,10 +348,10 @@ class JsonlImplementation(Implementation):
         if kind != "ready":
             raise self._fail(f"answered hello with {kind!r} instead of 'ready' or 'refused': {excerpt(raw)}")
         ready: Ready = self._validate(Ready, obj, raw, "to hello")
-        if ready.protocol not in SUPPORTED_VERSIONS:
+        offered = offered_versions(self.engine)
+        if ready.protocol not in offered:
             raise self._fail(
-                f"chose protocol version {ready.protocol}, which the parent did not offer "
-                f"(offered {list(SUPPORTED_VERSIONS)})"
+                f"chose protocol version {ready.protocol}, which the parent did not offer (offered {list(offered)})"
             )
         if ready.profile != self.config.profile:
             raise self._fail(f"runs profile {ready.profile!r} but was configured with {self.config.profile!r}")
@@ -341,12 +365,33 @@ class JsonlImplementation(Implementation):
     # ------------------------------------------------------------- steps
 
     def step(self, op: Operation) -> StepOutcome:
+        if self.engine is not None:
+            raise ConfigError(f"adapter {self.manifest.name!r}: a request-level session takes no block operations")
+        if isinstance(op, dict):
+            op = parse_operation(op)
+        obj, raw, during = self._exchange(op)
+        reply: OutcomeReply = self._validate(OutcomeReply, obj, raw, during)
+        return reply.outcome
+
+    def engine_call(self, op: EngineOp) -> EngineOutcome:
+        """Send one request-level operation (spec.engine_wire) of a
+        request-level session and return its outcome."""
+        if self.engine is None:
+            raise ConfigError(
+                f"adapter {self.manifest.name!r}: a block-level session takes no request-level operations"
+            )
+        obj, raw, during = self._exchange(op)
+        reply: EngineOutcomeReply = self._validate(EngineOutcomeReply, obj, raw, during)
+        return reply.outcome
+
+    def _exchange(self, op: Operation | EngineOp) -> tuple[dict[str, Any], bytes, str]:
+        """Write one request, read its reply line: (the decoded reply, its
+        raw line, "to request N (kind)" for messages). A protocol error reply
+        or any misbehaviour raises AdapterError."""
         if self._dead is not None:
             raise AdapterError(f"not usable after an earlier failure: {self._dead}")
         if self._closed:
             raise AdapterError(f"adapter {self.manifest.name!r} is closed")
-        if isinstance(op, dict):
-            op = parse_operation(op)
         self._next_id += 1
         rid = self._next_id
         during = f"to request {rid} ({getattr(op, 'op', type(op).__name__)})"
@@ -360,8 +405,7 @@ class JsonlImplementation(Implementation):
         if got != rid or type(got) is not int:
             raise self._fail(f"reply {during} carries id {got!r}, expected {rid}: {excerpt(raw)}")
         if "outcome" in obj:
-            reply: OutcomeReply = self._validate(OutcomeReply, obj, raw, during)
-            return reply.outcome
+            return obj, raw, during
         if "error" in obj:
             err: ErrorReply = self._validate(ErrorReply, obj, raw, during)
             raise self._fail(

@@ -1,0 +1,86 @@
+"""The request-level interface: what the suite hands an engine and what comes back.
+
+A ``RequestImplementation`` is one running engine with one KV pool: the
+suite hands it a workload of requests and gets back what each request
+reported (``RequestOutcome``: its cached-token count, how it finished, in a
+sequential run its events) or, for a concurrent run, one stream
+(``ConcurrentRun``). This module sits below everything that talks to such an
+engine, as ``interface.py`` does for block-level implementations: the
+protocol-v2 transport (``transport/engine.py``) implements it, the
+request-level layer (``request_check``, ``test_requests``) consumes it, and
+``requests_api.py`` opens the right one for a manifest.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from types import TracebackType
+
+from pydantic import Field
+
+from kvspec.reference.requests import PoolSetup, RequestSpec
+from kvspec.spec.errors import KvSpecError
+from kvspec.spec.manifest import Manifest
+from kvspec.spec.wire import KvEvent, Wire
+
+
+class ImplementationUnavailableError(KvSpecError):
+    """The implementation cannot run here (a missing package); the suite skips."""
+
+
+class RequestOutcome(Wire):
+    """What the engine reported for one request.
+
+    ``cached_tokens`` is the prompt's prefix-cache hit in tokens (None when the
+    engine does not report it); ``finish`` is how the request ended
+    (``length`` when it generated ``max_tokens``). In a sequential run
+    ``events`` holds the events the request caused, in publication order."""
+
+    cached_tokens: int | None = Field(default=None, ge=0)
+    finish: str = "length"
+    output_tokens: int = Field(default=0, ge=0)
+    events: list[KvEvent] = Field(default_factory=list)
+
+
+class ConcurrentRun(Wire):
+    """A concurrent run: each request's outcome (without events) and the stream."""
+
+    outcomes: list[RequestOutcome]
+    events: list[KvEvent]
+
+    def by_tier(self) -> dict[str, list[KvEvent]]:
+        return by_tier(self.events)
+
+
+def by_tier(events: Sequence[KvEvent]) -> dict[str, list[KvEvent]]:
+    """The stream of each storage tier, in publication order (ids stay as
+    published: they count across tiers)."""
+    out: dict[str, list[KvEvent]] = {}
+    for ev in events:
+        out.setdefault(ev.storage_tier, []).append(ev)
+    return out
+
+
+class RequestImplementation(ABC):
+    """One running engine with one KV pool. Close it (or use ``with``)."""
+
+    manifest: Manifest
+    setup: PoolSetup
+
+    @abstractmethod
+    def run_sequential(self, requests: Sequence[RequestSpec]) -> list[RequestOutcome]:
+        """Run the requests one after another; raise AdapterError on transport failure."""
+
+    @abstractmethod
+    def run_concurrent(self, requests: Sequence[RequestSpec]) -> ConcurrentRun:
+        """Run the requests all at once."""
+
+    def close(self) -> None:  # noqa: B027 - optional for in-process adapters
+        """Release everything the implementation holds (processes, sockets)."""
+
+    def __enter__(self) -> RequestImplementation:
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
