@@ -495,6 +495,7 @@ class VllmBatchDecoder:
             if i:
                 self._decoders.insert(0, self._decoders.pop(i))
             return batch
+
         # the layout that got furthest into the payload says what is wrong (a
         # layout mismatch, map for array or array for map, least)
         def depth(m: str) -> tuple[int, int]:
