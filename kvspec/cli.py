@@ -11,6 +11,8 @@ import argparse
 import importlib
 import sys
 
+from kvspec import __version__
+
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "replay": ("kvspec.conformance.replay", "run a replay file against an implementation"),
     "mutants": ("kvspec.conformance.mutants", "run the suite against every mutant; table of kills"),
@@ -24,6 +26,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="kvspec", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--version", action="version", version=f"kvspec {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, help_text) in SUBCOMMANDS.items():
         # no help of its own: "kvspec NAME --help" reaches the full parser below

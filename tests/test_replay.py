@@ -200,6 +200,25 @@ def test_bad_replay_files_are_refused_naming_the_line(
     assert message in capsys.readouterr().out
 
 
+def test_a_binary_replay_file_is_refused_without_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "bin.jsonl"
+    path.write_bytes(b'{"kvspec_replay": 1}\n\xef\xbf\x00\xff\xfe garbage')
+    assert cli.main(["replay", str(path)]) == 2
+    out = capsys.readouterr().out
+    assert "is not UTF-8 text" in out and "Traceback" not in out
+
+
+def test_kvspec_version(capsys: pytest.CaptureFixture[str]) -> None:
+    import kvspec
+
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--version"])
+    assert e.value.code == 0
+    assert capsys.readouterr().out.strip() == f"kvspec {kvspec.__version__}"
+
+
 def test_kvspec_replay_command_line(tmp_path: Path, adapters: dict[str, Path]) -> None:
     """The installed command, in a child process, on the reference."""
     path = tmp_path / "r.jsonl"

@@ -91,9 +91,13 @@ class ReplayFile:
 def load_replay(path: Path) -> ReplayFile:
     """Read and validate a replay file (raises ReplayFileError)."""
     try:
-        lines = path.read_text().splitlines()
+        lines = path.read_text(encoding="utf-8").splitlines()
     except OSError as e:
         raise ReplayFileError(f"{path}: cannot read: {e}") from e
+    except UnicodeDecodeError as e:
+        raise ReplayFileError(
+            f"{path}: not a replay file: byte {e.start} is not UTF-8 text (replay files are JSON lines)"
+        ) from e
     if not lines:
         raise ReplayFileError(f"{path}: empty file (expected a header line)")
     try:
