@@ -55,7 +55,7 @@ from kvspec.spec.wire import (
 )
 
 from .outcome import Step
-from .policies import Policy, make_policy
+from .policies import Frequency, Policy, make_policy
 from .validation import check_use_shape
 
 PlhId = tuple[int, int, int | None]  # (position, hash, parent): the registry key
@@ -137,7 +137,10 @@ class G1Model:
         self.partial: dict[str, None] = {}
         self.blocks: dict[int, Block] = {}
         self.by_plh: dict[PlhId, int] = {}
-        self.touches: dict[int, int] = {}
+        #: multi-LRU touch counts, per lineage hash (``touches[seq]`` reads a
+        #: registered block's count)
+        self.freq = Frequency(config.capacity)
+        self.touches = _TouchView(self)
         self.next_event_id: int = 0
         self.free: int = config.capacity
         self.active_full = 0
@@ -202,7 +205,7 @@ class G1Model:
             pol_state,
             self.next_event_id,
             self.counters(),
-            tuple(sorted(self.touches.items())),
+            self.freq.state(),
             self.now,
             tuple(_entry_key(e) for e in self.g2.values()),
             tuple((t.deadline, t.order, t.kind, _payload_key(t)) for t in sorted(self.pending)),
@@ -325,17 +328,23 @@ class G1Model:
         self.by_plh[b.pid] = seq
         self.active_full += 1
         self.refs += 1
-        self.touches[seq] = self.touches.get(seq, 0) + 1
+        self.freq.touch(b.pid)  # a new registration is a touch
         return b
 
     def _hit(self, b: Block) -> None:
-        """An owner joins ``b`` (USE-HIT-ACTIVE / USE-HIT-INACTIVE)."""
+        """An owner joins ``b`` (USE-HIT-ACTIVE / USE-HIT-INACTIVE).
+
+        Only an inactive hit is a touch: it is matched by lineage hash in the
+        block manager (``BlockManager::match_blocks``), which counts it. An
+        active hit clones the handle the mocker already holds in its own map
+        (``KvManager::process_use``, ``active_full``) and never reaches the
+        block manager."""
         if b.owners == 0:
             self.policy.remove(b.seq)
             self.active_full += 1
+            self.freq.touch(b.pid)
         b.owners += 1
         self.refs += 1
-        self.touches[b.seq] = self.touches.get(b.seq, 0) + 1
 
     # ------------------------------------------------------------------- Use
     def _use(self, op: Use, prefer: Collection[int]) -> Step:
@@ -484,7 +493,7 @@ class G1Model:
                         pinned_ids.discard(seq)
                         b.owners += 1
                         self.refs += 1
-                        self.touches[seq] = self.touches.get(seq, 0) + 1
+                        self.freq.touch(b.pid)
                     else:
                         self._hit(b)
                     if group:
@@ -545,7 +554,7 @@ class G1Model:
                     self.active_full -= 1
                     plh = b.plh
                     parent_key = None if plh.parent is None or plh.position == 0 else (plh.position - 1, plh.parent)
-                    self.policy.insert(b.seq, (plh.position, plh.hash), parent_key, self.touches[b.seq])
+                    self.policy.insert(b.seq, (plh.position, plh.hash), parent_key, self.freq.count(b.pid))
             else:
                 del self.partial[ref.partial]  # type: ignore[union-attr]
                 self.free += 1
@@ -726,8 +735,8 @@ class G1Model:
             b = Block(seq, plh, meta_parent, meta.local_hash, meta.token_ids, owners=0)
             self.blocks[seq] = b
             self.by_plh[plh_id(plh)] = seq
-            self.touches[seq] = self.touches.get(seq, 0) + 1
-            self.policy.insert(seq, (plh.position, plh.hash), plh.parent_key(), self.touches[seq])
+            self.freq.touch(b.pid)  # registering the onboarded block is a touch
+            self.policy.insert(seq, (plh.position, plh.hash), plh.parent_key(), self.freq.count(b.pid))
             group.append(seq)
             group_meta.append(b)
             meta_parent = seq
@@ -735,6 +744,20 @@ class G1Model:
         if group:
             events.append(self._stored(group, group_meta, anchor))
         return events
+
+
+class _TouchView:
+    """``model.touches[seq]``: the touch count of registered block ``seq``
+    (kept for callers that name blocks by sequence hash)."""
+
+    __slots__ = ("_model",)
+
+    def __init__(self, model: G1Model) -> None:
+        self._model = model
+
+    def __getitem__(self, seq: int) -> int:
+        m = self._model
+        return m.freq.count(m.blocks[seq].pid)
 
 
 def _tokens_key(toks: list[int] | None) -> tuple[int, ...] | None:

@@ -25,6 +25,69 @@ PlhKey = tuple[int, int]  # (position, hash)
 #: frequency thresholds of the multi-LRU levels: touched < 3 times is level 0,
 #: < 8 level 1, < 15 level 2, otherwise level 3 (hottest).
 MULTI_LRU_THRESHOLDS = (3, 8, 15)
+#: a frequency counter is 4 bits wide: it stops at 15
+FREQUENCY_MAX = 15
+#: the counters decay (all halve) after this many counted touches per G1 slot
+FREQUENCY_SAMPLE_PER_SLOT = 10
+
+
+class Frequency:
+    """How often each block was touched, as the multi-LRU policy reads it.
+
+    Dynamo's kvbm mocker gives its multi-LRU registry a TinyLFU tracker sized
+    to the G1 capacity (ai-dynamo/dynamo lib/kvbm-logical/src/tinylfu.rs,
+    ``TinyLFUSketch::increment`` / ``reset``). What a port observes of it, and
+    what this counter reproduces:
+
+    - a block is counted under its lineage hash (the registry's key), across
+      evictions and re-registrations;
+    - a counter saturates at 15 (4 bits): a touch of a saturated block is not
+      counted at all;
+    - after ``capacity * 10`` counted touches every counter halves (rounding
+      down) and the count of touches since the last decay becomes half of
+      itself minus the number of counters that were odd.
+
+    The sketch itself is a count-min sketch whose cells are picked by xxh3
+    over the 128-bit encoding of the lineage hash; two blocks sharing cells
+    can read a higher count than their own. That depends on the encoding's
+    bit layout (which the wire protocol does not carry and which changed
+    between Dynamo releases), so it is not modelled: kvspec counts each
+    lineage hash exactly (SPEC.md, "Multi-LRU").
+    """
+
+    __slots__ = ("counts", "sample", "size")
+
+    def __init__(self, capacity: int) -> None:
+        self.counts: dict[object, int] = {}
+        self.size = 0
+        self.sample = capacity * FREQUENCY_SAMPLE_PER_SLOT
+
+    def touch(self, key: object) -> None:
+        n = self.counts.get(key, 0)
+        if n >= FREQUENCY_MAX:
+            return
+        self.counts[key] = n + 1
+        self.size += 1
+        if self.size >= self.sample:
+            self._decay()
+
+    def _decay(self) -> None:
+        odd = sum(1 for n in self.counts.values() if n & 1)
+        self.counts = {k: n >> 1 for k, n in self.counts.items() if n >> 1}
+        self.size = max(0, (self.size >> 1) - odd)
+
+    def count(self, key: object) -> int:
+        return self.counts.get(key, 0)
+
+    def state(self) -> tuple[object, ...]:
+        return (self.size, tuple(sorted(self.counts.items(), key=repr)))
+
+    def copy(self) -> Frequency:
+        c = Frequency(0)
+        c.counts = dict(self.counts)
+        c.size = self.size
+        c.sample = self.sample
+        return c
 
 
 class Policy(Protocol):
@@ -114,8 +177,8 @@ class UnorderedPolicy(LruPolicy):
 class MultiLruPolicy:
     """Four LRU levels by touch count; the coldest non-empty level goes first.
 
-    A block's level is fixed when it enters the pool, from the number of times
-    it was registered or hit so far (thresholds 3, 8, 15).
+    A block's level is fixed when it enters the pool, from its ``Frequency``
+    count at that moment (thresholds 3, 8, 15).
     """
 
     name = "multi_lru"
