@@ -201,6 +201,8 @@ def _outputs(
             findings=checker.findings,
             warnings=checker.warnings,
             error=error,
+            checked=checker.rules_checked(),
+            ignored=checker.ignore,
         )
         write_json(doc, args.json)
     if args.junit is not None:

@@ -13,7 +13,8 @@ installed any repository can run the suite against its own adapter:
   A declared deviation that no test observed in a full run is an unexpected
   pass: the session fails and says to remove it from the manifest.
 - The terminal summary shows how often each rule was exercised and which
-  deviations were observed.
+  deviations were observed; ``--kvspec-results FILE`` writes all of it as the
+  results JSON (``conformance/results_suite.py``).
 """
 
 from __future__ import annotations
@@ -64,6 +65,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=".kvspec/replays",
         help="where failing stateful runs write their replay files (JSON lines)",
     )
+    group.addoption(
+        "--kvspec-results",
+        action="store",
+        default=None,
+        metavar="FILE",
+        help="write the run's results JSON here (rules, deviations, failures; kvspec report / kvspec gate read it)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -78,6 +86,12 @@ def pytest_configure(config: pytest.Config) -> None:
         state.manifest = load_manifest(state.adapter_dir)
     except ConfigError as e:
         state.error = str(e)
+    if config.getoption("--kvspec-results", None):
+        from .results_suite import SuiteResults
+
+        config.pluginmanager.register(
+            SuiteResults(config, state, config.getoption("--kvspec-results")), "kvspec-results"
+        )
 
 
 def _state(config: pytest.Config) -> _KvspecState:

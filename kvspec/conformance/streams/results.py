@@ -1,57 +1,46 @@
-"""The results file of a stream check: one small JSON shape, documented here.
+"""The results of a stream check, in the one results model of kvspec.
 
-``kvspec check-log --json FILE`` and ``kvspec watch --json FILE`` write it; a
-gate (and later the conformance suite's own results) reads it. Shape
-(``format`` 1)::
+``kvspec check-log --json FILE`` and ``kvspec watch --json FILE`` write a
+``kvspec.conformance.results.Results`` document (format 2, the same model a
+``pytest conformance --kvspec-results`` run writes), so that ``kvspec gate``
+compares a nightly recorded stream with its baseline exactly as it compares
+suite runs. A stream fills these fields of the model (where format 1 had them)::
 
-    {
-      "format": 1,
-      "tool": "kvspec check-log",            # or "kvspec watch"
-      "kvspec_version": "0.1.0",
-      "spec_version": "0.1.0+rules.3f2a9c1b0d4e",  # package version + digest of the rule catalogue
-      "input": {"path": "trace.jsonl", "format": "router", "producer": "dynamo", ...},
-      "status": "clean" | "findings" | "unreadable",
-      "exit_code": 0 | 1 | 2,
-      "counts": {"records": 487, "events": 487, "stored": 241, "removed": 246, "cleared": 0,
-                 "sources": 1, "live_blocks": 16},
-      "findings_by_rule": {"EVENT-ID": 2},   # every finding, by rule id (ignored rules left out)
-      "ignored_by_rule": {},                 # findings of rules the user chose to ignore
-      "findings": [                          # the first ones, in stream order
-        {"rule": "EVENT-ID", "message": "...", "at": "line 17", "worker_id": 3, "dp_rank": 0,
-         "tier": "device", "event": "#5 Stored[...] parent=None", "context": {...}}
-      ],
-      "warnings": ["..."],
-      "error": null                          # the reason the input could not be read
-    }
+    "input": {"path": "trace.jsonl", "format": "router", "producer": "dynamo", ...},
+    "counts": {"records": 487, "events": 487, "stored": 241, ...},
+    "findings_by_rule": {"EVENT-ID": 2},   # every finding, by rule id (ignored rules left out)
+    "ignored_by_rule": {},                 # findings of rules the user chose to ignore
+    "findings": [                          # the first ones, in stream order
+      {"rule": "EVENT-ID", "message": "...", "at": "line 17", "worker_id": 3, "dp_rank": 0,
+       "tier": "device", "event": "#5 Stored[...] parent=None", "context": {...}}
+    ]
 
-Rule ids are those of ``kvspec/spec/rules.py``. Everything a consumer needs
-to gate on is ``status`` / ``exit_code`` and ``findings_by_rule``.
+and ``rules`` says per rule: ``fail`` with its findings, ``pass`` over the
+events checked, ``not_exercised`` when ignored, ``not_applicable`` when a
+stream cannot show it. ``status`` is ``clean`` / ``findings`` /
+``unreadable`` as the exit code 0 / 1 / 2.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Literal
 
-import kvspec
 from kvspec.reference.router_view import Violation
-from kvspec.spec.rules import RULES
 
-RESULTS_FORMAT = 1
-STATUS = {0: "clean", 1: "findings", 2: "unreadable"}
+from ..results import (
+    RESULTS_FORMAT,
+    ImplementationInfo,
+    Results,
+    Status,
+    spec_version,
+    stream_rules,
+    write_results,
+)
 
+__all__ = ["RESULTS_FORMAT", "Results", "finding_json", "format_at", "results", "write_json"]
 
-def spec_version() -> str:
-    """The package version and a digest of the rule catalogue (ids, titles,
-    whether stream-checkable and strict): two results with the same value
-    were judged by the same rules."""
-    h = hashlib.sha256()
-    for rid, r in sorted(RULES.items()):
-        h.update(f"{rid}|{r.title}|{r.stream_checkable}|{r.strict}\n".encode())
-    return f"{kvspec.__version__}+rules.{h.hexdigest()[:12]}"
+STATUS: dict[int, Status] = {0: "clean", 1: "findings", 2: "unreadable"}
 
 
 #: what a record is called in each input format
@@ -93,7 +82,7 @@ def _plain(x: Any) -> Any:
 
 def results(
     *,
-    tool: str,
+    tool: Literal["kvspec check-log", "kvspec watch"],
     exit_code: int,
     input: Mapping[str, Any],
     counts: Mapping[str, int],
@@ -102,30 +91,36 @@ def results(
     findings: Sequence[Mapping[str, Any]],
     warnings: Sequence[str],
     error: str | None,
-) -> dict[str, Any]:
-    return {
-        "format": RESULTS_FORMAT,
-        "tool": tool,
-        "kvspec_version": kvspec.__version__,
-        "spec_version": spec_version(),
-        "input": dict(input),
-        "status": STATUS[exit_code],
-        "exit_code": exit_code,
-        "counts": dict(counts),
-        "findings_by_rule": dict(sorted(findings_by_rule.items())),
-        "ignored_by_rule": dict(sorted(ignored_by_rule.items())),
-        "findings": list(findings),
-        "warnings": list(warnings),
-        "error": error,
-    }
+    checked: Iterable[str] | None = None,
+    ignored: Iterable[str] = (),
+) -> Results:
+    """The results document of a stream check. ``checked``: the rules the
+    checker ran (default: every stream-checkable rule); ``ignored``: the
+    rules left out with ``--ignore``."""
+    inp = dict(input)
+    producer = str(inp.get("producer") or inp.get("format") or "stream")
+    events = int(counts.get("events", 0))
+    return Results(
+        tool=tool,
+        spec=spec_version(),
+        implementation=ImplementationInfo(name=producer, kind="stream", adapter=str(inp.get("format", ""))),
+        profile=inp.get("profile"),
+        options={k: v for k, v in inp.items() if k not in ("path", "endpoint")},
+        status=STATUS[exit_code],
+        exit_code=exit_code,
+        rules=stream_rules(findings_by_rule, ignored_by_rule, events=events, checked=checked, ignored=ignored)
+        if exit_code != 2
+        else {},
+        input=inp,
+        counts=dict(counts),
+        findings_by_rule=dict(sorted(findings_by_rule.items())),
+        ignored_by_rule=dict(sorted(ignored_by_rule.items())),
+        findings=[dict(f) for f in findings],
+        warnings=list(warnings),
+        error=error,
+    )
 
 
-def write_json(doc: Mapping[str, Any], dest: str) -> None:
+def write_json(doc: Results, dest: str) -> None:
     """Write to a path, or to standard output for ``-``."""
-    text = json.dumps(doc, indent=2) + "\n"
-    if dest == "-":
-        import sys
-
-        sys.stdout.write(text)
-    else:
-        Path(dest).write_text(text)
+    write_results(doc, dest)

@@ -314,6 +314,8 @@ def run(args: argparse.Namespace) -> int:
             findings=checker.findings,
             warnings=checker.warnings,
             error=error,
+            checked=checker.rules_checked(),
+            ignored=checker.ignore,
         )
         write_json(doc, args.json)
     if args.junit is not None:

@@ -1,0 +1,333 @@
+"""The results file: one JSON shape for every kvspec verdict, with a format version.
+
+``pytest conformance --kvspec-results FILE``, ``kvspec check-log --json FILE``
+and ``kvspec watch --json FILE`` all write a ``Results`` document;
+``kvspec report`` renders several of them as a matrix and ``kvspec gate``
+compares one with a baseline. Keeping one model (rather than one per tool)
+is what lets a nightly stream be gated exactly like a suite run.
+
+Why each part is there:
+
+- ``spec`` carries the kvspec version, a digest of everything that judges
+  (spec texts, rule catalogue, scenarios, the reference model, the checker)
+  and one digest per rule (its catalogue entry and its SPEC.md section), so
+  that a gate can tell a difference the engine caused from one a kvspec
+  upgrade caused.
+- ``rules`` holds one entry per rule of the catalogue with a ``status``
+  (``pass``, ``fail``, ``deviation``, ``not_applicable``,
+  ``not_exercised``) and how often the run exercised it: the gate needs the
+  coverage as well as the verdict, because a rule that silently stops being
+  exercised is a regression too.
+- ``deviations`` lists the manifest's declared deviations with their scope and
+  whether the run observed them; ``failures`` the failures with their rule and
+  replay file; ``capabilities`` what the implementation declared.
+- Streams fill ``input``, ``counts``, ``findings_by_rule`` and ``findings``
+  (the fields of format 1, where they were): a stream's rules pass or fail by
+  their findings.
+
+Format history: 1 was the stream-only shape of ``check-log --json``
+(``streams/results.py``); 2 is this model. ``load_results`` reads both.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable, Mapping
+from functools import cache
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+import kvspec
+from kvspec.spec.errors import ConfigError
+from kvspec.spec.rules import RULES, RuleId
+
+RESULTS_FORMAT = 2
+
+RuleStatus = Literal["pass", "fail", "deviation", "not_applicable", "not_exercised"]
+Status = Literal["clean", "findings", "unreadable", "error"]
+Tool = Literal["pytest conformance", "kvspec check-log", "kvspec watch"]
+
+_PKG = Path(kvspec.__file__).resolve().parent
+
+
+class _Model(BaseModel):
+    # extra fields are kept, not refused: a newer kvspec may add some and an
+    # older gate must still read its results
+    model_config = ConfigDict(extra="allow")
+
+
+class SpecVersion(_Model):
+    """Which kvspec judged: the package version, a digest of the judging
+    code and texts, and one digest per rule."""
+
+    kvspec_version: str
+    #: sha256 prefix over spec texts, rule catalogue, scenarios, reference model and checker
+    digest: str
+    #: rule id -> sha256 prefix of its catalogue entry and SPEC.md section
+    rules: dict[str, str] = {}
+
+
+class ImplementationInfo(_Model):
+    name: str
+    kind: str = ""
+    #: the adapter folder (suite) or the producer (streams)
+    adapter: str = ""
+    #: the variant of a ``variants = true`` adapter (adapters/mutants/NAME)
+    variant: str | None = None
+    description: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"{self.name}/{self.variant}" if self.variant else self.name
+
+
+class DeviationResult(_Model):
+    rule: str
+    reason: str
+    link: str | None = None
+    #: what the deviation is limited to (profile and any other scope fields of the manifest)
+    scope: dict[str, Any] = {}
+    observed: int = 0
+
+
+class FailureResult(_Model):
+    #: the rule the failure names (None: the test failed without naming one)
+    rule: str | None
+    test: str
+    message: str
+    replay: str | None = None
+
+
+class RuleResult(_Model):
+    status: RuleStatus
+    #: how often the run exercised the rule (suite: checked steps; stream: events checked)
+    exercised: int = 0
+    #: failures (suite) or findings (stream) of this rule
+    failures: int = 0
+    #: why it is not applicable (the missing capability) or not exercised
+    note: str = ""
+    #: the declared deviation's reason (status deviation)
+    reason: str = ""
+    replays: list[str] = []
+
+
+class Results(_Model):
+    format: int = RESULTS_FORMAT
+    tool: Tool
+    spec: SpecVersion
+    implementation: ImplementationInfo
+    profile: str | None = None
+    options: dict[str, Any] = {}
+    capabilities: dict[str, Any] = {}
+    status: Status
+    exit_code: int
+    rules: dict[str, RuleResult] = Field(default_factory=dict)
+    deviations: list[DeviationResult] = []
+    failures: list[FailureResult] = []
+    warnings: list[str] = []
+    error: str | None = None
+    # -- what a stream check (check-log, watch) adds; empty for a suite run --
+    #: the input read: path or endpoint, format, producer and the checker's settings
+    input: dict[str, Any] = {}
+    #: records, events, stored, removed, ... (suite: tests passed, failed, skipped, ...)
+    counts: dict[str, int] = {}
+    #: every finding, by rule id (ignored rules left out)
+    findings_by_rule: dict[str, int] = {}
+    #: findings of rules the user chose to ignore
+    ignored_by_rule: dict[str, int] = {}
+    #: the first findings, in stream order
+    findings: list[dict[str, Any]] = []
+
+    @property
+    def is_stream(self) -> bool:
+        return self.tool != "pytest conformance"
+
+    @property
+    def label(self) -> str:
+        """The column name of this run in a report."""
+        if self.is_stream:
+            src = self.input.get("path") or self.input.get("endpoint") or ""
+            return f"{self.implementation.label} ({Path(str(src)).name or self.tool})"
+        return self.implementation.label
+
+    def to_json(self) -> str:
+        return json.dumps(self.model_dump(mode="json"), indent=2) + "\n"
+
+
+# ------------------------------------------------------------------ spec digests
+
+
+def _digest(parts: Iterable[bytes]) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(hashlib.sha256(p).digest())
+    return h.hexdigest()[:16]
+
+
+_SECTION = re.compile(r"^#{2,4} `([A-Z0-9-]+)`", re.M)
+
+
+@cache
+def rule_sections() -> dict[str, str]:
+    """Rule id -> its SPEC.md section (heading to the next heading)."""
+    text = (_PKG / "spec" / "SPEC.md").read_text()
+    out: dict[str, str] = {}
+    for m in _SECTION.finditer(text):
+        nxt = re.compile(r"^#{1,3} ", re.M).search(text, m.end())
+        out[m.group(1)] = text[m.start() : nxt.start() if nxt else len(text)].strip()
+    return out
+
+
+def rule_text(rid: str) -> str:
+    """A rule's text for a reader: its title, then its SPEC.md section's
+    first paragraph (what a report shows on hover)."""
+    try:
+        r = RULES[RuleId(rid)]
+    except ValueError:
+        return rid
+    body = rule_sections().get(rid, "").split("\n\n")
+    para = " ".join(body[1].split()) if len(body) > 1 else ""
+    return f"{rid}: {r.title} ({r.concern}).{' ' + para if para else ''}"
+
+
+@cache
+def _judging_files() -> tuple[Path, ...]:
+    files: list[Path] = []
+    for sub, pattern in (
+        ("spec", "*.md"),
+        ("spec", "*.py"),
+        ("spec/scenarios", "**/*.json"),
+        ("reference", "**/*.py"),
+        ("conformance", "**/*.py"),
+    ):
+        files += [p for p in (_PKG / sub).glob(pattern) if "__pycache__" not in p.parts]
+    return tuple(sorted(set(files)))
+
+
+@cache
+def spec_version() -> SpecVersion:
+    """The version of kvspec judging this run (computed once per process)."""
+    sections = rule_sections()
+    rules = {
+        str(rid): _digest(
+            [f"{rid}|{r.concern}|{r.title}|{r.stream_checkable}|{r.strict}".encode(), sections.get(rid, "").encode()]
+        )
+        for rid, r in sorted(RULES.items())
+    }
+    files = _judging_files()
+    digest = _digest([json.dumps(rules, sort_keys=True).encode()] + [p.read_bytes() for p in files])
+    return SpecVersion(kvspec_version=kvspec.__version__, digest=digest, rules=rules)
+
+
+def spec_version_label(v: SpecVersion) -> str:
+    return f"{v.kvspec_version}+{v.digest[:12]}"
+
+
+# ------------------------------------------------------------------ reading and writing
+
+
+def load_results(path: str | Path) -> Results:
+    """Read a results file (format 2, or the stream-only format 1); a
+    ``ConfigError`` names the file and what is wrong with it."""
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text())
+    except OSError as e:
+        raise ConfigError(f"{p}: cannot read the results file: {e.strerror or e}") from e
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{p}: not JSON ({e.msg} at line {e.lineno})") from e
+    if not isinstance(data, dict) or "format" not in data:
+        raise ConfigError(f"{p}: not a kvspec results file (no 'format' field)")
+    fmt = data.get("format")
+    if fmt == 1:
+        data = _from_format_1(data)
+    elif fmt != RESULTS_FORMAT:
+        raise ConfigError(
+            f"{p}: results format {fmt!r} is not one this kvspec reads (1 or {RESULTS_FORMAT}): upgrade kvspec"
+        )
+    try:
+        return Results.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(f"{p}: invalid results file:\n{e}") from e
+
+
+def _from_format_1(d: Mapping[str, Any]) -> dict[str, Any]:
+    """A stream-only results file of format 1 as a ``Results`` document (its
+    spec digest is the old rule-catalogue one, with no per-rule digests)."""
+    findings = {str(k): int(v) for k, v in d.get("findings_by_rule", {}).items()}
+    ignored = {str(k): int(v) for k, v in d.get("ignored_by_rule", {}).items()}
+    inp = dict(d.get("input", {}))
+    events = int(d.get("counts", {}).get("events", 0))
+    rules = stream_rules(findings, ignored, events=events, checked=None)
+    ver = str(d.get("spec_version", ""))
+    return {
+        "format": RESULTS_FORMAT,
+        "tool": d.get("tool", "kvspec check-log"),
+        "spec": {"kvspec_version": d.get("kvspec_version", ""), "digest": ver.rpartition(".")[2] or ver},
+        "implementation": {"name": str(inp.get("producer") or "stream"), "kind": "stream"},
+        "profile": inp.get("profile"),
+        "options": {k: v for k, v in inp.items() if k not in ("path", "endpoint")},
+        "status": d.get("status", "unreadable"),
+        "exit_code": d.get("exit_code", 2),
+        "rules": {k: v.model_dump() for k, v in rules.items()},
+        "input": inp,
+        "counts": d.get("counts", {}),
+        "findings_by_rule": findings,
+        "ignored_by_rule": ignored,
+        "findings": d.get("findings", []),
+        "warnings": d.get("warnings", []),
+        "error": d.get("error"),
+    }
+
+
+def stream_rules(
+    findings_by_rule: Mapping[str, int],
+    ignored_by_rule: Mapping[str, int],
+    *,
+    events: int,
+    checked: Iterable[str] | None,
+    ignored: Iterable[str] = (),
+) -> dict[str, RuleResult]:
+    """Per-rule verdicts of a stream check: a rule the checker ran fails with
+    its findings and otherwise passes over the events it saw; an ignored rule
+    and a rule a stream cannot show are not exercised / not applicable.
+    ``checked`` None: the stream-checkable rules."""
+    run = {str(r) for r in checked} if checked is not None else {str(i) for i, r in RULES.items() if r.stream_checkable}
+    skip = {str(r) for r in ignored} | set(ignored_by_rule)
+    out: dict[str, RuleResult] = {}
+    for rid, r in sorted(RULES.items()):
+        key = str(rid)
+        n = int(findings_by_rule.get(key, 0))
+        if key in skip:
+            out[key] = RuleResult(status="not_exercised", note="ignored (--ignore)")
+        elif n:
+            out[key] = RuleResult(status="fail", exercised=events, failures=n)
+        elif key in run:
+            out[key] = RuleResult(status="pass" if events else "not_exercised", exercised=events)
+        elif r.stream_checkable:
+            out[key] = RuleResult(status="not_exercised", note="not checked for this stream")
+        else:
+            out[key] = RuleResult(status="not_applicable", note="needs the operations: not checkable from a stream")
+    for key, n in findings_by_rule.items():  # a finding under an id the catalogue lacks
+        if key not in out:
+            out[key] = RuleResult(status="fail", exercised=events, failures=int(n))
+    return out
+
+
+def write_results(doc: Results, dest: str | Path) -> None:
+    """Write to a path (its folder created), or to standard output for ``-``."""
+    text = doc.to_json()
+    if str(dest) == "-":
+        import sys
+
+        sys.stdout.write(text)
+        return
+    p = Path(dest)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(p.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(p)

@@ -1,0 +1,264 @@
+"""``pytest conformance --kvspec-results FILE``: the suite's results document.
+
+A pytest plugin object the kvspec plugin registers when the option is given.
+It watches every conformance test (the ones marked ``kvspec_rules``): which
+rules each one covers (its marker, its ``rule`` parameter, its scenario's
+rules), how it ended (passed, failed, skipped with which reason, an expected
+deviation), the rule a failure names and its replay file; at the end of the
+session it adds the plugin's rule counts and deviation observations and
+writes one ``Results`` (``conformance/results.py``).
+
+How a rule's status is decided, in this order:
+
+1. ``fail``: a test failed naming the rule (and no declared deviation covered it);
+2. ``deviation``: the manifest declares a deviation for it (observed or not);
+3. ``pass``: the run exercised it at least once;
+4. ``not_applicable``: every test covering it was skipped for a missing
+   capability (the note names the capability);
+5. ``not_exercised``: otherwise (a test ran but never reached the rule, or no
+   test of this run covers it: the z3 invariants, a narrowed selection).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import pytest
+
+from kvspec.spec.manifest import Manifest
+from kvspec.spec.rules import RULES
+
+from .failures import ConformanceFailure
+from .manifest import VARIANT_ENV
+from .results import (
+    DeviationResult,
+    FailureResult,
+    ImplementationInfo,
+    Results,
+    RuleResult,
+    Status,
+    spec_version,
+    write_results,
+)
+
+
+class _PluginState(Protocol):
+    """What this module reads of the kvspec plugin's session state."""
+
+    manifest: Manifest | None
+    error: str | None
+    deviations_seen: Counter[str]
+    rule_hits: Counter[str]
+    selection_narrowed: bool
+
+
+_REPLAY = re.compile(r"replay file: (\S+)")
+_MISSING = re.compile(r"does not declare (?:capability )?(.+?)$|declares no (eviction policy.*)$")
+
+
+@dataclass(slots=True)
+class _Test:
+    rules: set[str]
+    outcome: str = "not run"
+    reason: str = ""
+    rule: str | None = None
+    message: str = ""
+    replay: str | None = None
+
+
+@dataclass(slots=True)
+class _Seen:
+    tests: dict[str, _Test] = field(default_factory=dict)
+    exceptions: dict[str, BaseException] = field(default_factory=dict)
+
+
+def item_rules(item: pytest.Item) -> set[str] | None:
+    """The rules a conformance test covers (None: not a conformance test)."""
+    marker = item.get_closest_marker("kvspec_rules")
+    if marker is None:
+        return None
+    rules = {str(r) for r in marker.args}
+    callspec = getattr(item, "callspec", None)
+    params: dict[str, Any] = callspec.params if callspec is not None else {}
+    if params.get("rule") is not None:
+        rules.add(str(params["rule"]))
+    scenario = params.get("scenario")
+    rules.update(str(r) for r in getattr(scenario, "rules", ()) or ())
+    return rules
+
+
+def missing_capability(reason: str) -> str | None:
+    """The capability a skip reason names (``adapter 'x' does not declare
+    capability profile:atomic`` -> ``profile:atomic``)."""
+    m = _MISSING.search(reason.strip())
+    if m is None:
+        return None
+    return (m.group(1) or m.group(2)).strip()
+
+
+def _skip_reason(report: pytest.TestReport) -> str:
+    lr = report.longrepr
+    if isinstance(lr, tuple) and len(lr) == 3:
+        return str(lr[2]).removeprefix("Skipped: ")
+    return str(lr or "")
+
+
+class SuiteResults:
+    """Collects one session's outcomes and writes the results file at its end."""
+
+    def __init__(self, config: pytest.Config, state: _PluginState, dest: str) -> None:
+        self.config = config
+        self.state = state
+        self.dest = dest
+        self.seen = _Seen()
+
+    # -- pytest hooks ---------------------------------------------------------
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        for item in session.items:
+            rules = item_rules(item)
+            if rules is not None:
+                self.seen.tests[item.nodeid] = _Test(rules)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[Any]) -> Any:
+        yield
+        if call.excinfo is not None and item.nodeid in self.seen.tests:
+            self.seen.exceptions[item.nodeid] = call.excinfo.value
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        t = self.seen.tests.get(report.nodeid)
+        if t is None or (report.when != "call" and report.passed):
+            return
+        exc = self.seen.exceptions.get(report.nodeid)
+        if isinstance(exc, ConformanceFailure):
+            t.rule = str(exc.rule)
+            m = _REPLAY.search(exc.report)
+            t.replay = m.group(1) if m else None
+        if getattr(report, "wasxfail", ""):
+            t.outcome, t.reason = "deviation", str(report.wasxfail)
+        elif report.skipped:
+            t.outcome, t.reason = "skipped", _skip_reason(report)
+        elif report.failed:
+            t.outcome = "failed"
+            text = str(exc) if exc is not None else report.longreprtext
+            t.message = (text.strip().splitlines() or [""])[0][:500]
+        elif t.outcome == "not run":
+            t.outcome = "passed"
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        code = int(session.exitstatus)
+        write_results(self.build(code), self.dest)
+
+    # -- the document ---------------------------------------------------------
+
+    def build(self, exit_code: int) -> Results:
+        st = self.state
+        impl_arg = str(self.config.getoption("--impl"))
+        status: Status = {0: "clean", 1: "findings"}.get(exit_code, "error")  # type: ignore[assignment]
+        if st.manifest is None:
+            return Results(
+                tool="pytest conformance",
+                spec=spec_version(),
+                implementation=ImplementationInfo(name=impl_arg, adapter=impl_arg),
+                options=self._options(),
+                status="error",
+                exit_code=exit_code or 2,
+                error=st.error,
+            )
+        m = st.manifest
+        tests = self.seen.tests.values()
+        outcomes = Counter(t.outcome for t in tests)
+        deviations = [
+            DeviationResult(
+                rule=str(d.rule),
+                reason=d.reason,
+                link=d.link,
+                scope={k: v for k, v in d.model_dump(mode="json").items() if k not in ("rule", "reason", "link")},
+                observed=st.deviations_seen.get(str(d.rule), 0),
+            )
+            for d in m.deviations
+        ]
+        failures = [
+            FailureResult(rule=t.rule, test=nodeid, message=t.message, replay=t.replay)
+            for nodeid, t in self.seen.tests.items()
+            if t.outcome == "failed"
+        ]
+        variant = os.environ.get(VARIANT_ENV) if m.variants else None
+        return Results(
+            tool="pytest conformance",
+            spec=spec_version(),
+            implementation=ImplementationInfo(
+                name=m.name,
+                kind=m.kind,
+                adapter=impl_arg,
+                variant=variant,
+                description=m.description,
+            ),
+            profile=m.profile,
+            options=self._options(),
+            capabilities=m.capabilities.model_dump(mode="json"),
+            status=status,
+            exit_code=exit_code,
+            rules=self._rules(deviations),
+            deviations=deviations,
+            failures=failures,
+            counts={k: outcomes.get(k, 0) for k in ("passed", "failed", "skipped", "deviation", "not run")},
+        )
+
+    def _rules(self, deviations: list[DeviationResult]) -> dict[str, RuleResult]:
+        hits = self.state.rule_hits
+        declared = {d.rule: d for d in deviations}
+        by_rule: dict[str, list[_Test]] = defaultdict(list)
+        for t in self.seen.tests.values():
+            for r in t.rules | ({t.rule} if t.rule else set()):
+                by_rule[r].append(t)
+        out: dict[str, RuleResult] = {}
+        for rid in [*map(str, sorted(RULES)), *sorted(set(by_rule) - set(map(str, RULES)))]:
+            ts = by_rule.get(rid, [])
+            n = int(hits.get(rid, 0))
+            failed = [t for t in ts if t.outcome == "failed" and t.rule == rid]
+            replays = sorted({t.replay for t in ts if t.rule == rid and t.replay})
+            if failed:
+                out[rid] = RuleResult(status="fail", exercised=n, failures=len(failed), replays=replays)
+            elif rid in declared:
+                d = declared[rid]
+                note = f"observed {d.observed}x" if d.observed else "declared but not observed"
+                out[rid] = RuleResult(status="deviation", exercised=n, reason=d.reason, note=note, replays=replays)
+            elif n:
+                out[rid] = RuleResult(status="pass", exercised=n)
+            else:
+                skipped = [t for t in ts if t.outcome == "skipped"]
+                caps = sorted({c for t in skipped if (c := missing_capability(t.reason))})
+                if ts and len(skipped) == len(ts) and caps:
+                    out[rid] = RuleResult(status="not_applicable", note="missing capability " + ", ".join(caps))
+                elif ts:
+                    out[rid] = RuleResult(status="not_exercised", note=f"covered by {len(ts)} test(s), never reached")
+                else:
+                    out[rid] = RuleResult(status="not_exercised", note="no test of this run covers it")
+        return out
+
+    def _options(self) -> dict[str, Any]:
+        from hypothesis import settings
+
+        cfg = self.config
+        current = settings()
+        opts: dict[str, Any] = {
+            "impl": str(cfg.getoption("--impl")),
+            "hypothesis_profile": cfg.getoption("hypothesis_profile", None) or "default",
+            "hypothesis_seed": cfg.getoption("hypothesis_seed", None),
+            "max_examples": current.max_examples,
+            "stateful_step_count": current.stateful_step_count,
+            "replay_dir": str(Path(str(cfg.getoption("--kvspec-replay-dir")))),
+            "selection_narrowed": self.state.selection_narrowed,
+        }
+        for name in ("keyword", "markexpr"):
+            if v := cfg.getoption(name, None):
+                opts[name] = v
+        return opts
