@@ -62,6 +62,10 @@ class Capabilities(Wire):
     destroy: bool = False
     reset: bool = False
     max_capacity: int = 1_000_000
+    #: also rejects the malformed Uses the kvbm source accepts (token lists
+    #: of the wrong length, identity conflicts): the kvbm known break of
+    #: USE-VALIDATE; goldens that check those rejections under kvbm need it
+    strict_validation: bool = False
 
     def has(self, name: str) -> bool:
         """Does the implementation have capability ``name``?

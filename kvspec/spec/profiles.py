@@ -83,6 +83,14 @@ PROFILES: dict[str, Profile] = {
                     "again is Stored a second time before the batch's Removed names it"
                 ),
                 R.REMOVE_NO_ORPHAN: _ORPHAN,
+                R.USE_VALIDATE: (
+                    "the source checks only how many lineage hashes, local hashes and token lists a Use "
+                    "carries: it accepts a token list of any length, and it matches a full block by "
+                    "sequence hash among the blocks it holds, else by lineage hash alone, so a Use that "
+                    "names a registered block under another lineage hash, or a registered lineage hash "
+                    "under another sequence hash, is accepted; kvspec rejects these (capability "
+                    "strict_validation)"
+                ),
             },
         ),
         Profile(
