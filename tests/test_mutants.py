@@ -36,7 +36,8 @@ from kvspec.adapters.mutants.request_bugs import BY_ID as REQUEST_MUTANTS
 from kvspec.adapters.reference.adapter import outcome_of
 from kvspec.cli import main as cli_main
 from kvspec.conformance import mutants as campaign
-from kvspec.conformance.manifest import VARIANT_ENV, Capabilities, load_manifest, resolve_adapter_dir
+from kvspec.conformance.implementation import open_implementation
+from kvspec.conformance.manifest import Capabilities, load_impl, load_manifest, resolve_adapter_dir, resolve_impl
 from kvspec.reference import make_model
 from kvspec.spec.config import ManagerConfig, OffloadConfig
 from kvspec.spec.errors import ConfigError
@@ -349,33 +350,37 @@ def test_manifest_declares_the_reference_capabilities_and_no_deviation() -> None
     assert mut.start.requests == "kvspec.adapters.mutants.request_bugs:open_request_mutant"
     assert mut.supported_profiles() == ref.supported_profiles()
     assert mut.deviations == []
-    assert mut.variants is True and ref.variants is False
+    assert [v.name for v in mut.variants] == [m.id for m in CATALOGUE]
+    assert ref.variants == [] and mut.variant is None
 
 
-def test_impl_path_selects_the_mutant(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(VARIANT_ENV, "stale")
+def test_impl_path_selects_the_mutant_explicitly(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(ADAPTERS.parent)
-    d = resolve_adapter_dir(str(ADAPTERS / "mutants" / "event_id_skip"))
-    assert d == (ADAPTERS / "mutants").resolve()
-    assert os.environ[VARIANT_ENV] == "event_id_skip"
-    assert resolve_adapter_dir("adapters/mutants/capacity_one_early") == d
-    assert os.environ[VARIANT_ENV] == "capacity_one_early"
-    # through the adapter, the mutant is what runs
-    impl = open_mutant(cfg(capacity=1), load_manifest(d), d)
+    before = dict(os.environ)
+    d, manifest = load_impl(str(ADAPTERS / "mutants" / "event_id_skip"))
+    assert d == (ADAPTERS / "mutants").resolve() and manifest.variant == "event_id_skip"
+    assert resolve_impl("adapters/mutants/capacity_one_early") == (d, "capacity_one_early")
+    assert dict(os.environ) == before, "the loader must not pass the variant through the environment"
+    # the suite opens the adapter with variant=NAME: the mutant is what runs
+    _, manifest = load_impl("adapters/mutants/capacity_one_early")
+    impl = open_implementation(manifest, d, cfg(capacity=1))
     assert impl.step(U(1)).result.value == 0  # type: ignore[union-attr]
+    # no variant: the unmutated reference
+    plain = open_implementation(load_manifest(d), d, cfg(capacity=1))
+    assert plain.step(U(1)).result.value == 1  # type: ignore[union-attr]
 
 
 def test_unknown_variant_or_adapter_without_variants_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(ADAPTERS.parent)
-    with pytest.raises(ConfigError, match=r"no manifest\.toml"):
-        resolve_adapter_dir("adapters/reference/capacity_one_early")
+    with pytest.raises(ConfigError, match=r"declares no variant 'capacity_one_early'.*no \[\[variants\]\]"):
+        resolve_impl("adapters/reference/capacity_one_early")
+    with pytest.raises(ConfigError, match=r"declares no variant 'no_such_bug' \(known: stored_on_inactive_hit"):
+        resolve_impl("adapters/mutants/no_such_bug")
+    with pytest.raises(ConfigError, match=r"selects variant .event_id_skip.*load_impl"):
+        resolve_adapter_dir("adapters/mutants/event_id_skip")
     d = ADAPTERS / "mutants"
-    monkeypatch.setenv(VARIANT_ENV, "no_such_bug")
     with pytest.raises(ConfigError, match="unknown mutant 'no_such_bug'"):
-        open_mutant(cfg(), load_manifest(d), d)
-    monkeypatch.delenv(VARIANT_ENV)
-    with pytest.raises(ConfigError, match="needs a mutant name"):
-        open_mutant(cfg(), load_manifest(d), d)
+        open_mutant(cfg(), load_manifest(d), d, variant="no_such_bug")
 
 
 # ------------------------------------------------------------------- the CLI
@@ -398,16 +403,16 @@ def test_cli_rejects_unknown_names(capsys: pytest.CaptureFixture[str]) -> None:
 
 FAKE_SUITE = """
 import os, time
+from pathlib import Path
 import pytest
 from kvspec.conformance.failures import ConformanceFailure
-
-VARIANT = os.environ.get("KVSPEC_ADAPTER_VARIANT")
 
 @pytest.mark.xfail(reason="an expected failure is never a kill", strict=True)
 def test_expected_failure():
     raise ConformanceFailure("REMOVE-EXACT", "declared")
 
-def test_the_one():
+def test_the_one(request):
+    VARIANT = Path(request.config.getoption("--impl")).name
     if VARIANT == "lru_most_recent_first":
         raise ConformanceFailure("EVICT-POLICY", "the victim differs")
     if VARIANT == "parent_always_none":
@@ -566,3 +571,101 @@ def test_log_dir_keeps_output_and_report(fake_suite: Path, tmp_path: Path) -> No
     assert r.status == "killed"
     assert "EVICT-POLICY" in (logs / "lru_most_recent_first" / "pytest.log").read_text()
     assert campaign.first_failure(logs / "lru_most_recent_first" / "junit.xml") is not None
+
+
+# ------------------------------------------------------- the [[variants]] format
+
+
+def _manifest(tmp_path: Path, body: str) -> Path:
+    d = tmp_path / "adapter"
+    d.mkdir(exist_ok=True)
+    (d / "manifest.toml").write_text(textwrap.dedent(body))
+    return d
+
+
+SUBPROCESS_WITH_VARIANTS = """
+    name = "port"
+    kind = "subprocess"
+    profile = "kvbm"
+
+    [start]
+    command = ["{python}", "-m", "port"]
+
+    [[variants]]
+    name = "evicts_newest"
+    rule = "EVICT-POLICY"
+    description = "evicts the newest inactive block"
+    needs = ["policy:lru"]
+"""
+
+
+def test_a_subprocess_variant_is_an_argv_of_its_command(tmp_path: Path) -> None:
+    d = _manifest(tmp_path, SUBPROCESS_WITH_VARIANTS)
+    plain = load_manifest(d)
+    assert plain.start.command == ["{python}", "-m", "port"] and plain.variant is None
+    adapter_dir, chosen = load_impl(str(d / "evicts_newest"))
+    assert adapter_dir == d.resolve() and chosen.variant == "evicts_newest"
+    assert chosen.start.command == ["{python}", "-m", "port", "--variant", "evicts_newest"]
+    assert chosen.variant_profiles(chosen.variants[0]) == ["kvbm"]  # no profiles: every profile it runs
+
+
+def test_a_c_abi_variant_is_a_compile_flag(tmp_path: Path) -> None:
+    body = SUBPROCESS_WITH_VARIANTS.replace('kind = "subprocess"', 'kind = "c_abi"').replace(
+        'command = ["{python}", "-m", "port"]', 'sources = ["port.c"]'
+    )
+    _, chosen = load_impl(str(_manifest(tmp_path, body) / "evicts_newest"))
+    assert chosen.start.cflags[-1] == "-DKVSPEC_VARIANT_evicts_newest=1"
+
+
+TOP = "top"  # the edit goes before the first table (a top-level key)
+
+
+@pytest.mark.parametrize(
+    ("where", "edit", "message"),
+    [
+        (
+            TOP,
+            lambda s: s + "variants = true\n",
+            r"(?s)`variants = true` is no longer accepted.*table",
+        ),
+        (TOP, lambda s: s + 'variant = "evicts_newest"\n', "chosen with --impl=DIR/NAME"),
+        ("", lambda s: s.replace('"evicts_newest"', '"Evicts-Newest"'), "must be snake_case"),
+        ("", lambda s: s.replace('"EVICT-POLICY"', '"NO-SUCH-RULE"'), "rule"),
+        (
+            "",
+            lambda s: s.replace('needs = ["policy:lru"]', 'needs = ["warp_drive"]'),
+            "unknown capability 'warp_drive'",
+        ),
+        ("", lambda s: s.replace('needs = ["policy:lru"]', 'profiles = ["legacy"]'), "legacy not run by this adapter"),
+        ("", lambda s: s + s[s.index("[[variants]]") :], "declared twice: evicts_newest"),
+    ],
+)
+def test_bad_variant_declarations_are_refused_by_name(tmp_path: Path, where: str, edit: Any, message: str) -> None:
+    body = textwrap.dedent(SUBPROCESS_WITH_VARIANTS)
+    if where == TOP:
+        head, _, rest = body.partition("[start]")
+        if "variants = true" in edit(""):  # the old flag, in place of the tables
+            rest = rest[: rest.index("[[variants]]")]
+        body = edit(head) + "[start]" + rest
+    else:
+        body = edit(body)
+    with pytest.raises(ConfigError, match=message):
+        load_manifest(_manifest(tmp_path, body))
+
+
+def test_kvspec_mutants_runs_any_folders_variants(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    d = _manifest(tmp_path, SUBPROCESS_WITH_VARIANTS)
+    assert cli_main(["mutants", "--impl", str(d), "--list"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^evicts_newest\s+kvbm\s+EVICT-POLICY\s+evicts the newest", out, re.M)
+    assert "1 mutants" in out
+    assert cli_main(["mutants", "--impl", "adapters/reference", "--list"]) == 2
+    assert "declares no [[variants]]" in capsys.readouterr().err
+
+
+def test_the_campaign_names_each_variant_of_the_folder_it_was_given(tmp_path: Path) -> None:
+    d = tmp_path / "zoo"
+    cmd = campaign.pytest_command("evicts_newest", tmp_path, tmp_path / "j.xml", tmp_path / "r", "ci", d)
+    assert f"--impl={d / 'evicts_newest'}" in cmd
+    sanity = campaign.pytest_command(campaign.UNMUTATED, tmp_path, tmp_path / "j.xml", tmp_path, "ci", d)
+    assert f"--impl={d}" in sanity

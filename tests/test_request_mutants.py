@@ -23,7 +23,7 @@ from kvspec.adapters.mutants.catalogue import MUTANTS, make_mutant_model
 from kvspec.adapters.mutants.request_bugs import REQUEST_MUTANTS, engine_types, open_request_mutant
 from kvspec.adapters.reference_jsonl.engine_session import EngineSession
 from kvspec.adapters.reference_requests.adapter import ReferenceRequests
-from kvspec.conformance.manifest import VARIANT_ENV, load_manifest
+from kvspec.conformance.manifest import load_manifest
 from kvspec.conformance.request_check import check_run
 from kvspec.conformance.transport.engine import EngineImplementation, engine_config
 from kvspec.conformance.transport.jsonl import JsonlImplementation
@@ -101,28 +101,27 @@ def test_request_mutant_is_the_reference_at_block_level(mutant: str) -> None:
     assert type(make_mutant_model(mutant, config)) is type(make_model(config))
 
 
-@pytest.mark.parametrize("variant", ["none", "prefix_hit_uncapped"])
-def test_request_mutants_and_the_sanity_run_go_through_protocol_v2(
-    variant: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv(VARIANT_ENV, variant)
+@pytest.mark.parametrize("variant", [None, "prefix_hit_uncapped"])
+def test_request_mutants_and_the_sanity_run_go_through_protocol_v2(variant: str | None) -> None:
     setup = setup_of(6, 4)
-    impl = open_request_mutant(setup, load_manifest(MUTANTS_DIR), MUTANTS_DIR)
+    impl = open_request_mutant(setup, load_manifest(MUTANTS_DIR, variant), MUTANTS_DIR, variant=variant)
     try:
         assert isinstance(impl, EngineImplementation)
         child = impl.caller
         assert isinstance(child, JsonlImplementation)
         assert child.ready is not None and child.ready.protocol == 2
-        assert child.argv[-2:] == ["--mutant", variant]
+        if variant is None:
+            assert "--mutant" not in child.argv
+        else:
+            assert child.argv[-2:] == ["--mutant", variant]
         out = impl.run_sequential([RequestSpec(prompt=toks(1, 8), max_tokens=1)] * 2)
     finally:
         impl.close()
     assert out[1].cached_tokens == (8 if variant == "prefix_hit_uncapped" else 4)
 
 
-def test_block_level_mutant_runs_the_in_process_reference_at_request_level(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(VARIANT_ENV, "event_id_skip")
-    impl = open_request_mutant(setup_of(6, 4), load_manifest(MUTANTS_DIR), MUTANTS_DIR)
+def test_block_level_mutant_runs_the_in_process_reference_at_request_level() -> None:
+    impl = open_request_mutant(setup_of(6, 4), load_manifest(MUTANTS_DIR), MUTANTS_DIR, variant="event_id_skip")
     assert isinstance(impl, ReferenceRequests)
 
 

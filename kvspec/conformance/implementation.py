@@ -29,7 +29,9 @@ def open_implementation(manifest: Manifest, adapter_dir: Path, config: ManagerCo
             raise ConfigError(f"{manifest.name}: kind 'python' needs start.python = 'module:factory'")
         mod_name, _, attr = manifest.start.python.partition(":")
         factory = getattr(importlib.import_module(mod_name), attr)
-        impl: Implementation = factory(config, manifest, adapter_dir)
+        # a selected variant (--impl=DIR/NAME) is an explicit argument
+        extra = {} if manifest.variant is None else {"variant": manifest.variant}
+        impl: Implementation = factory(config, manifest, adapter_dir, **extra)
         return impl
     if manifest.kind == "subprocess":
         from .transport.jsonl import JsonlImplementation

@@ -1,16 +1,21 @@
 """``kvspec mutants``: run the conformance suite against every mutant.
 
-The suite is only worth trusting if it fails on broken implementations. The
-mutants (``adapters/mutants/catalogue.py``) are realistic bugs; this command
+The suite is only worth trusting if it fails on broken implementations. A
+mutant is a variant an adapter folder declares in its manifest
+(``[[variants]]``: name, rule, description, profiles, needs); by default the
+bundled ``adapters/mutants`` (realistic bugs of the reference model), or any
+folder with ``--impl=DIR`` (a port's own single-bug twins). This command
 runs the whole suite (Hypothesis profile ``ci``, stop at the first failure)
-against each in its own pytest process, a few at a time, and prints a table:
+against each (``--impl=DIR/NAME``) in its own pytest process, a few at a
+time, and prints a table:
 which mutant was killed, by which test, under which rule, and how long the
 suite took to kill it. It exits non-zero if any mutant survives or its run
 breaks, so CI can gate on it.
 
-Before any mutant it runs the suite once on the unmutated reference behind
-the same adapter (variant ``none``): if that fails, every kill would be
-meaningless and the run stops as invalid.
+Before any mutant it runs the suite once on the adapter with no variant
+selected (``--impl=DIR``, shown as ``none``; for ``adapters/mutants`` the
+unmutated reference): if that fails, every kill would be meaningless and the
+run stops as invalid.
 
 A kill is a failed test in the pytest run. An expected failure cannot count:
 the mutants' manifest declares no deviation, and the JUnit report marks an
@@ -37,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from kvspec.spec.manifest import Manifest
 from kvspec.spec.rules import RuleId
 
 Status = Literal["killed", "passed", "error", "timeout", "false_kill"]
@@ -66,9 +72,19 @@ def suite_dir() -> Path:
 
 
 def mutants_adapter_dir() -> Path:
-    import kvspec.adapters
+    """The bundled mutant zoo (the default ``--impl``)."""
+    from .manifest import _builtin_adapters_dir
 
-    return Path(kvspec.adapters.__file__).resolve().parent / "mutants"
+    return (_builtin_adapters_dir() / "mutants").resolve()
+
+
+#: the name of the sanity run (the adapter with no variant selected)
+UNMUTATED = "none"
+
+
+def impl_of(name: str, adapter_dir: Path) -> str:
+    """The ``--impl`` value that runs variant ``name`` of ``adapter_dir``."""
+    return str(adapter_dir) if name == UNMUTATED else str(adapter_dir / name)
 
 
 # --------------------------------------------------------- reading the result
@@ -132,13 +148,15 @@ def _kill_group(proc: subprocess.Popen[str]) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
-def pytest_command(name: str, suite: Path, junit: Path, replay_dir: Path, profile: str) -> list[str]:
+def pytest_command(
+    name: str, suite: Path, junit: Path, replay_dir: Path, profile: str, adapter_dir: Path | None = None
+) -> list[str]:
     return [
         sys.executable,
         "-m",
         "pytest",
         str(suite),
-        f"--impl={mutants_adapter_dir() / name}",
+        f"--impl={impl_of(name, adapter_dir or mutants_adapter_dir())}",
         f"--hypothesis-profile={profile}",
         "-x",
         "-q",
@@ -149,15 +167,24 @@ def pytest_command(name: str, suite: Path, junit: Path, replay_dir: Path, profil
     ]
 
 
-def run_suite(name: str, *, suite: Path, timeout: float, profile: str = "ci", log_dir: Path | None = None) -> SuiteRun:
-    """Run the suite against variant ``name`` in a child process group that
+def run_suite(
+    name: str,
+    *,
+    suite: Path,
+    timeout: float,
+    profile: str = "ci",
+    log_dir: Path | None = None,
+    adapter_dir: Path | None = None,
+) -> SuiteRun:
+    """Run the suite against variant ``name`` of ``adapter_dir`` (default: the
+    bundled mutants; ``none``: no variant) in a child process group that
     is killed whole when the run passes ``timeout`` seconds. With ``log_dir``
     the run's output, JUnit report and replay files stay in ``log_dir/name``."""
     with tempfile.TemporaryDirectory(prefix=f"kvspec-mutant-{name}-") as tmp:
         keep = Path(tmp) if log_dir is None else log_dir / name
         keep.mkdir(parents=True, exist_ok=True)
         junit = keep / "junit.xml"
-        cmd = pytest_command(name, suite, junit, keep / "replays", profile)
+        cmd = pytest_command(name, suite, junit, keep / "replays", profile, adapter_dir)
         start = time.monotonic()
         proc = subprocess.Popen(
             cmd,
@@ -313,6 +340,11 @@ def summary(runs: list[SuiteRun]) -> list[str]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--impl",
+        default=None,
+        help="adapter folder whose manifest declares the variants to run ([[variants]]; default: adapters/mutants)",
+    )
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
     parser.add_argument("--only", default="", metavar="NAME,...", help="run only these mutants (comma-separated)")
     parser.add_argument("--jobs", type=int, default=2, help="suite runs at a time (default 2)")
@@ -334,26 +366,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _list() -> int:
-    from kvspec.adapters.mutants.catalogue import CATALOGUE
-
-    w = max(len(m.id) for m in CATALOGUE)
-    for m in CATALOGUE:
-        needs = f" [needs {', '.join(m.needs)}]" if m.needs else ""
-        print(f"{m.id:<{w}}  {','.join(m.profiles):<19} {m.rule:<24} {m.description}{needs}")
-    print(f"{len(CATALOGUE)} mutants")
+def _list(manifest: Manifest) -> int:
+    w = max((len(v.name) for v in manifest.variants), default=4)
+    for v in manifest.variants:
+        needs = f" [needs {', '.join(v.needs)}]" if v.needs else ""
+        profiles = ",".join(manifest.variant_profiles(v))
+        print(f"{v.name:<{w}}  {profiles:<19} {v.rule:<24} {v.description}{needs}")
+    print(f"{len(manifest.variants)} mutants")
     return 0
 
 
 def run(args: argparse.Namespace) -> int:
-    from kvspec.adapters.mutants.catalogue import CATALOGUE, MUTANTS, UNMUTATED
+    from kvspec.spec.errors import ConfigError
 
+    from .manifest import load_manifest, resolve_adapter_dir
+
+    try:
+        adapter_dir = resolve_adapter_dir(args.impl) if args.impl else mutants_adapter_dir()
+        manifest = load_manifest(adapter_dir)
+    except ConfigError as e:
+        print(f"kvspec mutants: {e}", file=sys.stderr)
+        return 2
+    if not manifest.variants:
+        print(f"kvspec mutants: {adapter_dir}/manifest.toml declares no [[variants]]", file=sys.stderr)
+        return 2
     if args.list:
-        return _list()
-    names = [m.id for m in CATALOGUE]
+        return _list(manifest)
+    variants = {v.name: v for v in manifest.variants}
+    names = list(variants)
     if args.only:
         wanted = [n.strip() for n in args.only.split(",") if n.strip()]
-        unknown = [n for n in wanted if n not in MUTANTS]
+        unknown = [n for n in wanted if n not in variants]
         if unknown:
             print(f"kvspec mutants: unknown mutant(s): {', '.join(unknown)} (see --list)", file=sys.stderr)
             return 2
@@ -363,8 +406,17 @@ def run(args: argparse.Namespace) -> int:
     scenario_profiles = _scenario_profiles()
 
     def one(name: str) -> SuiteRun:
-        r = run_suite(name, suite=suite, timeout=args.timeout, profile=args.hypothesis_profile, log_dir=args.log_dir)
-        return r if name == UNMUTATED else credit(r, MUTANTS[name].profiles, scenario_profiles)
+        r = run_suite(
+            name,
+            suite=suite,
+            timeout=args.timeout,
+            profile=args.hypothesis_profile,
+            log_dir=args.log_dir,
+            adapter_dir=adapter_dir,
+        )
+        if name == UNMUTATED:
+            return r
+        return credit(r, manifest.variant_profiles(variants[name]), scenario_profiles)
 
     def _terminate(signum: int, frame: object) -> None:
         raise KeyboardInterrupt  # a CI timeout's SIGTERM cleans up like Ctrl-C
@@ -373,11 +425,13 @@ def run(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, _terminate)
     try:
         if not args.skip_sanity:
-            print(f"sanity: the suite against the unmutated reference ({suite}) ...", file=sys.stderr, flush=True)
+            print(
+                f"sanity: the suite ({suite}) against {manifest.name} with no variant ...", file=sys.stderr, flush=True
+            )
             sane = one(UNMUTATED)
             if sane.status != "passed":
                 print(
-                    f"INVALID RUN: the suite does not pass on the unmutated reference ({sane.status}"
+                    f"INVALID RUN: the suite does not pass on {manifest.name} without a variant ({sane.status}"
                     f"{', ' + sane.test if sane.test else ''}{', rule ' + sane.rule if sane.rule else ''}); "
                     f"no kill would mean anything.\n{sane.detail}",
                     file=sys.stderr,
@@ -393,7 +447,7 @@ def run(args: argparse.Namespace) -> int:
         kill_all()
         print("kvspec mutants: interrupted", file=sys.stderr)
         return 130
-    print(format_table(runs, {m.id: str(m.rule) for m in CATALOGUE}))
+    print(format_table(runs, {v.name: str(v.rule) for v in manifest.variants}))
     for r in runs:
         if r.status in ("error", "timeout", "false_kill"):
             print(f"\n{r.name}: {r.status}\n{r.detail}")

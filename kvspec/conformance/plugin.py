@@ -30,7 +30,7 @@ from kvspec.spec.errors import ConfigError
 
 from .failures import ConformanceFailure
 from .implementation import Implementation, open_implementation
-from .manifest import Manifest, load_manifest, resolve_adapter_dir
+from .manifest import Manifest, load_impl
 from .settings import register_hypothesis_profiles
 
 register_hypothesis_profiles()
@@ -82,8 +82,7 @@ def pytest_configure(config: pytest.Config) -> None:
     state = _KvspecState()
     config.stash[_STATE_KEY] = state
     try:
-        state.adapter_dir = resolve_adapter_dir(config.getoption("--impl"))
-        state.manifest = load_manifest(state.adapter_dir)
+        state.adapter_dir, state.manifest = load_impl(config.getoption("--impl"))
     except ConfigError as e:
         state.error = str(e)
     if config.getoption("--kvspec-results", None):

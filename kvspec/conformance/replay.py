@@ -30,7 +30,7 @@ from kvspec.spec.errors import AdapterError, ConfigError
 from .failures import ConformanceFailure
 from .implementation import open_implementation
 from .lockstep import Lockstep
-from .manifest import load_manifest, resolve_adapter_dir
+from .manifest import Manifest, load_impl, load_manifest
 from .replay_file import ReplayFile, ReplayFileError, load_replay, outcome_json
 
 __all__ = ["ReplayFile", "ReplayFileError", "ReplayResult", "load_replay", "replay", "run"]
@@ -45,10 +45,13 @@ class ReplayResult:
     model_drift: list[int]
 
 
-def replay(rf: ReplayFile, impl_dir: Path, *, protocol_only: bool | None = None) -> ReplayResult:
-    """Run ``rf`` against the adapter in ``impl_dir`` (raises AdapterError /
-    ConfigError when the adapter cannot run)."""
-    manifest = load_manifest(impl_dir)
+def replay(
+    rf: ReplayFile, impl_dir: Path, *, protocol_only: bool | None = None, manifest: Manifest | None = None
+) -> ReplayResult:
+    """Run ``rf`` against the adapter in ``impl_dir`` (its ``manifest``, a
+    variant selected, or the folder's; raises AdapterError / ConfigError when
+    the adapter cannot run)."""
+    manifest = manifest or load_manifest(impl_dir)
     impl = open_implementation(manifest, impl_dir, rf.config)
     drift: list[int] = []
     try:
@@ -103,8 +106,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     impl = args.impl or rf.adapter
     try:
-        impl_dir = resolve_adapter_dir(impl)
-        result = replay(rf, impl_dir, protocol_only=args.protocol_only)
+        impl_dir, manifest = load_impl(impl)
+        result = replay(rf, impl_dir, protocol_only=args.protocol_only, manifest=manifest)
     except (ConfigError, AdapterError) as e:
         print(f"kvspec replay: cannot run {args.file} against {impl}: {e}")
         return 2

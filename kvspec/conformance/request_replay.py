@@ -20,7 +20,7 @@ from pathlib import Path
 
 from kvspec.spec.errors import AdapterError, ConfigError
 
-from .manifest import Manifest, load_manifest, resolve_adapter_dir
+from .manifest import Manifest, load_impl
 from .request_check import RunCheck, check_run
 from .requests_api import open_request_implementation
 from .workloads import FORMAT, Workload, load_workload
@@ -56,8 +56,7 @@ def replay_files(files: list[Path], impl: str = DEFAULT_IMPL) -> int:
     """Run each workload file against ``impl`` and print what was found:
     0 all conform, 1 a finding, 2 a file or the adapter could not be used."""
     try:
-        adapter_dir = resolve_adapter_dir(impl)
-        manifest = load_manifest(adapter_dir)
+        adapter_dir, manifest = load_impl(impl)
     except ConfigError as e:
         print(f"kvspec replay: {e}")
         return 2

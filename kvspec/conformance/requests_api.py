@@ -73,5 +73,6 @@ def open_request_implementation(manifest: Manifest, adapter_dir: Path, setup: Po
         )
     mod_name, _, attr = target.partition(":")
     factory = getattr(importlib.import_module(mod_name), attr)
-    impl: RequestImplementation = factory(setup, manifest, adapter_dir)
+    extra = {} if manifest.variant is None else {"variant": manifest.variant}  # --impl=DIR/NAME
+    impl: RequestImplementation = factory(setup, manifest, adapter_dir, **extra)
     return impl

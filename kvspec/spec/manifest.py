@@ -9,9 +9,10 @@ manifests is the suite's job (``kvspec.conformance.manifest``).
 
 from __future__ import annotations
 
-from typing import Literal
+import re
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator, model_validator
 
 from .config import PolicyName, ProfileName
 from .errors import ConfigError
@@ -36,6 +37,12 @@ class Start(Wire):
     #: c_abi: C sources (relative to the folder) compiled into a shared library
     sources: list[str] = []
     cflags: list[str] = ["-O2", "-std=c11", "-Wall", "-Werror"]
+    #: subprocess: argv appended to ``command`` when a variant is selected
+    #: (``--impl=DIR/NAME``); "{variant}" is replaced by the variant's name
+    variant_args: list[str] = ["--variant", "{variant}"]
+    #: c_abi: flags added to ``cflags`` when a variant is selected ("{variant}"
+    #: as above), so each variant is its own cached build
+    variant_cflags: list[str] = ["-DKVSPEC_VARIANT_{variant}=1"]
     #: c_abi: "process" runs the library in a child host (a crash in it is an
     #: AdapterError); "inprocess" loads it into the test process (faster)
     isolation: Literal["process", "inprocess"] = "process"
@@ -96,6 +103,36 @@ class Deviation(Wire):
     profile: ProfileName | None = None
 
 
+#: a variant name: snake_case, so that it is a path segment, an argv word
+#: and (after KVSPEC_VARIANT_) a C identifier
+VARIANT_NAME = re.compile(r"[a-z][a-z0-9_]*")
+
+
+class Variant(Wire):
+    """One named variant of an adapter (``[[variants]]``), selected with
+    ``--impl=DIR/NAME``: a deliberately broken twin of the implementation
+    (a mutant) whose one bug breaks ``rule``. ``kvspec mutants --impl=DIR``
+    runs the suite against each and expects every one to be killed."""
+
+    name: str
+    #: the rule its bug breaks (what a kill is expected to name)
+    rule: RuleId
+    description: str
+    #: the profiles the bug lives in (default: every profile the adapter runs);
+    #: under any other profile the variant must behave like the adapter itself
+    profiles: list[ProfileName] = []
+    #: capabilities a configuration needs for the bug to be reachable
+    #: (names as ``Capabilities.has`` takes them)
+    needs: list[str] = []
+
+    @field_validator("name")
+    @classmethod
+    def _name_is_snake_case(cls, v: str) -> str:
+        if not VARIANT_NAME.fullmatch(v):
+            raise ValueError(f"variant name {v!r} must be snake_case ([a-z][a-z0-9_]*)")
+        return v
+
+
 class Manifest(Wire):
     name: str
     kind: Kind
@@ -104,8 +141,70 @@ class Manifest(Wire):
     start: Start = Start()
     capabilities: Capabilities = Capabilities()
     deviations: list[Deviation] = []
-    #: the adapter runs named variants, picked by ``--impl=DIR/VARIANT``
-    variants: bool = False
+    #: the named variants the folder runs, each picked by ``--impl=DIR/NAME``
+    variants: list[Variant] = []
+    #: the selected variant: set by the loader from ``--impl=DIR/NAME``
+    #: (``kvspec.conformance.manifest.load_manifest``), never written in a
+    #: manifest file; ``None`` runs the adapter itself
+    variant: str | None = None
+
+    @field_validator("variants", mode="before")
+    @classmethod
+    def _variants_are_tables(cls, v: Any) -> Any:
+        if isinstance(v, bool):
+            raise ValueError(
+                "`variants = true` is no longer accepted: declare each variant as a [[variants]] table "
+                "(name, rule, description, optional profiles and needs); see spec/ADAPTERS.md"
+            )
+        return v
+
+    @model_validator(mode="after")
+    def _variants_are_consistent(self) -> Manifest:
+        names = [v.name for v in self.variants]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"variant(s) declared twice: {', '.join(dup)}")
+        supported = set(self.supported_profiles())
+        caps = self.capabilities
+        for v in self.variants:
+            outside = [p for p in v.profiles if p not in supported]
+            if outside:
+                raise ValueError(f"variant {v.name}: profile(s) {', '.join(outside)} not run by this adapter")
+            for need in v.needs:
+                try:
+                    caps.has(need)
+                except ConfigError as e:
+                    raise ValueError(f"variant {v.name}: {e}") from None
+        if self.variant is not None and self.variant not in names:
+            known = ", ".join(names) or "none declared"
+            raise ValueError(f"unknown variant {self.variant!r} of {self.name} (known: {known})")
+        return self
+
+    def find_variant(self, name: str) -> Variant | None:
+        return next((v for v in self.variants if v.name == name), None)
+
+    def variant_profiles(self, v: Variant) -> list[ProfileName]:
+        """The profiles variant ``v``'s bug lives in."""
+        return list(v.profiles) or self.supported_profiles()
+
+    def with_variant(self, name: str | None) -> Manifest:
+        """This manifest with variant ``name`` selected: ``start.command``
+        and ``start.cflags`` get the variant's ``variant_args`` /
+        ``variant_cflags`` (so a child process or a C build is told the
+        variant explicitly); a python factory gets ``variant=name``. Raises
+        ConfigError for a name the manifest does not declare."""
+        if name is None:
+            return self
+        if self.find_variant(name) is None:
+            known = ", ".join(v.name for v in self.variants) or "none declared"
+            raise ConfigError(f"adapter {self.name}: unknown variant {name!r} (known: {known})")
+        st = self.start
+        update: dict[str, Any] = {}
+        if st.command is not None:
+            update["command"] = [*st.command, *(a.replace("{variant}", name) for a in st.variant_args)]
+        if self.kind == "c_abi":
+            update["cflags"] = [*st.cflags, *(f.replace("{variant}", name) for f in st.variant_cflags)]
+        return self.model_copy(update={"variant": name, "start": st.model_copy(update=update)})
 
     def deviation(self, rule: str, profile: str | None = None) -> Deviation | None:
         for d in self.deviations:

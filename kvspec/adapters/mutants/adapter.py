@@ -1,29 +1,28 @@
 """In-process adapter that runs one mutant of the reference model.
 
 Which mutant comes from the adapter variant: ``--impl=adapters/mutants/NAME``
-makes ``resolve_adapter_dir`` export ``KVSPEC_ADAPTER_VARIANT=NAME`` (or set
-the variable yourself and pass ``--impl=adapters/mutants``). ``none`` runs
-the unmutated reference through this same adapter.
+selects the manifest's ``[[variants]]`` entry NAME and the suite calls the
+factory with ``variant=NAME``. Without a variant (``--impl=adapters/mutants``)
+the factory runs the unmutated reference through this same adapter: the
+sanity run of ``kvspec mutants``.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 from kvspec.adapters.reference.adapter import outcome_of
 from kvspec.conformance.implementation import Implementation
-from kvspec.conformance.manifest import VARIANT_ENV, Manifest
+from kvspec.conformance.manifest import Manifest
 from kvspec.spec.config import ManagerConfig
-from kvspec.spec.errors import ConfigError
 from kvspec.spec.wire import StepOutcome
 
 from .catalogue import make_mutant_model
 
 
 class MutantImplementation(Implementation):
-    def __init__(self, name: str, config: ManagerConfig, manifest: Manifest) -> None:
+    def __init__(self, name: str | None, config: ManagerConfig, manifest: Manifest) -> None:
         self.name = name
         self.config = config
         self.manifest = manifest
@@ -33,10 +32,9 @@ class MutantImplementation(Implementation):
         return outcome_of(self.model, op)
 
 
-def open_mutant(config: ManagerConfig, manifest: Manifest, adapter_dir: Path) -> MutantImplementation:
-    name = os.environ.get(VARIANT_ENV)
-    if not name:
-        raise ConfigError(
-            f"the mutants adapter needs a mutant name: --impl=adapters/mutants/NAME (or {VARIANT_ENV}=NAME)"
-        )
-    return MutantImplementation(name, config, manifest)
+def open_mutant(
+    config: ManagerConfig, manifest: Manifest, adapter_dir: Path, variant: str | None = None
+) -> MutantImplementation:
+    """The mutant ``variant`` (None: the unmutated reference); an unknown
+    name is a ConfigError listing the known ones."""
+    return MutantImplementation(variant, config, manifest)

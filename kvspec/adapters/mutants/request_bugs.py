@@ -16,11 +16,10 @@ is the mutants adapter's request-level factory (``start.requests``).
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvspec.conformance.manifest import VARIANT_ENV, Manifest
+from kvspec.conformance.manifest import Manifest
 from kvspec.conformance.requests_api import RequestImplementation
 from kvspec.reference.outcome import Step
 from kvspec.reference.requests import PoolSetup, RequestDriver
@@ -126,10 +125,10 @@ REQUEST_MUTANTS: tuple[RequestMutant, ...] = (
 BY_ID: dict[str, RequestMutant] = {m.id: m for m in REQUEST_MUTANTS}
 
 
-def engine_types(name: str) -> tuple[type[RequestDriver], type[VllmPoolModel]]:
-    """The request driver and pool of request-level mutant ``name`` (``none``:
-    the reference's)."""
-    if name == "none":
+def engine_types(name: str | None) -> tuple[type[RequestDriver], type[VllmPoolModel]]:
+    """The request driver and pool of request-level mutant ``name`` (``none``
+    or None: the reference's)."""
+    if name is None or name == "none":
         return RequestDriver, VllmPoolModel
     m = BY_ID.get(name)
     if m is None:
@@ -137,18 +136,22 @@ def engine_types(name: str) -> tuple[type[RequestDriver], type[VllmPoolModel]]:
     return m.driver, m.model
 
 
-def server_command(name: str) -> list[str]:
-    """argv of the reference JSON-lines server running mutant ``name``."""
-    return ["{python}", "-m", "kvspec.adapters.reference_jsonl.server", "--mutant", name]
+def server_command(name: str | None) -> list[str]:
+    """argv of the reference JSON-lines server running mutant ``name`` (None:
+    the unmutated engine)."""
+    argv = ["{python}", "-m", "kvspec.adapters.reference_jsonl.server"]
+    return argv if name is None else [*argv, "--mutant", name]
 
 
-def open_request_mutant(setup: PoolSetup, manifest: Manifest, adapter_dir: Path) -> RequestImplementation:
+def open_request_mutant(
+    setup: PoolSetup, manifest: Manifest, adapter_dir: Path, variant: str | None = None
+) -> RequestImplementation:
     """The mutants adapter's request level: a request-level mutant (and the
-    unmutated ``none``, the campaign's sanity run) through protocol v2 from
-    the reference server; any other mutant is a block-level bug, so its
-    request level is the in-process reference."""
-    name = os.environ.get(VARIANT_ENV, "")
-    if name != "none" and name not in BY_ID:
+    unmutated reference, no variant: the campaign's sanity run) through
+    protocol v2 from the reference server; any other mutant is a block-level
+    bug, so its request level is the in-process reference."""
+    name = variant
+    if name is not None and name != "none" and name not in BY_ID:
         from kvspec.adapters.reference_requests.adapter import open_reference_requests
 
         return open_reference_requests(setup, manifest, adapter_dir)
