@@ -76,7 +76,7 @@ class ImplementationInfo(_Model):
     kind: str = ""
     #: the adapter folder (suite) or the producer (streams)
     adapter: str = ""
-    #: the variant of a ``variants = true`` adapter (adapters/mutants/NAME)
+    #: the selected ``[[variants]]`` entry (``--impl=adapters/mutants/NAME``)
     variant: str | None = None
     description: str = ""
 

@@ -21,7 +21,6 @@ How a rule's status is decided, in this order:
 
 from __future__ import annotations
 
-import os
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -34,7 +33,6 @@ from kvspec.spec.manifest import Manifest
 from kvspec.spec.rules import RULES
 
 from .failures import ConformanceFailure
-from .manifest import VARIANT_ENV
 from .results import (
     DeviationResult,
     FailureResult,
@@ -190,7 +188,6 @@ class SuiteResults:
             for nodeid, t in self.seen.tests.items()
             if t.outcome == "failed"
         ]
-        variant = os.environ.get(VARIANT_ENV) if m.variants else None
         return Results(
             tool="pytest conformance",
             spec=spec_version(),
@@ -198,7 +195,7 @@ class SuiteResults:
                 name=m.name,
                 kind=m.kind,
                 adapter=impl_arg,
-                variant=variant,
+                variant=m.variant,
                 description=m.description,
             ),
             profile=m.profile,
