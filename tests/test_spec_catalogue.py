@@ -98,6 +98,8 @@ def test_rule_headings_sit_under_their_concern() -> None:
         "offload": {"Offload tier (G2)"},
         "hashing": {"Hashing"},
         "invariant": {"Proven invariants"},
+        "paged": {"Paged allocator"},
+        "session": {"Session slot leases"},
     }
     tops = [(i, text.strip()) for i, lvl, text in HEADINGS if lvl == 2]
     for rule, meta in RULES.items():

@@ -13,7 +13,9 @@ from pydantic import Field, model_validator
 
 from .wire import Wire
 
-ProfileName = Literal["kvbm", "legacy", "atomic", "vllm"]
+#: paged and session are the allocator-level profiles (spec.manager_wire): a
+#: ManagerConfig of theirs only heads a protocol-version-3 hello
+ProfileName = Literal["kvbm", "legacy", "atomic", "vllm", "paged", "session"]
 PolicyName = Literal["lineage", "lru", "multi_lru", "unordered"]
 
 

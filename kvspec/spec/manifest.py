@@ -31,6 +31,9 @@ class Start(Wire):
     #: a block-level adapter that also takes requests: "module:factory"
     #: returning its RequestImplementation (capability request_level)
     requests: str | None = None
+    #: an adapter of the allocator-level profiles (paged, session) run
+    #: in-process: "module:factory" returning a ManagerImplementation
+    managers: str | None = None
     #: subprocess: argv; "{python}" is replaced by the running interpreter and
     #: "{adapter_dir}" by the manifest's folder
     command: list[str] | None = None

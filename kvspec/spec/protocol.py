@@ -41,6 +41,7 @@ from pydantic.json_schema import models_json_schema
 
 from .config import ManagerConfig, ProfileName
 from .engine_wire import EngineConfig, EngineOperation, EngineOutcome
+from .manager_wire import ManagerConfigKind, PagedOp, PagedOutcome, SessionOp, SessionOutcome
 from .manifest import Capabilities
 from .wire import Operation, StepOutcome, Wire
 
@@ -51,6 +52,10 @@ PROTOCOL_VERSION = 2
 SUPPORTED_VERSIONS: tuple[int, ...] = (1, 2)
 #: The first version with request-level sessions (``Hello.engine``).
 ENGINE_VERSION = 2
+#: Version 3: allocator-level sessions (``Hello.manager``, profiles paged and
+#: session; PROTOCOL.md section 10). Offered alone, only for such a session,
+#: so block- and request-level hellos are unchanged.
+MANAGER_VERSION = 3
 
 #: Largest request line (bytes, without the newline) a parent may send; a
 #: child must accept lines up to this size.
@@ -80,6 +85,9 @@ class Hello(Wire):
     #: offers only versions >= 2); the parent leaves it out otherwise, so a
     #: block-level hello is byte for byte the version-1 one
     engine: EngineConfig | None = None
+    #: version 3: present only in an allocator-level session (paged, session);
+    #: ``config.profile`` then names the same profile
+    manager: ManagerConfigKind | None = None
 
 
 class Ready(Wire):
@@ -150,6 +158,20 @@ class EngineOutcomeReply(Wire):
     outcome: EngineOutcome
 
 
+class ManagerRequest(Wire):
+    """Version 3: one operation of an allocator-level session."""
+
+    id: RequestId
+    op: PagedOp | SessionOp
+
+
+class ManagerOutcomeReply(Wire):
+    """Version 3: the child applied (or, per the spec, rejected) the operation."""
+
+    id: RequestId
+    outcome: PagedOutcome | SessionOutcome
+
+
 ProtocolErrorCode = Literal["malformed_request", "unsupported_op", "unexpected_message", "internal_error"]
 
 
@@ -174,8 +196,15 @@ class Bye(Wire):
     type: Literal["bye"]
 
 
-PARENT_MESSAGES: tuple[type[Wire], ...] = (Hello, Request, EngineRequest, Bye)
-CHILD_MESSAGES: tuple[type[Wire], ...] = (Ready, Refused, OutcomeReply, EngineOutcomeReply, ErrorReply)
+PARENT_MESSAGES: tuple[type[Wire], ...] = (Hello, Request, EngineRequest, ManagerRequest, Bye)
+CHILD_MESSAGES: tuple[type[Wire], ...] = (
+    Ready,
+    Refused,
+    OutcomeReply,
+    EngineOutcomeReply,
+    ManagerOutcomeReply,
+    ErrorReply,
+)
 
 
 # --------------------------------------------------------------------------

@@ -69,6 +69,27 @@ class RuleId(StrEnum):
     INV_NO_DUP = "INV-NO-DUP"
     INV_QUARANTINE = "INV-QUARANTINE"
     INV_ANCHOR = "INV-ANCHOR"
+    INV_PAGED_REFS = "INV-PAGED-REFS"
+    INV_SESSION_FENCE = "INV-SESSION-FENCE"
+    # -- the paged allocator (profile paged) --------------------------------
+    PAGED_VALIDATE = "PAGED-VALIDATE"
+    PAGED_CONSERVE = "PAGED-CONSERVE"
+    PAGED_REFCOUNT = "PAGED-REFCOUNT"
+    PAGED_NO_REUSE = "PAGED-NO-REUSE"
+    PAGED_EXTEND = "PAGED-EXTEND"
+    PAGED_SHARE = "PAGED-SHARE"
+    PAGED_COW = "PAGED-COW"
+    PAGED_SWAP = "PAGED-SWAP"
+    PAGED_FREE = "PAGED-FREE"
+    PAGED_PREFIX_EVICT = "PAGED-PREFIX-EVICT"
+    PAGED_PRESSURE = "PAGED-PRESSURE"
+    # -- session slot leases (profile session) ------------------------------
+    SESSION_VALIDATE = "SESSION-VALIDATE"
+    SESSION_LEASE = "SESSION-LEASE"
+    SESSION_FENCE = "SESSION-FENCE"
+    SESSION_LRU = "SESSION-LRU"
+    SESSION_CANDIDATE = "SESSION-CANDIDATE"
+    SESSION_RELEASE = "SESSION-RELEASE"
 
 
 class Concern(StrEnum):
@@ -78,6 +99,8 @@ class Concern(StrEnum):
     OFFLOAD = "offload"
     HASHING = "hashing"
     INVARIANT = "invariant"
+    PAGED = "paged"
+    SESSION = "session"
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +124,7 @@ _L, _P, _V, _O, _H, _I = (
     Concern.HASHING,
     Concern.INVARIANT,
 )
+_PG, _SE = Concern.PAGED, Concern.SESSION
 
 RULES: dict[RuleId, Rule] = {
     r.id: r
@@ -153,6 +177,25 @@ RULES: dict[RuleId, Rule] = {
         Rule(RuleId.INV_NO_DUP, _I, "no block hash is registered in two G1 slots"),
         Rule(RuleId.INV_QUARANTINE, _I, "a quarantined slot is never free, registered, or allocated"),
         Rule(RuleId.INV_ANCHOR, _I, "every Stored's parent is registered (or the root) when emitted"),
+        Rule(RuleId.INV_PAGED_REFS, _I, "paged: pools conserve blocks and every reference count equals its holders"),
+        Rule(RuleId.INV_SESSION_FENCE, _I, "session: a handle of an older generation never matches a slot"),
+        Rule(RuleId.PAGED_VALIDATE, _PG, "paged: a malformed operation is rejected before any state changes"),
+        Rule(RuleId.PAGED_CONSERVE, _PG, "paged: free + in-use blocks = the pool's size, per pool"),
+        Rule(RuleId.PAGED_REFCOUNT, _PG, "paged: a block's reference count equals its holders"),
+        Rule(RuleId.PAGED_NO_REUSE, _PG, "paged: no block is freed or handed out again while referenced"),
+        Rule(RuleId.PAGED_EXTEND, _PG, "paged: allocate and extend take exactly the blocks needed, or nothing"),
+        Rule(RuleId.PAGED_SHARE, _PG, "paged: a fork shares its prefix blocks, one more holder each"),
+        Rule(RuleId.PAGED_COW, _PG, "paged: writing a shared block gives the writer a private copy"),
+        Rule(RuleId.PAGED_SWAP, _PG, "paged: swap out and in restores the contents and frees the source"),
+        Rule(RuleId.PAGED_FREE, _PG, "paged: free drops one holder per block; at zero the block is free"),
+        Rule(RuleId.PAGED_PREFIX_EVICT, _PG, "paged: a prefix entry is evicted only when no sequence holds it"),
+        Rule(RuleId.PAGED_PRESSURE, _PG, "paged: pressure follows the device pool's free fraction"),
+        Rule(RuleId.SESSION_VALIDATE, _SE, "session: a handle naming no slot is rejected; nothing changes"),
+        Rule(RuleId.SESSION_LEASE, _SE, "session: a slot is leased to at most one session, a session holds one"),
+        Rule(RuleId.SESSION_FENCE, _SE, "session: a handle from an older generation never acts"),
+        Rule(RuleId.SESSION_LRU, _SE, "session: free slots first, then idle slots in LRU order"),
+        Rule(RuleId.SESSION_CANDIDATE, _SE, "session: a live cache candidate is only the session's own idle slot"),
+        Rule(RuleId.SESSION_RELEASE, _SE, "session: reset and evict-all release what they name, generation up"),
     ]
 }
 

@@ -75,8 +75,11 @@ def load_scenario(path: Path) -> Scenario:
 
 
 def all_scenarios(directory: Path = SCENARIO_DIR) -> list[tuple[Path, Scenario]]:
-    """Every scenario file under ``directory`` (recursively), sorted by path."""
-    return [(p, load_scenario(p)) for p in sorted(directory.rglob("*.json"))]
+    """Every scenario file under ``directory`` (recursively), sorted by path;
+    the allocator-level folders (``paged/``, ``session/``) have their own
+    format (``spec.manager_scenario``) and are left out."""
+    skip = {directory / d for d in ("paged", "session")}
+    return [(p, load_scenario(p)) for p in sorted(directory.rglob("*.json")) if not skip & set(p.parents)]
 
 
 def dump_scenario(s: Scenario) -> str:

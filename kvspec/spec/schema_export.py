@@ -17,6 +17,7 @@ from pydantic import TypeAdapter
 
 from .config import ManagerConfig
 from .engine_wire import EngineConfig, EngineOperation, EngineOutcome
+from .manager_wire import MANAGER_CONFIG_ADAPTER, PAGED_OP_ADAPTER, SESSION_OP_ADAPTER, PagedOutcome, SessionOutcome
 from .manifest import Manifest
 from .protocol import protocol_schema
 from .scenario import Scenario
@@ -37,6 +38,11 @@ def _schemas() -> dict[str, Callable[[], dict[str, Any]]]:
         "engine_config.json": EngineConfig.model_json_schema,
         "engine_operation.json": lambda: TypeAdapter(EngineOperation).json_schema(),
         "engine_outcome.json": EngineOutcome.model_json_schema,
+        "allocator_config.json": MANAGER_CONFIG_ADAPTER.json_schema,
+        "paged_operation.json": PAGED_OP_ADAPTER.json_schema,
+        "paged_outcome.json": PagedOutcome.model_json_schema,
+        "session_operation.json": SESSION_OP_ADAPTER.json_schema,
+        "session_outcome.json": SessionOutcome.model_json_schema,
     }
 
 

@@ -9,6 +9,9 @@ It speaks versions 1 and 2. A ``hello`` with ``engine`` opens a
 request-level session (version 2): the reference engine
 (``engine_session.py``) answers ``add_request`` / ``step`` /
 ``reset_prefix_cache``; otherwise the session is block-level, as in version 1.
+A ``hello`` with ``manager`` (version 3) opens an allocator-level session
+(profile paged or session) answered by the reference models of those
+profiles (``adapters/reference/managers.py``).
 
 The capabilities it announces are those of ``adapters/reference`` (it runs
 the same model), with the request level only under version 2, so the
@@ -32,6 +35,7 @@ from typing import IO, Any
 from pydantic import ValidationError
 
 from kvspec.adapters.reference.adapter import outcome_of
+from kvspec.adapters.reference.managers import ModelManager
 from kvspec.conformance.manifest import Capabilities, _builtin_adapters_dir, load_manifest
 from kvspec.reference import make_model
 from kvspec.reference.requests import RequestDriver
@@ -39,12 +43,14 @@ from kvspec.reference.vllm_pool import VllmPoolModel
 from kvspec.spec.errors import ConfigError
 from kvspec.spec.protocol import (
     ENGINE_VERSION,
+    MANAGER_VERSION,
     MAX_REQUEST_BYTES,
     SUPPORTED_VERSIONS,
     EngineRequest,
     ErrorReply,
     HandshakeError,
     Hello,
+    ManagerRequest,
     ProtocolError,
     Ready,
     Refused,
@@ -120,6 +126,8 @@ class Server:
             self.refuse("unsupported_config", f"not a valid hello: {_brief(e)}")
             return None
         speaks = [v for v in SUPPORTED_VERSIONS if hello.engine is None or v >= ENGINE_VERSION]
+        if hello.manager is not None:
+            speaks = [MANAGER_VERSION]
         common = set(hello.versions) & set(speaks)
         if not common:
             what = "request-level sessions in versions" if hello.engine is not None else "versions"
@@ -127,8 +135,12 @@ class Server:
             return None
         self.sessions += 1
         try:
-            if hello.engine is not None:
-                model: Any = EngineSession(
+            if hello.manager is not None:
+                if hello.manager.kind != hello.config.profile:
+                    raise ConfigError(f"manager {hello.manager.kind} but config.profile {hello.config.profile}")
+                model: Any = ModelManager(hello.manager)
+            elif hello.engine is not None:
+                model = EngineSession(
                     hello.config,
                     hello.engine,
                     salt=self.sessions,
@@ -169,7 +181,9 @@ class Server:
             line = self.read_line()
             if line is None:
                 return 0
-            if isinstance(model, EngineSession):
+            if isinstance(model, ModelManager):
+                other = self._manager_request(model, line)
+            elif isinstance(model, EngineSession):
                 other = self._engine_request(model, line)
             else:
                 other = self._block_request(model, line)
@@ -194,6 +208,29 @@ class Server:
             return None
         # null and absent mean the same in every optional field: leave them out
         self.send(b'{"id":%d,"outcome":%s}' % (req.id, outcome.model_dump_json(exclude_none=True).encode()))
+        return None
+
+    def _manager_request(self, manager: ModelManager, line: bytes) -> str | None:
+        """Answer one line of an allocator-level session (version 3)."""
+        try:
+            req = ManagerRequest.model_validate_json(line)
+        except ValidationError as e:
+            try:
+                obj = json.loads(line)
+            except (json.JSONDecodeError, UnicodeDecodeError) as je:
+                self.error(None, "malformed_request", f"not valid JSON: {je}")
+                return None
+            if isinstance(obj, dict) and obj.get("type") in ("bye", "hello"):
+                return str(obj["type"])
+            self.error(obj.get("id") if isinstance(obj, dict) else None, "malformed_request", _brief(e))
+            return None
+        try:
+            outcome = manager.step(req.op)
+        except Exception as e:  # a model bug, not a spec verdict
+            traceback.print_exc()
+            self.error(req.id, "internal_error", f"{type(e).__name__}: {e}")
+            return None
+        self.send(b'{"id":%d,"outcome":%s}' % (req.id, outcome.model_dump_json().encode()))
         return None
 
     def _engine_request(self, session: EngineSession, line: bytes) -> str | None:

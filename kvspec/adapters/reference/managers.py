@@ -1,0 +1,38 @@
+"""In-process adapter of the allocator-level profiles over the reference models.
+
+``open_reference_manager`` is the manifest's ``start.managers`` factory: a
+``ManagerImplementation`` answering from ``reference.paged`` or
+``reference.session``. The mutants of those profiles reuse it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kvspec.conformance.manager_interface import ManagerImplementation
+from kvspec.reference.paged import PagedModel
+from kvspec.reference.session import SessionModel
+from kvspec.spec.manager_wire import ManagerConfigKind, ManagerOp, ManagerOutcome, PagedConfig, PagedOp, SessionOp
+from kvspec.spec.manifest import Manifest
+
+
+class ModelManager(ManagerImplementation):
+    """A reference model behind the manager interface."""
+
+    def __init__(self, config: ManagerConfigKind) -> None:
+        self.config = config
+        self.model: PagedModel | SessionModel = (
+            PagedModel(config) if isinstance(config, PagedConfig) else SessionModel(config)
+        )
+
+    def step(self, op: ManagerOp) -> ManagerOutcome:
+        if isinstance(self.model, PagedModel):
+            return self.model.step(op)  # type: ignore[arg-type]
+        return self.model.step(op)  # type: ignore[arg-type]
+
+
+def open_reference_manager(config: ManagerConfigKind, manifest: Manifest, adapter_dir: Path) -> ManagerImplementation:
+    return ModelManager(config)
+
+
+__all__ = ["ModelManager", "PagedOp", "SessionOp", "open_reference_manager"]

@@ -1,0 +1,118 @@
+"""The allocator-level profiles: the paged allocator and session slot leases.
+
+For an adapter declaring ``profile:paged`` or ``profile:session``: every
+golden scenario of ``spec/scenarios/paged/`` and ``spec/scenarios/session/``
+(each step against its hand-written expectation and against the model), then
+Hypothesis-drawn traffic in lockstep with the model (``manager_lockstep``).
+A failure names the rule and lists the operations that led to it; the
+Hypothesis report prints the shrunk operation list to replay.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import Phase, given, settings
+from hypothesis import strategies as st
+
+from kvspec.conformance.manager_lockstep import (
+    AbstractSessionOp,
+    Lockstep,
+    concrete_session_op,
+    open_manager,
+    paged_configs,
+    paged_ops,
+    run_golden,
+    session_configs,
+    session_ops,
+)
+from kvspec.conformance.manifest import Manifest
+from kvspec.spec.manager_scenario import ManagerScenario, manager_scenarios
+from kvspec.spec.manager_wire import PAGED_OP_ADAPTER, PagedConfig, SessionConfig
+
+SCENARIOS = manager_scenarios()
+PAGED_RULES = (
+    "PAGED-VALIDATE",
+    "PAGED-CONSERVE",
+    "PAGED-REFCOUNT",
+    "PAGED-NO-REUSE",
+    "PAGED-EXTEND",
+    "PAGED-SHARE",
+    "PAGED-COW",
+    "PAGED-SWAP",
+    "PAGED-FREE",
+    "PAGED-PREFIX-EVICT",
+    "PAGED-PRESSURE",
+)
+SESSION_RULES = (
+    "SESSION-VALIDATE",
+    "SESSION-LEASE",
+    "SESSION-FENCE",
+    "SESSION-LRU",
+    "SESSION-CANDIDATE",
+    "SESSION-RELEASE",
+)
+
+
+def _require(manifest: Manifest, profile: str) -> None:
+    if profile not in manifest.supported_profiles():
+        pytest.skip(f"adapter {manifest.name!r} does not declare capability profile:{profile}")
+
+
+def _settings() -> settings:
+    current = settings()
+    return settings(
+        report_multiple_bugs=False,
+        max_examples=current.max_examples,
+        phases=[p for p in current.phases if p is not Phase.explain],
+    )
+
+
+@pytest.mark.kvspec_rules()
+@pytest.mark.parametrize(("path", "scenario"), SCENARIOS, ids=[f"{p.parent.name}/{p.stem}" for p, _ in SCENARIOS])
+def test_manager_golden(
+    path: Path, scenario: ManagerScenario, kvspec_manifest: Manifest, kvspec_adapter_dir: Path, kvspec_record_rule: Any
+) -> None:
+    _require(kvspec_manifest, scenario.config.kind)
+    with open_manager(kvspec_manifest, kvspec_adapter_dir, scenario.config) as impl:
+        run_golden(scenario, impl)
+    for rule in scenario.rules:
+        kvspec_record_rule(str(rule))
+
+
+@pytest.mark.kvspec_rules(*PAGED_RULES)
+def test_paged_lockstep(kvspec_manifest: Manifest, kvspec_adapter_dir: Path, kvspec_record_rule: Any) -> None:
+    """Values, errors, block sharing, reference counts, contents and pressure equal the model's at every step."""
+    _require(kvspec_manifest, "paged")
+
+    @_settings()
+    @given(config=paged_configs(), ops=st.lists(paged_ops(), min_size=1, max_size=settings().stateful_step_count))
+    def run(config: PagedConfig, ops: list[dict[str, Any]]) -> None:
+        with open_manager(kvspec_manifest, kvspec_adapter_dir, config) as impl:
+            ls = Lockstep(impl, config)
+            for raw in ops:
+                ls.step(PAGED_OP_ADAPTER.validate_python(raw))
+
+    run()
+    for rule in PAGED_RULES:
+        kvspec_record_rule(rule)
+
+
+@pytest.mark.kvspec_rules(*SESSION_RULES)
+def test_session_lockstep(kvspec_manifest: Manifest, kvspec_adapter_dir: Path, kvspec_record_rule: Any) -> None:
+    """Admissions, fencing, LRU reuse and releases equal the model's at every step."""
+    _require(kvspec_manifest, "session")
+
+    @_settings()
+    @given(config=session_configs(), ops=st.lists(session_ops(), min_size=1, max_size=settings().stateful_step_count))
+    def run(config: SessionConfig, ops: list[AbstractSessionOp]) -> None:
+        with open_manager(kvspec_manifest, kvspec_adapter_dir, config) as impl:
+            ls = Lockstep(impl, config)
+            for a in ops:
+                ls.step(concrete_session_op(ls, a))
+
+    run()
+    for rule in SESSION_RULES:
+        kvspec_record_rule(rule)

@@ -1,0 +1,90 @@
+"""Allocator-level sessions over the JSON-lines protocol, version 3.
+
+A ``kind = "subprocess"`` adapter declaring ``profile:paged`` or
+``profile:session`` is reached through the child process machinery of
+``transport/jsonl.py`` (start, timeouts, crash and garbage detection, child
+reuse across sessions): only the handshake and the reply model differ. The
+``hello`` offers version 3 alone and carries the manager's configuration in
+``manager`` (its ``config`` names the same profile, with the pool size as
+capacity); each operation of ``spec.manager_wire`` is one request, answered
+by a ``ManagerOutcomeReply`` (PROTOCOL.md section 10).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from kvspec.spec.config import ManagerConfig
+from kvspec.spec.manager_wire import ManagerConfigKind, ManagerOp, ManagerOutcome, PagedConfig, PagedOutcome
+from kvspec.spec.manifest import Manifest
+from kvspec.spec.protocol import MANAGER_VERSION, Hello, ManagerOutcomeReply, Ready, Refused
+
+from ..manager_interface import ManagerImplementation
+from .jsonl import AdapterProtocolError, JsonlImplementation, capability_mismatches, excerpt
+
+
+def manager_config(config: ManagerConfigKind) -> ManagerConfig:
+    """The ``config`` of a version-3 hello: the profile, and the pool's size as capacity."""
+    if isinstance(config, PagedConfig):
+        return ManagerConfig(profile="paged", capacity=config.device_blocks, block_size=config.block_size)
+    return ManagerConfig(profile="session", capacity=config.slots)
+
+
+class _ManagerSession(JsonlImplementation):
+    """A child process in a version-3 session."""
+
+    def __init__(self, manifest: Manifest, adapter_dir: Path, manager: ManagerConfigKind) -> None:
+        self.manager = manager
+        super().__init__(manifest, adapter_dir, manager_config(manager))
+
+    def _handshake(self, deadline: float) -> Ready:
+        limit = self.manifest.start.startup_timeout_s
+        hello = Hello(type="hello", versions=[MANAGER_VERSION], config=self.config, manager=self.manager)
+        line = hello.model_dump_json(exclude={"engine"}).encode()
+        self._write(line + b"\n", deadline, "during the handshake", limit)
+        raw = self._read(deadline, "to hello (the handshake)", limit)
+        obj = self._decode(raw, "to hello")
+        if obj.get("type") == "refused":
+            refused: Refused = self._validate(Refused, obj, raw, "to hello")
+            raise self._fail(
+                f"refused the handshake ({refused.error.code}): {refused.error.message}",
+                cls=AdapterProtocolError,
+                code=refused.error.code,
+            )
+        if obj.get("type") != "ready":
+            raise self._fail(f"answered hello with {obj.get('type')!r} instead of 'ready' or 'refused': {excerpt(raw)}")
+        ready: Ready = self._validate(Ready, obj, raw, "to hello")
+        if ready.protocol != MANAGER_VERSION:
+            raise self._fail(f"chose protocol version {ready.protocol}; an allocator-level session offers only 3")
+        if ready.profile != self.config.profile:
+            raise self._fail(f"runs profile {ready.profile!r} but was configured with {self.config.profile!r}")
+        missing = capability_mismatches(self.manifest.capabilities, ready.capabilities)
+        if missing:
+            raise self._fail(
+                f"manifest.toml declares capabilities the adapter's handshake does not: {', '.join(missing)}"
+            )
+        return ready
+
+    def manager_call(self, op: ManagerOp) -> ManagerOutcome:
+        obj, raw, during = self._exchange(op)  # type: ignore[arg-type]
+        reply: ManagerOutcomeReply = self._validate(ManagerOutcomeReply, obj, raw, during)
+        want = PagedOutcome if isinstance(self.manager, PagedConfig) else None
+        if (want is not None) != isinstance(reply.outcome, PagedOutcome):
+            raise self._fail(f"reply {during} is a {type(reply.outcome).__name__}, not the session's kind")
+        return reply.outcome
+
+
+class JsonlManager(ManagerImplementation):
+    """A paged or session manager in a child process (protocol version 3)."""
+
+    def __init__(self, manifest: Manifest, adapter_dir: Path, config: ManagerConfigKind) -> None:
+        self.config = config
+        self.started = time.monotonic()
+        self._session = _ManagerSession(manifest, adapter_dir, config)
+
+    def step(self, op: ManagerOp) -> ManagerOutcome:
+        return self._session.manager_call(op)
+
+    def close(self) -> None:
+        self._session.close()
