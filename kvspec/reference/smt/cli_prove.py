@@ -109,6 +109,15 @@ def run(args: argparse.Namespace) -> int:
             if free is not None:
                 cols.insert(3, "")
             print(_row(cols, widths))
+    if not args.mutant and not args.invariant:
+        from .managers_prove import prove_managers
+
+        def emit(cols: list[str]) -> None:
+            if free is not None:
+                cols.insert(3, "")
+            print(_row(cols, widths), flush=True)
+
+        problems += prove_managers(emit)
     total = time.perf_counter() - t0
     print(f"total {total:.2f}s")
     bad = [r for r in results if not r.proven]

@@ -1,0 +1,172 @@
+"""``INV-SESSION-FENCE``: generation fencing of session slot leases, proven inductive with z3.
+
+The universe: ``slots`` slots, each with a generation and a state (free,
+idle, leased), and one ghost *old handle* ``(slot, generation)``: any handle
+the manager handed out for an earlier lease of a slot (when a lease ends or
+a slot is taken for a new lease, the transition may choose the superseded
+handle as the ghost). The invariant: the ghost handle's generation is below
+its slot's, so a ``finalize`` or ``reset`` carrying it (which acts only when
+its generation is the slot's) can never act (``SESSION-FENCE``); and every
+slot's generation is at least 0.
+
+Transitions of the ``session`` profile: a cold lease (generation up), a warm
+re-admission (same lease, same generation), a park (``finalize`` keeping the
+slot), a release (``finalize`` without keeping, ``reset``: generation up),
+``evict_all`` (every generation up). A release that does not move the
+generation on (``release without a new generation``) must be refuted.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import z3
+
+FREE, IDLE, LEASED = 0, 1, 2
+
+
+@dataclass
+class SState:
+    gen: list[z3.ArithRef]
+    st: list[z3.ArithRef]
+    old_slot: z3.ArithRef
+    old_gen: z3.ArithRef
+    has_old: z3.BoolRef
+
+
+def fresh(n: int, p: str) -> SState:
+    return SState(
+        gen=[z3.Int(f"{p}gen{i}") for i in range(n)],
+        st=[z3.Int(f"{p}st{i}") for i in range(n)],
+        old_slot=z3.Int(f"{p}oslot"),
+        old_gen=z3.Int(f"{p}ogen"),
+        has_old=z3.Bool(f"{p}hasold"),
+    )
+
+
+def _at(xs: list[z3.ArithRef], i: z3.ArithRef) -> z3.ArithRef:
+    out = xs[-1]
+    for k in range(len(xs) - 2, -1, -1):
+        out = z3.If(i == k, xs[k], out)
+    return out
+
+
+def invariant(s: SState, n: int) -> z3.BoolRef:
+    c = [z3.And(g >= 0, st >= FREE, st <= LEASED) for g, st in zip(s.gen, s.st, strict=True)]
+    c.append(z3.Implies(s.has_old, z3.And(s.old_slot >= 0, s.old_slot < n, s.old_gen < _at(s.gen, s.old_slot))))
+    return z3.And(c)
+
+
+Transition = Callable[[SState, int, str], tuple[SState, z3.BoolRef]]
+
+
+def _with(s: SState, k: z3.ArithRef, n: int, *, gen_up: bool, state: int, supersede: z3.BoolRef) -> SState:
+    """Slot ``k`` gets ``state`` (and a new generation if ``gen_up``); the ghost may become its old handle."""
+    gen = [z3.If(k == i, s.gen[i] + (1 if gen_up else 0), s.gen[i]) for i in range(n)]
+    st = [z3.If(k == i, z3.IntVal(state), s.st[i]) for i in range(n)]
+    return SState(
+        gen=gen,
+        st=st,
+        old_slot=z3.If(supersede, k, s.old_slot),
+        old_gen=z3.If(supersede, _at(s.gen, k), s.old_gen),
+        has_old=z3.Or(s.has_old, supersede),
+    )
+
+
+def cold_lease(s: SState, n: int, t: str) -> tuple[SState, z3.BoolRef]:
+    k, sup = z3.Int(f"{t}k"), z3.Bool(f"{t}sup")
+    en = z3.And(k >= 0, k < n, _at(s.st, k) != LEASED)
+    return _with(s, k, n, gen_up=True, state=LEASED, supersede=sup), en
+
+
+def warm_admit(s: SState, n: int, t: str) -> tuple[SState, z3.BoolRef]:
+    k = z3.Int(f"{t}k")
+    en = z3.And(k >= 0, k < n, _at(s.st, k) == IDLE)
+    return _with(s, k, n, gen_up=False, state=LEASED, supersede=z3.BoolVal(False)), en
+
+
+def park(s: SState, n: int, t: str) -> tuple[SState, z3.BoolRef]:
+    k, g = z3.Int(f"{t}k"), z3.Int(f"{t}g")
+    en = z3.And(k >= 0, k < n, _at(s.st, k) == LEASED, g == _at(s.gen, k))
+    return _with(s, k, n, gen_up=False, state=IDLE, supersede=z3.BoolVal(False)), en
+
+
+def _release(s: SState, n: int, t: str, *, bump: bool) -> tuple[SState, z3.BoolRef]:
+    k, g, sup = z3.Int(f"{t}k"), z3.Int(f"{t}g"), z3.Bool(f"{t}sup")
+    en = z3.And(k >= 0, k < n, _at(s.st, k) != FREE, g == _at(s.gen, k))
+    return _with(s, k, n, gen_up=bump, state=FREE, supersede=sup), en
+
+
+def release(s: SState, n: int, t: str) -> tuple[SState, z3.BoolRef]:
+    return _release(s, n, t, bump=True)
+
+
+def release_without_bump(s: SState, n: int, t: str) -> tuple[SState, z3.BoolRef]:
+    return _release(s, n, t, bump=False)
+
+
+def evict_all(s: SState, n: int, t: str) -> tuple[SState, z3.BoolRef]:
+    k, sup = z3.Int(f"{t}k"), z3.Bool(f"{t}sup")
+    post = SState(
+        gen=[g + 1 for g in s.gen],
+        st=[z3.IntVal(FREE) for _ in s.st],
+        old_slot=z3.If(sup, k, s.old_slot),
+        old_gen=z3.If(sup, _at(s.gen, k), s.old_gen),
+        has_old=z3.Or(s.has_old, sup),
+    )
+    return post, z3.And(k >= 0, k < n)
+
+
+def stale_acts(s: SState, n: int, t: str) -> tuple[SState, z3.BoolRef]:
+    """A finalize or reset carrying the ghost handle: enabled only if its generation is current."""
+    post, en = _release(s, n, t, bump=True)
+    return post, z3.And(en, s.has_old, z3.Int(f"{t}k") == s.old_slot, z3.Int(f"{t}g") == s.old_gen)
+
+
+TRANSITIONS: dict[str, Transition] = {
+    "cold lease": cold_lease,
+    "warm admit": warm_admit,
+    "park (finalize, keep)": park,
+    "release (finalize, reset)": release,
+    "evict_all": evict_all,
+}
+BROKEN: dict[str, Transition] = {"release, same gen": release_without_bump}
+
+
+@dataclass
+class SessionProof:
+    transition: str
+    proven: bool
+    seconds: float
+
+
+def check(name: str, tr: Transition, n: int) -> SessionProof:
+    t0 = time.perf_counter()
+    pre = fresh(n, "pre_")
+    post, en = tr(pre, n, "x_")
+    solver = z3.Solver()
+    solver.add(invariant(pre, n), en, z3.Not(invariant(post, n)))
+    return SessionProof(name, solver.check() == z3.unsat, time.perf_counter() - t0)
+
+
+def stale_never_acts(n: int) -> SessionProof:
+    """No state satisfying the invariant lets the ghost handle act."""
+    t0 = time.perf_counter()
+    pre = fresh(n, "pre_")
+    _, en = stale_acts(pre, n, "x_")
+    solver = z3.Solver()
+    solver.add(invariant(pre, n), en)
+    return SessionProof("a stale handle acts", solver.check() == z3.unsat, time.perf_counter() - t0)
+
+
+def prove_session(n: int = 3) -> tuple[list[SessionProof], list[SessionProof]]:
+    init = fresh(n, "init_")
+    s = z3.Solver()
+    s.add(z3.And([g == 0 for g in init.gen] + [x == FREE for x in init.st] + [z3.Not(init.has_old)]))
+    s.add(z3.Not(invariant(init, n)))
+    ok = [SessionProof("initial state", s.check() == z3.unsat, 0.0)]
+    ok += [check(name, tr, n) for name, tr in TRANSITIONS.items()]
+    ok.append(stale_never_acts(n))
+    return ok, [check(name, tr, n) for name, tr in BROKEN.items()]
