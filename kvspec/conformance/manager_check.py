@@ -87,17 +87,27 @@ def self_check(s: PagedSnapshot, device_blocks: int, host_blocks: int) -> None:
             )
 
 
-def match_blocks(impl: PagedSnapshot, model: PagedSnapshot) -> None:
-    """Impl block ids pair one to one with the model's over every table and prefix entry."""
+def match_blocks(impl: PagedSnapshot, model: PagedSnapshot, rule: RuleId = R.PAGED_SHARE) -> None:
+    """Impl block ids pair one to one with the model's over every table and prefix entry.
+
+    One implementation block standing for two of the model's is a block in use
+    given to a second holder (``PAGED-NO-REUSE``); two implementation blocks
+    standing for one of the model's is sharing the operation failed to set up
+    (or a copy it should not have made): the operation's own ``rule``."""
     pairs: dict[tuple[str, int], int] = {}
     back: dict[tuple[str, int], int] = {}
 
     def pair(tier: str, a: int, b: int, where: str) -> None:
-        if pairs.setdefault((tier, a), b) != b or back.setdefault((tier, b), a) != a:
+        if pairs.setdefault((tier, a), b) != b:
             raise _fail(
-                R.PAGED_SHARE if pairs[(tier, a)] != b else R.PAGED_NO_REUSE,
-                f"{where}: the implementation's {tier} block {a} does not share like the model's "
-                "(it stands for two different blocks, or two of its blocks for one)",
+                R.PAGED_NO_REUSE,
+                f"{where}: the implementation's {tier} block {a} is held where the model has two different blocks",
+            )
+        if back.setdefault((tier, b), a) != a:
+            raise _fail(
+                rule,
+                f"{where}: the implementation's {tier} blocks {back[(tier, b)]} and {a} stand for one shared "
+                "block of the model",
             )
 
     for name, v in impl.sequences.items():
@@ -148,7 +158,7 @@ def check_paged(
             R.PAGED_PREFIX_EVICT,
             f"{op.op}: prefix entries {[p.key for p in g.prefixes]}, expected {[p.key for p in w.prefixes]}",
         )
-    match_blocks(g, w)
+    match_blocks(g, w, rule)
     if (g.free_device, g.free_host) != (w.free_device, w.free_host):
         raise _fail(
             R.PAGED_FREE if op.op == "free" else rule,
