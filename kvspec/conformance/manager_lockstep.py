@@ -53,7 +53,9 @@ def open_manager(manifest: Manifest, adapter_dir: Path, config: ManagerConfigKin
     """Start the manager a manifest describes, configured with ``config``."""
     if manifest.start.managers:
         mod_name, _, attr = manifest.start.managers.partition(":")
-        impl: ManagerImplementation = getattr(importlib.import_module(mod_name), attr)(config, manifest, adapter_dir)
+        factory = getattr(importlib.import_module(mod_name), attr)
+        extra = {"variant": manifest.variant} if manifest.variant else {}
+        impl: ManagerImplementation = factory(config, manifest, adapter_dir, **extra)
         return impl
     if manifest.kind == "subprocess":
         from .transport.manager import JsonlManager

@@ -8,12 +8,11 @@ unmutated reference models, so the whole suite applies to every variant.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from kvspec.adapters.reference.managers import ModelManager
 from kvspec.conformance.manager_interface import ManagerImplementation
-from kvspec.conformance.manifest import VARIANT_ENV, Manifest
+from kvspec.conformance.manifest import Manifest
 from kvspec.reference.paged import PagedModel
 from kvspec.reference.session import SessionModel
 from kvspec.spec.manager_wire import ManagerConfigKind, PagedConfig
@@ -23,8 +22,10 @@ PAGED_BUGS: dict[str, type[PagedModel]] = {}
 SESSION_BUGS: dict[str, type[SessionModel]] = {}
 
 
-def open_manager_mutant(config: ManagerConfigKind, manifest: Manifest, adapter_dir: Path) -> ManagerImplementation:
-    name = os.environ.get(VARIANT_ENV, "")
+def open_manager_mutant(
+    config: ManagerConfigKind, manifest: Manifest, adapter_dir: Path, variant: str | None = None
+) -> ManagerImplementation:
+    name = variant or ""
     impl = ModelManager(config)
     if isinstance(config, PagedConfig) and name in PAGED_BUGS:
         impl.model = PAGED_BUGS[name](config)
