@@ -21,6 +21,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "schemas": ("kvspec.spec.schema_export", "write (or --check) the JSON Schemas in spec/schema/"),
     "check-log": ("kvspec.conformance.check_log", "check a recorded event stream (Dynamo, vLLM, kvspec) offline"),
     "watch": ("kvspec.conformance.streams.watch", "subscribe to a live ZMQ KV event feed and check it continuously"),
+    "report": ("kvspec.conformance.report", "results files as a rules x implementations matrix (Markdown, HTML)"),
+    "gate": ("kvspec.conformance.gate", "compare a run's results with a baseline; non-zero exit on a regression"),
 }
 
 

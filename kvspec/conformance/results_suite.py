@@ -67,6 +67,8 @@ class _Test:
     rule: str | None = None
     message: str = ""
     replay: str | None = None
+    #: a golden scenario's file: what replays its failure
+    scenario: str | None = None
 
 
 @dataclass(slots=True)
@@ -121,7 +123,9 @@ class SuiteResults:
         for item in session.items:
             rules = item_rules(item)
             if rules is not None:
-                self.seen.tests[item.nodeid] = _Test(rules)
+                callspec = getattr(item, "callspec", None)
+                path = callspec.params.get("path") if callspec is not None else None
+                self.seen.tests[item.nodeid] = _Test(rules, scenario=str(path) if path is not None else None)
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[Any]) -> Any:
@@ -137,7 +141,7 @@ class SuiteResults:
         if isinstance(exc, ConformanceFailure):
             t.rule = str(exc.rule)
             m = _REPLAY.search(exc.report)
-            t.replay = m.group(1) if m else None
+            t.replay = m.group(1) if m else t.scenario
         if getattr(report, "wasxfail", ""):
             t.outcome, t.reason = "deviation", str(report.wasxfail)
         elif report.skipped:

@@ -1,6 +1,7 @@
 """Hypothesis settings profiles of the suite.
 
 - ``default``: quick, for a developer's loop;
+- ``smoke``: a few examples per test, no database (a quick gate in an engine's CI);
 - ``ci``: what CI and ``kvspec mutants`` run (enough to kill every mutant);
 - ``thorough``: a long run before a release or after a port change.
 
@@ -35,6 +36,16 @@ def register_hypothesis_profiles() -> None:
         database=None,
         derandomize=False,
         print_blob=True,
+    )
+    # a quick gate (the CI recipe's smallest effort): few examples, no
+    # database, so that a pinned --hypothesis-seed repeats the run exactly
+    settings.register_profile(
+        "smoke",
+        max_examples=12,
+        stateful_step_count=25,
+        deadline=None,
+        suppress_health_check=_SUPPRESS,
+        database=None,
     )
     settings.register_profile(
         "thorough",

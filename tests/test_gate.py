@@ -1,0 +1,222 @@
+"""``kvspec gate``: each kind of regression the issue names fails the gate
+with its row in the table, the differences that are not regressions do not,
+the spec-or-engine attribution follows the digests, and ``--update`` /
+a missing baseline / an unreadable file behave as documented."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kvspec.cli import main
+from kvspec.conformance.gate import Change, compare
+from kvspec.conformance.results import (
+    DeviationResult,
+    ImplementationInfo,
+    Results,
+    RuleResult,
+    SpecVersion,
+    spec_version,
+    write_results,
+)
+
+CAPS = {"offload": True, "profiles": ["kvbm", "atomic"], "max_capacity": 100, "tiers": ["device", "host_pinned"]}
+
+
+def run_results(**kw: object) -> Results:
+    base: dict[str, object] = {
+        "tool": "pytest conformance",
+        "spec": spec_version(),
+        "implementation": ImplementationInfo(name="engine", kind="python"),
+        "profile": "kvbm",
+        "status": "clean",
+        "exit_code": 0,
+        "capabilities": dict(CAPS),
+        "rules": {
+            "USE-NEW": RuleResult(status="pass", exercised=100),
+            "EVENT-ID": RuleResult(status="pass", exercised=50),
+            "STORE-COPY": RuleResult(status="deviation", exercised=10, reason="copies", note="observed 2x"),
+            "CLEAR-ALL": RuleResult(status="not_exercised"),
+        },
+        "deviations": [DeviationResult(rule="STORE-COPY", reason="copies", scope={"profile": "vllm"}, observed=2)],
+    }
+    base.update(kw)
+    return Results.model_validate(base)
+
+
+def with_rule(r: Results, rid: str, **kw: object) -> Results:
+    rules = dict(r.rules)
+    rules[rid] = RuleResult.model_validate({**(rules[rid].model_dump() if rid in rules else {}), **kw})
+    return r.model_copy(update={"rules": rules})
+
+
+def blocking(changes: list[Change]) -> list[tuple[str, str]]:
+    return [(c.kind, c.subject) for c in changes if c.blocking]
+
+
+def test_the_same_run_passes() -> None:
+    assert compare(run_results(), run_results()) == []
+
+
+def test_a_passing_rule_that_fails_blocks() -> None:
+    cur = with_rule(run_results(), "EVENT-ID", status="fail", failures=3, replays=["r.jsonl"])
+    assert blocking(compare(run_results(), cur)) == [("passing rule fails", "EVENT-ID")]
+
+
+def test_a_rule_not_exercised_before_that_fails_blocks() -> None:
+    cur = with_rule(run_results(), "CLEAR-ALL", status="fail", failures=1)
+    assert blocking(compare(run_results(), cur)) == [("rule fails", "CLEAR-ALL")]
+
+
+def test_a_failure_kept_from_the_baseline_does_not_block_and_a_fix_is_noted() -> None:
+    failing = with_rule(run_results(), "EVENT-ID", status="fail", failures=1)
+    assert compare(failing, failing) == []
+    changes = compare(failing, run_results())
+    assert blocking(changes) == [] and [c.kind for c in changes] == ["failure fixed"]
+
+
+@pytest.mark.parametrize(
+    ("current", "kind"),
+    [
+        ([], "deviation gone"),
+        (
+            [
+                DeviationResult(rule="STORE-COPY", reason="copies", scope={"profile": "vllm"}, observed=2),
+                DeviationResult(rule="EVENT-ID", reason="ids from 1", observed=1),
+            ],
+            "new deviation",
+        ),
+        ([DeviationResult(rule="STORE-COPY", reason="copies", scope={"profile": None}, observed=2)], "new deviation"),
+    ],
+)
+def test_a_deviation_that_appears_or_goes_blocks(current: list[DeviationResult], kind: str) -> None:
+    changes = compare(run_results(), run_results(deviations=current))
+    assert kind in [k for k, _ in blocking(changes)]
+
+
+def test_a_deviation_observed_now_but_not_in_the_baseline_blocks() -> None:
+    quiet = run_results(deviations=[DeviationResult(rule="STORE-COPY", reason="copies", scope={"profile": "vllm"})])
+    assert blocking(compare(quiet, run_results())) == [("deviation now observed", "STORE-COPY")]
+    # the other way round is noted (the suite itself fails such a run as an unexpected pass)
+    changes = compare(run_results(), quiet)
+    assert blocking(changes) == [] and changes[0].kind == "deviation no longer observed"
+
+
+def test_coverage_to_zero_or_below_the_fraction_blocks() -> None:
+    to_zero = with_rule(run_results(), "USE-NEW", status="not_exercised", exercised=0)
+    assert blocking(compare(run_results(), to_zero)) == [("coverage dropped to zero", "USE-NEW")]
+    low = with_rule(run_results(), "USE-NEW", exercised=40)
+    assert blocking(compare(run_results(), low)) == [("coverage below 0.5 of baseline", "USE-NEW")]
+    assert blocking(compare(run_results(), low, min_coverage=0.3)) == []
+    assert blocking(compare(run_results(), low, min_coverage=0.0)) == []
+    more = with_rule(run_results(), "USE-NEW", exercised=400)
+    assert compare(run_results(), more) == []
+
+
+@pytest.mark.parametrize(
+    ("caps", "subject"),
+    [
+        ({**CAPS, "offload": False}, "offload"),
+        ({**CAPS, "profiles": ["kvbm"]}, "profiles"),
+        ({**CAPS, "max_capacity": 99}, "max_capacity"),
+        ({k: v for k, v in CAPS.items() if k != "tiers"}, "tiers"),
+    ],
+)
+def test_capabilities_that_shrink_block(caps: dict[str, object], subject: str) -> None:
+    assert blocking(compare(run_results(), run_results(capabilities=caps))) == [("capability lost", subject)]
+
+
+def test_capabilities_that_grow_do_not_block() -> None:
+    changes = compare(run_results(), run_results(capabilities={**CAPS, "profiles": ["kvbm", "atomic", "legacy"]}))
+    assert blocking(changes) == [] and changes[0].kind == "capability gained"
+
+
+def test_a_run_that_did_not_complete_blocks_without_coverage_noise() -> None:
+    broken = run_results(status="error", exit_code=2, rules={}, error="cannot load the adapter")
+    assert blocking(compare(run_results(), broken)) == [("run did not complete", "-")]
+
+
+def _other_spec(changed: str | None = None, new: str | None = None) -> SpecVersion:
+    v = spec_version()
+    rules = dict(v.rules)
+    if changed:
+        rules[changed] = "0" * 16
+    if new:
+        rules[new] = "1" * 16
+    return SpecVersion(kvspec_version="9.9.9", digest="f" * 16, rules=rules)
+
+
+def test_differences_are_attributed_to_the_spec_or_the_engine() -> None:
+    base = run_results()
+    same_spec = with_rule(run_results(), "EVENT-ID", status="fail", failures=1)
+    assert {c.source for c in compare(base, same_spec)} == {"engine"}
+
+    rule_changed = with_rule(run_results(spec=_other_spec(changed="EVENT-ID")), "EVENT-ID", status="fail", failures=1)
+    rows = {c.subject: c for c in compare(base, rule_changed)}
+    assert rows["EVENT-ID"].source == "spec: rule changed" and rows["EVENT-ID"].blocking
+    assert rows["-"].kind == "kvspec changed" and "9.9.9" in rows["-"].current
+
+    other_rule_changed = with_rule(
+        run_results(spec=_other_spec(changed="USE-NEW")), "EVENT-ID", status="fail", failures=1
+    )
+    rows = {c.subject: c for c in compare(base, other_rule_changed)}
+    assert rows["EVENT-ID"].source == "engine (kvspec changed, this rule did not)"
+
+    new_rule = with_rule(run_results(spec=_other_spec(new="NEW-RULE")), "NEW-RULE", status="fail", failures=1)
+    rows = {c.subject: c for c in compare(base, new_rule)}
+    assert rows["NEW-RULE"].source == "spec: new rule" and rows["NEW-RULE"].kind == "rule fails"
+
+
+def test_stream_findings_growing_in_a_failing_rule_are_noted() -> None:
+    base = with_rule(run_results(), "EVENT-ID", status="fail", failures=2)
+    cur = with_rule(run_results(), "EVENT-ID", status="fail", failures=5)
+    changes = compare(base, cur)
+    assert blocking(changes) == [] and changes[0].kind == "more findings"
+
+
+# ------------------------------------------------------------------ command line
+
+
+def _write(tmp: Path, name: str, r: Results) -> str:
+    write_results(r, tmp / name)
+    return str(tmp / name)
+
+
+def test_cli_exit_codes_table_and_update(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = _write(tmp_path, "good.json", run_results())
+    bad = _write(tmp_path, "bad.json", with_rule(run_results(), "EVENT-ID", status="fail", failures=1))
+    baseline = tmp_path / "ci" / "baseline.json"
+
+    assert main(["gate", good, "--baseline", str(baseline)]) == 2
+    assert "create it with --update" in capsys.readouterr().err
+    assert main(["gate", good, "--baseline", str(baseline), "--update"]) == 0
+    assert baseline.read_text() == Path(good).read_text()
+    capsys.readouterr()
+
+    assert main(["gate", good, "--baseline", str(baseline)]) == 0
+    assert "passed: no regression" in capsys.readouterr().out
+
+    assert main(["gate", bad, "--baseline", str(baseline)]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL  passing rule fails" in out and "EVENT-ID" in out and "FAILED: 1 regression" in out
+
+    assert main(["gate", bad, "--baseline", str(baseline), "--markdown"]) == 1
+    out = capsys.readouterr().out
+    assert "| passing rule fails | `EVENT-ID` | pass (50x) | fail (1) | engine | **yes** |" in out
+
+    # accepting the regression deliberately
+    assert main(["gate", bad, "--baseline", str(baseline), "--update"]) == 0
+    capsys.readouterr()
+    assert main(["gate", bad, "--baseline", str(baseline)]) == 0
+
+
+def test_cli_refuses_unreadable_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = _write(tmp_path, "good.json", run_results())
+    junk = tmp_path / "junk.json"
+    junk.write_text("not json")
+    assert main(["gate", str(junk), "--baseline", good]) == 2
+    assert "junk.json: not JSON" in capsys.readouterr().err
+    assert main(["gate", good, "--baseline", str(junk)]) == 2
+    assert "baseline:" in capsys.readouterr().err
+    assert main(["gate", good, "--baseline", good, "--min-coverage", "2"]) == 2
