@@ -559,6 +559,14 @@ def test_a_kill_under_a_profile_the_mutant_leaves_alone_is_not_credited() -> Non
         ).status
         == "killed"
     )
+    # one policy's run of a multi-policy scenario, named FOLDER/NAME@POLICY
+    scen["kvbm/deref_unknown"] = "kvbm"
+    assert (
+        campaign.credit(
+            k("m", "killed", 1.0, "test_golden::test_golden_scenario[kvbm/deref_unknown@lru]"), legacy_only, scen
+        ).status
+        == "false_kill"
+    )
     # a test that names no profile is credited
     assert campaign.credit(k("m", "killed", 1.0, "test_x::test_y"), legacy_only, scen).status == "killed"
     assert "FALSE-KILL" in campaign.format_table([false], {})

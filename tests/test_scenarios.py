@@ -33,6 +33,7 @@ from kvspec.conformance.implementation import Implementation
 from kvspec.conformance.manifest import Capabilities, load_manifest, resolve_adapter_dir
 from kvspec.conformance.scenario_runner import run_scenario
 from kvspec.reference import RouterView
+from kvspec.spec.config import ManagerConfig
 from kvspec.spec.hashing import local_block_hash, sequence_hash
 from kvspec.spec.profiles import profile
 from kvspec.spec.rules import RuleId
@@ -79,10 +80,10 @@ class _InternalsChecked(Implementation):
     """The reference adapter, checking the scenario's internal expectations
     after each step (the runner checks everything the wire carries)."""
 
-    def __init__(self, scenario: Scenario) -> None:
+    def __init__(self, scenario: Scenario, config: ManagerConfig | None = None) -> None:
         self.scenario = scenario
-        self.inner = ReferenceImplementation(scenario.config, MANIFEST)
-        self.config = scenario.config
+        self.config = config or scenario.config
+        self.inner = ReferenceImplementation(self.config, MANIFEST)
         self.manifest = MANIFEST
         self.index = 0
 
@@ -94,14 +95,49 @@ class _InternalsChecked(Implementation):
         return outcome
 
 
-def _run(scenario: Scenario) -> list[StepOutcome]:
-    return run_scenario(scenario, _InternalsChecked(scenario))
+def _run(scenario: Scenario, config: ManagerConfig | None = None) -> list[StepOutcome]:
+    return run_scenario(scenario, _InternalsChecked(scenario, config))
 
 
-@pytest.mark.parametrize(("path", "scenario"), SCENARIOS, ids=IDS)
-def test_scenario_passes_on_reference_model(path: Path, scenario: Scenario) -> None:
-    outcomes = _run(scenario)
+POLICY_CASES = [(p, s, pol) for p, s in SCENARIOS for pol in s.run_policies()]
+
+
+@pytest.mark.parametrize(
+    ("path", "scenario", "policy"), POLICY_CASES, ids=[f"{p.parent.name}/{p.stem}@{pol}" for p, _, pol in POLICY_CASES]
+)
+def test_scenario_passes_on_reference_model(path: Path, scenario: Scenario, policy: str) -> None:
+    """Under its own policy and under every other policy the file says its
+    expectations hold under ("policies")."""
+    outcomes = _run(scenario, scenario.config_for(policy))  # type: ignore[arg-type]
     assert len(outcomes) == len(scenario.steps)
+
+
+def test_most_goldens_run_under_every_policy_of_their_profile() -> None:
+    """A port with one eviction policy (LRU, as adapters/c_port) runs every
+    golden whose expectations do not depend on the victim."""
+    g1 = [(p, s) for p, s in SCENARIOS if s.config.profile in ("kvbm", "atomic") and p.parent.name != "witnesses"]
+    under_lru = [p for p, s in g1 if "lru" in s.run_policies()]
+    assert len(under_lru) >= 0.85 * len(g1), sorted({p.stem for p, _ in g1} - {p.stem for p in under_lru})
+    anywhere = [p for p, s in g1 if s.policies == "any"]
+    assert len(anywhere) >= len(g1) // 2
+
+
+def test_policies_field_is_checked() -> None:
+    raw = _raw(SCENARIO_DIR / "kvbm" / "single_use.json")
+    assert Scenario.model_validate(raw).run_policies() == ["lineage", "lru", "multi_lru", "unordered"]
+    for bad, message in (
+        ({"policies": ["lru"]}, "must include config.eviction 'lineage'"),
+        ({"policies": ["lineage", "lru", "lru"]}, "twice"),
+        ({"policies": ["lineage", "fifo"]}, "policies"),
+        ({"policies": "any", "requires": ["policy:lineage"]}, "leave policy:\\* out of 'requires'"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            Scenario.model_validate({**raw, **bad})
+    legacy = _raw(SCENARIO_DIR / "legacy" / "stringent_lifecycle.json")
+    legacy.pop("requires", None)
+    assert Scenario.model_validate({**legacy, "policies": "any"}).run_policies() == ["lru"]
+    with pytest.raises(ValueError, match="legacy profile evicts by LRU only"):
+        Scenario.model_validate({**legacy, "policies": ["lru", "lineage"]})
 
 
 def test_there_are_scenarios_for_every_block_level_profile() -> None:
@@ -122,7 +158,10 @@ def test_scenario_file_conventions(path: Path, scenario: Scenario) -> None:
     caps = Capabilities()
     for c in scenario.requires:
         caps.has(c)  # raises ConfigError on an unknown capability name
-    assert f"policy:{scenario.config.eviction}" in scenario.requires
+    if scenario.policies is None:  # pinned: the victim matters
+        assert f"policy:{scenario.config.eviction}" in scenario.requires
+    else:
+        assert not [r for r in scenario.requires if r.startswith("policy:")]
     prof = profile(scenario.config.profile)
     assert [r for r in scenario.rules if not prof.applies(r)] == []
     assert scenario.source.strip() and scenario.description.strip()

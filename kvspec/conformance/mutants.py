@@ -223,6 +223,7 @@ def profiles_of_test(test: str, scenario_profiles: dict[str, str]) -> set[str]:
     param = m.group(1)
     found = {tok for tok in param.split("-") if tok in PROFILES}
     if not found and "test_golden_scenario" in test:
+        param = param.partition("@")[0]  # FOLDER/NAME@POLICY: one run of a multi-policy scenario
         prof = scenario_profiles.get(param) or scenario_profiles.get(param.rstrip("0123456789"))
         if prof is not None:
             found.add(prof)
@@ -251,7 +252,9 @@ def _scenario_profiles() -> dict[str, str]:
     try:
         from kvspec.spec.scenario import all_scenarios
 
-        return {p.stem: s.config.profile for p, s in all_scenarios()}
+        found = all_scenarios()
+        by_stem = {p.stem: s.config.profile for p, s in found}
+        return {**by_stem, **{f"{p.parent.name}/{p.stem}": s.config.profile for p, s in found}}
     except Exception:  # a broken scenario file must not hide the table
         return {}
 

@@ -2,7 +2,9 @@
 
 A scenario runs when the adapter supports its profile, policy and every
 capability it requires; otherwise it is skipped with the missing capability
-named (a skip is never a pass).
+named (a skip is never a pass). A scenario whose expectations hold under
+several eviction policies (``"policies"`` in the file) is one test per
+policy (``kvbm/single_use@lru``), each run when the adapter declares it.
 """
 
 from __future__ import annotations
@@ -14,19 +16,26 @@ import pytest
 
 from kvspec.conformance.manifest import Manifest
 from kvspec.conformance.scenario_runner import run_scenario
+from kvspec.spec.config import ManagerConfig
 from kvspec.spec.scenario import Scenario, all_scenarios
 
 SCENARIOS = all_scenarios()
+#: (path, scenario, configuration, test id): a scenario once per policy it runs under
+CASES: list[tuple[Path, Scenario, ManagerConfig, str]] = [
+    (p, s, s.config_for(pol), f"{p.parent.name}/{p.stem}" + ("" if s.policies is None else f"@{pol}"))
+    for p, s in SCENARIOS
+    for pol in s.run_policies()
+]
 
 
-def _skip_reason(manifest: Manifest, s: Scenario) -> str | None:
+def _skip_reason(manifest: Manifest, s: Scenario, config: ManagerConfig) -> str | None:
     caps = manifest.capabilities
     if not caps.block_level:
         return f"adapter {manifest.name!r} does not declare capability block_level"
     if s.config.profile not in manifest.supported_profiles():
         return f"adapter {manifest.name!r} does not declare capability profile:{s.config.profile}"
-    if s.config.eviction not in caps.policies:
-        return f"adapter {manifest.name!r} does not declare capability policy:{s.config.eviction}"
+    if config.eviction not in caps.policies:
+        return f"adapter {manifest.name!r} does not declare capability policy:{config.eviction}"
     if s.config.capacity > caps.max_capacity:
         return f"adapter {manifest.name!r} supports capacity up to {caps.max_capacity}"
     missing = [c for c in s.requires if not caps.has(c)]
@@ -36,14 +45,19 @@ def _skip_reason(manifest: Manifest, s: Scenario) -> str | None:
 
 
 @pytest.mark.kvspec_rules()
-@pytest.mark.parametrize(("path", "scenario"), SCENARIOS, ids=[f"{p.parent.name}/{p.stem}" for p, _ in SCENARIOS])
+@pytest.mark.parametrize(("path", "scenario", "config"), [c[:3] for c in CASES], ids=[c[3] for c in CASES])
 def test_golden_scenario(
-    path: Path, scenario: Scenario, kvspec_manifest: Manifest, open_impl: Any, kvspec_record_rule: Any
+    path: Path,
+    scenario: Scenario,
+    config: ManagerConfig,
+    kvspec_manifest: Manifest,
+    open_impl: Any,
+    kvspec_record_rule: Any,
 ) -> None:
-    reason = _skip_reason(kvspec_manifest, scenario)
+    reason = _skip_reason(kvspec_manifest, scenario, config)
     if reason is not None:
         pytest.skip(reason)
-    impl = open_impl(scenario.config)
+    impl = open_impl(config)
     run_scenario(scenario, impl)
     for rule in scenario.rules:
         kvspec_record_rule(str(rule))

@@ -10,17 +10,24 @@ token ids); and any counters or block states to check. A key left out of
 
 Expected values are written by hand from the source they cite (a seed's unit
 test, a witness), never computed by the model they check.
+
+Most scenarios do not depend on which block an eviction picks (nothing is
+evicted, or only one block can go). Such a scenario says so with
+``"policies": "any"`` (or lists the policies it holds under) and runs under
+each of them that the implementation declares, so that a port with a single
+eviction policy still runs it; the policy is pinned (``config.eviction``,
+no ``policies``) only where the victim matters.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
-from .config import ManagerConfig
+from .config import ManagerConfig, PolicyName
 from .rules import RuleId
 from .wire import KvEvent, Operation, Status, Wire
 
@@ -67,7 +74,51 @@ class Scenario(Wire):
     config: ManagerConfig
     #: capabilities an implementation must declare to run this scenario
     requires: list[str] = []
+    #: the eviction policies the expectations hold under: "any" (every policy
+    #: the profile allows: no step depends on the victim), a list (which must
+    #: include ``config.eviction``), or None: pinned to ``config.eviction``
+    policies: Literal["any"] | list[PolicyName] | None = None
     steps: Annotated[list[ScenarioStep], Field(min_length=1)]
+
+    @model_validator(mode="after")
+    def _policies_are_consistent(self) -> Scenario:
+        if isinstance(self.policies, list):
+            if self.config.eviction not in self.policies:
+                raise ValueError(f"policies {self.policies} must include config.eviction {self.config.eviction!r}")
+            if len(set(self.policies)) != len(self.policies):
+                raise ValueError(f"policies {self.policies} lists a policy twice")
+        if self.policies is not None and any(r.startswith("policy:") for r in self.requires):
+            raise ValueError("a scenario with 'policies' runs under each of them: leave policy:* out of 'requires'")
+        for policy in self.run_policies():
+            self.config_for(policy)  # raises for a policy the profile does not allow
+        return self
+
+    def run_policies(self) -> list[PolicyName]:
+        """The policies this scenario runs under, ``config.eviction`` first."""
+        if self.policies is None:
+            return [self.config.eviction]
+        if self.policies == "any":
+            allowed: list[PolicyName] = [self.config.eviction]
+            for p in get_args(PolicyName):
+                if p != self.config.eviction and _allows(self.config, p):
+                    allowed.append(p)
+            return allowed
+        return [self.config.eviction, *(p for p in self.policies if p != self.config.eviction)]
+
+    def config_for(self, policy: PolicyName) -> ManagerConfig:
+        """The configuration under ``policy`` (validated: a profile that
+        allows one policy only refuses the others)."""
+        if policy == self.config.eviction:
+            return self.config
+        return ManagerConfig.model_validate({**self.config.model_dump(), "eviction": policy})
+
+
+def _allows(config: ManagerConfig, policy: PolicyName) -> bool:
+    try:
+        ManagerConfig.model_validate({**config.model_dump(), "eviction": policy})
+    except ValueError:
+        return False
+    return True
 
 
 def load_scenario(path: Path) -> Scenario:
