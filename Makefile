@@ -33,6 +33,7 @@ test: setup
 	$(BIN)/pytest conformance --impl=adapters/vllm_c_port --hypothesis-profile=$(HYPOTHESIS_PROFILE)
 	$(BIN)/pytest conformance --impl=adapters/rust_mocker
 	$(BIN)/kvspec mutants
+	$(BIN)/kvspec mutants --impl=adapters/manager_mutants
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis .kvspec build *.egg-info

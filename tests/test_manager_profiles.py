@@ -184,3 +184,13 @@ def test_a_child_answering_the_wrong_outcome_kind_fails(tmp_path: Path) -> None:
     man = load_manifest(tmp_path)
     with JsonlManager(man, tmp_path, PagedConfig(device_blocks=2)) as impl, pytest.raises(AdapterError, match="kind"):
         impl.step(PagedAllocate(seq="a", tokens=1))
+
+
+def test_every_manager_mutant_is_declared_and_has_a_model() -> None:
+    from kvspec.adapters.manager_mutants.bugs import PAGED_BUGS, SESSION_BUGS
+
+    man = load_manifest(resolve_adapter_dir("adapters/manager_mutants"))
+    declared = {v.name: v for v in man.variants}
+    assert set(declared) == set(PAGED_BUGS) | set(SESSION_BUGS)
+    for name, v in declared.items():
+        assert v.profiles == (["paged"] if name in PAGED_BUGS else ["session"])

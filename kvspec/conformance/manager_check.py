@@ -201,10 +201,10 @@ def check_session(op: ManagerOp, got: SessionOutcome, want: SessionOutcome) -> N
     g, w = got.state, want.state
     for i, (a, b) in enumerate(zip(g.slots, w.slots, strict=False)):
         if a != b:
-            if a.generation != b.generation:
-                rule = R.SESSION_FENCE
-            elif kind in ("reset", "evict_all"):
+            if kind in ("reset", "evict_all"):
                 rule = R.SESSION_RELEASE
+            elif a.generation != b.generation:
+                rule = R.SESSION_FENCE
             else:
                 rule = R.SESSION_LEASE
             raise _fail(rule, f"{kind}: slot {i} is {a}, expected {b}")

@@ -73,8 +73,9 @@ class Pool:
         """One holder less; True when the block went back to the free set."""
         self.refs[b] -= 1
         if self.refs[b] == 0:
+            # the contents stay until the block is taken again (as in memory):
+            # a holder left dangling by a broken allocator reads stale data
             del self.refs[b]
-            del self.data[b]
             self.free.add(b)
             return True
         return False

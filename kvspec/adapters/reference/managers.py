@@ -2,7 +2,7 @@
 
 ``open_reference_manager`` is the manifest's ``start.managers`` factory: a
 ``ManagerImplementation`` answering from ``reference.paged`` or
-``reference.session``. The mutants of those profiles reuse it.
+``reference.session``. The mutants of those profiles (``adapters/manager_mutants``) reuse it.
 """
 
 from __future__ import annotations
@@ -31,7 +31,10 @@ class ModelManager(ManagerImplementation):
         return self.model.step(op)  # type: ignore[arg-type]
 
 
-def open_reference_manager(config: ManagerConfigKind, manifest: Manifest, adapter_dir: Path) -> ManagerImplementation:
+def open_reference_manager(
+    config: ManagerConfigKind, manifest: Manifest, adapter_dir: Path, variant: str | None = None
+) -> ManagerImplementation:
+    """The reference model; a variant of another adapter (a G1 mutant) leaves these profiles alone."""
     return ModelManager(config)
 
 
