@@ -104,13 +104,13 @@ def test_checker_names_the_broken_rule() -> None:
 def test_a_write_that_reaches_another_holder_is_a_cow_failure() -> None:
     cfg = PagedConfig(device_blocks=4, block_size=2)
     m = PagedModel(cfg)
-    for op in (PagedAllocate(seq="a", tokens=2), PagedFork(src="a", dst="b")):
+    for op in (PagedAllocate(seq="a", tokens=2), PagedWrite(seq="a", position=0, value=5), PagedFork(src="a", dst="b")):
         m.step(op)
     op = PagedWrite(seq="b", position=0, value=9)
     before = m.snapshot()
     want = m.step(op)
     seqs = dict(want.state.sequences)
-    seqs["a"] = seqs["a"].model_copy(update={"data": [9, 0]})
+    seqs["a"] = seqs["a"].model_copy(update={"data": [9, None]})
     with pytest.raises(ConformanceFailure) as e:
         check_paged(op, _doctored(want, sequences=seqs), want, before, (4, 0))
     assert e.value.rule == "PAGED-COW"
@@ -119,7 +119,7 @@ def test_a_write_that_reaches_another_holder_is_a_cow_failure() -> None:
 def test_z3_proves_the_manager_invariants_and_refutes_the_broken_transitions() -> None:
     ok, seed = prove_paged()
     assert [p.transition for p in ok if not p.proven] == []
-    assert {p.transition for p in seed} == {"seed swap_out", "seed deallocate"}
+    assert {p.transition for p in seed} == {"seed swap_out", "seed extend copy"}
     assert all(not p.proven and p.counterexample for p in seed)
     s_ok, s_broken = prove_session()
     assert [p.transition for p in s_ok if not p.proven] == []

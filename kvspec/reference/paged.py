@@ -55,18 +55,19 @@ class Pool:
     size: int
     block_size: int
     refs: dict[int, int] = field(default_factory=dict)
-    data: dict[int, list[int]] = field(default_factory=dict)
+    #: None: a slot not written since the block was taken (its value is unspecified)
+    data: dict[int, list[int | None]] = field(default_factory=dict)
     free: set[int] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.free = set(range(self.size))
 
     def take(self) -> int:
-        """A free block, zero-filled, with one holder."""
+        """A free block, with one holder and nothing written in it."""
         b = min(self.free)
         self.free.remove(b)
         self.refs[b] = 1
-        self.data[b] = [0] * self.block_size
+        self.data[b] = [None] * self.block_size
         return b
 
     def drop(self, b: int) -> bool:

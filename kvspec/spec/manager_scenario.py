@@ -36,8 +36,8 @@ class ManagerExpect(Wire):
     value: int | None = None
     #: the op is rejected with this rule (and changes nothing)
     error: RuleId | None = None
-    #: paged: what each named sequence reads back
-    data: dict[str, list[int]] | None = None
+    #: paged: what each named sequence reads back (null: not written, any value)
+    data: dict[str, list[int | None]] | None = None
     #: paged: reference counts of each named sequence's blocks, in table order
     refs: dict[str, list[int]] | None = None
     #: paged: the pool each named sequence is in

@@ -68,7 +68,7 @@ class PagedConfig(Wire):
 
 
 class PagedAllocate(Wire):
-    """A new sequence holding ``tokens`` tokens (zero-filled blocks)."""
+    """A new sequence holding ``tokens`` tokens (nothing written yet)."""
 
     op: Literal["allocate"] = "allocate"
     seq: Name
@@ -76,7 +76,7 @@ class PagedAllocate(Wire):
 
 
 class PagedExtend(Wire):
-    """The sequence grows by ``tokens`` tokens (new slots are zero)."""
+    """The sequence grows by ``tokens`` tokens (nothing written in them yet)."""
 
     op: Literal["extend"] = "extend"
     seq: Name
@@ -175,8 +175,10 @@ class PagedSeqView(Wire):
     tokens: Count
     #: physical block ids, one per logical block, in the pool of ``tier``
     blocks: list[Count]
-    #: the value at every token position, read through the block table
-    data: list[int]
+    #: the value at every token position, read through the block table; null
+    #: (or any value, from an implementation) where nothing was written since
+    #: the block was taken: the spec leaves those values open
+    data: list[int | None]
 
 
 class PagedPrefixView(Wire):

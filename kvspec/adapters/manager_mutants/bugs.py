@@ -2,8 +2,9 @@
 
 Each class is the reference model of its profile with one method changed;
 ``manifest.toml`` declares each (name, the rule it breaks, what it gets
-wrong). Several are the ferrum seed's own paths (swap without copy, swap and
-free that ignore other holders, a copy-on-write that is never installed).
+wrong). Two are the ferrum seed's own paths (a swap-in that copies nothing
+back, a write into a shared block in place); the others are the slips a
+port of such an allocator is prone to.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from kvspec.spec.rules import RuleId
 
 
 class SwapOutFreesShared(PagedModel):
-    """swap_out returns every device block to the pool, held by others or not (the seed)."""
+    """swap_out returns every device block to the pool, held by others or not."""
 
     def _op_swap_out(self, op: PagedSwapOut) -> int:
         s = self._seq(op.seq)
@@ -55,7 +56,7 @@ class SwapInLosesData(PagedModel):
 
 
 class CowInPlace(PagedModel):
-    """a write to a shared block writes in place: the other holders see it."""
+    """a write to a shared block writes in place: the other holders see it (the seed's write_kv)."""
 
     def _op_write(self, op: PagedWrite) -> int:
         s = self._seq(op.seq)
@@ -79,7 +80,7 @@ class CowSourceKept(PagedModel):
 
 
 class FreeIgnoresHolders(PagedModel):
-    """free returns every block of the sequence to the pool, whoever else holds it (the seed)."""
+    """free returns every block of the sequence to the pool, whoever else holds it."""
 
     def _op_free(self, op: PagedFree) -> int:
         s = self._seq(op.seq, tier=None)

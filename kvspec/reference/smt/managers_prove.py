@@ -2,8 +2,8 @@
 
 Each invariant is proven per transition (``smt/paged.py``, ``smt/session.py``);
 one row per invariant says whether every transition preserves it, and one row
-per deliberately broken transition (the ferrum seed's swap-out and
-deallocate; a release that keeps the generation) says whether z3 refuted it,
+per deliberately broken transition (the ferrum seed's swap-out and its
+copy in extend; a release that keeps the generation) says whether z3 refuted it,
 as it must: a broken transition that is "proven" means the encoding checks
 nothing.
 """

@@ -14,10 +14,11 @@ is free exactly when that count is zero (so free + in use = the pool's size:
 free / evict), from any state satisfying the invariant, the operation's
 successor satisfies it: ``unsat`` of the negation is the proof.
 
-The same encoding of the ferrum seed's ``swap_out`` (the device block is
-deallocated whatever its count) and ``deallocate`` (every block of the handle
-is freed) yields a counterexample: those rows must be refuted, so the proof
-cannot pass vacuously.
+The same encoding of the ferrum seed's ``swap_out`` (each device block loses
+the sequence's hold and a host block is taken, but the block table still
+names the device blocks) and of its copy in ``extend`` (fresh blocks taken
+and installed nowhere) yields a counterexample: those rows must be refuted,
+so the proof cannot pass vacuously.
 """
 
 from __future__ import annotations
@@ -202,13 +203,13 @@ def _swap(s: PState, b: PagedBound, t: str, *, out: bool, seed: bool = False) ->
     for j, pk in enumerate(picks):
         en.append(z3.Implies(j < s.length[0], _take(dst_free, pk)))
     post = _copy(s)
-    post.on_device[0] = z3.BoolVal(not out)
-    post.table[0] = list(picks)
+    if not seed:  # the seed leaves the sequence's block table as it was
+        post.on_device[0] = z3.BoolVal(not out)
+        post.table[0] = list(picks)
     new_src, new_src_free, new_dst, new_dst_free = [], [], [], []
     for x in range(len(src_refs)):
         mine = z3.Sum([z3.If(z3.And(j < s.length[0], s.table[0][j] == x), 1, 0) for j in range(b.length)])
-        # the seed's swap_out deallocates the device block whatever its count
-        r = z3.If(mine > 0, 0, src_refs[x]) if seed else src_refs[x] - mine
+        r = src_refs[x] - mine
         new_src.append(r)
         new_src_free.append(r == 0)
     for x in range(len(dst_refs)):
@@ -234,8 +235,8 @@ def seed_swap_out(s: PState, b: PagedBound, t: str) -> tuple[PState, z3.BoolRef]
     return _swap(s, b, t, out=True, seed=True)
 
 
-def _free(s: PState, b: PagedBound, t: str, *, seed: bool = False) -> tuple[PState, z3.BoolRef]:
-    """Holder 0 ends: one holder less on each of its blocks (seed: every block freed)."""
+def _free(s: PState, b: PagedBound, t: str) -> tuple[PState, z3.BoolRef]:
+    """Holder 0 ends: one holder less on each of its blocks."""
     post = _copy(s)
     post.live[0] = z3.BoolVal(False)
     for refs, free, device in ((post.refs_d, post.free_d, True), (post.refs_h, post.free_h, False)):
@@ -246,7 +247,7 @@ def _free(s: PState, b: PagedBound, t: str, *, seed: bool = False) -> tuple[PSta
                     for j in range(b.length)
                 ]
             )
-            r = z3.If(mine > 0, 0, refs[x]) if seed else refs[x] - mine
+            r = refs[x] - mine
             refs[x] = r
             free[x] = r == 0
     return post, s.live[0]
@@ -256,8 +257,14 @@ def free(s: PState, b: PagedBound, t: str) -> tuple[PState, z3.BoolRef]:
     return _free(s, b, t)
 
 
-def seed_deallocate(s: PState, b: PagedBound, t: str) -> tuple[PState, z3.BoolRef]:
-    return _free(s, b, t, seed=True)
+def seed_extend_copy(s: PState, b: PagedBound, t: str) -> tuple[PState, z3.BoolRef]:
+    """The seed's copy-on-write in ``extend``: a fresh device block taken and installed nowhere."""
+    nb = z3.Int(f"{t}nb")
+    post = _copy(s)
+    for x in range(b.device):
+        post.refs_d[x] = z3.If(nb == x, 1, s.refs_d[x])
+        post.free_d[x] = z3.If(nb == x, z3.BoolVal(False), s.free_d[x])
+    return post, z3.And(s.live[0], s.on_device[0], _take(s.free_d, nb))
 
 
 TRANSITIONS: dict[str, Transition] = {
@@ -270,7 +277,7 @@ TRANSITIONS: dict[str, Transition] = {
     "free/prefix evict": free,
 }
 #: the seed's paths, which must be refuted
-SEED_TRANSITIONS: dict[str, Transition] = {"seed swap_out": seed_swap_out, "seed deallocate": seed_deallocate}
+SEED_TRANSITIONS: dict[str, Transition] = {"seed swap_out": seed_swap_out, "seed extend copy": seed_extend_copy}
 
 
 @dataclass
