@@ -127,6 +127,16 @@ def test_capabilities_that_shrink_block(caps: dict[str, object], subject: str) -
     assert blocking(compare(run_results(), run_results(capabilities=caps))) == [("capability lost", subject)]
 
 
+def test_coverage_drops_beside_a_new_failure_are_listed_as_its_consequence() -> None:
+    cur = with_rule(run_results(), "EVENT-ID", status="fail", failures=1)
+    cur = with_rule(cur, "USE-NEW", status="not_exercised", exercised=0)
+    changes = compare(run_results(), cur)
+    assert blocking(changes) == [("passing rule fails", "EVENT-ID")]
+    assert ("coverage dropped to zero (may follow from the new failure)", "USE-NEW") in [
+        (c.kind, c.subject) for c in changes
+    ]
+
+
 def test_capabilities_that_grow_do_not_block() -> None:
     changes = compare(run_results(), run_results(capabilities={**CAPS, "profiles": ["kvbm", "atomic", "legacy"]}))
     assert blocking(changes) == [] and changes[0].kind == "capability gained"

@@ -12,7 +12,10 @@ a table of what changed, when:
 - a declared deviation changes: new, gone, its scope changed, or observed now
   where the baseline did not observe it;
 - a rule's coverage drops to zero, or below ``--min-coverage`` (a fraction,
-  default 0.5) of the baseline's count;
+  default 0.5) of the baseline's count (listed without blocking when a rule
+  newly fails in the same run: a failing test stops exercising its rules, so
+  the drop is likely its consequence; once the failure is fixed, a drop that
+  remains blocks);
 - the implementation's capabilities shrink (a capability turned off, a
   profile, policy or tier gone, a lower ``max_capacity``);
 - the run itself did not complete (status ``error`` / ``unreadable``).
@@ -114,7 +117,18 @@ def compare(base: Results, cur: Results, *, min_coverage: float = 0.5) -> list[C
                 False,
             )
         )
-    out += _rule_changes(base, cur, min_coverage)
+    rules = _rule_changes(base, cur, min_coverage)
+    if any(c.kind in ("passing rule fails", "rule fails") for c in rules):
+        # a failing test stops exercising its rules: with a new failure, the
+        # coverage drops are shown as its likely consequence (the failure
+        # already fails the gate; once it is fixed they block on their own)
+        rules = [
+            Change(c.kind + " (may follow from the new failure)", c.subject, c.baseline, c.current, c.source, False)
+            if c.kind.startswith("coverage")
+            else c
+            for c in rules
+        ]
+    out += rules
     out += _deviation_changes(base.deviations, cur.deviations)
     out += _capability_changes(base.capabilities, cur.capabilities)
     return sorted(out, key=lambda c: (not c.blocking, _ORDER.get(c.kind.split(" ")[0], 9)))
