@@ -1,8 +1,10 @@
-"""The pytest plugin's verdicts: a declared deviation turns the failures it
-explains into expected failures, a declared deviation nothing observes fails
-the session as an unexpected pass, and a missing capability is a named skip.
-Each case runs the golden-scenario module in a child pytest against a small
-adapter written here."""
+"""The pytest plugin's verdicts: a declared deviation turns the failures its
+scope covers into expected failures (and only those), a declared deviation
+nothing observes fails the session as an unexpected pass, and a missing
+capability is a named skip. Each case runs the golden-scenario module in a
+child pytest against a small adapter written here. And the plugin stays out
+of other projects: inert without ``--impl`` or a conformance test, it leaves
+Hypothesis's own defaults alone."""
 
 from __future__ import annotations
 
@@ -78,7 +80,16 @@ def run_suite(tmp: Path, adapter: Path) -> subprocess.CompletedProcess[str]:
 DEVIATION = """
 [[deviations]]
 rule = "REMOVE-EXACT"
+scope = "all"
 reason = "probe: never publishes Removed"
+"""
+
+#: covers a Removed left out of a Deref's step only: goldens' evictions happen in Use
+NARROW = """
+[[deviations]]
+rule = "REMOVE-EXACT"
+scope = { operations = ["deref"] }
+reason = "probe: only derefs"
 """
 
 
@@ -92,7 +103,7 @@ def test_declared_deviation_turns_its_failures_into_xfails(tmp_path: Path) -> No
     proc = run_suite(tmp_path, make_adapter(tmp_path, "open_drops_removed", DEVIATION))
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert "xfailed" in proc.stdout
-    assert "expected deviation REMOVE-EXACT: probe: never publishes Removed" in proc.stdout
+    assert "expected deviation REMOVE-EXACT (scope all): probe: never publishes Removed" in proc.stdout
     assert "REMOVE-EXACT               observed" in proc.stdout
 
 
@@ -107,3 +118,68 @@ def test_missing_capability_is_a_named_skip(tmp_path: Path) -> None:
     proc = run_suite(tmp_path, make_adapter(tmp_path, "open_plain", capabilities="offload = false\nswap_in = false"))
     assert proc.returncode == 0, proc.stdout[-2000:]
     assert "does not declare capability offload" in proc.stdout
+
+
+def test_a_failure_outside_the_deviations_scope_fails(tmp_path: Path) -> None:
+    proc = run_suite(tmp_path, make_adapter(tmp_path, "open_drops_removed", NARROW))
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    assert "[REMOVE-EXACT]" in proc.stdout
+    assert "REMOVE-EXACT is declared, but not here: REMOVE-EXACT; scenario" in proc.stdout
+    assert "operation use" in proc.stdout
+
+
+def test_an_unscoped_deviation_is_a_clear_error(tmp_path: Path) -> None:
+    unscoped = DEVIATION.replace('scope = "all"\n', "")
+    proc = run_suite(tmp_path, make_adapter(tmp_path, "open_plain", unscoped))
+    assert proc.returncode != 0
+    assert "deviation REMOVE-EXACT has no scope" in proc.stdout
+
+
+UNRELATED_TEST = """
+from hypothesis import given, settings, strategies as st
+
+SEEN = []
+
+
+@given(st.integers())
+def test_defaults(x):
+    SEEN.append(x)
+
+
+def test_profile_is_hypothesis_default():
+    s = settings()
+    assert s.max_examples == 100, s
+    assert s.database is not None or s.derandomize, s
+    assert settings._current_profile in ("default", "ci"), settings._current_profile
+"""
+
+
+def test_an_unrelated_project_sees_hypothesis_defaults(tmp_path: Path) -> None:
+    """kvspec installed (the plugin's entry point loads), no --impl, no
+    conformance test: Hypothesis's own profile, no kvspec report lines."""
+    project = tmp_path / "other"
+    project.mkdir()
+    (project / "test_other.py").write_text(UNRELATED_TEST)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST") and k != "CI"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_other.py"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    assert "kvspec" not in proc.stdout
+    assert "2 passed" in proc.stdout
+    assert (
+        "kvspec"
+        in subprocess.run(
+            [sys.executable, "-m", "pytest", "--trace-config", "--co", "-q", "-p", "no:cacheprovider", "test_other.py"],
+            cwd=project,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        ).stdout
+    )  # the plugin was loaded, and stayed inert

@@ -1,18 +1,25 @@
 """Conformance failures: an assertion that names the rule it saw broken.
 
-The plugin keys expected deviations on ``rule``; the message is the readable
+The plugin matches the failure's ``site`` (rule, golden scenario, operation
+kind, the named conditions the checker found to hold) against the manifest's
+scoped deviations (``kvspec.spec.deviations``); the message is the readable
 report (operation table, first divergence, expected vs actual).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from kvspec.spec.deviations import Site
 from kvspec.spec.rules import RuleId
 
 
 class ConformanceFailure(AssertionError):
     """The implementation broke rule ``rule``; ``str()`` is the full report."""
 
-    def __init__(self, rule: RuleId | str, report: str) -> None:
+    def __init__(self, rule: RuleId | str, report: str, *, site: Site | None = None) -> None:
         super().__init__(f"[{rule}] {report}")
         self.rule = RuleId(rule)
         self.report = report
+        #: where it happened (the rule's site with nothing else known by default)
+        self.site = replace(site, rule=self.rule) if site is not None else Site(self.rule)

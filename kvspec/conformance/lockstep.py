@@ -9,11 +9,28 @@ both keep the same state. It then compares the two outcomes
 events, counters, deadline, INV-ROUTER-MATCH) and counts the rules the step
 exercised (``coverage.cover_step``).
 
-The first difference raises ``ConformanceFailure(rule, report)``; the
-report (``lockstep_report``) shows the operations so far with their
-outcomes, the first diverging result or event and the rule, and a replay
-file (``replay_file``) is written so that ``kvspec replay`` can run the
-sequence again.
+Every difference of a step is described as a ``Site`` (rule, operation
+kind, the named conditions ``deviation_scope`` finds to hold) and matched
+against the manifest's scoped deviations (``kvspec.spec.deviations``):
+
+- outside every scope, it raises ``ConformanceFailure(rule, report)``; the
+  report (``lockstep_report``) shows the operations so far with their
+  outcomes, the first diverging result or event and the rule, and a replay
+  file (``replay_file``) is written so that ``kvspec replay`` can run the
+  sequence again;
+- inside a declared scope, it is recorded and counted (``deviations``,
+  ``on_deviation``), never raised, so a run never ends on it and Hypothesis
+  never shrinks into it. The lockstep then *adopts* the implementation's
+  observable outcome and goes on checking every rule: the router view keeps
+  the implementation's stream, INV-ROUTER-MATCH is compared against what the
+  model announced corrected by the blocks the departure added or left out
+  (until the model itself stores or removes them), and later events are
+  expected with the implementation's event numbering. The manager's state
+  stays the model's own (the victim choice is followed anyway, see above):
+  a later difference that a departure causes is judged again against the
+  scopes, inside one it is recorded, outside every one it fails. At the
+  step of an adopted departure, INV-ROUTER-MATCH is its consequence and is
+  recorded with it.
 
 ``protocol_only=True`` keeps only the checks a router cares about: for
 implementations whose events may differ in detail from the model's but must
@@ -28,11 +45,14 @@ from pathlib import Path
 
 from kvspec.reference import RouterView, make_model
 from kvspec.spec.config import ManagerConfig
+from kvspec.spec.deviations import Deviation, Site
 from kvspec.spec.errors import AdapterError, InvalidOperation
 from kvspec.spec.profiles import Profile, profile
+from kvspec.spec.rules import RuleId
 from kvspec.spec.wire import Counters, ErrorInfo, KvEvent, Operation, StepOutcome
 
 from .coverage import Before, cover_step
+from .deviation_scope import site_of, step_conditions
 from .diff import Divergence
 from .failures import ConformanceFailure
 from .interface import Implementation
@@ -68,6 +88,8 @@ class Lockstep:
         replay_path: Path | None = None,
         protocol_only: bool = False,
         event_token_ids: bool = True,
+        deviations: Sequence[Deviation] = (),
+        on_deviation: Callable[[int, Site], None] | None = None,
     ) -> None:
         self.impl = impl
         self.event_token_ids = event_token_ids
@@ -85,6 +107,16 @@ class Lockstep:
         self.coverage: Counter[str] = Counter()
         #: the model's counters after the last step
         self.before: Counters = self.model.counters()
+        #: the manifest's declared deviations, and a callback told the index
+        #: of each one observed (with the failure's site)
+        self.deviations = list(deviations)
+        self.on_deviation = on_deviation
+        #: declared deviations observed: (step, site, index into deviations)
+        self.adopted: list[tuple[int, Site, int]] = []
+        #: event ids: the implementation's numbering minus the model's (adopted)
+        self.id_offset = 0
+        self._next_ids = (0, 0)  # (model, implementation) next event id
+        self._events_seen = False
 
     # the router views and the known breaks they excused (see stream_check)
     @property
@@ -122,11 +154,42 @@ class Lockstep:
         self.expected.append(expected)
         self.actual.append(actual)
         self.before = expected.counters
-        div = next(self.checker.divergences(op, expected, actual, before.counters, self.model), None)
-        if div is not None:
-            self.fail(div)
+        adopted = False
+        for div in self.checker.divergences(op, expected, actual, before.counters, self.model):
+            if adopted and div.rule == RuleId.INV_ROUTER_MATCH:
+                continue  # the consequence of this step's adopted departure (module doc)
+            site = self.site_of(div, op, expected, actual)
+            i = next((k for k, d in enumerate(self.deviations) if d.covers(site)), None)
+            if i is None:
+                self.fail(div, site)
+            assert i is not None
+            self.adopted.append((len(self.ops) - 1, site, i))
+            if self.on_deviation is not None:
+                self.on_deviation(i, site)
+            adopted = True
+        self._track_ids(expected, actual, adopt=adopted)
+        if adopted:
+            self.stream.adopt(self.model)
         cover_step(self.coverage, op, expected, before, offload=self.config.offload is not None)
         return expected
+
+    def site_of(self, div: Divergence, op: Operation, expected: StepOutcome, actual: StepOutcome) -> Site:
+        """Where ``div`` happened, with the named conditions that hold for it."""
+        conds = step_conditions(div.rule, expected.events, actual.events, first_events=not self._events_seen)
+        return site_of(div.rule, config=self.config, op=op, conditions=conds)
+
+    def _track_ids(self, expected: StepOutcome, actual: StepOutcome, *, adopt: bool) -> None:
+        """Follow both sides' event numbering; after an adopted departure the
+        model's later events are renumbered to continue the implementation's."""
+        model_next, impl_next = self._next_ids
+        if expected.events:
+            model_next = max(e.event_id for e in expected.events) - self.id_offset + 1
+        if actual.events:
+            impl_next = max(e.event_id for e in actual.events) + 1
+        self._next_ids = (model_next, impl_next)
+        self._events_seen = self._events_seen or bool(expected.events or actual.events)
+        if adopt:
+            self.id_offset = impl_next - model_next
 
     def _model_step(self, op: Operation, *, prefer: set[int]) -> StepOutcome:
         """The model's outcome of ``op`` (following the implementation's
@@ -144,6 +207,8 @@ class Lockstep:
         events = step.events
         if not self.event_token_ids:
             events = [e.model_copy(update={"block_token_ids": None}) if e.block_token_ids else e for e in events]
+        if self.id_offset:
+            events = [e.model_copy(update={"event_id": e.event_id + self.id_offset}) for e in events]
         return StepOutcome.model_construct(
             result=step.result,
             error=None,
@@ -153,13 +218,13 @@ class Lockstep:
         )
 
     # --------------------------------------------------------------- failure
-    def fail(self, div: Divergence) -> None:
+    def fail(self, div: Divergence, site: Site | None = None) -> None:
         """Raise the ConformanceFailure for ``div`` (writing the replay file)."""
-        raise ConformanceFailure(div.rule, self.report(div))
+        raise ConformanceFailure(div.rule, self.report(div, site), site=site)
 
-    def report(self, div: Divergence) -> str:
+    def report(self, div: Divergence, site: Site | None = None) -> str:
         """The readable report of ``div`` at the last step (writes the replay file)."""
-        return divergence_report(
+        text = divergence_report(
             div,
             config=self.config,
             adapter=self.adapter,
@@ -169,6 +234,13 @@ class Lockstep:
             actual=self.actual,
             replay_path=self.write_replay(div),
         )
+        if site is not None and self.deviations:
+            text += f"\nnot a declared deviation: {site.describe()}"
+        if self.adopted:
+            seen = ", ".join(f"step {k} {self.deviations[i].rule}" for k, _, i in self.adopted[:8])
+            more = f" and {len(self.adopted) - 8} more" if len(self.adopted) > 8 else ""
+            text += f"\nfollowed after declared deviations: {seen}{more}"
+        return text
 
     def write_replay(self, div: Divergence) -> Path | None:
         """Write the replay file of the run so far (None: no replay path)."""

@@ -54,6 +54,7 @@ from hypothesis.control import currently_in_test_context
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_state_machine_as_test
 
 from kvspec.spec.config import ManagerConfig
+from kvspec.spec.deviations import Site
 from kvspec.spec.errors import AdapterError
 from kvspec.spec.profiles import profile as get_profile
 from kvspec.spec.wire import StepOutcome
@@ -81,6 +82,8 @@ class MachineSetup:
     replay_path: Path | None = None
     record: Callable[[str, int], None] | None = None
     protocol_only: bool = False
+    #: told of each declared deviation observed (its index in the manifest)
+    record_deviation: Callable[[int, Site], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -262,6 +265,8 @@ class LockstepMachine(RuleGroup, RuleBasedStateMachine, register=False):
             replay_path=s.replay_path,
             protocol_only=s.protocol_only,
             event_token_ids=caps.event_token_ids,
+            deviations=s.manifest.deviations,
+            on_deviation=s.record_deviation,
         )
         self.traffic = Traffic(config, partial_blocks=caps.partial_blocks, promote=caps.promote)
 

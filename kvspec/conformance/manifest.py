@@ -3,11 +3,12 @@
 Each folder under ``adapters/`` holds a ``manifest.toml`` (the format is
 ``kvspec.spec.manifest``, documented in spec/ADAPTERS.md). The suite reads it
 to start the implementation, to skip what the implementation cannot do
-(naming the missing capability), and to turn failures of declared deviations
-into expected failures, keyed by rule id. ``--impl=DIR/NAME`` selects the
-variant NAME that DIR's manifest declares in ``[[variants]]``; the loader
-passes it on explicitly (``Manifest.with_variant``), never through the
-environment.
+(naming the missing capability), and to turn failures inside the scope of a
+declared deviation into expected failures (``kvspec.spec.deviations``). A
+deviation without a scope is refused here, with a message saying how to
+scope it. ``--impl=DIR/NAME`` selects the variant NAME that DIR's manifest
+declares in ``[[variants]]``; the loader passes it on explicitly
+(``Manifest.with_variant``), never through the environment.
 """
 
 from __future__ import annotations

@@ -5,13 +5,30 @@ installed any repository can run the suite against its own adapter:
 
     pytest --pyargs kvspec.conformance --impl=path/to/adapter
 
-- ``--impl`` picks the adapter folder (default: the bundled reference).
+It is inert in any pytest session that neither gives ``--impl`` nor
+collects a conformance test (a test of ``kvspec.conformance``, which all
+carry the ``kvspec_rules`` marker): no manifest is loaded, no fixture runs,
+no report line is added, and it never registers or loads a Hypothesis
+profile for the session (the suite applies its efforts explicitly,
+``settings.effort``), so an unrelated project sees Hypothesis's own defaults.
+
+- ``--impl`` picks the adapter folder (default, when conformance tests are
+  collected: the bundled reference).
+- ``--hypothesis-profile=default|ci|thorough`` picks the suite's effort.
 - ``@pytest.mark.kvspec_requires("offload", "profile:atomic")`` skips a test
   whose capability the manifest does not declare, naming it in the reason.
-- A test failing with a ``ConformanceFailure`` whose rule the manifest lists
-  as an expected deviation is reported as xfail with the manifest's reason.
-  A declared deviation that no test observed in a full run is an unexpected
-  pass: the session fails and says to remove it from the manifest.
+- ``@pytest.mark.kvspec_rules(*rule_ids)``: the rules a conformance test
+  checks. The ids must be rule ids (a typo is a collection error) and a test
+  that lists them may record coverage only of those (anything else fails
+  it: the list is the test's contract); an empty list means the rules come
+  from the data the test runs (a golden scenario names its own).
+- A ``ConformanceFailure`` whose site (rule, golden scenario, operation kind,
+  conditions) a declared deviation's scope covers is reported as xfail with
+  the manifest's reason; the lockstep and the request-level exploration
+  record in-scope deviations without failing and report them here. A
+  declared deviation that nothing observed in a full, deterministic run
+  (``default`` or ``ci`` effort, or a given seed) is an unexpected pass: the
+  session fails and says to remove it from the manifest.
 - The terminal summary shows how often each rule was exercised and which
   deviations were observed; ``--kvspec-results FILE`` writes all of it as the
   results JSON (``conformance/results_suite.py``).
@@ -26,24 +43,38 @@ from typing import Any
 import pytest
 
 from kvspec.spec.config import ManagerConfig
+from kvspec.spec.deviations import Site
 from kvspec.spec.errors import ConfigError
+from kvspec.spec.rules import RuleId
 
 from .failures import ConformanceFailure
 from .implementation import Implementation, open_implementation
 from .manifest import Manifest, load_impl
-from .settings import register_hypothesis_profiles
-
-register_hypothesis_profiles()
+from .settings import EFFORTS, effort, effort_name, is_deterministic
 
 _STATE_KEY = pytest.StashKey["_KvspecState"]()
 
 
+#: where the conformance tests live: a test collected from here activates the plugin
+_CONFORMANCE_DIR = Path(__file__).resolve().parent
+
+DEFAULT_IMPL = "adapters/reference"
+
+
 class _KvspecState:
     def __init__(self) -> None:
+        #: the plugin does something in this session (see the module doc)
+        self.active = False
         self.adapter_dir: Path | None = None
         self.manifest: Manifest | None = None
         self.error: str | None = None
-        self.deviations_seen: Counter[str] = Counter()
+        #: observations per declared deviation (its index in the manifest)
+        self.deviations_seen: Counter[int] = Counter()
+        #: the rules each test recorded (checked against its kvspec_rules marker)
+        self.test_rules: dict[str, set[str]] = {}
+        self.current_test: str | None = None
+        self.effort = "default"
+        self.seeded = False
         self.rule_hits: Counter[str] = Counter()
         self.conformance_tests = 0
         #: conformance tests that got as far as running (a skip at set-up does not)
@@ -56,7 +87,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--impl",
         action="store",
-        default="adapters/reference",
+        default=None,
         help="adapter folder (with manifest.toml) or bundled adapter name; default: adapters/reference",
     )
     group.addoption(
@@ -74,6 +105,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "kvspec_requires(*capabilities): skip unless the adapter declares every capability"
@@ -81,10 +113,21 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "kvspec_rules(*rule_ids): the rules a conformance test exercises")
     state = _KvspecState()
     config.stash[_STATE_KEY] = state
-    try:
-        state.adapter_dir, state.manifest = load_impl(config.getoption("--impl"))
-    except ConfigError as e:
-        state.error = str(e)
+    profile = config.getoption("hypothesis_profile", None)
+    state.effort = effort_name(profile)
+    state.seeded = config.getoption("hypothesis_seed", None) is not None
+    if profile in EFFORTS:
+        from hypothesis import settings
+
+        try:
+            settings.get_profile(profile)
+        except Exception:
+            # asked for by name on the command line and unknown to Hypothesis
+            # (``thorough``): register it so that Hypothesis's option accepts it
+            settings.register_profile(profile, effort(profile, seeded=state.seeded))
+    impl = config.getoption("--impl")
+    if impl is not None:
+        _activate(state, impl)
     if config.getoption("--kvspec-results", None):
         from .results_suite import SuiteResults
 
@@ -93,32 +136,75 @@ def pytest_configure(config: pytest.Config) -> None:
         )
 
 
+def _activate(state: _KvspecState, impl: str) -> None:
+    state.active = True
+    try:
+        state.adapter_dir, state.manifest = load_impl(impl)
+    except ConfigError as e:
+        state.error = str(e)
+
+
 def _state(config: pytest.Config) -> _KvspecState:
     return config.stash[_STATE_KEY]
 
 
 def record_rule(config: pytest.Config, rule: str, n: int = 1) -> None:
     """Count that a test exercised ``rule`` (shown in the summary)."""
-    _state(config).rule_hits[rule] += n
+    st = _state(config)
+    st.rule_hits[rule] += n
+    if st.current_test is not None:
+        st.test_rules.setdefault(st.current_test, set()).add(rule)
+
+
+def record_deviation(config: pytest.Config, index: int, site: Site) -> None:
+    """Count that declared deviation ``index`` of the manifest was observed
+    (by a checker that recorded it rather than failing)."""
+    _state(config).deviations_seen[index] += 1
+
+
+def conformance_settings(config: pytest.Config) -> Any:
+    """The Hypothesis settings of the selected effort (``settings.effort``)."""
+    st = _state(config)
+    return effort(st.effort, seeded=st.seeded)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     st = _state(config)
+    if not st.active:
+        return []
     if st.manifest is None:
-        return [f"kvspec: {st.error}"] if st.error and _is_conformance_run(config) else []
+        return [f"kvspec: {st.error}"] if st.error else []
     m = st.manifest
     return [
         f"kvspec impl: {m.name} ({m.kind}) from {st.adapter_dir}",
         f"kvspec profile: {m.profile}; also {', '.join(m.capabilities.profiles) or '-'}",
+        f"kvspec effort: {st.effort}" + ("" if is_deterministic(st.effort, seeded=st.seeded) else " (random)"),
     ]
 
 
-def _is_conformance_run(config: pytest.Config) -> bool:
-    return any("conformance" in str(a) for a in config.args)
+def _is_conformance_test(item: pytest.Item) -> bool:
+    """A test of the conformance suite: collected from kvspec/conformance/
+    (where every test carries the kvspec_rules marker)."""
+    try:
+        return Path(str(item.path)).resolve().parent == _CONFORMANCE_DIR
+    except OSError:
+        return False
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     st = _state(config)
+    conformance = [it for it in items if _is_conformance_test(it)]
+    if conformance and not st.active:
+        _activate(st, DEFAULT_IMPL)
+    if not st.active:
+        return
+    for it in conformance:
+        marker = it.get_closest_marker("kvspec_rules")
+        if marker is None:
+            raise pytest.UsageError(f"{it.nodeid}: a conformance test must carry @pytest.mark.kvspec_rules(...)")
+        bad = [str(a) for a in marker.args if str(a) not in RuleId._value2member_map_]
+        if bad:
+            raise pytest.UsageError(f"{it.nodeid}: kvspec_rules names unknown rule ids {', '.join(bad)}")
     st.conformance_tests = sum(1 for it in items if it.get_closest_marker("kvspec_rules") is not None)
     st.selection_narrowed = bool(config.getoption("keyword") or config.getoption("markexpr")) or any(
         "::" in str(a) for a in config.args
@@ -126,10 +212,13 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
+    st = _state(item.config)
+    if not st.active:
+        return
+    st.current_test = item.nodeid
     marker = item.get_closest_marker("kvspec_requires")
     if marker is None:
         return
-    st = _state(item.config)
     if st.manifest is None:
         pytest.fail(f"kvspec: cannot load the adapter: {st.error}", pytrace=False)
     caps = st.manifest.capabilities
@@ -141,28 +230,62 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> Any:
     outcome = yield
+    st = _state(item.config)
+    if not st.active:
+        return
     rep = outcome.get_result()
-    if call.when == "call" and item.get_closest_marker("kvspec_rules") is not None:
-        _state(item.config).conformance_ran += 1
+    marker = item.get_closest_marker("kvspec_rules")
+    if call.when == "call" and marker is not None:
+        st.conformance_ran += 1
+        if call.excinfo is None and marker.args:
+            _check_rules_contract(item, rep, [str(a) for a in marker.args], st)
     if call.when != "call" or call.excinfo is None:
         return
     exc = call.excinfo.value
-    rule = getattr(exc, "rule", None)
-    if not isinstance(exc, ConformanceFailure) or rule is None:
+    if not isinstance(exc, ConformanceFailure) or st.manifest is None:
         return
-    st = _state(item.config)
-    profile = getattr(item, "callspec", None)
-    prof = profile.params.get("profile") if profile is not None else None
-    dev = st.manifest.deviation(str(rule), prof) if st.manifest else None
-    if dev is not None:
-        st.deviations_seen[str(rule)] += 1
+    site = _site_of(item, exc)
+    i = next((k for k, d in enumerate(st.manifest.deviations) if d.covers(site)), None)
+    if i is not None:
+        dev = st.manifest.deviations[i]
+        st.deviations_seen[i] += 1
         rep.outcome = "skipped"
-        rep.wasxfail = f"expected deviation {rule}: {dev.reason}"
+        rep.wasxfail = f"expected deviation {dev.rule} ({dev.describe_scope()}): {dev.reason}"
+    elif any(d.rule == site.rule for d in st.manifest.deviations):
+        rep.longrepr = f"{rep.longrepr}\nkvspec: {site.rule} is declared, but not here: {site.describe()}"
+
+
+def _site_of(item: pytest.Item, exc: ConformanceFailure) -> Site:
+    """The failure's site, completed with what the test's parameters say
+    (the golden scenario id, the profile)."""
+    from dataclasses import replace
+
+    site = exc.site
+    callspec = getattr(item, "callspec", None)
+    params = callspec.params if callspec is not None else {}
+    if site.scenario is None and "path" in params:
+        p = Path(str(params["path"]))
+        site = replace(site, scenario=f"{p.parent.name}/{p.stem}")
+    if site.profile is None and isinstance(params.get("profile"), str):
+        site = replace(site, profile=params["profile"])
+    return site
+
+
+def _check_rules_contract(item: pytest.Item, rep: Any, listed: list[str], st: _KvspecState) -> None:
+    """A passing test recorded only rules its kvspec_rules marker lists."""
+    recorded = {r for r in st.test_rules.get(item.nodeid, set()) if r in RuleId._value2member_map_}
+    extra = sorted(recorded - set(listed))
+    if extra:
+        rep.outcome = "failed"
+        rep.longrepr = (
+            f"kvspec: {item.nodeid} exercised {', '.join(extra)}, which its kvspec_rules marker does not list; "
+            "add them to the marker (it is the list of rules the test checks)"
+        )
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     st = _state(config)
-    if st.manifest is None or st.conformance_tests == 0:
+    if not st.active or st.manifest is None or st.conformance_tests == 0:
         return
     tr = terminalreporter
     if st.rule_hits:
@@ -171,27 +294,39 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
             tr.write_line(f"  {rule:<26} {n}")
     if st.manifest.deviations:
         tr.section("kvspec: declared deviations")
-        for d in st.manifest.deviations:
-            seen = st.deviations_seen.get(str(d.rule), 0)
+        for i, d in enumerate(st.manifest.deviations):
+            seen = st.deviations_seen.get(i, 0)
             state = f"observed {seen}x" if seen else "NOT OBSERVED"
-            tr.write_line(f"  {d.rule:<26} {state}: {d.reason}")
+            tr.write_line(f"  {d.rule:<26} {state} [{d.describe_scope()}]: {d.reason}")
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     st = _state(session.config)
-    if st.manifest is None or st.conformance_tests == 0 or st.selection_narrowed or st.conformance_ran == 0:
+    if not st.active or st.manifest is None or st.conformance_tests == 0:
+        return
+    if st.selection_narrowed or st.conformance_ran == 0:
         return  # nothing ran (e.g. every test skipped: the implementation is not installed)
-    unseen = [d for d in st.manifest.deviations if st.deviations_seen.get(str(d.rule), 0) == 0]
-    if unseen and exitstatus == 0:
-        rep = session.config.pluginmanager.get_plugin("terminalreporter")
-        for d in unseen:
-            msg = (
-                f"UNEXPECTED PASS: deviation {d.rule} declared in {st.manifest.name}/manifest.toml "
-                "was not observed; remove it from the manifest"
+    unseen = [
+        (i, d) for i, d in enumerate(st.manifest.deviations) if st.deviations_seen.get(i, 0) == 0 and d.deterministic()
+    ]
+    if not unseen or exitstatus != 0:
+        return
+    rep = session.config.pluginmanager.get_plugin("terminalreporter")
+    if not is_deterministic(st.effort, seeded=st.seeded):
+        if rep is not None:
+            rep.write_line(
+                f"kvspec: {len(unseen)} declared deviation(s) not observed; not judged on a random run "
+                "(run the default or ci effort, or give --hypothesis-seed)"
             )
-            if rep is not None:
-                rep.write_line(msg, red=True)
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        return
+    for _, d in unseen:
+        msg = (
+            f"UNEXPECTED PASS: deviation {d.rule} ({d.describe_scope()}) declared in {st.manifest.name}/manifest.toml "
+            "was not observed; remove it from the manifest"
+        )
+        if rep is not None:
+            rep.write_line(msg, red=True)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 # ---------------------------------------------------------------- fixtures
@@ -201,7 +336,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 def _kvspec_reuse_children(request: pytest.FixtureRequest) -> Any:
     """In a conformance run, reuse adapter processes that announce multi_session
     (spec/PROTOCOL.md 3.8): one process start per test instead of per example."""
-    if not _is_conformance_run(request.config):
+    if not _state(request.config).active:
         yield None
         return
     from .transport.jsonl import reuse_children
@@ -247,3 +382,19 @@ def kvspec_record_rule(request: pytest.FixtureRequest) -> Any:
         record_rule(request.config, rule, n)
 
     return _record
+
+
+@pytest.fixture
+def kvspec_record_deviation(request: pytest.FixtureRequest) -> Any:
+    """``record(index, site)``: a declared deviation was observed and followed."""
+
+    def _record(index: int, site: Site) -> None:
+        record_deviation(request.config, index, site)
+
+    return _record
+
+
+@pytest.fixture(scope="session")
+def kvspec_settings(request: pytest.FixtureRequest) -> Any:
+    """The Hypothesis settings of the selected effort (``--hypothesis-profile``)."""
+    return conformance_settings(request.config)

@@ -25,7 +25,11 @@ For every run (``check_run``):
    EVENT-ID's first id, STORE-COPY / REMOVE-COPY's per-copy events, G2-EVICT's
    order inside a host batch), the departure is recorded as a finding and
    the comparison starts again with the model following it, so the rest of
-   the run is still compared exactly.
+   the run is still compared exactly. Such a finding carries the named
+   condition (``kvspec.spec.deviations.CONDITIONS``) of the departure the
+   checker followed (``FOLLOWED``), which is what a manifest scopes its
+   deviation by; a second departure under the same rule, which following
+   does not explain, carries none.
 3. **Hashes** — every stored block is checked against kvspec's own hashing:
    a prompt block's tokens_hash is the local hash of its tokens (HASH-LOCAL)
    and every block_hash is the sequence hash of its parent and its
@@ -38,6 +42,7 @@ Findings carry the rule id, the workload and a readable report.
 
 from __future__ import annotations
 
+import itertools
 import struct
 from collections import Counter
 from collections.abc import Sequence
@@ -49,6 +54,7 @@ import xxhash
 from kvspec.reference.requests import RequestResult, make_driver, run_to_end
 from kvspec.reference.router_view import RouterView
 from kvspec.reference.vllm_pool import SPEC_VARIANT, PoolVariant, VllmPoolModel
+from kvspec.spec.deviations import Site
 from kvspec.spec.hashing import block_hashes, sequence_hash
 from kvspec.spec.rules import RuleId
 from kvspec.spec.wire import KvEvent, Removed, Stored, event_to_json
@@ -81,6 +87,13 @@ LAYER_RULES: tuple[RuleId, ...] = (
 #: rules whose known departures the model can follow, and how
 FOLLOWABLE = {R.EVENT_ID, R.STORE_COPY, R.REMOVE_COPY, R.G2_EVICT}
 
+#: the named condition of each followed departure (kvspec.spec.deviations)
+FOLLOWED = {
+    R.STORE_COPY: "copy_store_unannounced",
+    R.REMOVE_COPY: "copy_remove_unreported",
+    R.G2_EVICT: "host_batch_hash_order",
+}
+
 
 @dataclass(slots=True)
 class Finding:
@@ -91,6 +104,18 @@ class Finding:
     workload: Workload
     request: int | None = None
     detail: str = ""
+    #: the named conditions the checker established for this finding
+    conditions: frozenset[str] = frozenset()
+
+    def site(self) -> Site:
+        """The finding as a deviation scope sees it (request level: no
+        scenario, no operation kind)."""
+        conds = set(self.conditions)
+        if self.workload.setup.host_blocks is not None:
+            conds.add("host_tier")
+        if self.workload.concurrent:
+            conds.add("concurrent_run")
+        return Site(rule=self.rule, conditions=frozenset(conds), profile="vllm")
 
     def size(self) -> int:
         return sum(len(r.prompt) + r.max_tokens for r in self.workload.requests)
@@ -115,7 +140,9 @@ class RunCheck:
     variant: PoolVariant = SPEC_VARIANT
 
     def add(self, finding: Finding) -> None:
-        if all(f.rule != finding.rule for f in self.findings):
+        """Keep the first finding per rule and conditions (a departure the
+        checker followed does not hide a different one under its rule)."""
+        if all((f.rule, f.conditions) != (finding.rule, finding.conditions) for f in self.findings):
             self.findings.append(finding)
 
 
@@ -123,6 +150,7 @@ class RunCheck:
 
 
 def check_protocol(workload: Workload, events: Sequence[KvEvent], tiers: Sequence[str], out: RunCheck) -> None:
+    ids_from_1 = _event_ids_from_1(workload, events)
     view = RouterView(
         mode="copies",
         strict=False,
@@ -141,6 +169,11 @@ def check_protocol(workload: Workload, events: Sequence[KvEvent], tiers: Sequenc
                 )
             )
         for v in view.apply(ev):
+            conds = {"event_ids_from_1"} if v.rule == R.EVENT_ID and ids_from_1 else set()
+            if ev.storage_tier == "host_pinned":
+                conds.add("host_tier_event")
+                if v.rule == R.PARENT_ANCHOR and i > 0 and _evicts_parent(events[i - 1], ev):
+                    conds.add("host_evicts_batch_parent")
             out.add(
                 Finding(
                     v.rule,
@@ -149,9 +182,34 @@ def check_protocol(workload: Workload, events: Sequence[KvEvent], tiers: Sequenc
                     detail=f"  stream index {i}: {ev.brief()}\n"
                     + _context(events, i)
                     + "".join(f"\n  {k}: {val}" for k, val in v.context.items()),
+                    conditions=frozenset(conds),
                 )
             )
     _exercise_stream(events, out)
+
+
+def _evicts_parent(removed: KvEvent, stored: KvEvent) -> bool:
+    """A host Removed naming the parent of the host Stored right after it."""
+    return (
+        removed.storage_tier == stored.storage_tier == "host_pinned"
+        and isinstance(removed.data, Removed)
+        and isinstance(stored.data, Stored)
+        and stored.data.stored.parent_hash is not None
+        and stored.data.stored.parent_hash in removed.data.removed.block_hashes
+    )
+
+
+def _event_ids_from_1(workload: Workload, events: Sequence[KvEvent]) -> bool:
+    """Condition ``event_ids_from_1``: with a first id of 1 the stream has no
+    EVENT-ID departure at all."""
+    view = RouterView(
+        mode="copies",
+        strict=False,
+        first_event_id=1,
+        expect_dp_rank=workload.setup.manager.dp_rank,
+        anchored_tiers=("device", "host_pinned"),
+    )
+    return bool(events) and not any(v.rule == R.EVENT_ID for ev in events for v in view.apply(ev))
 
 
 def _context(events: Sequence[KvEvent], i: int, before: int = 6) -> str:
@@ -488,6 +546,18 @@ def _follow(variant: PoolVariant, rule: RuleId, outcomes: Sequence[RequestOutcom
     return None
 
 
+def _host_write_missing(div: Divergence, expected: Sequence[RequestResult], outcomes: Sequence[RequestOutcome]) -> bool:
+    """Condition ``host_write_missing`` (``kvspec.spec.deviations``): the
+    expected host events from the failing point on name only blocks the
+    implementation published no host event about in that request."""
+    if div.rule not in (R.G2_EVICT, R.G2_STORE_ON_COMPLETE) or div.request >= len(expected):
+        return False
+    exp_host = [e for e in expected[div.request].events if e.storage_tier == "host_pinned"]
+    act_host = {h for e in outcomes[div.request].events if e.storage_tier == "host_pinned" for h in e.hashes()}
+    missing = [e for e in exp_host if not set(e.hashes()) & act_host]
+    return bool(missing) and any(isinstance(e.data, Stored) for e in missing)
+
+
 def check_sequential(workload: Workload, outcomes: Sequence[RequestOutcome], out: RunCheck) -> None:
     variant = SPEC_VARIANT
     for _ in range(len(FOLLOWABLE) + 1):
@@ -499,8 +569,20 @@ def check_sequential(workload: Workload, outcomes: Sequence[RequestOutcome], out
             detail += f"\n  (compared with the model following the departures already found: {variant})"
         if follower.missing:
             detail += f"\n  decode blocks with no matching implementation Stored: {follower.missing}"
-        out.add(Finding(div.rule, div.summary, workload, request=div.request, detail=detail))
         nxt = _follow(variant, div.rule, outcomes)
+        conds: frozenset[str] = frozenset()
+        if nxt is not None:
+            name = FOLLOWED.get(div.rule)
+            if div.rule == R.EVENT_ID and nxt.first_event_id == 1:
+                name = "event_ids_from_1"
+            conds = frozenset({name}) if name else frozenset()
+        elif _host_write_missing(div, expected, outcomes):
+            conds = frozenset({"host_write_missing"})
+        elif div.rule == R.G2_EVICT and div.request < len(outcomes):
+            evs = outcomes[div.request].events
+            if any(_evicts_parent(a, b) for a, b in itertools.pairwise(evs)):
+                conds = frozenset({"host_evicts_batch_parent"})
+        out.add(Finding(div.rule, div.summary, workload, request=div.request, detail=detail, conditions=conds))
         if nxt is None:
             break
         variant = nxt

@@ -72,8 +72,8 @@ def replay_files(files: list[Path], impl: str = DEFAULT_IMPL) -> int:
             continue
         status = 1
         for f in checked.findings:
-            dev = manifest.deviation(str(f.rule), "vllm")
-            tag = f"declared deviation: {dev.reason}" if dev is not None else "NOT DECLARED"
+            dev = manifest.deviation_for(f.site())
+            tag = f"declared deviation: {dev.reason}" if dev is not None else f"NOT DECLARED: {f.site().describe()}"
             print(f"{path}: [{f.rule}] ({tag})\n{f.report()}\n")
     return status
 

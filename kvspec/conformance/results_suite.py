@@ -50,7 +50,8 @@ class _PluginState(Protocol):
 
     manifest: Manifest | None
     error: str | None
-    deviations_seen: Counter[str]
+    #: observations per declared deviation (its index in the manifest)
+    deviations_seen: Counter[int]
     rule_hits: Counter[str]
     selection_narrowed: bool
 
@@ -183,9 +184,9 @@ class SuiteResults:
                 reason=d.reason,
                 link=d.link,
                 scope={k: v for k, v in d.model_dump(mode="json").items() if k not in ("rule", "reason", "link")},
-                observed=st.deviations_seen.get(str(d.rule), 0),
+                observed=st.deviations_seen.get(i, 0),
             )
-            for d in m.deviations
+            for i, d in enumerate(m.deviations)
         ]
         failures = [
             FailureResult(rule=t.rule, test=nodeid, message=t.message, replay=t.replay)

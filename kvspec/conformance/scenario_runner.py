@@ -14,6 +14,7 @@ from kvspec.spec.rules import RuleId
 from kvspec.spec.scenario import Scenario
 from kvspec.spec.wire import Counters, OpResult, StepOutcome
 
+from .deviation_scope import site_of
 from .diff import Divergence, counters_divergence, event_divergence, op_rule, result_divergence
 from .failures import ConformanceFailure
 from .interface import Implementation
@@ -83,6 +84,7 @@ def run_scenario(scenario: Scenario, impl: Implementation) -> list[StepOutcome]:
                 f"scenario {scenario.name!r} diverged at step {i}"
                 + (f" ({step.note})" if step.note else "")
                 + f"\n{format_ops(ops)}\nfirst divergence: {d.describe()}",
+                site=site_of(d.rule, config=scenario.config, op=step.op),
             )
         outcomes.append(outcome)
         before = outcome.counters

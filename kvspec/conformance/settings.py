@@ -1,12 +1,27 @@
-"""Hypothesis settings profiles of the suite.
+"""The search effort of the suite's Hypothesis tests.
 
-- ``default``: quick, for a developer's loop;
-- ``smoke``: a few examples per test, no database (a quick gate in an engine's CI);
-- ``ci``: what CI and ``kvspec mutants`` run (enough to kill every mutant);
-- ``thorough``: a long run before a release or after a port change.
+- ``default``: what ``make conformance`` runs; enough to kill every mutant of
+  ``adapters/mutants`` (``kvspec mutants``), derandomised;
+- ``smoke``: a few examples per test, no database (a quick gate in an
+  engine's CI; random unless ``--hypothesis-seed`` pins it);
+- ``ci``: what CI runs; the same effort as ``default`` (a verdict a port
+  author gets locally is the one CI gets);
+- ``thorough``: a long run before a release or after a port change; random
+  unless ``--hypothesis-seed`` is given, with an example database in
+  ``.kvspec/hypothesis`` so that a failure replays first next time.
 
-Pick one with ``--hypothesis-profile=NAME`` (Hypothesis's own option).
-The database lives in ``.kvspec/hypothesis`` so failures replay first next time.
+``default`` and ``ci`` are derandomised (each test's examples are fixed by
+the test itself) and keep no database: the same implementation gets the
+same verdict on every run, and "unexpected pass" (a declared deviation not
+observed) can be judged. Pick one with ``--hypothesis-profile=NAME``.
+
+The efforts are settings *objects* that the conformance tests apply
+explicitly (``effort``); nothing here registers or loads a profile with
+Hypothesis globally, so a project that has kvspec installed keeps
+Hypothesis's own defaults in its own tests. The plugin registers a kvspec
+effort as a Hypothesis profile only when the command line asks for it by a
+name Hypothesis does not know (``smoke``, ``thorough``), so that
+Hypothesis's own option parsing accepts it.
 """
 
 from __future__ import annotations
@@ -15,44 +30,46 @@ from hypothesis import HealthCheck, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 
 _SUPPRESS = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
-_registered = False
+
+#: the effort names, in increasing cost
+EFFORTS = ("smoke", "default", "ci", "thorough")
+
+_BASE: dict[str, dict[str, object]] = {
+    "smoke": {"max_examples": 12, "stateful_step_count": 25, "derandomize": False, "database": False},
+    "default": {"max_examples": 60, "stateful_step_count": 40, "derandomize": True},
+    "ci": {"max_examples": 60, "stateful_step_count": 40, "derandomize": True},
+    "thorough": {"max_examples": 3000, "stateful_step_count": 120, "derandomize": False},
+}
 
 
-def register_hypothesis_profiles() -> None:
-    global _registered
-    if _registered:
-        return
-    _registered = True
-    db = DirectoryBasedExampleDatabase(".kvspec/hypothesis")
-    settings.register_profile(
-        "default", max_examples=60, stateful_step_count=40, deadline=None, suppress_health_check=_SUPPRESS, database=db
-    )
-    settings.register_profile(
-        "ci",
-        max_examples=150,
-        stateful_step_count=50,
+def effort(name: str = "default", *, seeded: bool = False) -> settings:
+    """The settings of effort ``name`` (``seeded``: ``--hypothesis-seed`` was
+    given, so a random effort is reproducible too)."""
+    if name not in _BASE:
+        raise ValueError(f"unknown effort {name!r}; the efforts are {', '.join(EFFORTS)}")
+    base = dict(_BASE[name])
+    random = not base["derandomize"]
+    return settings(
+        max_examples=int(str(base["max_examples"])),
+        stateful_step_count=int(str(base["stateful_step_count"])),
+        derandomize=bool(base["derandomize"]),
+        database=(
+            DirectoryBasedExampleDatabase(".kvspec/hypothesis")
+            if random and not seeded and base.get("database", True)
+            else None
+        ),
         deadline=None,
         suppress_health_check=_SUPPRESS,
-        database=None,
-        derandomize=False,
         print_blob=True,
     )
-    # a quick gate (the CI recipe's smallest effort): few examples, no
-    # database, so that a pinned --hypothesis-seed repeats the run exactly
-    settings.register_profile(
-        "smoke",
-        max_examples=12,
-        stateful_step_count=25,
-        deadline=None,
-        suppress_health_check=_SUPPRESS,
-        database=None,
-    )
-    settings.register_profile(
-        "thorough",
-        max_examples=3000,
-        stateful_step_count=120,
-        deadline=None,
-        suppress_health_check=_SUPPRESS,
-        database=db,
-    )
-    settings.load_profile("default")
+
+
+def is_deterministic(name: str, *, seeded: bool = False) -> bool:
+    """Does effort ``name`` give the same examples on every run?"""
+    return bool(_BASE.get(name, _BASE["default"])["derandomize"]) or seeded
+
+
+def effort_name(profile_option: str | None) -> str:
+    """The effort a ``--hypothesis-profile`` value selects (a profile name that
+    is not an effort, or none, selects ``default``)."""
+    return profile_option if profile_option in EFFORTS else "default"

@@ -17,7 +17,11 @@ listed break, in ``cascaded_breaks``).
 
 After the step, INV-ROUTER-MATCH: the implementation's view holds exactly
 the blocks the model says a router was told about (``Model.announced``),
-per tier.
+per tier. After a declared deviation the lockstep calls ``adopt``: the
+blocks the implementation's view then holds beyond the model's
+announcement, or lacks, are taken as the implementation's outcome, each
+until the model's own announcement catches up with it (the model announces
+a lacking block no more, or the view no longer holds an extra one).
 """
 
 from __future__ import annotations
@@ -81,6 +85,8 @@ class StreamCheck:
         #: violations of the model's own stream that the profile does not list
         #: (cascades of a listed break); excused too, reported as coverage
         self.cascaded_breaks: Counter[str] = Counter()
+        #: adopted differences per tier: (extra blocks, lacking blocks)
+        self.adopted: dict[str, tuple[set[int], set[int]]] = {}
 
     def _new_view(self) -> RouterView:
         return RouterView(
@@ -153,12 +159,32 @@ class StreamCheck:
             "; ".join(e.brief() for e in act.events) or "(no events)",
         )
 
+    def adopt(self, model: Model) -> None:
+        """Take what the implementation's view holds now as its outcome (a
+        declared deviation was just observed): see the module doc."""
+        if self.protocol_only:
+            self.model_view = copy.deepcopy(self.view)
+        for tier in self.tiers:
+            held = set(self.view.stored(tier, dp_rank=self.config.dp_rank))
+            want = set(model.announced(tier))
+            extra, lacking = self.adopted.get(tier, (set(), set()))
+            self.adopted[tier] = (extra | (held - want), lacking | (want - held))
+
+    def _adopted_want(self, tier: str, held: set[int], want: set[int]) -> set[int]:
+        adopted = self.adopted.get(tier)
+        if adopted is None:
+            return want
+        extra, lacking = adopted
+        extra &= held
+        lacking &= want
+        return (want - lacking) | extra
+
     def router_match(self, model: Model) -> Divergence | None:
         """INV-ROUTER-MATCH after a step: per tier, the implementation's view
-        holds exactly what the model announced."""
+        holds exactly what the model announced (with what was adopted)."""
         for tier in self.tiers:
             held = self.view.stored(tier, dp_rank=self.config.dp_rank)
-            want = model.announced(tier)
+            want = self._adopted_want(tier, set(held), set(model.announced(tier)))
             if held != want:
                 return Divergence(
                     RuleId.INV_ROUTER_MATCH,

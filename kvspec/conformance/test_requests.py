@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import Phase, given, settings
 
 from kvspec.conformance.failures import ConformanceFailure
 from kvspec.conformance.manifest import Manifest
@@ -56,19 +56,33 @@ class UndeclaredFindingError(Exception):
 
 @dataclass(slots=True)
 class Exploration:
-    """What the session's exploration found, per rule."""
+    """What the session's exploration found, per rule: the smallest finding
+    no declared deviation covers (``findings``) and, apart, the smallest one
+    each declared deviation covers (``declared``, by the deviation's index),
+    so that a declared departure never hides an undeclared one of its rule."""
 
     findings: dict[RuleId, Finding] = field(default_factory=dict)
+    declared: dict[int, Finding] = field(default_factory=dict)
     exercised: Counter[RuleId] = field(default_factory=Counter)
     runs: int = 0
     seeds: int = 0
     errors: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
-    def record(self, finding: Finding) -> None:
+    def record(self, finding: Finding, deviation: int | None = None) -> None:
+        if deviation is not None:
+            prev = self.declared.get(deviation)
+            if prev is None or finding.size() < prev.size():
+                self.declared[deviation] = finding
+            return
         old = self.findings.get(finding.rule)
         if old is None or finding.size() < old.size():
             self.findings[finding.rule] = finding
+
+
+def _covering(manifest: Manifest, finding: Finding) -> int | None:
+    site = finding.site()
+    return next((i for i, d in enumerate(manifest.deviations) if d.covers(site)), None)
 
 
 def _run_one(manifest: Manifest, adapter_dir: Path, w: Workload, exp: Exploration, *, raise_undeclared: bool) -> None:
@@ -77,14 +91,15 @@ def _run_one(manifest: Manifest, adapter_dir: Path, w: Workload, exp: Exploratio
     exp.exercised.update(checked.exercised)
     undeclared = None
     for f in checked.findings:
-        exp.record(f)
-        if undeclared is None and manifest.deviation(str(f.rule), "vllm") is None:
+        dev = _covering(manifest, f)
+        exp.record(f, dev)
+        if undeclared is None and dev is None:
             undeclared = f
     if undeclared is not None and raise_undeclared:
         raise UndeclaredFindingError(undeclared)
 
 
-def _explore(manifest: Manifest, adapter_dir: Path) -> Exploration:
+def _explore(manifest: Manifest, adapter_dir: Path, effort: settings) -> Exploration:
     caps = manifest.capabilities
     host = "host_pinned" in caps.tiers
     exp = Exploration()
@@ -95,7 +110,7 @@ def _explore(manifest: Manifest, adapter_dir: Path) -> Exploration:
         _run_one(manifest, adapter_dir, w, exp, raise_undeclared=False)
     exp.seeds = exp.runs
 
-    @settings(suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
+    @settings(effort, phases=[p for p in effort.phases if p is not Phase.explain])
     @given(workloads(host=None if host else False, max_capacity=caps.max_capacity))
     def explore(w: Workload) -> None:
         _run_one(manifest, adapter_dir, w, exp, raise_undeclared=True)
@@ -103,14 +118,14 @@ def _explore(manifest: Manifest, adapter_dir: Path) -> Exploration:
     try:
         explore()
     except UndeclaredFindingError as e:
-        exp.record(e.finding)
+        exp.record(e.finding, None)
     exp.seconds = time.monotonic() - t0
     return exp
 
 
 @pytest.fixture(scope="session")
 def request_exploration(
-    kvspec_manifest: Manifest, kvspec_adapter_dir: Path, pytestconfig: pytest.Config
+    kvspec_manifest: Manifest, kvspec_adapter_dir: Path, pytestconfig: pytest.Config, kvspec_settings: settings
 ) -> Exploration:
     caps = kvspec_manifest.capabilities
     if not caps.request_level:
@@ -118,14 +133,16 @@ def request_exploration(
     if "vllm" not in kvspec_manifest.supported_profiles():
         pytest.skip(f"adapter {kvspec_manifest.name!r} does not declare capability profile:vllm")
     try:
-        exp = _explore(kvspec_manifest, kvspec_adapter_dir)
+        exp = _explore(kvspec_manifest, kvspec_adapter_dir, kvspec_settings)
         reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
         capture = pytestconfig.pluginmanager.get_plugin("capturemanager")
         if reporter is not None and capture is not None:
             with capture.global_and_fixture_disabled():
                 reporter.write_line(
                     f"\nkvspec request-level: {exp.runs} runs ({exp.seeds} seeds and findings) in {exp.seconds:.1f} s;"
-                    f" rules found broken: {', '.join(sorted(map(str, exp.findings))) or 'none'}"
+                    f" rules found broken: {', '.join(sorted(map(str, exp.findings))) or 'none'};"
+                    " declared deviations observed: "
+                    f"{', '.join(sorted({str(f.rule) for f in exp.declared.values()})) or 'none'}"
                 )
         return exp
     except ImplementationUnavailableError as e:
@@ -158,15 +175,24 @@ def test_request_level_exploration_ran(request_exploration: Exploration) -> None
 @pytest.mark.kvspec_requires("request_level")
 @pytest.mark.parametrize("rule", LAYER_RULES, ids=str)
 def test_request_level_rule(
-    rule: RuleId, request_exploration: Exploration, request: pytest.FixtureRequest, kvspec_record_rule: Any
+    rule: RuleId,
+    request_exploration: Exploration,
+    request: pytest.FixtureRequest,
+    kvspec_record_rule: Any,
+    kvspec_record_deviation: Any,
 ) -> None:
     exp = request_exploration
     n = exp.exercised.get(rule, 0)
     finding = exp.findings.get(rule)
-    if n == 0 and finding is None:
+    declared = {i: f for i, f in exp.declared.items() if f.rule == rule}
+    if n == 0 and finding is None and not declared:
         pytest.skip(f"{rule} was not exercised by the {exp.runs} request-level runs")
     kvspec_record_rule(str(rule), n)
+    for i, f in declared.items():
+        kvspec_record_deviation(i, f.site())
+    if finding is None and declared:
+        finding = min(declared.values(), key=Finding.size)  # in scope: reported as the expected failure it is
     if finding is not None:
         path = _write_replay(request, finding)
         where = f"\nreplay file: {path}" if path is not None else ""
-        raise ConformanceFailure(rule, finding.report() + where)
+        raise ConformanceFailure(rule, finding.report() + where, site=finding.site())

@@ -13,8 +13,13 @@ INV-ROUTER-MATCH only (fewer examples: the full test checks this too). Its
 value is for adapters with declared deviations: a deviation turns the full
 test into an expected failure, and this one still proves the stream safe.
 
-Budget (``_settings``): the adapter's own profile gets the Hypothesis
-profile's examples, other profiles a third, the protocol-only test a tenth.
+Budget (``_settings``): the adapter's own profile gets the effort's
+examples (``--hypothesis-profile``, ``conformance/settings.py``), other
+profiles a third, the protocol-only test a tenth.
+
+A declared deviation (scoped, ``kvspec.spec.deviations``) seen by the
+lockstep is recorded and followed, never raised: the run goes on checking
+every rule, and the plugin counts the observation.
 """
 
 from __future__ import annotations
@@ -48,6 +53,21 @@ LIFECYCLE_RULES = (
     "EVICT-POLICY",
     "COUNTERS",
 )
+#: the offload tier's rules (checked where the adapter declares offload)
+OFFLOAD_RULES = (
+    "QUARANTINE-HOLD",
+    "QUARANTINE-RELEASE",
+    "OFFLOAD-BLOCKS-USE",
+    "G2-STORE-ON-COMPLETE",
+    "G2-EVICT",
+    "DEVICE-REMOVE-IMMEDIATE",
+    "TIME-MONOTONIC",
+    "SWAPIN-RESERVE",
+    "SWAPIN-SKIP-PRESENT",
+    "SWAPIN-ANCHOR",
+)
+#: what the protocol-only variant checks of the offload tier (the stream)
+OFFLOAD_STREAM_RULES = ("G2-STORE-ON-COMPLETE", "G2-EVICT")
 PROTOCOL_RULES = (
     "STORE-NEW-ONLY",
     "STORE-NO-DUP",
@@ -70,6 +90,7 @@ def _setup(
     record: Any,
     *,
     protocol_only: bool = False,
+    record_deviation: Any = None,
 ) -> MachineSetup:
     if profile not in manifest.supported_profiles():
         pytest.skip(f"adapter {manifest.name!r} does not declare capability profile:{profile}")
@@ -80,6 +101,16 @@ def _setup(
             f"({', '.join(get_profile(profile).policies)})"
         )
     replay_dir = Path(request.config.getoption("--kvspec-replay-dir"))
+    if protocol_only:
+        # the protocol-only run checks the stream, not the lifecycle: it
+        # reports coverage of the rules it checks (its kvspec_rules marker)
+        checked = {*PROTOCOL_RULES, *OFFLOAD_STREAM_RULES}
+        record_all = record
+
+        def record(rule: str, n: int = 1) -> None:
+            if rule in checked or rule not in LIFECYCLE_RULES + OFFLOAD_RULES:
+                record_all(rule, n)
+
     return MachineSetup(
         manifest=manifest,
         adapter_dir=adapter_dir,
@@ -87,27 +118,28 @@ def _setup(
         replay_path=replay_path_for(replay_dir, manifest.name, request.node.name),
         record=record,
         protocol_only=protocol_only,
+        record_deviation=record_deviation,
     )
 
 
-def _settings(manifest: Manifest, profile: str, share: int) -> settings:
-    """The current Hypothesis profile (``--hypothesis-profile``), with its
+def _settings(current: settings, manifest: Manifest, profile: str, share: int) -> settings:
+    """The suite's effort (``--hypothesis-profile``), with its
     example budget split: the profile the adapter claims gets all of it, each
     further profile it supports a third (they share most of their code paths
     with it), and the protocol-only variant a tenth of that (the full test
     checks everything it does). Hypothesis's explain phase is skipped: the
     failure report already names the step, the divergence and the rule."""
-    current = settings()
     if profile != manifest.profile:
         share *= 3
     return settings(
+        current,
         report_multiple_bugs=False,
         max_examples=max(5, current.max_examples // share),
         phases=[p for p in current.phases if p is not Phase.explain],
     )
 
 
-@pytest.mark.kvspec_rules(*LIFECYCLE_RULES, *PROTOCOL_RULES)
+@pytest.mark.kvspec_rules(*LIFECYCLE_RULES, *PROTOCOL_RULES, *OFFLOAD_RULES)
 @pytest.mark.kvspec_requires("block_level")
 @pytest.mark.parametrize("profile", PROFILES)
 def test_lockstep(
@@ -116,13 +148,22 @@ def test_lockstep(
     kvspec_manifest: Manifest,
     kvspec_adapter_dir: Path,
     kvspec_record_rule: Any,
+    kvspec_record_deviation: Any,
+    kvspec_settings: settings,
 ) -> None:
     """Results, errors, events and counters equal the model's at every step."""
-    setup = _setup(request, kvspec_manifest, kvspec_adapter_dir, profile, kvspec_record_rule)
-    run_machine(machine_class(setup), settings=_settings(kvspec_manifest, profile, share=1))
+    setup = _setup(
+        request,
+        kvspec_manifest,
+        kvspec_adapter_dir,
+        profile,
+        kvspec_record_rule,
+        record_deviation=kvspec_record_deviation,
+    )
+    run_machine(machine_class(setup), settings=_settings(kvspec_settings, kvspec_manifest, profile, share=1))
 
 
-@pytest.mark.kvspec_rules(*PROTOCOL_RULES)
+@pytest.mark.kvspec_rules(*PROTOCOL_RULES, *OFFLOAD_STREAM_RULES)
 @pytest.mark.kvspec_requires("block_level")
 @pytest.mark.parametrize("profile", PROFILES)
 def test_router_view_matches_model(
@@ -131,8 +172,18 @@ def test_router_view_matches_model(
     kvspec_manifest: Manifest,
     kvspec_adapter_dir: Path,
     kvspec_record_rule: Any,
+    kvspec_record_deviation: Any,
+    kvspec_settings: settings,
 ) -> None:
     """Protocol only: the router view of the implementation's stream breaks no
     rule the profile keeps and holds exactly the blocks the model announced."""
-    setup = _setup(request, kvspec_manifest, kvspec_adapter_dir, profile, kvspec_record_rule, protocol_only=True)
-    run_machine(machine_class(setup), settings=_settings(kvspec_manifest, profile, share=10))
+    setup = _setup(
+        request,
+        kvspec_manifest,
+        kvspec_adapter_dir,
+        profile,
+        kvspec_record_rule,
+        protocol_only=True,
+        record_deviation=kvspec_record_deviation,
+    )
+    run_machine(machine_class(setup), settings=_settings(kvspec_settings, kvspec_manifest, profile, share=10))

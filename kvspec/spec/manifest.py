@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from .config import PolicyName, ProfileName
+from .deviations import Deviation, Site
 from .errors import ConfigError
 from .rules import RuleId
 from .wire import StorageTier, Wire
@@ -94,16 +95,6 @@ class Capabilities(Wire):
         if not isinstance(val, bool):
             raise ConfigError(f"unknown capability {name!r}")
         return val
-
-
-class Deviation(Wire):
-    """A known departure from the spec, keyed by rule id, with its reason."""
-
-    rule: RuleId
-    reason: str
-    link: str | None = None
-    #: only for this profile (default: any)
-    profile: ProfileName | None = None
 
 
 #: a variant name: snake_case, so that it is a path segment, an argv word
@@ -209,11 +200,10 @@ class Manifest(Wire):
             update["cflags"] = [*st.cflags, *(f.replace("{variant}", name) for f in st.variant_cflags)]
         return self.model_copy(update={"variant": name, "start": st.model_copy(update=update)})
 
-    def deviation(self, rule: str, profile: str | None = None) -> Deviation | None:
-        for d in self.deviations:
-            if d.rule == rule and (d.profile is None or profile is None or d.profile == profile):
-                return d
-        return None
+    def deviation_for(self, site: Site) -> Deviation | None:
+        """The declared deviation that covers a failure at ``site`` (None: the
+        failure is not declared, whatever other scopes its rule has)."""
+        return next((d for d in self.deviations if d.covers(site)), None)
 
     def supported_profiles(self) -> list[ProfileName]:
         return list(dict.fromkeys([self.profile, *self.capabilities.profiles]))

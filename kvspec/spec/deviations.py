@@ -1,0 +1,237 @@
+"""Scoped deviations: where a declared departure from a rule applies.
+
+A manifest's ``[[deviations]]`` entry names a rule and a *scope*. A failure
+of that rule is expected only inside the scope; the same rule broken
+anywhere else fails the run as any undeclared break does. That is what keeps
+one honest, narrow declaration from waiving every failure filed under its
+rule (a bug of the same rule elsewhere stays visible).
+
+A scope is given by any of (all that are given must match):
+
+- ``scenarios``: golden scenario ids (``PROFILE/NAME``, as the test ids of
+  ``test_golden_scenario`` show them);
+- ``operations``: the kinds of operation whose step may diverge (``use``,
+  ``deref``, ``destroy``, ``promote``, ``tick``, ``swap_in``, ``reset``);
+- ``conditions``: names from ``CONDITIONS`` below, each a fact the checker
+  establishes about the failure itself (every one listed must hold).
+
+or by ``scope = "all"``: the whole rule, for departures that really are
+rule-wide; the reason must then say why (a manifest loader refuses a
+deviation with no scope).
+
+The checkers (``kvspec.conformance``) describe each failure as a ``Site``;
+``Scope.covers`` is the whole matching logic, so every checker (goldens,
+lockstep, request level) decides the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from .config import ProfileName
+from .rules import RuleId
+from .wire import Wire
+
+R = RuleId
+
+#: operation kinds a scope may name (the ``op`` tag of the wire operations)
+OPERATION_KINDS = ("use", "deref", "destroy", "promote", "tick", "swap_in", "reset")
+
+
+@dataclass(frozen=True)
+class Condition:
+    """A named fact about a failure that a checker evaluates.
+
+    ``rules``: the rules it can scope (empty: any rule). ``doc``: what it
+    means, in the words a manifest author reads."""
+
+    name: str
+    doc: str
+    rules: frozenset[RuleId] = frozenset()
+
+
+def _conditions(*cs: Condition) -> dict[str, Condition]:
+    return {c.name: c for c in cs}
+
+
+#: conditions whose evidence depends on timing (never judged "unexpected pass")
+NONDETERMINISTIC = frozenset({"concurrent_run"})
+
+#: every named condition; ``kvspec.conformance.deviation_scope`` evaluates them
+CONDITIONS: dict[str, Condition] = _conditions(
+    Condition(
+        "event_ids_from_1",
+        "the implementation numbers its events from 1 instead of 0 and is otherwise contiguous: "
+        "with a first id of 1 the checker finds no other EVENT-ID departure in the run",
+        frozenset({R.EVENT_ID}),
+    ),
+    Condition(
+        "copy_store_unannounced",
+        "the Stored the implementation left out names only physical copies of hashes that are already "
+        "cached and announced (it announces a hash's first resident copy only); the checker followed that "
+        "and the rest of the run matched",
+        frozenset({R.STORE_COPY}),
+    ),
+    Condition(
+        "copy_remove_unreported",
+        "the Removed the implementation left out (or shortened) names only copies whose hash keeps "
+        "another cached copy (it reports a hash only when its last copy goes); the checker followed that "
+        "and the rest of the run matched",
+        frozenset({R.REMOVE_COPY}),
+    ),
+    Condition(
+        "host_batch_hash_order",
+        "the host tier evicts the blocks of one newly stored batch in ascending block-hash order instead "
+        "of leaf first; the checker followed that order and the rest of the run matched",
+        frozenset({R.G2_EVICT}),
+    ),
+    Condition(
+        "host_write_missing",
+        "the host tier events the model expects at the failing point (a host_pinned Stored, or the host "
+        "Removed that makes room for it) name blocks the implementation wrote to the host tier no event "
+        "about in that request: the block was not written through to the host at all (request level, "
+        "sequential runs; not followed, so the rest of that run is not compared)",
+        frozenset({R.G2_EVICT, R.G2_STORE_ON_COMPLETE}),
+    ),
+    Condition(
+        "host_evicts_batch_parent",
+        "the host tier makes room for a batch by evicting that batch's own parent: a host_pinned Removed "
+        "naming the parent comes right before the host_pinned Stored anchored to it, which is then anchored "
+        "to a block the host tier no longer holds (request level: the event pair is in the failing request, "
+        "or is the failing event and the one before it)",
+        frozenset({R.G2_EVICT, R.PARENT_ANCHOR}),
+    ),
+    Condition(
+        "concurrent_run",
+        "the failure comes from a concurrent request-level run, whose event order depends on the "
+        "implementation's timing: such evidence is not deterministic, so a deviation scoped by it is never "
+        "judged an unexpected pass",
+    ),
+    Condition(
+        "host_tier",
+        "the run has a host (G2, host_pinned) tier: an offload tier at block level, a host pool at request level",
+    ),
+    Condition(
+        "host_tier_event",
+        "every event the implementation and the model disagree on at the failing step is on the host_pinned tier",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Site:
+    """Where a failure happened, as the checker that found it describes it."""
+
+    rule: RuleId
+    #: the golden scenario id (``PROFILE/NAME``), if it came from a golden
+    scenario: str | None = None
+    #: the kind of the diverging operation (None: not an operation's step)
+    operation: str | None = None
+    #: the named conditions that hold for this failure
+    conditions: frozenset[str] = field(default_factory=frozenset)
+    #: the spec profile the failing run checked against (None: unknown)
+    profile: str | None = None
+
+    def describe(self) -> str:
+        parts = [str(self.rule)]
+        if self.scenario:
+            parts.append(f"scenario {self.scenario}")
+        if self.operation:
+            parts.append(f"operation {self.operation}")
+        parts.append("conditions " + (", ".join(sorted(self.conditions)) or "none"))
+        return "; ".join(parts)
+
+
+class Scope(Wire):
+    """Where a deviation applies (see the module doc): every field given must match."""
+
+    scenarios: list[str] = []
+    operations: list[Literal["use", "deref", "destroy", "promote", "tick", "swap_in", "reset"]] = []
+    conditions: list[str] = []
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> Scope:
+        if not (self.scenarios or self.operations or self.conditions):
+            raise ValueError(
+                "an empty scope would cover the whole rule: name scenarios, operations or conditions, "
+                'or write scope = "all"'
+            )
+        unknown = [c for c in self.conditions if c not in CONDITIONS]
+        if unknown:
+            known = ", ".join(CONDITIONS)
+            raise ValueError(f"unknown condition {', '.join(unknown)}; the named conditions are: {known}")
+        return self
+
+    def covers(self, site: Site) -> bool:
+        if self.scenarios and site.scenario not in self.scenarios:
+            return False
+        if self.operations and site.operation not in self.operations:
+            return False
+        return all(c in site.conditions for c in self.conditions)
+
+
+class Deviation(Wire):
+    """A known departure from the spec: rule id, scope, reason."""
+
+    rule: RuleId
+    reason: str = Field(min_length=1)
+    #: where it applies; ``"all"`` for the whole rule (say why in ``reason``)
+    scope: Scope | Literal["all"] | None = None
+    link: str | None = None
+    #: only for this profile (default: any)
+    profile: ProfileName | None = None
+
+    @model_validator(mode="after")
+    def _scoped(self) -> Deviation:
+        if self.scope is None:
+            raise ValueError(
+                f"deviation {self.rule} has no scope, so it would waive every failure of the rule. "
+                "Scope it where it applies, e.g. scope = { conditions = [...] } with a named condition "
+                f"({', '.join(c.name for c in CONDITIONS.values() if not c.rules or self.rule in c.rules)}), "
+                'scope = { scenarios = ["PROFILE/NAME"] } or scope = { operations = ["use"] }; '
+                'or, if the departure really is rule-wide, scope = "all" with a reason saying why'
+            )
+        if isinstance(self.scope, Scope):
+            for name in self.scope.conditions:
+                c = CONDITIONS[name]
+                if c.rules and self.rule not in c.rules:
+                    raise ValueError(
+                        f"condition {name} cannot scope {self.rule}: it applies to {', '.join(sorted(c.rules))}"
+                    )
+        return self
+
+    def covers(self, site: Site) -> bool:
+        """Is the failure at ``site`` this deviation?"""
+        if site.rule != self.rule:
+            return False
+        if self.profile is not None and site.profile is not None and site.profile != self.profile:
+            return False
+        return self.scope == "all" or (isinstance(self.scope, Scope) and self.scope.covers(site))
+
+    def deterministic(self) -> bool:
+        """Is this deviation's evidence deterministic (can "not observed" be judged)?"""
+        return not (isinstance(self.scope, Scope) and NONDETERMINISTIC & set(self.scope.conditions))
+
+    def describe_scope(self) -> str:
+        if self.scope == "all":
+            return "scope all"
+        assert isinstance(self.scope, Scope)
+        parts = []
+        if self.scope.scenarios:
+            parts.append("scenarios " + ", ".join(self.scope.scenarios))
+        if self.scope.operations:
+            parts.append("operations " + ", ".join(self.scope.operations))
+        if self.scope.conditions:
+            parts.append("conditions " + ", ".join(self.scope.conditions))
+        return "; ".join(parts)
+
+
+def covering(deviations: list[Deviation], site: Site) -> int | None:
+    """The index of the first deviation that covers ``site`` (None: none does)."""
+    return next((i for i, d in enumerate(deviations) if d.covers(site)), None)
+
+
+__all__ = ["CONDITIONS", "NONDETERMINISTIC", "OPERATION_KINDS", "Condition", "Deviation", "Scope", "Site", "covering"]
