@@ -61,12 +61,12 @@ def _require(manifest: Manifest, profile: str) -> None:
         pytest.skip(f"adapter {manifest.name!r} does not declare capability profile:{profile}")
 
 
-def _settings() -> settings:
-    """A third of the Hypothesis profile's examples: the operations are cheap
-    and collide often (small name pools), and every mutant run of
+def _settings(current: settings) -> settings:
+    """A third of the effort's examples (``kvspec_settings``): the operations
+    are cheap and collide often (small name pools), and every mutant run of
     ``kvspec mutants`` passes through here."""
-    current = settings()
     return settings(
+        current,
         report_multiple_bugs=False,
         max_examples=max(20, current.max_examples // 3),
         phases=[p for p in current.phases if p is not Phase.explain],
@@ -86,12 +86,14 @@ def test_manager_golden(
 
 
 @pytest.mark.kvspec_rules(*PAGED_RULES)
-def test_paged_lockstep(kvspec_manifest: Manifest, kvspec_adapter_dir: Path, kvspec_record_rule: Any) -> None:
+def test_paged_lockstep(
+    kvspec_manifest: Manifest, kvspec_adapter_dir: Path, kvspec_record_rule: Any, kvspec_settings: settings
+) -> None:
     """Values, errors, block sharing, reference counts, contents and pressure equal the model's at every step."""
     _require(kvspec_manifest, "paged")
 
-    @_settings()
-    @given(config=paged_configs(), ops=st.lists(paged_ops(), min_size=1, max_size=settings().stateful_step_count))
+    @_settings(kvspec_settings)
+    @given(config=paged_configs(), ops=st.lists(paged_ops(), min_size=1, max_size=kvspec_settings.stateful_step_count))
     def run(config: PagedConfig, ops: list[dict[str, Any]]) -> None:
         with open_manager(kvspec_manifest, kvspec_adapter_dir, config) as impl:
             ls = Lockstep(impl, config)
@@ -104,12 +106,17 @@ def test_paged_lockstep(kvspec_manifest: Manifest, kvspec_adapter_dir: Path, kvs
 
 
 @pytest.mark.kvspec_rules(*SESSION_RULES)
-def test_session_lockstep(kvspec_manifest: Manifest, kvspec_adapter_dir: Path, kvspec_record_rule: Any) -> None:
+def test_session_lockstep(
+    kvspec_manifest: Manifest, kvspec_adapter_dir: Path, kvspec_record_rule: Any, kvspec_settings: settings
+) -> None:
     """Admissions, fencing, LRU reuse and releases equal the model's at every step."""
     _require(kvspec_manifest, "session")
 
-    @_settings()
-    @given(config=session_configs(), ops=st.lists(session_ops(), min_size=1, max_size=settings().stateful_step_count))
+    @_settings(kvspec_settings)
+    @given(
+        config=session_configs(),
+        ops=st.lists(session_ops(), min_size=1, max_size=kvspec_settings.stateful_step_count),
+    )
     def run(config: SessionConfig, ops: list[AbstractSessionOp]) -> None:
         with open_manager(kvspec_manifest, kvspec_adapter_dir, config) as impl:
             ls = Lockstep(impl, config)
