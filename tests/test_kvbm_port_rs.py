@@ -30,8 +30,10 @@ from kvspec.conformance.failures import ConformanceFailure
 from kvspec.conformance.implementation import open_implementation
 from kvspec.conformance.manifest import Manifest, load_manifest
 from kvspec.conformance.scenario_runner import run_scenario
-from kvspec.conformance.test_golden import _skip_reason
-from kvspec.spec.scenario import Scenario, all_scenarios
+from kvspec.conformance.test_golden import CASES, _skip_reason
+from kvspec.conformance.transport.jsonl import reuse_children
+from kvspec.spec.config import ManagerConfig
+from kvspec.spec.scenario import Scenario
 
 pytestmark = [
     pytest.mark.timeout(600),
@@ -70,16 +72,13 @@ def built() -> Path:
     return launch.build(rustc)
 
 
-def _scenarios(manifest: Manifest) -> list[tuple[str, Scenario]]:
-    out = []
-    for path, s in all_scenarios():
-        if _skip_reason(manifest, s) is None:
-            out.append((f"{path.parent.name}/{path.stem}", s))
-    return out
+def _cases(manifest: Manifest) -> list[tuple[str, Scenario, ManagerConfig]]:
+    """(test id, scenario, configuration) of every golden run the port's capabilities admit."""
+    return [(tid, s, cfg) for _, s, cfg, tid in CASES if _skip_reason(manifest, s, cfg) is None]
 
 
-def _run(manifest: Manifest, s: Scenario) -> None:
-    impl = open_implementation(manifest, PORT, s.config)
+def _run(manifest: Manifest, s: Scenario, config: ManagerConfig) -> None:
+    impl = open_implementation(manifest, PORT, config)
     try:
         run_scenario(s, impl)
     finally:
@@ -121,27 +120,27 @@ def test_unknown_variant_is_a_clear_error(built: Path) -> None:
 
 def test_clean_port_passes_every_golden_the_source_agrees_with(built: Path, manifest: Manifest) -> None:
     ran, failures = [], []
-    for name, s in _scenarios(manifest):
-        if name in SOURCE_DIFFERENCES:
-            continue
-        try:
-            _run(manifest, s)
-        except ConformanceFailure as e:
-            failures.append(f"{name}: {e}")
-        ran.append(name)
+    with reuse_children():  # the port is multi-session: one child serves every golden
+        for tid, s, cfg in _cases(manifest):
+            if tid.split("@")[0] in SOURCE_DIFFERENCES:
+                continue
+            try:
+                _run(manifest, s, cfg)
+            except ConformanceFailure as e:
+                failures.append(f"{tid}: {e}")
+            ran.append(tid)
     assert not failures, "\n".join(failures)
     assert len(ran) >= 30, ran
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANT_VERDICTS))
-def test_variant_is_caught_under_its_rule(
-    built: Path, manifest: Manifest, variant: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_variant_is_caught_under_its_rule(built: Path, variant: str) -> None:
     golden, rule = VARIANT_VERDICTS[variant]
-    monkeypatch.setenv(launch.VARIANT_ENV, variant)
-    scenario = dict(_scenarios(manifest))[golden]
+    manifest = load_manifest(PORT, variant=variant)
+    assert manifest.find_variant(variant) is not None
+    _tid, scenario, config = next(c for c in _cases(manifest) if c[0].split("@")[0] == golden)
     with pytest.raises(ConformanceFailure) as info:
-        _run(manifest, scenario)
+        _run(manifest, scenario, config)
     assert str(info.value).startswith(f"[{rule}]"), str(info.value)
 
 

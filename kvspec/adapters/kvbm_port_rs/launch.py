@@ -25,7 +25,6 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 SOURCES = sorted((HERE / "src").glob("*.rs"))
 RUSTC_FLAGS = ["-O", "--edition", "2021", "-C", "debuginfo=0", "--cap-lints", "warn"]
-VARIANT_ENV = "KVSPEC_ADAPTER_VARIANT"
 
 
 def find_rustc() -> str | None:
@@ -77,8 +76,6 @@ def main(argv: list[str] | None = None) -> None:
         sys.stderr.write("kvbm_port_rs: no rustc found ($RUSTC, PATH, ~/.cargo/bin); the port is built from source\n")
         sys.exit(3)
     binary = build(rustc)
-    if "--variant" not in args and os.environ.get(VARIANT_ENV):
-        args = ["--variant", os.environ[VARIANT_ENV], *args]
     sys.stderr.flush()
     os.execv(binary, [str(binary), *args])
 
