@@ -87,8 +87,7 @@ def _ok(kind: str) -> Any:
 class OffloadGroup(RuleGroup):
     """Ticks, swap-ins and waiting Uses for adapters with an offload tier."""
 
-    #: swarm kinds, most valuable first (the machine's swarm draw enables the
-    #: kinds declared first more often)
+    #: swarm kinds (each enabled in half of the examples)
     kinds = ("swap_in", "tick", "wait_retry", "tick_back")
     requires = ("offload",)
     profiles = ("kvbm",)
