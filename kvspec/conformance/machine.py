@@ -62,7 +62,7 @@ from kvspec.spec.wire import StepOutcome
 from .implementation import Implementation, open_implementation
 from .lockstep import Lockstep
 from .manifest import Manifest
-from .traffic import MAX_CHUNK, MAX_LIVE, MAX_PATH, PROMOTE_BRANCH, Digits, Planned, Traffic, configs, packed
+from .traffic import MAX_CHUNK, MAX_LIVE, MAX_PATH, PROMOTE_BRANCH, Digits, Node, Planned, Traffic, configs, packed
 
 #: modules that define extra rule groups; imported when present
 GROUP_MODULES = ("kvspec.conformance.machine_offload",)
@@ -179,7 +179,21 @@ class LockstepMachine(RuleGroup, RuleBasedStateMachine, register=False):
     """Scheduler traffic against an implementation and the model, in lockstep."""
 
     setup: ClassVar[MachineSetup]
-    kinds = ("admit", "extend", "promote", "finish", "preempt", "readmit", "fork", "invalid", "destroy", "root_first")
+    kinds = (
+        "admit",
+        "extend",
+        "promote",
+        "finish",
+        "preempt",
+        "readmit",
+        "fork",
+        "invalid",
+        "destroy",
+        "root_first",
+        "suffix",
+        "release_part",
+        "gapped",
+    )
     #: kinds on in every example (the rest are drawn per example: swarm testing)
     always: ClassVar[frozenset[str]] = frozenset({"admit"})
     #: the first AdapterError (crash, hang, garbage on a pipe) of a run. It is
@@ -233,6 +247,8 @@ class LockstepMachine(RuleGroup, RuleBasedStateMachine, register=False):
             return False
         if kind == "fork" and prof == "atomic":
             return False  # repeated positions are invalid there (injected as invalid traffic)
+        if kind == "suffix" and prof == "legacy":
+            return False  # a legacy Use carries no parent to anchor a suffix to
         return super().kind_available(kind)
 
     @initialize(data=st.data())
@@ -439,6 +455,78 @@ class LockstepMachine(RuleGroup, RuleBasedStateMachine, register=False):
         """Legacy: destroy a request's blocks outright."""
         t = self.t
         return t.destroy(t.pick(t.destroyable(), d.take(64)))
+
+    def _cached(self) -> list[Node]:
+        """Tree blocks the model has registered (device tier), in tree order."""
+        assert self.check is not None
+        registered = self.check.model.registered()
+        return [n for n in self.t.tree.nodes.values() if n.seq in registered]
+
+    def _gapped_targets(self) -> list[Node]:
+        """Cached blocks with an ancestor the cache no longer has."""
+        assert self.check is not None
+        registered = self.check.model.registered()
+        nodes = self.t.tree.nodes
+        out: list[Node] = []
+        for n in nodes.values():
+            if n.seq not in registered:
+                continue
+            p = n.parent
+            while p is not None and p in registered:
+                p = nodes[p].parent
+            if p is not None:
+                out.append(n)
+        return out
+
+    @action("suffix", weight=2, ready=lambda self: bool(self._cached()))
+    def suffix(self, d: Digits) -> Planned | None:
+        """A request over a cached prefix it does not hold: a Use of only its
+        own blocks, anchored to the last cached one (held by another request
+        or inactive in the pool)."""
+        self._make_room(d)
+        cached = self._cached()
+        if not cached:
+            return None  # making room released them
+        choices = d.branches(1, MAX_CHUNK)
+        if d.flag():
+            # take an inactive block with inactive children out of the pool
+            # under its inactive parent: the lineage forest keeps it as a
+            # ghost that still links the parent to the children
+            assert self.check is not None
+            owners = self.t.holds()  # equal to the model's owners (the traffic tracks them)
+            seqs = {n.seq for n in cached}
+            nodes = self.t.tree.nodes
+            pairs = [
+                (n, i)
+                for n in cached
+                if not owners.get(n.seq)
+                for i, k in enumerate(n.children)
+                if k in seqs and not owners.get(k) and any(g in seqs for g in nodes[k].children)
+            ]
+            if pairs:
+                base, i = pairs[d.take(64) % len(pairs)]
+                return self.t.suffix(base, [i, *choices[1:]], partial=d.flag(), meta=d.take(3))
+        base = cached[d.take(64) % len(cached)]
+        return self.t.suffix(base, choices, partial=d.flag(), meta=d.take(3))
+
+    @action("release_part", weight=1, ready=lambda self: bool(self.t.holding()))
+    def release_part(self, d: Digits) -> Planned | None:
+        """A request releases its tail (and partial block), keeping the rest."""
+        t = self.t
+        cands = [r for r in t.holding() if not r.forked]
+        if not cands:
+            return None
+        return t.release_part(t.pick(cands, d.take(64)), 1 + d.take(3))
+
+    @action("gapped", weight=2, ready=lambda self: bool(self._gapped_targets()))
+    def gapped(self, d: Digits) -> Planned | None:
+        """A request whose path runs through lost blocks into cached ones:
+        slots for the lost blocks, none for the cached ones after them."""
+        self._make_room(d)
+        targets = self._gapped_targets()
+        if not targets:
+            return None
+        return self.t.gapped(targets[d.take(64) % len(targets)], partial=d.flag(), meta=d.take(3))
 
     @action("invalid", weight=1, ready=lambda self: bool(self.t.invalid_kinds))
     def invalid(self, d: Digits) -> Planned | None:

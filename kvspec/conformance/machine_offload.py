@@ -257,14 +257,15 @@ class OffloadGroup(RuleGroup):
             req.path.append(nxt)  # the request continues with that block
         if not req.running:
             if start:
-                pin = t._use(req.path[:start], req.meta, None, None)
+                pin = t._use(req.path[:start], req.meta, req.base, None)
                 self.run(Planned(pin, "readmit", t._placed(req, pin, start, None)))
                 if self.traffic is None or req.held < start:
                     return None
             else:
                 req.running = True
         nodes = req.path[start:]
-        anchor = req.path[start - 1].seq if start else None
+        base = req.path[start - 1] if start else req.base
+        anchor = base.seq if base is not None else None
         op = SwapIn(blocks=[SwapInBlock(seq_hash=n.seq, plh=n.lineage) for n in nodes], parent=anchor)
 
         def commit(out: StepOutcome, before: Counters) -> None:

@@ -18,6 +18,12 @@ traffic here is built the way a scheduler produces it:
   and local hashes, lineage hash and token ids), finished (Deref of
   everything, leaf first as schedulers do, sometimes root first), preempted
   (Deref in reverse) and re-admitted later (a Use of the whole path again);
+- requests over a **cached prefix they do not hold** (a suffix Use anchored
+  with ``parent`` on a block another request holds or the pool keeps
+  inactive), requests that **release part** of what they hold (their tail,
+  sent again later), and requests whose path runs through a block the cache
+  lost into blocks it still has (**gapped**: a capacity stop there lands
+  before blocks that need no slot);
 - **invalid operations** (short token ids, wrong numbers of hashes, a partial
   block as parent, Deref of blocks nobody holds, Promote of an unknown uuid,
   two blocks at one position under ``atomic``), each expected to be rejected
@@ -174,6 +180,13 @@ class Request:
     #: a fork names some blocks twice (two sequences of one prompt in one
     #: Use); its ``path`` is the batch, not a chain, so it never extends
     forked: bool = False
+    #: the cached block its path continues, which it does not hold (a suffix
+    #: request: its Uses are anchored there until it holds a block of its own)
+    base: Node | None = None
+
+    def anchor(self) -> Node | None:
+        """The block its next Use is anchored to: its last held, else its base."""
+        return self.path[self.held - 1] if self.held else self.base
 
     def refs(self) -> list[BlockRef]:
         out: list[BlockRef] = [n.ref for n in self.path[: self.held]]
@@ -342,9 +355,8 @@ class Traffic:
         partial = partial and self.partial_blocks
         if not pending and not partial:
             return None
-        anchor = req.path[req.held - 1] if req.held else None
         uuid = self._uuid() if partial else None
-        op = self._use(pending, req.meta, anchor, uuid)
+        op = self._use(pending, req.meta, req.anchor(), uuid)
         return Planned(op, "extend", self._placed(req, op, len(pending), uuid))
 
     def promote(self, req: Request, choice: int) -> Planned:
@@ -411,8 +423,60 @@ class Traffic:
         if not req.path and not partial:
             return None
         uuid = self._uuid() if partial else None
-        op = self._use(req.path, req.meta, None, uuid)
+        op = self._use(req.path, req.meta, req.base, uuid)
         return Planned(op, "readmit", self._placed(req, op, len(req.path), uuid))
+
+    def suffix(self, base: Node, choices: Sequence[int], partial: bool, meta: int) -> Planned:
+        """A request whose prefix is cached but not held by it (another
+        request holds it, or the pool keeps it inactive): a Use of only its
+        own blocks below ``base``, anchored to ``base`` with ``parent``."""
+        nodes = self.tree.path(base, choices)
+        partial = (partial or not nodes) and self.partial_blocks
+        req = Request(self._next_rid, nodes, self._meta(meta), base=base)
+        self._next_rid += 1
+        self.requests.append(req)
+        uuid = self._uuid() if partial else None
+        op = self._use(nodes, req.meta, base, uuid)
+        return Planned(op, "suffix", self._placed(req, op, len(nodes), uuid))
+
+    def gapped(self, target: Node, partial: bool, meta: int) -> Planned:
+        """A request whose path (root to ``target``) runs through blocks the
+        cache lost into blocks it still has (an LRU policy evicts a parent
+        before its child; a suffix request holds a child without its
+        parent): its Use needs slots for the lost blocks and none for the
+        cached ones after them."""
+        path: list[Node] = []
+        node: Node | None = target
+        while node is not None:
+            path.append(node)
+            node = self.tree.nodes[node.parent] if node.parent is not None else None
+        path.reverse()
+        partial = partial and self.partial_blocks
+        req = Request(self._next_rid, path, self._meta(meta))
+        self._next_rid += 1
+        self.requests.append(req)
+        uuid = self._uuid() if partial else None
+        op = self._use(path, req.meta, None, uuid)
+        return Planned(op, "gapped", self._placed(req, op, len(path), uuid))
+
+    def release_part(self, req: Request, n: int) -> Planned | None:
+        """The request releases part of what it holds: its partial block and
+        its last ``n`` full blocks, leaf first (a scheduler trimming a
+        request: a rejected speculative tail, a sliding window). It keeps
+        their tokens, so a later extend sends them again."""
+        k = min(n, req.held)
+        refs: list[BlockRef] = [PartialBlock(partial=req.partial)] if req.partial is not None else []
+        refs.extend(nd.ref for nd in reversed(req.path[req.held - k : req.held]))
+        if not refs or len(refs) == len(req.refs()):
+            return None  # all of it: that is a finish or a preemption
+        op = Deref(blocks=refs)
+
+        def commit(out: StepOutcome, before: Counters) -> None:
+            self._ok(out)
+            req.held -= k
+            req.partial = None
+
+        return Planned(op, "release_part", commit)
 
     def destroy(self, req: Request) -> Planned:
         """Legacy: the request's blocks are destroyed outright."""
