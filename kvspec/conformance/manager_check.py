@@ -105,7 +105,7 @@ def match_blocks(impl: PagedSnapshot, model: PagedSnapshot, rule: RuleId = R.PAG
     def pair(tier: str, a: int, b: int, where: str) -> None:
         if pairs.setdefault((tier, a), b) != b:
             raise _fail(
-                R.PAGED_NO_REUSE,
+                R.PAGED_COW if rule == R.PAGED_COW else R.PAGED_NO_REUSE,
                 f"{where}: the implementation's {tier} block {a} is held where the model has two different blocks",
             )
         if back.setdefault((tier, b), a) != a:
