@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from kvspec.spec.deviations import Site
 from kvspec.spec.manager_scenario import ManagerExpect
 from kvspec.spec.manager_wire import ManagerOp, PagedOp, PagedOutcome, PagedSnapshot, SessionOutcome
 from kvspec.spec.rules import RuleId
@@ -47,8 +48,8 @@ def same_data(got: list[int | None], want: list[int | None]) -> bool:
     return len(got) == len(want) and all(w is None or g == w for g, w in zip(got, want, strict=True))
 
 
-def _fail(rule: RuleId | str, message: str) -> ConformanceFailure:
-    return ConformanceFailure(RuleId(rule), message)
+def _fail(rule: RuleId | str, message: str, conditions: frozenset[str] = frozenset()) -> ConformanceFailure:
+    return ConformanceFailure(RuleId(rule), message, site=Site(RuleId(rule), conditions=conditions))
 
 
 def _named(op: ManagerOp) -> set[str]:
@@ -181,7 +182,10 @@ def check_paged(
 # ----------------------------------------------------------------- session
 
 
-def check_session(op: ManagerOp, got: SessionOutcome, want: SessionOutcome) -> None:
+def check_session(
+    op: ManagerOp, got: SessionOutcome, want: SessionOutcome, conditions: frozenset[str] = frozenset()
+) -> None:
+    """``conditions``: named facts about this step (``spec.deviations.CONDITIONS``) a failure carries."""
     kind = getattr(op, "op", "?")
     if (got.error is None) != (want.error is None) or (got.error and want.error and got.error.rule != want.error.rule):
         rule = want.error.rule if want.error else (got.error.rule if got.error else R.SESSION_VALIDATE)
@@ -200,7 +204,9 @@ def check_session(op: ManagerOp, got: SessionOutcome, want: SessionOutcome) -> N
         raise _fail(arule, f"{kind}: admission {ga}, expected {wa}")
     if got.applied != want.applied:
         rule = R.SESSION_FENCE if want.applied is False else R.SESSION_RELEASE
-        raise _fail(rule, f"{kind}: applied={got.applied}, expected {want.applied} (a stale handle must not act)")
+        raise _fail(
+            rule, f"{kind}: applied={got.applied}, expected {want.applied} (a stale handle must not act)", conditions
+        )
     if got.drained != want.drained:
         raise _fail(R.SESSION_FENCE, f"{kind}: drained {got.drained}, expected {want.drained}")
     g, w = got.state, want.state

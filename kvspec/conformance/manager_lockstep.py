@@ -90,17 +90,27 @@ class Lockstep:
                 cfg = self.model.config
                 check_paged(op, got, want_p, before, (cfg.device_blocks, cfg.host_blocks))  # type: ignore[arg-type]
             else:
+                conditions = handle_conditions(self.model, op)
                 want_s = self.model.step(op)  # type: ignore[arg-type]
                 if not isinstance(got, SessionOutcome):
                     raise ConformanceFailure("SESSION-VALIDATE", f"answered {type(got).__name__} to a session op")
-                check_session(op, got, want_s)
+                check_session(op, got, want_s, conditions)
                 if isinstance(op, SessionAdmit) and want_s.admission is not None:
                     a = want_s.admission
                     self.handles.setdefault(op.session, []).append((a.slot, a.generation))
         except ConformanceFailure as e:
             trail = "\n".join(f"  {i + 1:>3}. {line}" for i, line in enumerate(self.log[-40:]))
-            raise ConformanceFailure(e.rule, f"{e.report}\noperations (last 40):\n{trail}") from None
+            raise ConformanceFailure(e.rule, f"{e.report}\noperations (last 40):\n{trail}", site=e.site) from None
         return got
+
+
+def handle_conditions(model: SessionModel, op: ManagerOp) -> frozenset[str]:
+    """The named conditions of a session step, from the model's state before it."""
+    if isinstance(op, SessionFinalize | SessionReset) and op.slot < len(model.slots):
+        s = model.slots[op.slot]
+        if s.state == "free" and s.generation == op.generation:
+            return frozenset({"handle_of_free_slot"})
+    return frozenset()
 
 
 def run_golden(scenario: ManagerScenario, impl: ManagerImplementation) -> None:
@@ -111,7 +121,7 @@ def run_golden(scenario: ManagerScenario, impl: ManagerImplementation) -> None:
         try:
             check_expect(list(scenario.rules), s.op, out, s.expect)
         except ConformanceFailure as e:
-            raise ConformanceFailure(e.rule, f"{scenario.name} step {i + 1}: {e.report}") from None
+            raise ConformanceFailure(e.rule, f"{scenario.name} step {i + 1}: {e.report}", site=e.site) from None
 
 
 # ----------------------------------------------------------------- traffic

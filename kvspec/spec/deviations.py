@@ -118,6 +118,12 @@ CONDITIONS: dict[str, Condition] = _conditions(
         "host_tier_event",
         "every event the implementation and the model disagree on at the failing step is on the host_pinned tier",
     ),
+    Condition(
+        "handle_of_free_slot",
+        "session profile: the diverging finalize or reset carries a handle whose slot is free and whose "
+        "generation is that free slot's own (a handle no lease ever issued, such as a default-constructed one)",
+        frozenset({R.SESSION_FENCE}),
+    ),
 )
 
 
