@@ -183,3 +183,50 @@ def test_an_unrelated_project_sees_hypothesis_defaults(tmp_path: Path) -> None:
             timeout=120,
         ).stdout
     )  # the plugin was loaded, and stayed inert
+
+
+MARKED = """
+import pytest
+
+
+@pytest.mark.kvspec_rules("USE-NEW")
+def test_records_only_what_it_lists(kvspec_record_rule):
+    kvspec_record_rule("USE-NEW", 3)
+
+
+@pytest.mark.kvspec_rules("USE-NEW")
+def test_records_a_rule_it_does_not_list(kvspec_record_rule):
+    kvspec_record_rule("USE-NEW")
+    kvspec_record_rule("EVENT-ID")
+
+
+@pytest.mark.kvspec_rules()
+def test_empty_marker_records_anything(kvspec_record_rule):
+    kvspec_record_rule("EVENT-ID")
+"""
+
+
+def _run_marked(tmp_path: Path, body: str) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "test_marked.py").write_text(body)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "test_marked.py", "--impl=adapters/reference", "-q", "-p", "no:cacheprovider"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_kvspec_rules_lists_the_rules_a_test_may_report(tmp_path: Path) -> None:
+    proc = _run_marked(tmp_path, MARKED)
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    assert "2 passed" in proc.stdout and "1 failed" in proc.stdout
+    assert "test_records_a_rule_it_does_not_list exercised EVENT-ID, which its kvspec_rules marker" in proc.stdout
+
+
+def test_kvspec_rules_with_an_unknown_rule_is_a_usage_error(tmp_path: Path) -> None:
+    proc = _run_marked(tmp_path, MARKED.replace('kvspec_rules("USE-NEW")', 'kvspec_rules("USE-NEWW")', 1))
+    assert proc.returncode == 4, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "kvspec_rules names unknown rule ids USE-NEWW" in proc.stdout + proc.stderr

@@ -199,10 +199,11 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     if not st.active:
         return
     for it in conformance:
-        marker = it.get_closest_marker("kvspec_rules")
-        if marker is None:
+        if it.get_closest_marker("kvspec_rules") is None:
             raise pytest.UsageError(f"{it.nodeid}: a conformance test must carry @pytest.mark.kvspec_rules(...)")
-        bad = [str(a) for a in marker.args if str(a) not in RuleId._value2member_map_]
+    for it in items:
+        marker = it.get_closest_marker("kvspec_rules")
+        bad = [str(a) for a in marker.args if str(a) not in RuleId._value2member_map_] if marker else []
         if bad:
             raise pytest.UsageError(f"{it.nodeid}: kvspec_rules names unknown rule ids {', '.join(bad)}")
     st.conformance_tests = sum(1 for it in items if it.get_closest_marker("kvspec_rules") is not None)
