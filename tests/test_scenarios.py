@@ -388,6 +388,7 @@ KNOWN_BREAK_SCENARIOS: dict[str, set[RuleId]] = {
     "kvbm/interleaved_anchor_break": {RuleId.PARENT_ANCHOR},
     "kvbm/evict_reregister_same_batch": {RuleId.STORE_NO_DUP},
     "kvbm/lru_evicts_parent_first": {RuleId.REMOVE_NO_ORPHAN},
+    "kvbm/capacity_stop_before_cached_blocks": {RuleId.REMOVE_NO_ORPHAN},
     "legacy/interleaved_batch": {RuleId.PARENT_ANCHOR, RuleId.STORE_TOKENS_HASH},
     "legacy/removed_before_stored": {RuleId.EVENT_ORDER, RuleId.REMOVE_NO_ORPHAN},
     "legacy/stringent_lifecycle": {RuleId.EVENT_ORDER},
