@@ -73,10 +73,14 @@ MODELS: dict[str, tuple[G1Cls, LegacyCls]] = {
     "deref_unknown_ignored": (lc.DerefUnknownIgnored, None),
     "validate_after_mutation": (lc.ValidateAfterMutation, None),
     "active_refs_counts_blocks": (lc.ActiveRefsCountsBlocks, None),
+    "capacity_skips_to_hits": (lc.CapacitySkipsToHits, None),
+    "deref_applied_before_rejection": (lc.DerefAppliedBeforeRejection, None),
     # eviction policies
     "lineage_parent_first": (pol.LineageParentFirst, None),
     "lru_most_recent_first": (pol.LruMostRecentFirst, None),
     "multi_lru_flat": (pol.MultiLruFlat, None),
+    "lineage_no_ghost": (pol.LineageNoGhost, None),
+    "active_hit_touches": (pol.ActiveHitTouches, None),
     "legacy_evict_mru": (None, lg.LegacyEvictMru),
     # the offload tier
     "slot_released_at_enqueue": (off.SlotReleasedAtEnqueue, None),
@@ -84,6 +88,7 @@ MODELS: dict[str, tuple[G1Cls, LegacyCls]] = {
     "offload_reports_capacity": (off.OffloadReportsCapacity, None),
     "g2_stored_at_enqueue": (off.G2StoredAtEnqueue, None),
     "g2_evicts_newest": (off.G2EvictsNewest, None),
+    "g2_evict_on_device_tier": (off.G2EvictOnDeviceTier, None),
     "device_removed_at_completion": (off.DeviceRemovedAtCompletion, None),
     "tick_backwards_applied": (off.TickBackwardsApplied, None),
     "swapin_registers_present": (off.SwapInRegistersPresent, None),

@@ -191,3 +191,37 @@ class UseCountsNewOnly(G1Model):
         if not hits:
             return step
         return Step(OpResult(value=placed - hits, status=step.result.status), step.events)
+
+
+class CapacitySkipsToHits(G1Model):
+    """A Use that finds no slot for a block skips it and goes on placing the
+    blocks after it that need none (hits on registered blocks), instead of
+    stopping there."""
+
+    def _use(self, op: Use, prefer: Collection[int]) -> Step:
+        step = super()._use(op, prefer)
+        if self.atomic or step.result.status != "capacity":
+            return step
+        placed = int(step.result.value or 0)
+        extra = 0
+        for ref in op.blocks[placed + 1 :]:
+            if isinstance(ref, FullBlock) and ref.full in self.blocks:
+                self._hit(self.blocks[ref.full])
+                extra += 1
+        return Step(OpResult(value=placed + extra, status="capacity"), step.events)
+
+
+class DerefAppliedBeforeRejection(G1Model):
+    """A Deref that names a block it may not release first releases the
+    blocks listed before it, then rejects (validation after mutation)."""
+
+    def _deref(self, op: Deref) -> Step:
+        try:
+            return super()._deref(op)
+        except InvalidOperation:
+            for ref in op.blocks:
+                try:
+                    super()._deref(Deref(blocks=[ref]))
+                except InvalidOperation:
+                    break
+            raise

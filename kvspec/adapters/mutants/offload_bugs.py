@@ -210,3 +210,16 @@ class EventIdPerTier(G1Model):
         finally:
             self._host_next = self.next_event_id
             self.next_event_id = device_next
+
+
+class G2EvictOnDeviceTier(G1Model):
+    """A G2 eviction is announced as a device-tier Removed (the tier of the
+    Removed is taken from the manager, not from the pool that evicted)."""
+
+    def _complete_offload(self, e: Any) -> list[KvEvent]:
+        return [
+            ev.model_copy(update={"storage_tier": "device"})
+            if ev.kind == "removed" and ev.storage_tier == "host_pinned"
+            else ev
+            for ev in super()._complete_offload(e)
+        ]

@@ -3,7 +3,7 @@ that use them when the configuration picks that policy."""
 
 from __future__ import annotations
 
-from kvspec.reference.g1 import G1Model
+from kvspec.reference.g1 import Block, G1Model
 from kvspec.reference.policies import LineagePolicy, LruPolicy, MultiLruPolicy, _Node
 from kvspec.spec.config import ManagerConfig
 
@@ -82,3 +82,48 @@ class MultiLruFlat(G1Model):
         super().__init__(config)
         if config.eviction == "multi_lru":
             self.policy = FlatMultiLru()
+
+
+class NoGhostLineage(LineagePolicy):
+    """Lineage without the ghosts of blocks taken out: a block a hit takes out
+    of the pool is forgotten even while inactive children hang below it, so
+    its inactive parent becomes a leaf (and can be evicted) before them."""
+
+    def remove(self, seq: int) -> None:
+        key = self._key_of.pop(seq)
+        node = self._nodes[key]
+        if node.children == 0:
+            self._drop(key)
+            return
+        # the bug: forget the node; its children become roots
+        for n in self._nodes.values():
+            if n.parent == key:
+                n.parent = None
+        node.children = 0
+        self._drop(key)
+
+    def copy(self) -> NoGhostLineage:
+        c = NoGhostLineage()
+        c._nodes = {k: _Node(n.seq, n.tick, n.parent, n.children) for k, n in self._nodes.items()}
+        c._key_of = dict(self._key_of)
+        c._heap = list(self._heap)
+        c._tick = self._tick
+        return c
+
+
+class LineageNoGhost(G1Model):
+    def __init__(self, config: ManagerConfig) -> None:
+        super().__init__(config)
+        if config.eviction == "lineage":
+            self.policy = NoGhostLineage()
+
+
+class ActiveHitTouches(G1Model):
+    """An active hit counts as a multi-LRU touch (as if the block manager were
+    asked for a block the mocker already holds), so a block shared by
+    running requests climbs the frequency levels."""
+
+    def _hit(self, b: Block) -> None:
+        if b.owners > 0:
+            self.freq.touch(b.pid)
+        super()._hit(b)
