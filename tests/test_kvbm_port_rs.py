@@ -44,8 +44,8 @@ PORT = Path(__file__).resolve().parent.parent / "adapters" / "kvbm_port_rs"
 
 #: golden -> why the faithful port (the source) disagrees with it today (/work findings F1-F4)
 SOURCE_DIFFERENCES = {
-    "kvbm/use_identity_conflict": "the source matches a full block by its lineage hash alone (F2)",
-    "kvbm/use_validate_malformed": "the source checks the number of token lists, not their length (F1)",
+    "kvbm/use_validate_malformed": "step 3 expects a short token list rejected; the source checks only the "
+    "number of lists (kvspec's check is the capability strict_validation, which the port does not declare)",
     "witnesses/swapin_parent_evicted_before_registration": "the source publishes a tick's offload "
     "completions before a swap-in registration due at the same time (F4)",
 }

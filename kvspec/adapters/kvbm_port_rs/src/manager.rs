@@ -169,6 +169,8 @@ impl BlockManager {
 
 pub struct KvManager {
     pub bm: BlockManager,
+    /// the source stages blocks of this size; the wire's token lists are not checked against it (nor are they there)
+    #[allow(dead_code)]
     block_size: usize,
     dp_rank: u64,
     next_event_id: u64,
@@ -179,8 +181,6 @@ pub struct KvManager {
     pub offload: Option<OffloadEngine>,
     pub events: Vec<Event>,
     bugs: Bugs,
-    /// exploration only: kvspec's stricter USE-VALIDATE checks (not the source's)
-    pub spec_checks: bool,
 }
 
 pub struct UseArgs<'a> {
@@ -212,7 +212,6 @@ impl KvManager {
             offload: offload.map(|c| OffloadEngine::new(c, bugs)),
             events: Vec::new(),
             bugs,
-            spec_checks: std::env::var("KVBM_PORT_SPEC_CHECKS").is_ok_and(|v| v == "1"),
         }
     }
 
@@ -348,28 +347,6 @@ impl KvManager {
         if let Some(BlockRef::Partial(u)) = a.parent {
             return reject("USE-VALIDATE", format!("the parent of a Use cannot be a partial block ({u})"));
         }
-        if self.spec_checks {
-            if let Some(t) = a.token_ids {
-                if let Some(l) = t.iter().find(|l| l.len() != self.block_size) {
-                    return reject("USE-VALIDATE", format!("a token list of {} tokens", l.len()));
-                }
-            }
-            let mut idx = 0;
-            for b in a.blocks {
-                if let BlockRef::Full(seq) = b {
-                    let plh = a.plhs[idx];
-                    idx += 1;
-                    if let Some(info) = self.registered_blocks.get(&plh) {
-                        if info.seq != *seq {
-                            return reject("USE-VALIDATE", format!("lineage hash {} belongs to block {}", plh.hash, info.seq));
-                        }
-                    }
-                    if let Some((p, _)) = self.registered_blocks.iter().find(|(p, i)| i.seq == *seq && **p != plh) {
-                        return reject("USE-VALIDATE", format!("block {seq} is registered under lineage hash {}", p.hash));
-                    }
-                }
-            }
-        }
         Ok(())
     }
 
@@ -402,7 +379,7 @@ impl KvManager {
                         let first_handle = first;
                         plh_idx += 1;
                         self.bm.handles_add(first_handle);
-                        if self.bugs.touch_on_active_hit || self.spec_checks {
+                        if self.bugs.touch_on_active_hit {
                             self.bm.pool.tracker.touch(first_handle);
                         }
                     } else {
@@ -592,9 +569,6 @@ impl KvManager {
         plh: Plh,
         token_ids: Option<Vec<u32>>,
     ) -> Result<(), Rejection> {
-        if self.spec_checks && token_ids.as_ref().is_some_and(|t| t.len() != self.block_size) {
-            return reject("USE-VALIDATE", "a promoted token list of the wrong length".into());
-        }
         if self.active_partial.remove(uuid).is_none() {
             return reject("PROMOTE-UNKNOWN", format!("Promote of {uuid}, which is not a held partial block"));
         }
@@ -629,6 +603,11 @@ impl KvManager {
             n += 1;
             match c {
                 crate::offload::Completion::Offload { released_slots, events } => {
+                    self.bm.release_slot(released_slots);
+                    self.publish_router_events(events);
+                }
+                crate::offload::Completion::Started { released_slots, events } => {
+                    n -= 1;
                     self.bm.release_slot(released_slots);
                     self.publish_router_events(events);
                 }

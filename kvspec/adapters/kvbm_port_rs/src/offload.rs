@@ -1,24 +1,25 @@
-//! The G1->G2 offload engine behind the KvManager: transfers with deadlines
-//! on a clock that only `tick` moves, the G2 (host pinned) pool, the source
-//! slots held until a transfer completes, and onboard (swap-in) jobs.
+//! The G1->G2 offload engine behind the KvManager: transfers on a clock that
+//! only `tick` moves, the G2 (host pinned) pool, the source slots held until a
+//! job's blocks have arrived, and onboard (swap-in) transfers.
 //!
 //! Upstream: ai-dynamo/dynamo lib/mocker/src/kvbm_offload/ (engine.rs:
-//! MockOffloadEngine; bandwidth_sharing_model.rs: the link). How transfers share
-//! the link, G2's eviction, when G2 allocates and whether blocks already in G2
-//! are sent again are options of the configuration (kvspec's OffloadConfig).
+//! MockOffloadEngine, its G1->G2 pipeline with a PresenceFilter and a capacity
+//! reservation policy, batch_size = max_concurrent_transfers =
+//! offload_batch_size; bandwidth_sharing_model.rs: BandwidthSharingModel, the
+//! processor-sharing link). kvspec's OffloadConfig names the choices engines
+//! differ in; the defaults are Dynamo's (shared link, lineage G2, destinations
+//! taken at transfer start, presence filter) and the "legacy" values are the
+//! serial FIFO link, LRU G2, allocation at completion and resending.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
 use crate::manager::Info;
-use crate::pools::Plh;
+use crate::pools::{Lineage, Plh};
 use crate::variants::Bugs;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Link {
-    /// one block at a time, in queue order (deadlines fixed at queue time)
     Fifo,
-    /// one transfer per enqueue (batches of at most `batch_size` blocks); concurrent
-    /// transfers share the bandwidth equally (processor sharing)
     Shared,
 }
 
@@ -84,21 +85,108 @@ pub enum RouterEvent {
 
 pub enum Completion {
     Offload { released_slots: usize, events: Vec<RouterEvent> },
+    /// batches that started in a tick (not a completed transfer)
+    Started { released_slots: usize, events: Vec<RouterEvent> },
     Onboard { entries: Vec<SwapEntry>, parent: Option<u64>, slots: usize },
 }
 
-enum Kind {
-    Offload { blocks: Vec<OffloadBlock>, slots: usize },
-    Onboard { entries: Vec<SwapEntry>, parent: Option<u64>, slots: usize },
+/// A processor-sharing link: every active transfer moves at bandwidth / n;
+/// the one with the fewest bytes left completes first (the first such in the
+/// active list, which a completion reorders by moving the last entry into its
+/// place, as the source's `swap_remove` does).
+struct PsLink {
+    bytes_per_ms: f64,
+    instant: bool,
+    active: Vec<(u64, f64)>,
+    last_ms: f64,
 }
 
-struct Pending {
-    seq_no: u64,
-    /// fixed deadline (fifo links)
+impl PsLink {
+    fn new(bytes_per_ms: f64, instant: bool) -> Self {
+        Self { bytes_per_ms, instant, active: Vec::new(), last_ms: 0.0 }
+    }
+
+    fn start(&mut self, now_ms: f64, id: u64, bytes: f64) {
+        self.last_ms = self.last_ms.max(now_ms);
+        self.active.push((id, if self.instant { 0.0 } else { bytes }));
+    }
+
+    fn min_index(&self) -> Option<(usize, f64)> {
+        let mut best: Option<(usize, f64)> = None;
+        for (i, (_, r)) in self.active.iter().enumerate() {
+            if best.is_none_or(|(_, b)| *r < b) {
+                best = Some((i, *r));
+            }
+        }
+        best
+    }
+
+    /// Advance to `now_ms`; the ids completed on the way, in completion order.
+    fn advance_to(&mut self, now_ms: f64) -> Vec<u64> {
+        let mut done = Vec::new();
+        if now_ms < self.last_ms {
+            return done;
+        }
+        loop {
+            let Some((imin, rmin)) = self.min_index() else {
+                self.last_ms = now_ms;
+                break;
+            };
+            let rate = self.bytes_per_ms / self.active.len() as f64;
+            let dt = if self.instant { 0.0 } else { rmin / rate };
+            let next = self.last_ms + dt;
+            if next > now_ms + 1e-9 {
+                let el = now_ms - self.last_ms;
+                if !self.instant && el > 0.0 {
+                    for t in &mut self.active {
+                        t.1 = (t.1 - el * rate).max(0.0);
+                    }
+                }
+                self.last_ms = now_ms;
+                break;
+            }
+            if !self.instant && dt > 0.0 {
+                for t in &mut self.active {
+                    t.1 = (t.1 - dt * rate).max(0.0);
+                }
+            }
+            self.last_ms = next;
+            done.push(self.active.swap_remove(imin).0);
+        }
+        done
+    }
+
+    fn earliest_finish(&self) -> Option<f64> {
+        let (_, r) = self.min_index()?;
+        if self.instant {
+            return Some(self.last_ms);
+        }
+        let total: f64 = self.active.iter().map(|(_, x)| x.min(r)).sum();
+        Some(self.last_ms + total / self.bytes_per_ms)
+    }
+}
+
+/// A batch of blocks moving to G2 (shared link) or one block (fifo link).
+struct Batch {
+    id: u64,
+    job: u64,
+    blocks: Vec<OffloadBlock>,
+    /// fifo only: the fixed deadline and the slots this block releases
     deadline: f64,
-    /// bytes still to move (shared link)
-    remaining: f64,
-    kind: Kind,
+    slots: usize,
+}
+
+struct Job {
+    slots: usize,
+    outstanding: usize,
+}
+
+struct Onboard {
+    id: u64,
+    deadline: f64,
+    entries: Vec<SwapEntry>,
+    parent: Option<u64>,
+    slots: usize,
 }
 
 struct G2Entry {
@@ -110,53 +198,81 @@ pub struct OffloadEngine {
     cfg: OffloadConfig,
     bugs: Bugs,
     clock: f64,
-    next_seq: u64,
+    next_id: u64,
+    // fifo links
     offload_free_at: f64,
     onboard_free_at: f64,
-    offloads: Vec<Pending>,
-    onboards: Vec<Pending>,
+    // shared links
+    offload_link: PsLink,
+    onboard_link: PsLink,
+    jobs: HashMap<u64, Job>,
+    active: Vec<Batch>,
+    waiting: VecDeque<Batch>,
+    onboards: Vec<Onboard>,
+    // G2
     g2: HashMap<u64, G2Entry>,
+    g2_by_plh: HashMap<Plh, u64>,
     g2_order: BTreeMap<u64, u64>,
     g2_stamp: HashMap<u64, u64>,
     g2_next: u64,
-    /// destinations allocated for transfers in flight (allocation at start)
+    g2_forest: Lineage,
+    g2_pins: HashMap<u64, usize>,
     g2_reserved: usize,
     pending_release: usize,
 }
 
 impl OffloadEngine {
     pub fn new(cfg: OffloadConfig, bugs: Bugs) -> Self {
+        let instant = cfg.block_ms() == 0.0;
+        let mut cfg = cfg;
+        if cfg.link == Link::Fifo {
+            // kvspec's serial link is its behaviour from before the options as a
+            // whole: destinations taken on arrival, every evicted block sent
+            cfg.allocation = Allocation::AtCompletion;
+            cfg.dedup = Dedup::Resend;
+        }
         Self {
+            offload_link: PsLink::new(cfg.bytes_per_ms, instant),
+            onboard_link: PsLink::new(cfg.bytes_per_ms, instant),
             cfg,
             bugs,
             clock: 0.0,
-            next_seq: 0,
+            next_id: 0,
             offload_free_at: 0.0,
             onboard_free_at: 0.0,
-            offloads: Vec::new(),
+            jobs: HashMap::new(),
+            active: Vec::new(),
+            waiting: VecDeque::new(),
             onboards: Vec::new(),
             g2: HashMap::new(),
+            g2_by_plh: HashMap::new(),
             g2_order: BTreeMap::new(),
             g2_stamp: HashMap::new(),
             g2_next: 0,
+            g2_forest: Lineage::default(),
+            g2_pins: HashMap::new(),
             g2_reserved: 0,
             pending_release: 0,
         }
     }
 
+    fn shared(&self) -> bool {
+        self.cfg.link == Link::Shared
+    }
+
     pub fn quarantined(&self) -> usize {
-        self.offloads
-            .iter()
-            .map(|p| match &p.kind {
-                Kind::Offload { slots, .. } => *slots,
-                Kind::Onboard { .. } => 0,
-            })
-            .sum()
+        if self.shared() {
+            self.jobs.values().map(|j| j.slots).sum()
+        } else {
+            self.active.iter().map(|b| b.slots).sum()
+        }
     }
 
     pub fn g2_plh(&self, seq: u64) -> Option<Plh> {
         self.g2.get(&seq).map(|e| e.plh)
     }
+
+    // ------------------------------------------------------------------ G2
 
     fn g2_touch(&mut self, seq: u64) {
         if let Some(old) = self.g2_stamp.remove(&seq) {
@@ -167,154 +283,203 @@ impl OffloadEngine {
         self.g2_stamp.insert(seq, self.g2_next);
     }
 
+    fn g2_insert(&mut self, plh: Plh, info: Info) {
+        let seq = info.seq;
+        self.g2_by_plh.insert(plh, seq);
+        self.g2.insert(seq, G2Entry { plh, info });
+        self.g2_touch(seq);
+        if self.cfg.g2_eviction == G2Eviction::Lineage {
+            self.g2_forest.insert(plh);
+        }
+    }
+
     fn g2_remove(&mut self, seq: u64) {
-        self.g2.remove(&seq);
+        if let Some(e) = self.g2.remove(&seq) {
+            self.g2_by_plh.remove(&e.plh);
+        }
         if let Some(old) = self.g2_stamp.remove(&seq) {
             self.g2_order.remove(&old);
         }
     }
 
-    /// G2's victim: the least recently used entry (lru), or the least recently
-    /// used leaf among G2's lineage (lineage: an entry no other entry names as parent).
-    fn g2_victim(&self) -> Option<u64> {
-        match self.cfg.g2_eviction {
-            G2Eviction::Lru => self.g2_order.values().next().copied(),
+    /// Evict one G2 block by G2's policy (never a pinned one); its seq hash.
+    fn g2_evict(&mut self) -> Option<u64> {
+        let victim = match self.cfg.g2_eviction {
+            G2Eviction::Lru => self.g2_order.values().find(|s| !self.g2_pins.contains_key(s)).copied(),
             G2Eviction::Lineage => {
-                let parents: std::collections::HashSet<(u64, u64)> = self
-                    .g2
-                    .values()
-                    .filter_map(|e| e.plh.parent.filter(|_| e.plh.position > 0).map(|p| (e.plh.position - 1, p)))
-                    .collect();
-                self.g2_order
-                    .values()
-                    .find(|seq| {
-                        let e = &self.g2[*seq];
-                        !parents.contains(&(e.plh.position, e.plh.hash))
-                    })
-                    .copied()
+                let bugs = Bugs::default();
+                let plh = self.g2_forest.evict(&bugs)?;
+                self.g2_by_plh.get(&plh).copied()
             }
+        }?;
+        self.g2_remove(victim);
+        Some(victim)
+    }
+
+    fn g2_full(&self) -> bool {
+        self.g2.len() + self.g2_reserved >= self.cfg.num_g2_blocks
+    }
+
+    /// Room for one more block: evict if full (events), false if nothing can go.
+    fn g2_make_room(&mut self, events: &mut Vec<RouterEvent>) -> bool {
+        if !self.g2_full() {
+            return true;
+        }
+        match self.g2_evict() {
+            Some(v) => {
+                if !self.bugs.g2_eviction_event_missing {
+                    events.push(RouterEvent::Removed(v));
+                }
+                true
+            }
+            None => false,
         }
     }
+
+    /// A block arrives in G2.
+    fn arrive(&mut self, b: OffloadBlock, events: &mut Vec<RouterEvent>) {
+        if self.cfg.allocation == Allocation::AtStart {
+            self.g2_reserved -= 1;
+        }
+        let seq = b.info.seq;
+        if self.g2.contains_key(&seq) {
+            if self.cfg.g2_eviction == G2Eviction::Lru {
+                self.g2_touch(seq);
+            }
+            if self.bugs.g2_restore_republished {
+                events.push(RouterEvent::Stored(b.info));
+            }
+            return;
+        }
+        if self.cfg.allocation == Allocation::AtCompletion && !self.g2_make_room(events) {
+            return;
+        }
+        self.g2_insert(b.plh, b.info.clone());
+        events.push(RouterEvent::Stored(b.info));
+    }
+
+    // ------------------------------------------------------------------ offload
 
     pub fn earliest_deadline(&self) -> Option<f64> {
-        let fifo = self.offloads.iter().chain(self.onboards.iter()).map(|p| self.deadline_of(p));
-        fifo.fold(None, |acc: Option<f64>, d| Some(acc.map_or(d, |a| a.min(d))))
+        let mut all: Vec<f64> = Vec::new();
+        if self.shared() {
+            all.extend(self.offload_link.earliest_finish());
+            all.extend(self.onboard_link.earliest_finish());
+        } else {
+            all.extend(self.active.iter().map(|b| b.deadline));
+            all.extend(self.onboards.iter().map(|o| o.deadline));
+        }
+        all.into_iter().reduce(f64::min)
     }
 
-    fn deadline_of(&self, p: &Pending) -> f64 {
-        if self.cfg.link == Link::Fifo || matches!(p.kind, Kind::Onboard { .. }) {
-            return p.deadline;
-        }
-        // processor sharing: every transfer with no more bytes left than this
-        // one moves at the shared rate until this one is done
-        if self.cfg.block_ms() == 0.0 {
-            return self.clock;
-        }
-        let total: f64 = self.offloads.iter().map(|o| o.remaining.min(p.remaining)).sum();
-        self.clock + total / self.cfg.bytes_per_ms
+    fn in_flight(&self, plh: Plh) -> bool {
+        self.active.iter().chain(self.waiting.iter()).any(|b| b.blocks.iter().any(|x| x.plh == plh))
     }
 
     /// Queue the offload of evicted blocks, holding `slots` source slots until
-    /// it completes. Returns the host-pinned events published at once.
+    /// they have arrived. Returns the host-pinned events published at once.
     pub fn enqueue_offload(&mut self, blocks: Vec<OffloadBlock>, slots: usize) -> Vec<RouterEvent> {
         let mut events = Vec::new();
         let mut blocks = blocks;
-        let mut free_slots = 0usize;
         if self.cfg.dedup == Dedup::Filter {
-            let in_flight: std::collections::HashSet<u64> = self
-                .offloads
-                .iter()
-                .flat_map(|p| match &p.kind {
-                    Kind::Offload { blocks, .. } => blocks.iter().map(|b| b.info.seq).collect::<Vec<_>>(),
-                    Kind::Onboard { .. } => Vec::new(),
-                })
+            let mut seen = HashSet::new();
+            let kept: Vec<OffloadBlock> = blocks
+                .into_iter()
+                .filter(|b| !self.g2_by_plh.contains_key(&b.plh) && !self.in_flight(b.plh) && seen.insert(b.plh))
                 .collect();
-            let before = blocks.len();
-            blocks.retain(|b| !self.g2.contains_key(&b.info.seq) && !in_flight.contains(&b.info.seq));
-            free_slots += before - blocks.len();
-        }
-        if self.cfg.allocation == Allocation::AtStart {
-            // destinations are allocated now: G2 evicts for them (host Removed now);
-            // a block with no destination left is not sent
-            let mut kept = Vec::new();
-            for b in blocks {
-                if self.g2.len() + self.g2_reserved >= self.cfg.num_g2_blocks {
-                    match self.g2_victim() {
-                        Some(v) => {
-                            self.g2_remove(v);
-                            if !self.bugs.g2_eviction_event_missing {
-                                events.push(RouterEvent::Removed(v));
-                            }
-                        }
-                        None => {
-                            free_slots += 1;
-                            continue;
-                        }
-                    }
-                }
-                self.g2_reserved += 1;
-                kept.push(b);
-            }
             blocks = kept;
         }
-        let held = slots.saturating_sub(free_slots.min(slots));
-        let _released = slots - held;
         if blocks.is_empty() {
             self.pending_release += slots;
             return events;
         }
-        self.pending_release += slots - held;
-        let t = self.cfg.block_ms();
-        match self.cfg.link {
-            Link::Fifo => {
-                let n = blocks.len();
-                let mut left = held;
-                for (i, b) in blocks.into_iter().enumerate() {
-                    let start = if self.bugs.deadline_ignores_queue { self.clock } else { self.clock.max(self.offload_free_at) };
-                    let deadline = start + t;
-                    self.offload_free_at = deadline;
-                    let s = if i + 1 == n { left } else { left.min(1) };
-                    left -= s;
-                    self.next_seq += 1;
-                    self.offloads.push(Pending {
-                        seq_no: self.next_seq,
-                        deadline,
-                        remaining: 0.0,
-                        kind: Kind::Offload { blocks: vec![b], slots: s },
-                    });
-                }
+        if self.shared() {
+            self.next_id += 1;
+            let job = self.next_id;
+            self.jobs.insert(job, Job { slots, outstanding: blocks.len() });
+            let size = self.cfg.batch_size.max(1);
+            let mut it = blocks.into_iter().peekable();
+            while it.peek().is_some() {
+                let chunk: Vec<OffloadBlock> = it.by_ref().take(size).collect();
+                self.next_id += 1;
+                let batch = Batch { id: self.next_id, job, blocks: chunk, deadline: 0.0, slots: 0 };
+                self.waiting.push_back(batch);
             }
-            Link::Shared => {
-                let mut left = held;
-                let mut chunks: Vec<Vec<OffloadBlock>> = Vec::new();
-                for b in blocks {
-                    match chunks.last_mut() {
-                        Some(c) if c.len() < self.cfg.batch_size.max(1) => c.push(b),
-                        _ => chunks.push(vec![b]),
+            let released = self.start_waiting(&mut events);
+            self.pending_release += released;
+        } else {
+            let t = self.cfg.block_ms();
+            let n = blocks.len();
+            let mut left = slots;
+            for (i, b) in blocks.into_iter().enumerate() {
+                let mut evs = Vec::new();
+                if self.cfg.allocation == Allocation::AtStart {
+                    if !self.g2_make_room(&mut evs) {
+                        events.extend(evs);
+                        continue;
                     }
+                    self.g2_reserved += 1;
                 }
-                let n = chunks.len();
-                for (i, c) in chunks.into_iter().enumerate() {
-                    let s = if i + 1 == n { left } else { left.min(c.len()) };
-                    left -= s;
-                    let bytes = if self.bugs.deadline_ignores_queue { self.cfg.block_bytes } else { self.cfg.block_bytes * c.len() as f64 };
-                    self.next_seq += 1;
-                    self.offloads.push(Pending {
-                        seq_no: self.next_seq,
-                        deadline: self.clock,
-                        remaining: if t == 0.0 { 0.0 } else { bytes },
-                        kind: Kind::Offload { blocks: c, slots: s },
-                    });
-                }
+                events.extend(evs);
+                let start =
+                    if self.bugs.deadline_ignores_queue { self.clock } else { self.clock.max(self.offload_free_at) };
+                let deadline = start + t;
+                self.offload_free_at = deadline;
+                let s = if i + 1 == n { left } else { left.min(1) };
+                left -= s;
+                self.next_id += 1;
+                self.active.push(Batch { id: self.next_id, job: 0, blocks: vec![b], deadline, slots: s });
             }
+            self.pending_release += left;
         }
         events
     }
 
-    /// Source slots the engine gave back without a transfer (filtered, no destination).
+    /// Start waiting batches while the link has room; returns source slots of
+    /// jobs that ended without sending anything.
+    fn start_waiting(&mut self, events: &mut Vec<RouterEvent>) -> usize {
+        let mut released = 0;
+        while self.active.len() < self.cfg.batch_size.max(1) {
+            let Some(mut batch) = self.waiting.pop_front() else { break };
+            if self.cfg.allocation == Allocation::AtStart {
+                let mut kept = Vec::new();
+                for b in batch.blocks {
+                    if self.g2_make_room(events) {
+                        self.g2_reserved += 1;
+                        kept.push(b);
+                    } else {
+                        released += self.arrived(batch.job, 1);
+                    }
+                }
+                batch.blocks = kept;
+            }
+            if batch.blocks.is_empty() {
+                continue;
+            }
+            let n = if self.bugs.deadline_ignores_queue { 1.0 } else { batch.blocks.len() as f64 };
+            self.offload_link.start(self.clock, batch.id, self.cfg.block_bytes * n);
+            self.active.push(batch);
+        }
+        released
+    }
+
+    /// `n` blocks of a job arrived (or will never be sent): the job's slots
+    /// when it is complete.
+    fn arrived(&mut self, job: u64, n: usize) -> usize {
+        let j = self.jobs.get_mut(&job).expect("a job of a batch");
+        j.outstanding -= n;
+        if j.outstanding == 0 {
+            return self.jobs.remove(&job).map_or(0, |j| j.slots);
+        }
+        0
+    }
+
+    /// Source slots the engine gave back without a transfer.
     pub fn take_released(&mut self) -> usize {
         std::mem::take(&mut self.pending_release)
     }
+
+    // ------------------------------------------------------------------ onboard
 
     /// How many leading blocks G2 holds under the same lineage hash.
     pub fn g2_prefix(&self, blocks: &[(u64, Plh)]) -> usize {
@@ -331,52 +496,49 @@ impl OffloadEngine {
                 local_hash: e.info.local_hash,
                 token_ids: e.info.token_ids.clone(),
             });
-            self.g2_touch(*seq);
+            match self.cfg.g2_eviction {
+                G2Eviction::Lru => self.g2_touch(*seq),
+                G2Eviction::Lineage => {
+                    let plh = e.plh;
+                    let pins = self.g2_pins.entry(*seq).or_insert(0);
+                    *pins += 1;
+                    if *pins == 1 {
+                        self.g2_forest.remove(plh, &Bugs::default());
+                    }
+                }
+            }
         }
-        let t = self.cfg.block_ms() * entries.len() as f64;
-        let start = self.clock.max(self.onboard_free_at);
-        let deadline = start + t;
-        self.onboard_free_at = deadline;
-        self.next_seq += 1;
-        self.onboards.push(Pending {
-            seq_no: self.next_seq,
-            deadline,
-            remaining: 0.0,
-            kind: Kind::Onboard { entries, parent, slots },
-        });
+        self.next_id += 1;
+        let id = self.next_id;
+        let n = entries.len() as f64;
+        let deadline = if self.shared() {
+            self.onboard_link.start(self.clock, id, self.cfg.block_bytes * n);
+            0.0
+        } else {
+            let start = self.clock.max(self.onboard_free_at);
+            self.onboard_free_at = start + self.cfg.block_ms() * n;
+            self.onboard_free_at
+        };
+        self.onboards.push(Onboard { id, deadline, entries, parent, slots });
     }
 
-    fn complete_offload(&mut self, blocks: Vec<OffloadBlock>) -> Vec<RouterEvent> {
-        let mut events = Vec::new();
-        for b in blocks {
-            let seq = b.info.seq;
-            if self.cfg.allocation == Allocation::AtStart {
-                self.g2_reserved -= 1;
-            }
-            if self.g2.contains_key(&seq) {
-                self.g2_touch(seq);
-                if self.bugs.g2_restore_republished {
-                    events.push(RouterEvent::Stored(b.info.clone()));
-                }
-                continue;
-            }
-            if self.cfg.allocation == Allocation::AtCompletion && self.g2.len() >= self.cfg.num_g2_blocks {
-                match self.g2_victim() {
-                    Some(v) => {
-                        self.g2_remove(v);
-                        if !self.bugs.g2_eviction_event_missing {
-                            events.push(RouterEvent::Removed(v));
-                        }
-                    }
-                    None => continue,
-                }
-            }
-            self.g2.insert(seq, G2Entry { plh: b.plh, info: b.info.clone() });
-            self.g2_touch(seq);
-            events.push(RouterEvent::Stored(b.info));
+    fn unpin(&mut self, entries: &[SwapEntry]) {
+        if self.cfg.g2_eviction != G2Eviction::Lineage {
+            return;
         }
-        events
+        for e in entries {
+            let Some(p) = self.g2_pins.get_mut(&e.seq) else { continue };
+            *p -= 1;
+            if *p == 0 {
+                self.g2_pins.remove(&e.seq);
+                if self.g2.contains_key(&e.seq) {
+                    self.g2_forest.insert(e.plh);
+                }
+            }
+        }
     }
+
+    // ------------------------------------------------------------------ tick
 
     /// Move the clock to `now_ms` (never back) and complete every transfer due.
     pub fn tick(&mut self, now_ms: f64) -> Vec<Completion> {
@@ -384,72 +546,53 @@ impl OffloadEngine {
         if now_ms < self.clock {
             return out;
         }
-        let mut due: Vec<(f64, u64, bool)> = Vec::new();
-        match self.cfg.link {
-            Link::Fifo => {
-                for p in &self.offloads {
-                    if p.deadline <= now_ms {
-                        due.push((p.deadline, p.seq_no, true));
-                    }
+        if self.shared() {
+            let done = self.offload_link.advance_to(now_ms);
+            let onboards_done = self.onboard_link.advance_to(now_ms);
+            self.clock = now_ms;
+            for id in done {
+                let i = self.active.iter().position(|b| b.id == id).expect("an active batch");
+                let batch = self.active.remove(i);
+                let mut events = Vec::new();
+                let n = batch.blocks.len();
+                for b in batch.blocks {
+                    self.arrive(b, &mut events);
                 }
+                let released = self.arrived(batch.job, n);
+                out.push(Completion::Offload { released_slots: released, events });
             }
-            Link::Shared => {
-                // processor sharing from the last update to now
-                let mut t = self.clock;
-                loop {
-                    let active: Vec<usize> = (0..self.offloads.len())
-                        .filter(|i| !due.iter().any(|d| d.1 == self.offloads[*i].seq_no))
-                        .collect();
-                    if active.is_empty() {
-                        break;
-                    }
-                    let n = active.len() as f64;
-                    let rate = self.cfg.bytes_per_ms / n;
-                    let (imin, rmin) = active
-                        .iter()
-                        .map(|i| (*i, self.offloads[*i].remaining))
-                        .fold((usize::MAX, f64::INFINITY), |a, b| if b.1 < a.1 { b } else { a });
-                    let dt = if self.cfg.block_ms() == 0.0 { 0.0 } else { rmin / rate };
-                    if t + dt > now_ms + 1e-9 {
-                        let el = now_ms - t;
-                        for i in &active {
-                            self.offloads[*i].remaining = (self.offloads[*i].remaining - el * rate).max(0.0);
-                        }
-                        break;
-                    }
-                    for i in &active {
-                        self.offloads[*i].remaining = (self.offloads[*i].remaining - dt * rate).max(0.0);
-                    }
-                    t += dt;
-                    due.push((t, self.offloads[imin].seq_no, true));
-                }
+            // batches waiting for a transfer slot start after this tick's completions
+            let mut events = Vec::new();
+            let released = self.start_waiting(&mut events);
+            if !events.is_empty() || released > 0 {
+                out.push(Completion::Started { released_slots: released, events });
             }
+            for id in onboards_done {
+                let i = self.onboards.iter().position(|o| o.id == id).expect("an onboard");
+                let o = self.onboards.remove(i);
+                self.unpin(&o.entries);
+                out.push(Completion::Onboard { entries: o.entries, parent: o.parent, slots: o.slots });
+            }
+            return out;
         }
-        for p in &self.onboards {
-            if p.deadline <= now_ms {
-                due.push((p.deadline, p.seq_no, false));
-            }
-        }
+        // fifo: deadline order, queue order on a tie, offloads and onboards together
+        let mut due: Vec<(f64, u64)> = Vec::new();
+        due.extend(self.active.iter().filter(|b| b.deadline <= now_ms).map(|b| (b.deadline, b.id)));
+        due.extend(self.onboards.iter().filter(|o| o.deadline <= now_ms).map(|o| (o.deadline, o.id)));
+        due.sort_by(|a, b| a.0.partial_cmp(&b.0).unwrap().then(a.1.cmp(&b.1)));
         self.clock = now_ms;
-        if std::env::var("KVBM_PORT_SPEC_CHECKS").is_ok_and(|v| v == "1") {
-            due.sort_by(|a, b| a.0.partial_cmp(&b.0).unwrap().then(a.1.cmp(&b.1)));
-        } else {
-            due.sort_by(|a, b| a.0.partial_cmp(&b.0).unwrap().then((!a.2).cmp(&!b.2)).then(a.1.cmp(&b.1)));
-        }
-        for (_, seq_no, is_offload) in due {
-            if is_offload {
-                let i = self.offloads.iter().position(|p| p.seq_no == seq_no).unwrap();
-                let p = self.offloads.remove(i);
-                if let Kind::Offload { blocks, slots } = p.kind {
-                    let events = self.complete_offload(blocks);
-                    out.push(Completion::Offload { released_slots: slots, events });
+        for (_, id) in due {
+            if let Some(i) = self.active.iter().position(|b| b.id == id) {
+                let batch = self.active.remove(i);
+                let mut events = Vec::new();
+                for b in batch.blocks {
+                    self.arrive(b, &mut events);
                 }
-            } else {
-                let i = self.onboards.iter().position(|p| p.seq_no == seq_no).unwrap();
-                let p = self.onboards.remove(i);
-                if let Kind::Onboard { entries, parent, slots } = p.kind {
-                    out.push(Completion::Onboard { entries, parent, slots });
-                }
+                out.push(Completion::Offload { released_slots: batch.slots, events });
+            } else if let Some(i) = self.onboards.iter().position(|o| o.id == id) {
+                let o = self.onboards.remove(i);
+                self.unpin(&o.entries);
+                out.push(Completion::Onboard { entries: o.entries, parent: o.parent, slots: o.slots });
             }
         }
         out

@@ -111,11 +111,11 @@ struct Node {
 /// A node taken out while it has children stays as a ghost; a missing parent
 /// is a ghost too; a ghost goes when its last child goes.
 #[derive(Default)]
-struct Lineage {
+pub struct Lineage {
     tick: u64,
     nodes: HashMap<NodeKey, Node>,
     plhs: HashMap<NodeKey, Plh>,
-    real: usize,
+    pub real: usize,
 }
 
 impl Lineage {
@@ -129,7 +129,7 @@ impl Lineage {
         }
     }
 
-    fn insert(&mut self, p: Plh) {
+    pub fn insert(&mut self, p: Plh) {
         let k = Self::key(p);
         self.tick += 1;
         let tick = self.tick;
@@ -161,7 +161,7 @@ impl Lineage {
     }
 
     /// Take a real node out (a hit or an eviction).
-    fn remove(&mut self, p: Plh, bugs: &Bugs) -> bool {
+    pub fn remove(&mut self, p: Plh, bugs: &Bugs) -> bool {
         let k = Self::key(p);
         let Some(n) = self.nodes.get_mut(&k) else {
             return false;
@@ -202,7 +202,7 @@ impl Lineage {
         }
     }
 
-    fn evict(&mut self, bugs: &Bugs) -> Option<Plh> {
+    pub fn evict(&mut self, bugs: &Bugs) -> Option<Plh> {
         let victim = self
             .nodes
             .iter()
