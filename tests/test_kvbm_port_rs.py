@@ -46,8 +46,6 @@ PORT = Path(__file__).resolve().parent.parent / "adapters" / "kvbm_port_rs"
 SOURCE_DIFFERENCES = {
     "kvbm/use_validate_malformed": "step 3 expects a short token list rejected; the source checks only the "
     "number of lists (kvspec's check is the capability strict_validation, which the port does not declare)",
-    "witnesses/swapin_parent_evicted_before_registration": "the source publishes a tick's offload "
-    "completions before a swap-in registration due at the same time (F4)",
 }
 
 #: variant -> (a golden that catches it, the rule it is filed under)
