@@ -194,3 +194,27 @@ def test_every_manager_mutant_is_declared_and_has_a_model() -> None:
     assert set(declared) == set(PAGED_BUGS) | set(SESSION_BUGS)
     for name, v in declared.items():
         assert v.profiles == (["paged"] if name in PAGED_BUGS else ["session"])
+
+
+def test_protocol_md_version_3_example_is_what_the_reference_server_answers() -> None:
+    import io
+    import re
+
+    from kvspec.adapters.reference_jsonl.server import Server
+
+    text = (Path(__file__).resolve().parents[1] / "spec" / "PROTOCOL.md").read_text()
+    [body] = re.findall(r"```jsonl v3\n(.*?)```", text, flags=re.S)
+    lines = [(ln[0], ln[2:]) for ln in body.splitlines() if ln[:2] in ("→ ", "← ")]
+    sent = [line for d, line in lines if d == "→"]
+    documented = [line for d, line in lines if d == "←"]
+    assert len(sent) >= 8 and len(documented) >= 8
+    wfile = io.BytesIO()
+    Server(io.BytesIO(("\n".join(sent) + "\n").encode()), wfile).serve()
+    answered = wfile.getvalue().decode().splitlines()
+    assert len(answered) == len(documented)
+    for doc, got in zip(documented, answered, strict=True):
+        d, g = json.loads(doc), json.loads(got)
+        if d.get("type") == "ready":
+            d.pop("capabilities")
+            g.pop("capabilities")
+        assert d == g

@@ -5,7 +5,7 @@ example for anyone writing an adapter in another language: read ``hello``,
 answer ``ready`` (or ``refused``), then answer one line per request until
 ``bye`` or end of input. See spec/PROTOCOL.md.
 
-It speaks versions 1 and 2. A ``hello`` with ``engine`` opens a
+It speaks versions 1, 2 and 3. A ``hello`` with ``engine`` opens a
 request-level session (version 2): the reference engine
 (``engine_session.py``) answers ``add_request`` / ``step`` /
 ``reset_prefix_cache``; otherwise the session is block-level, as in version 1.
