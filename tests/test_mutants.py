@@ -243,6 +243,7 @@ CASES: list[Case] = [
         g2=1,
     ),
     Case("device_removed_at_completion", ("kvbm",), EVICT1, "events", capacity=1, offload=True),
+    Case("transfer_due_after_deadline", ("kvbm",), (*EVICT1, T(0)), "result", capacity=1, offload=True),
     Case("tick_backwards_applied", ("kvbm",), (T(100), T(50), *EVICT1), "deadline", capacity=1, offload=True),
     Case(
         "swapin_registers_present",

@@ -91,6 +91,7 @@ MODELS: dict[str, tuple[G1Cls, LegacyCls]] = {
     "g2_evict_on_device_tier": (off.G2EvictOnDeviceTier, None),
     "device_removed_at_completion": (off.DeviceRemovedAtCompletion, None),
     "tick_backwards_applied": (off.TickBackwardsApplied, None),
+    "transfer_due_after_deadline": (off.TransferDueAfterDeadline, None),
     "swapin_registers_present": (off.SwapInRegistersPresent, None),
     "swapin_parent_dropped": (off.SwapInParentDropped, None),
 }

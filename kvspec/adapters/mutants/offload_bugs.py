@@ -223,3 +223,19 @@ class G2EvictOnDeviceTier(G1Model):
             else ev
             for ev in super()._complete_offload(e)
         ]
+
+
+class TransferDueAfterDeadline(G1Model):
+    """Deadline arithmetic off at the boundary: a tick completes only the
+    transfers whose deadline is strictly earlier than its time, so a tick at
+    exactly a deadline (the earliest deadline the manager itself reports)
+    completes nothing and the quarantined slot stays held."""
+
+    def _tick(self, op: Tick) -> Step:
+        if op.now_ms < self.now:
+            return super()._tick(op)
+        held = [t for t in self.pending if t.deadline == op.now_ms]
+        self.pending = [t for t in self.pending if t.deadline != op.now_ms]
+        step = super()._tick(op)
+        self.pending.extend(held)
+        return step
