@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 IMPL ?= adapters/reference
 HYPOTHESIS_PROFILE ?= ci
 
-.PHONY: conformance test setup clean
+.PHONY: conformance test setup clean matrix
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	@echo "setting up $(VENV) (first run only, about a minute; log in $(VENV)/install.log)"
@@ -37,6 +37,10 @@ test: setup
 	$(BIN)/kvspec mutants
 	$(BIN)/kvspec mutants --impl=adapters/manager_mutants
 	$(BIN)/kvspec mutants --impl=adapters/paged_rust
+
+# the README's conformance matrix: the suite on each adapter (pinned seed, ci effort), kvspec report
+matrix: setup
+	$(BIN)/python scripts/matrix.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis .kvspec build *.egg-info

@@ -103,6 +103,13 @@ def test_a_deviation_observed_now_but_not_in_the_baseline_blocks() -> None:
     assert blocking(changes) == [] and changes[0].kind == "deviation no longer observed"
 
 
+def test_a_timing_dependent_deviation_observed_now_is_noted_not_blocking() -> None:
+    quiet = DeviationResult(rule="STORE-COPY", reason="copies", scope={"profile": "vllm"}, deterministic=False)
+    seen = quiet.model_copy(update={"observed": 1})
+    changes = compare(run_results(deviations=[quiet]), run_results(deviations=[seen]))
+    assert blocking(changes) == [] and changes[0].kind == "deviation now observed (timing dependent)"
+
+
 def test_coverage_to_zero_or_below_the_fraction_blocks() -> None:
     to_zero = with_rule(run_results(), "USE-NEW", status="not_exercised", exercised=0)
     assert blocking(compare(run_results(), to_zero)) == [("coverage dropped to zero", "USE-NEW")]
@@ -230,3 +237,22 @@ def test_cli_refuses_unreadable_files(tmp_path: Path, capsys: pytest.CaptureFixt
     assert main(["gate", good, "--baseline", str(junk)]) == 2
     assert "baseline:" in capsys.readouterr().err
     assert main(["gate", good, "--baseline", good, "--min-coverage", "2"]) == 2
+
+
+def test_a_recorded_stream_is_gated_like_a_suite_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Nightly streams: check-log's results of the clean Dynamo recording are
+    the baseline; the same recording with one event dropped fails the gate on
+    EVENT-ID, attributed to the engine."""
+    rec = Path(__file__).parent / "data" / "dynamo-1.6.1-mocker-device.router.jsonl"
+    lines = rec.read_text().splitlines()
+    bad = tmp_path / "tonight.jsonl"
+    bad.write_text("\n".join([lines[0], *lines[2:]]) + "\n")
+    baseline, tonight = tmp_path / "stream-baseline.json", tmp_path / "tonight.json"
+    assert main(["check-log", str(rec), "--json", str(baseline)]) == 0
+    assert main(["check-log", str(bad), "--json", str(tonight)]) == 1
+    capsys.readouterr()
+    assert main(["gate", str(baseline), "--baseline", str(baseline)]) == 0
+    capsys.readouterr()
+    assert main(["gate", str(tonight), "--baseline", str(baseline), "--markdown"]) == 1
+    out = capsys.readouterr().out
+    assert "| passing rule fails | `EVENT-ID` |" in out and "| engine | **yes** |" in out

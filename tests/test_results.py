@@ -21,7 +21,7 @@ import pytest
 
 import kvspec.conformance as conformance_pkg
 from kvspec.cli import main
-from kvspec.conformance.results import RESULTS_FORMAT, load_results, rule_text, spec_version
+from kvspec.conformance.results import ERRORED, RESULTS_FORMAT, load_results, rule_text, spec_version
 from kvspec.spec.errors import ConfigError
 from kvspec.spec.rules import RULES
 
@@ -46,12 +46,17 @@ def open_plain(config, manifest, adapter_dir):
 
 def open_drops_removed(config, manifest, adapter_dir):
     return DropsRemoved(config, manifest)
+
+
+def open_broken(config, manifest, adapter_dir):
+    raise RuntimeError("the engine does not start")
 """
 
 DEVIATION = """
 [[deviations]]
 rule = "REMOVE-EXACT"
-reason = "probe: never publishes Removed"
+reason = "probe: never publishes Removed, in every operation (so rule-wide)"
+scope = "all"
 profile = "kvbm"
 """
 
@@ -152,13 +157,13 @@ def test_a_declared_deviation_is_reported_with_its_scope_and_observation(tmp_pat
     code, doc = run_suite(
         tmp_path,
         make_adapter(tmp_path, "open_drops_removed", DEVIATION),
-        "test_stateful.py",
-        extra=("-k", "lockstep and kvbm"),
+        "test_golden.py",
     )
     assert code == 0
     (dev,) = doc["deviations"]
-    assert dev["rule"] == "REMOVE-EXACT" and dev["reason"] == "probe: never publishes Removed"
-    assert dev["scope"]["profile"] == "kvbm" and dev["observed"] >= 1
+    assert dev["rule"] == "REMOVE-EXACT" and dev["reason"].startswith("probe: never publishes Removed")
+    assert dev["scope"] == {"scope": "all", "profile": "kvbm"} and dev["observed"] >= 1
+    assert dev["deterministic"] is True
     r = doc["rules"]["REMOVE-EXACT"]
     assert r["status"] == "deviation" and r["reason"] == dev["reason"] and "observed" in r["note"]
     assert doc["failures"] == []
@@ -171,6 +176,15 @@ def test_a_declared_deviation_not_observed_is_in_the_results(tmp_path: Path) -> 
     (dev,) = doc["deviations"]
     assert dev["observed"] == 0
     assert doc["rules"]["REMOVE-EXACT"]["note"] == "declared but not observed"
+
+
+def test_rules_whose_tests_error_out_are_not_exercised_saying_so(tmp_path: Path) -> None:
+    code, doc = run_suite(tmp_path, make_adapter(tmp_path, "open_broken"), "test_golden.py")
+    assert code == 1 and doc["status"] == "findings"
+    assert doc["failures"] and all(f["rule"] is None for f in doc["failures"])
+    assert "the engine does not start" in doc["failures"][0]["message"]
+    r = doc["rules"]["USE-NEW"]
+    assert r["status"] == "not_exercised" and r["note"].startswith(ERRORED)
 
 
 def test_an_adapter_that_cannot_load_still_writes_results(tmp_path: Path) -> None:

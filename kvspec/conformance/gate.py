@@ -196,7 +196,9 @@ def _deviation_changes(base: Sequence[DeviationResult], cur: Sequence[DeviationR
             out.append(Change("deviation gone", bd.rule, seen(bd), "-", ENGINE, True))
         elif bd is not None and cd is not None:
             if cd.observed and not bd.observed:
-                out.append(Change("deviation now observed", cd.rule, seen(bd), seen(cd), ENGINE, True))
+                # a deviation whose evidence depends on timing may or may not show in a run
+                kind = "deviation now observed" + ("" if cd.deterministic else " (timing dependent)")
+                out.append(Change(kind, cd.rule, seen(bd), seen(cd), ENGINE, cd.deterministic))
             elif bd.observed and not cd.observed:
                 out.append(Change("deviation no longer observed", cd.rule, seen(bd), seen(cd), ENGINE, False))
             if bd.reason != cd.reason:

@@ -33,7 +33,7 @@ from pathlib import Path
 from kvspec.spec.errors import ConfigError
 from kvspec.spec.rules import RULES
 
-from .results import Results, RuleResult, load_results, rule_text, spec_version_label
+from .results import ERRORED, Results, RuleResult, load_results, rule_text, spec_version_label
 
 SYMBOL = {"pass": "✓", "fail": "✗", "deviation": "≈", "not_applicable": "n/a", "not_exercised": "–"}
 
@@ -98,7 +98,8 @@ def _cell(r: RuleResult | None, out_dir: Path | None) -> Cell:
         more = f" +{len(caps) - 1}" if len(caps) > 1 else ""
         text = f"n/a ({caps[0]}{more})" if caps else "n/a"
         return Cell("not_applicable", text, f"not applicable: {r.note}" if r.note else "not applicable")
-    return Cell("not_exercised", SYMBOL["not_exercised"], f"not exercised{': ' + r.note if r.note else ''}")
+    text = f"{SYMBOL['not_exercised']} (test error)" if r.note.startswith(ERRORED) else SYMBOL["not_exercised"]
+    return Cell("not_exercised", text, f"not exercised{': ' + r.note if r.note else ''}")
 
 
 def build_matrix(runs: Sequence[Results], out_dir: Path | None = None) -> Matrix:

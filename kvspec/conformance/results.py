@@ -53,6 +53,10 @@ Tool = Literal["pytest conformance", "kvspec check-log", "kvspec watch"]
 
 _PKG = Path(kvspec.__file__).resolve().parent
 
+#: the note of a rule not exercised because its covering tests failed
+#: without naming a rule (an adapter error, a crash in a fixture)
+ERRORED = "its tests failed before reaching it"
+
 
 class _Model(BaseModel):
     # extra fields are kept, not refused: a newer kvspec may add some and an
@@ -92,6 +96,8 @@ class DeviationResult(_Model):
     #: what the deviation is limited to (profile and any other scope fields of the manifest)
     scope: dict[str, Any] = {}
     observed: int = 0
+    #: can "not observed" be judged? (False: its evidence depends on timing)
+    deterministic: bool = True
 
 
 class FailureResult(_Model):

@@ -15,7 +15,8 @@ How a rule's status is decided, in this order:
 3. ``pass``: the run exercised it at least once;
 4. ``not_applicable``: every test covering it was skipped for a missing
    capability (the note names the capability);
-5. ``not_exercised``: otherwise (a test ran but never reached the rule, or no
+5. ``not_exercised``: otherwise (a test ran but never reached the rule, a
+   covering test failed without naming a rule, e.g. an adapter error, or no
    test of this run covers it: the z3 invariants, a narrowed selection).
 """
 
@@ -34,6 +35,7 @@ from kvspec.spec.rules import RULES
 
 from .failures import ConformanceFailure
 from .results import (
+    ERRORED,
     DeviationResult,
     FailureResult,
     ImplementationInfo,
@@ -43,6 +45,7 @@ from .results import (
     spec_version,
     write_results,
 )
+from .settings import effort
 
 
 class _PluginState(Protocol):
@@ -54,6 +57,9 @@ class _PluginState(Protocol):
     deviations_seen: Counter[int]
     rule_hits: Counter[str]
     selection_narrowed: bool
+    #: the effort (``--hypothesis-profile``) and whether a seed pins it
+    effort: str
+    seeded: bool
 
 
 _REPLAY = re.compile(r"replay file: (\S+)")
@@ -185,6 +191,7 @@ class SuiteResults:
                 link=d.link,
                 scope={k: v for k, v in d.model_dump(mode="json").items() if k not in ("rule", "reason", "link")},
                 observed=st.deviations_seen.get(i, 0),
+                deterministic=d.deterministic(),
             )
             for i, d in enumerate(m.deviations)
         ]
@@ -216,7 +223,9 @@ class SuiteResults:
 
     def _rules(self, deviations: list[DeviationResult]) -> dict[str, RuleResult]:
         hits = self.state.rule_hits
-        declared = {d.rule: d for d in deviations}
+        declared: dict[str, list[DeviationResult]] = defaultdict(list)
+        for d in deviations:
+            declared[d.rule].append(d)
         by_rule: dict[str, list[_Test]] = defaultdict(list)
         for t in self.seen.tests.values():
             for r in t.rules | ({t.rule} if t.rule else set()):
@@ -230,9 +239,13 @@ class SuiteResults:
             if failed:
                 out[rid] = RuleResult(status="fail", exercised=n, failures=len(failed), replays=replays)
             elif rid in declared:
-                d = declared[rid]
-                note = f"observed {d.observed}x" if d.observed else "declared but not observed"
-                out[rid] = RuleResult(status="deviation", exercised=n, reason=d.reason, note=note, replays=replays)
+                ds = declared[rid]
+                seen = sum(d.observed for d in ds)
+                note = f"observed {seen}x" if seen else "declared but not observed"
+                if len(ds) > 1:
+                    note += f" ({len(ds)} scoped deviations)"
+                reason = " / ".join(d.reason for d in ds)
+                out[rid] = RuleResult(status="deviation", exercised=n, reason=reason, note=note, replays=replays)
             elif n:
                 out[rid] = RuleResult(status="pass", exercised=n)
             else:
@@ -240,6 +253,8 @@ class SuiteResults:
                 caps = sorted({c for t in skipped if (c := missing_capability(t.reason))})
                 if ts and len(skipped) == len(ts) and caps:
                     out[rid] = RuleResult(status="not_applicable", note="missing capability " + ", ".join(caps))
+                elif errored := [t for t in ts if t.outcome == "failed"]:
+                    out[rid] = RuleResult(status="not_exercised", note=f"{ERRORED} ({len(errored)} of {len(ts)})")
                 elif ts:
                     out[rid] = RuleResult(status="not_exercised", note=f"covered by {len(ts)} test(s), never reached")
                 else:
@@ -247,14 +262,13 @@ class SuiteResults:
         return out
 
     def _options(self) -> dict[str, Any]:
-        from hypothesis import settings
-
         cfg = self.config
-        current = settings()
+        current = effort(self.state.effort, seeded=self.state.seeded)
         opts: dict[str, Any] = {
             "impl": str(cfg.getoption("--impl")),
-            "hypothesis_profile": cfg.getoption("hypothesis_profile", None) or "default",
+            "effort": self.state.effort,
             "hypothesis_seed": cfg.getoption("hypothesis_seed", None),
+            "derandomize": current.derandomize,
             "max_examples": current.max_examples,
             "stateful_step_count": current.stateful_step_count,
             "replay_dir": str(Path(str(cfg.getoption("--kvspec-replay-dir")))),

@@ -1,0 +1,102 @@
+"""Regenerate the README's conformance matrix (``make matrix``).
+
+Runs the conformance suite against each adapter of the matrix with a pinned
+Hypothesis seed and effort (``--kvspec-results``), renders the results with
+``kvspec report`` into ``.kvspec/matrix/`` (Markdown and HTML) and replaces
+the README's table between the ``<!-- matrix:begin -->`` and
+``<!-- matrix:end -->`` markers. Adapters whose folder does not exist yet
+(vllm, sglang before they land) are left out, saying so.
+
+    python scripts/matrix.py                      # run the suite, update README.md
+    python scripts/matrix.py --no-run             # re-render from .kvspec/matrix/*.json
+    python scripts/matrix.py --adapters reference c_port --effort smoke
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from kvspec.conformance.report import build_matrix, render_html, render_markdown
+from kvspec.conformance.results import load_results
+
+ROOT = Path(__file__).resolve().parents[1]
+ADAPTERS = ("reference", "c_port", "rust_mocker", "vllm", "sglang")
+BEGIN, END = "<!-- matrix:begin -->", "<!-- matrix:end -->"
+
+
+def run_suite(name: str, out: Path, effort: str, seed: str) -> None:
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "conformance",
+            f"--impl=adapters/{name}",
+            f"--hypothesis-profile={effort}",
+            f"--hypothesis-seed={seed}",
+            f"--kvspec-results={out}",
+            f"--kvspec-replay-dir={out.parent / 'replays'}",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    tail = (proc.stdout.strip().splitlines() or [""])[-1]
+    print(f"{name}: pytest exit {proc.returncode} in {time.monotonic() - t0:.0f} s: {tail}", flush=True)
+
+
+def splice(readme: Path, table: str) -> bool:
+    text = readme.read_text()
+    if BEGIN not in text or END not in text:
+        raise SystemExit(f"{readme}: no {BEGIN} ... {END} markers")
+    head, _, rest = text.partition(BEGIN)
+    _, _, tail = rest.partition(END)
+    new = f"{head}{BEGIN}\n{table}{END}{tail}"
+    changed = new != text
+    readme.write_text(new)
+    return changed
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    p.add_argument("--adapters", nargs="+", default=list(ADAPTERS), help="adapter names under adapters/")
+    p.add_argument("--effort", default="ci", help="Hypothesis profile (default ci)")
+    p.add_argument("--seed", default="20260101", help="pinned Hypothesis seed")
+    p.add_argument("--out", default=".kvspec/matrix", help="where the results and reports go")
+    p.add_argument("--no-run", action="store_true", help="reuse the results already in --out")
+    p.add_argument("--readme", default="README.md", help="the file whose matrix is replaced")
+    args = p.parse_args(argv)
+    out = ROOT / args.out
+    out.mkdir(parents=True, exist_ok=True)
+    files = []
+    for name in args.adapters:
+        if not (ROOT / "adapters" / name / "manifest.toml").is_file():
+            print(f"{name}: no adapters/{name}/manifest.toml yet: left out")
+            continue
+        res = out / f"{name}.json"
+        if not args.no_run:
+            run_suite(name, res, args.effort, args.seed)
+        if res.is_file():
+            files.append(res)
+        else:
+            print(f"{name}: no results file {res}: left out")
+    runs = [load_results(f) for f in files]
+    (out / "matrix.html").write_text(render_html(build_matrix(runs, out)))
+    (out / "matrix.md").write_text(render_markdown(build_matrix(runs, out)))
+    table = render_markdown(build_matrix(runs, ROOT))
+    note = f"Effort `{args.effort}`, seed {args.seed}; regenerate with `make matrix`.\n\n"
+    changed = splice(ROOT / args.readme, note + table)
+    print(f"{args.readme}: {'matrix updated' if changed else 'matrix unchanged'}; HTML in {out / 'matrix.html'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
