@@ -218,3 +218,20 @@ def test_protocol_md_version_3_example_is_what_the_reference_server_answers() ->
             d.pop("capabilities")
             g.pop("capabilities")
         assert d == g
+
+
+def test_rust_launcher_without_rustc_refuses_the_hello_with_the_reason(tmp_path: Path) -> None:
+    import os
+
+    env = {**os.environ, "PATH": str(tmp_path), "KVSPEC_BUILD_DIR": str(tmp_path / "build")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "kvspec.adapters.rust_launch", str(resolve_adapter_dir("adapters/paged_rust"))],
+        input='{"type":"hello"}\n',
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    reply = json.loads(proc.stdout.splitlines()[0])
+    assert proc.returncode == 1
+    assert reply["type"] == "refused" and "rustc not found" in reply["error"]["message"]
