@@ -248,7 +248,7 @@ def random_ops(seed: int, n: int) -> list[Any]:
 
 def test_random_workload_with_offload_crosses_unchanged() -> None:
     config = ManagerConfig(
-        capacity=6, eviction="lru", offload=OffloadConfig(num_g2_blocks=5, block_size_bytes=1_000_000)
+        capacity=6, eviction="lru", offload=OffloadConfig.legacy(num_g2_blocks=5, block_size_bytes=1_000_000)
     )
     _run_both(config, random_ops(seed=7, n=400))
 

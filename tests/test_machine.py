@@ -47,7 +47,7 @@ class TickGroup(RuleGroup, register=False):
 
     def configure(self, config: ManagerConfig, data: Any) -> ManagerConfig:
         config = super().configure(config, data)
-        return config.model_copy(update={"offload": OffloadConfig(num_g2_blocks=4, block_size_bytes=1_000_000)})
+        return config.model_copy(update={"offload": OffloadConfig.legacy(num_g2_blocks=4, block_size_bytes=1_000_000)})
 
     @action("tick", weight=2)
     def tick(self, d: Digits) -> Planned | None:
@@ -92,7 +92,7 @@ def test_offload_config_from_a_group_checks_the_host_tier_too() -> None:
     cls = machine_class(MachineSetup(REF, REF_DIR, "kvbm"), groups=[TickGroup])
     m = cls()
     cfg = ManagerConfig(
-        profile="kvbm", capacity=4, eviction="lru", offload=OffloadConfig(num_g2_blocks=2, block_size_bytes=0)
+        profile="kvbm", capacity=4, eviction="lru", offload=OffloadConfig.legacy(num_g2_blocks=2, block_size_bytes=0)
     )
     m.start(cfg, frozenset({"tick", "finish"}))
     try:

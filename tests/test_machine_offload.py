@@ -85,7 +85,7 @@ def test_views_are_timed_and_see_each_tick_first() -> None:
         capacity=4,
         block_size=4,
         eviction="lru",
-        offload=OffloadConfig(num_g2_blocks=2, block_size_bytes=1_000_000, bandwidth_gbps=1.0),
+        offload=OffloadConfig.legacy(num_g2_blocks=2, block_size_bytes=1_000_000, bandwidth_gbps=1.0),
     )
     m = _machine(cfg, frozenset({"tick", "finish"}))
     try:
@@ -117,7 +117,7 @@ def test_release_of_a_swap_in_anchor_waits_for_the_onboard() -> None:
         capacity=4,
         block_size=4,
         eviction="lru",
-        offload=OffloadConfig(num_g2_blocks=4, block_size_bytes=1_000_000, bandwidth_gbps=1.0),
+        offload=OffloadConfig.legacy(num_g2_blocks=4, block_size_bytes=1_000_000, bandwidth_gbps=1.0),
     )
     m = _machine(cfg, frozenset({"tick", "swap_in"}))
     try:
@@ -160,7 +160,9 @@ def test_protocol_only_lockstep_flags_an_early_g2_stored_by_timing() -> None:
 
     mutants = load_manifest(resolve_adapter_dir("adapters/mutants"))
     cfg = ManagerConfig(
-        capacity=1, block_size=4, offload=OffloadConfig(num_g2_blocks=2, block_size_bytes=1_000_000, bandwidth_gbps=1.0)
+        capacity=1,
+        block_size=4,
+        offload=OffloadConfig.legacy(num_g2_blocks=2, block_size_bytes=1_000_000, bandwidth_gbps=1.0),
     )
     impl = MutantImplementation("g2_stored_at_enqueue", cfg, mutants)
     ls = Lockstep(impl, cfg, adapter="mutants", protocol_only=True)

@@ -116,7 +116,7 @@ def cfg(profile: str = "kvbm", capacity: int = 4, eviction: str = "lineage", **k
 
 
 def off(capacity: int = 1, g2: int = 4) -> ManagerConfig:
-    return cfg("kvbm", capacity, offload=OffloadConfig(num_g2_blocks=g2))
+    return cfg("kvbm", capacity, offload=OffloadConfig.legacy(num_g2_blocks=g2))
 
 
 # ------------------------------------------------------------ directed table

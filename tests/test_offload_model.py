@@ -157,7 +157,7 @@ class OffloadModelMachine(RuleBasedStateMachine):
         policy=st.sampled_from(["lineage", "lru", "multi_lru"]),
     )
     def setup(self, capacity: int, g2: int, size: int | None, bandwidth: float, policy: str) -> None:
-        off = OffloadConfig(num_g2_blocks=g2, block_size_bytes=size, bandwidth_gbps=bandwidth)
+        off = OffloadConfig.legacy(num_g2_blocks=g2, block_size_bytes=size, bandwidth_gbps=bandwidth)
         self.config = ManagerConfig(capacity=capacity, block_size=BS, eviction=policy, offload=off)  # type: ignore[arg-type]
         self.model = G1Model(self.config)
         self.ledger = Ledger(off.transfer_ms(), g2_capacity=g2)
@@ -497,7 +497,7 @@ def test_mutant_catalogue_has_offload_mutants() -> None:
 # ------------------------------------------------------------ swap-in validation
 def _offloaded_model(offload: bool = True) -> G1Model:
     """Block 1 in G2 (offloaded from a one-slot G1); block 5 active in G1."""
-    off = OffloadConfig(num_g2_blocks=2, block_size_bytes=0) if offload else None
+    off = OffloadConfig.legacy(num_g2_blocks=2, block_size_bytes=0) if offload else None
     m = G1Model(ManagerConfig(capacity=2 if offload else 1, block_size=BS, offload=off))
     if offload:
         m.apply(Use(blocks=[FullBlock(full=1)], plhs=[Plh(hash=1)]))
@@ -535,7 +535,7 @@ def test_swap_in_conflicting_with_g2_is_rejected_and_changes_nothing() -> None:
 def test_swap_in_copies_the_g2_metadata_of_when_it_started() -> None:
     """G2 may evict an entry while it is being copied back; the onboard
     registers the metadata it read when the swap-in started."""
-    off = OffloadConfig(num_g2_blocks=1, block_size_bytes=1_000_000)
+    off = OffloadConfig.legacy(num_g2_blocks=1, block_size_bytes=1_000_000)
     m = G1Model(ManagerConfig(capacity=3, block_size=BS, offload=off))
 
     def use(*seqs: int) -> Any:

@@ -143,7 +143,9 @@ def _drive(model: G1Model, view: RouterView) -> list:  # type: ignore[type-arg]
 
 def test_reference_stream_passes_and_early_g2_stored_is_caught_from_the_stream() -> None:
     cfg = ManagerConfig(
-        capacity=1, block_size=4, offload=OffloadConfig(num_g2_blocks=2, block_size_bytes=1_000_000, bandwidth_gbps=1.0)
+        capacity=1,
+        block_size=4,
+        offload=OffloadConfig.legacy(num_g2_blocks=2, block_size_bytes=1_000_000, bandwidth_gbps=1.0),
     )
     off = cfg.offload
     assert off is not None

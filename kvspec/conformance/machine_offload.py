@@ -43,7 +43,7 @@ earlier than its device Removed plus one block's transfer time is flagged as
 G2-STORE-ON-COMPLETE from the stream alone.
 
 The group reads two things beyond the public interfaces, both inside
-kvspec: the reference model's pending transfers (``G1Model.pending``, to
+kvspec: the reference model's swap-ins in flight (``G1Model.onboards()``, to
 know when a swap-in is in flight) and the traffic's Use builder
 (``Traffic._use`` / ``_placed``, for the prefix a preempted request takes
 back).
@@ -60,7 +60,7 @@ from typing import Any, ClassVar
 
 from hypothesis import strategies as st
 
-from kvspec.spec.config import ManagerConfig, OffloadConfig
+from kvspec.spec.config import SEMANTICS, ManagerConfig, OffloadConfig
 from kvspec.spec.rules import RuleId
 from kvspec.spec.wire import Counters, Deref, FullBlock, StepOutcome, SwapIn, SwapInBlock, Tick
 
@@ -70,6 +70,9 @@ from .traffic import Node, Planned, Request, TrafficError
 #: (G2 capacity, block size in bytes, link bandwidth in GB/s): drawn per example
 G2_CAPACITIES = (1, 2, 4, 8)
 TRANSFERS: tuple[tuple[int | None, float], ...] = ((None, 1.0), (1_000_000, 1.0), (3_000_000, 2.0))
+#: blocks per transfer on a shared link: Dynamo's default, and a small one
+#: that splits a job into several transfers and caps how many run at once
+BATCH_SIZES = (32, 2)
 #: how far a later tick moves the clock (ms)
 LATER_MS = (0.0, 0.25, 0.5, 1.0, 1.5, 3.0, 10.0)
 #: how far back a backward tick goes (ms)
@@ -118,7 +121,16 @@ class OffloadGroup(RuleGroup):
         x //= 2
         g2 = G2_CAPACITIES[x % len(G2_CAPACITIES)]
         size, bandwidth = TRANSFERS[x // len(G2_CAPACITIES)]
-        off = OffloadConfig(num_g2_blocks=g2, block_size_bytes=size, bandwidth_gbps=bandwidth)
+        # the semantics options: each among the values the adapter declares
+        caps = self.setup.manifest.capabilities
+        options: dict[str, Any] = {
+            name: data.draw(st.sampled_from(caps.supported(name)), label=name)
+            for name, opt in SEMANTICS.items()
+            if opt.scope == "offload"
+        }
+        if options["link"] == "shared":
+            options["batch_size"] = data.draw(st.sampled_from(BATCH_SIZES), label="batch_size")
+        off = OffloadConfig(num_g2_blocks=g2, block_size_bytes=size, bandwidth_gbps=bandwidth, **options)
         return config.model_copy(update={"offload": off})
 
     def start(self, config: ManagerConfig, swarm: frozenset[str]) -> None:
@@ -172,7 +184,8 @@ class OffloadGroup(RuleGroup):
         """Deadlines of the model's pending onboards (the reference G1 model)."""
         if self.check is None:
             return []
-        return [t.deadline for t in getattr(self.check.model, "pending", ()) if t.kind == "onboard"]
+        onboards = getattr(self.check.model, "onboards", None)
+        return [at for at, _job in onboards()] if onboards is not None else []
 
     def _tick(self, now: float, kind: str) -> Planned:
         """A Tick to ``now``; the router views see the clock first."""
@@ -183,10 +196,10 @@ class OffloadGroup(RuleGroup):
             view.observe_time(now)
         # what the tick will complete, for the coverage of the onboard rules
         registered = model.registered()
-        for t in getattr(model, "pending", ()):
-            if t.kind == "onboard" and t.deadline <= now:
+        for at, job in model.onboards() if hasattr(model, "onboards") else ():
+            if at <= now:
                 self._onboard_due = True
-                if any(seq in registered for seq, *_ in t.payload.blocks):
+                if any(seq in registered for seq, *_ in job.blocks):
                     self._skip_due = True
         return Planned(Tick(now_ms=now), kind, _ok(kind))
 

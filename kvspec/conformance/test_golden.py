@@ -41,6 +41,10 @@ def _skip_reason(manifest: Manifest, s: Scenario, config: ManagerConfig) -> str 
     missing = [c for c in s.requires if not caps.has(c)]
     if missing:
         return f"adapter {manifest.name!r} does not declare capability {', '.join(missing)}"
+    if s.config.offload is not None:
+        for option, value in s.config.offload.options().items():
+            if not caps.supports(option, value):
+                return f"adapter {manifest.name!r} does not declare capability semantics:{option}={value}"
     return None
 
 

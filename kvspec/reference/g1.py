@@ -54,6 +54,8 @@ from kvspec.spec.wire import (
     make_stored,
 )
 
+from .g2_tier import G2Entry, G2Tier
+from .offload_link import SharedLink
 from .outcome import Step
 from .policies import Frequency, Policy, make_policy
 from .validation import check_use_shape
@@ -87,18 +89,6 @@ class Block:
         self.pid = plh_id(self.plh)
 
 
-@dataclass(slots=True)
-class G2Entry:
-    """A block's metadata as it travels to G2 and back: what G1 registered
-    (G2-STORE-ON-COMPLETE publishes it; a swap-in registers it again)."""
-
-    seq: int
-    plh: Plh
-    parent_hash: int | None
-    local_hash: int
-    token_ids: list[int] | None
-
-
 @dataclass(slots=True, order=True)
 class Transfer:
     """A pending copy on a link: G1->G2 (offload) or G2->G1 (onboard)."""
@@ -116,6 +106,26 @@ class _Onboard:
     blocks: list[tuple[int, Plh, G2Entry]]
     parent: int | None
     slots: int  # reserved destination slots
+
+
+@dataclass(slots=True)
+class _OffloadJob:
+    """One enqueue of G1 evictions on a shared link (one blocked Use or
+    swap-in): its source slots are held until every block it sends has
+    arrived (or failed), then all go back to free together."""
+
+    slots: int
+    left: int = 0  # blocks sent and not yet settled
+
+
+@dataclass(slots=True)
+class _Batch:
+    """Up to ``batch_size`` blocks of one job, copied as one transfer."""
+
+    job: _OffloadJob
+    entries: list[G2Entry]
+    #: destinations reserved in G2 when the transfer started (at_start)
+    reserved: int = 0
 
 
 class G1Model:
@@ -150,10 +160,21 @@ class G1Model:
         self.now: float = 0.0
         self.quarantined = 0
         self.reserved = 0
-        self.g2: OrderedDict[int, G2Entry] = OrderedDict()
+        off = config.offload
+        self.g2tier = G2Tier(off.num_g2_blocks if off else 0, off.g2_eviction if off else "lru")
+        #: registered G2 blocks by sequence hash (the tier's own map)
+        self.g2: OrderedDict[int, G2Entry] = self.g2tier.blocks
+        self.shared = off is not None and off.link == "shared"
+        # link = "fifo": transfers queued one after another per direction
         self.pending: list[Transfer] = []
         self._transfer_seq = 0
         self._link_free = {"offload": 0.0, "onboard": 0.0}
+        # link = "shared": processor-sharing links, transfers by id
+        bw = off.bandwidth_gbps if off else 1.0
+        self.links = {"offload": SharedLink.for_bandwidth(bw), "onboard": SharedLink.for_bandwidth(bw)}
+        self.transfers: dict[int, _Batch | _Onboard] = {}
+        self.waiting: list[_Batch] = []  # batches waiting for a transfer slot
+        self.inflight: dict[PlhId, int] = {}  # lineage hashes on their way to G2 (dedup)
         self._evicted_meta: dict[int, Block] = {}
 
     # ------------------------------------------------------------------ queries
@@ -187,7 +208,24 @@ class G1Model:
         return self.policy.allowed()
 
     def earliest_deadline(self) -> float | None:
+        if self.shared:
+            times = [t for t in (link.earliest() for link in self.links.values()) if t is not None]
+            return min(times, default=None)
         return min((t.deadline for t in self.pending), default=None)
+
+    def onboards(self) -> list[tuple[float, _Onboard]]:
+        """The swap-ins in flight, each with the time it completes if nothing
+        else starts (a scheduler waiting for one ticks to it)."""
+        if self.shared:
+            link = self.links["onboard"]
+            out = []
+            for ident, job in self.transfers.items():
+                if isinstance(job, _Onboard):
+                    at = link.deadline_for(ident)
+                    assert at is not None
+                    out.append((at, job))
+            return out
+        return [(t.deadline, t.payload) for t in self.pending if t.kind == "onboard"]
 
     def fingerprint(self) -> Any:
         pol = self.policy
@@ -210,6 +248,11 @@ class G1Model:
             tuple(_entry_key(e) for e in self.g2.values()),
             tuple((t.deadline, t.order, t.kind, _payload_key(t)) for t in sorted(self.pending)),
             tuple(sorted(self._link_free.items())),
+            self.g2tier.state(),
+            tuple((k, link.state()) for k, link in sorted(self.links.items())),
+            tuple((i, _batch_key(t)) for i, t in sorted(self.transfers.items())),
+            tuple(_batch_key(b) for b in self.waiting),
+            tuple(sorted(self.inflight.items())),
         )
 
     # --------------------------------------------------------------- dispatch
@@ -435,11 +478,16 @@ class G1Model:
         self._evicted_meta = {}
         gone: list[int] = []
         handled: set[int] = set()
+        sent: list[G2Entry] = []
         for seq in evicted:
             meta = metas[seq]
             if self.offload is not None:
                 self.quarantined += 1
-                self._queue("offload", G2Entry(seq, meta.plh, meta.parent_hash, meta.local_hash, meta.token_ids))
+                e = G2Entry(seq, meta.plh, meta.parent_hash, meta.local_hash, meta.token_ids)
+                if not self.shared:
+                    self._queue("offload", e)
+                elif seq not in handled:
+                    sent.append(e)
             if seq in handled:
                 continue
             handled.add(seq)
@@ -453,7 +501,10 @@ class G1Model:
                 gone.append(seq)
             if reregistered:
                 again.announced = False  # type: ignore[union-attr]
-        return [self._removed(gone)] if gone else []
+        events = [self._removed(gone)] if gone else []
+        if self.shared:
+            events.extend(self._enqueue_offload(sent, len(evicted)))
+        return events
 
     # ------------------------------------------------------------ atomic Use
     def _use_atomic(self, op: Use, prefer: Collection[int]) -> Step:
@@ -581,17 +632,27 @@ class G1Model:
 
     # ----------------------------------------------------------- offload tier
     #
-    # Transfer timing (OffloadConfig.transfer_ms): one block takes
+    # Semantics options (OffloadConfig; SPEC.md "Offload semantics options").
+    #
+    # link = "fifo" (kvspec before the options): one block takes
     # ``block_size_bytes / bandwidth`` on its link. Each direction is one link
     # (G1->G2 "offload", G2->G1 "onboard"), shared by its transfers one after
     # another in the order they were queued: a transfer starts when the link
     # is free and the clock has reached the moment it was queued, and holds
     # the link for its blocks. So n evictions queued together complete at n
     # consecutive deadlines, and an onboard of n blocks completes as one job.
-    # A zero or missing size makes transfers instant: the deadline is the
-    # current time and the transfer completes at the next tick (even a tick
-    # to the same time). Deadlines are fixed when a transfer is queued, so the
-    # earliest pending deadline never moves except by completing.
+    # Deadlines are fixed when a transfer is queued.
+    #
+    # link = "shared" (Dynamo): the evictions of one blocked Use (or swap-in)
+    # are one job, sent in batches of ``batch_size`` blocks, each batch one
+    # transfer; at most ``batch_size`` transfers run at once (later batches
+    # wait and start, in order, at the tick that frees a slot); concurrent
+    # transfers share the link's bandwidth (offload_link.SharedLink). The
+    # job's source slots go back to free together when its last block has
+    # arrived. A swap-in is one onboard transfer on the other link.
+    #
+    # Either way a zero or missing size makes transfers instant: they
+    # complete at the next tick (even a tick to the same time).
 
     def _queue(self, kind: str, payload: G2Entry | _Onboard) -> None:
         assert self.offload is not None
@@ -602,13 +663,23 @@ class G1Model:
         self.pending.append(Transfer(deadline, self._transfer_seq, kind, payload))
         self._transfer_seq += 1
 
+    def _start_transfer(self, kind: str, payload: _Batch | _Onboard, blocks: int) -> None:
+        assert self.offload is not None
+        ident = self._transfer_seq
+        self._transfer_seq += 1
+        self.transfers[ident] = payload
+        self.links[kind].start(self.now, ident, blocks * (self.offload.block_size_bytes or 0))
+
     def _tick(self, op: Tick) -> Step:
         """TIME-MONOTONIC: move the clock to ``now_ms`` and complete every
-        transfer due by then, earliest deadline first (queue order on a tie).
-        A tick earlier than the clock changes nothing at all."""
+        transfer due by then (fifo: earliest deadline first, queue order on
+        a tie; shared: in the links' completion order, offloads first). A
+        tick earlier than the clock changes nothing at all."""
         if op.now_ms < self.now:
             return Step(OpResult(value=0), [])
         self.now = op.now_ms
+        if self.shared:
+            return self._tick_shared()
         due = sorted(t for t in self.pending if t.deadline <= self.now)
         if not due:
             return Step(OpResult(value=0), [])
@@ -622,23 +693,133 @@ class G1Model:
                 events.extend(self._complete_onboard(t.payload))
         return Step(OpResult(value=len(due)), events)
 
-    def _complete_offload(self, e: G2Entry) -> list[KvEvent]:
-        """QUARANTINE-RELEASE (the source slot goes back to free, once),
-        G2-EVICT (a full G2 evicts its least recently used block first and
-        names it in a host-pinned Removed), G2-STORE-ON-COMPLETE (host-pinned
-        Stored with the metadata G1 registered). A block G2 already holds is
-        not stored twice: it only becomes G2's most recently used."""
-        assert self.offload is not None
-        self.quarantined -= 1
-        self.free += 1
-        if e.seq in self.g2:
-            self.g2.move_to_end(e.seq)
-            return []
+    def _tick_shared(self) -> Step:
+        off = self.links["offload"].advance(self.now)
+        on = self.links["onboard"].advance(self.now)
         events: list[KvEvent] = []
-        if len(self.g2) >= self.offload.num_g2_blocks:
-            victim, _ = self.g2.popitem(last=False)
-            events.append(self._removed([victim], "host_pinned"))
-        self.g2[e.seq] = e
+        for ident in off:
+            batch = self.transfers.pop(ident)
+            assert isinstance(batch, _Batch)
+            events.extend(self._finish_batch(batch))
+        while self.waiting and self._offload_slots_free():
+            events.extend(self._start_batch(self.waiting.pop(0)))
+        for ident in on:
+            job = self.transfers.pop(ident)
+            assert isinstance(job, _Onboard)
+            events.extend(self._complete_onboard(job))
+        return Step(OpResult(value=len(off) + len(on)), events)
+
+    def _complete_offload(self, e: G2Entry) -> list[KvEvent]:
+        """fifo: one block arrived: QUARANTINE-RELEASE (its source slot goes
+        back to free, once), then G2-EVICT and G2-STORE-ON-COMPLETE."""
+        self._release_slots(1)
+        return self._arrive_in_g2(e)
+
+    def _release_slots(self, n: int) -> None:
+        """QUARANTINE-RELEASE: ``n`` source slots go back to free."""
+        self.quarantined -= n
+        self.free += n
+
+    # ------------------------------------------------- shared link: offload
+    def _offload_slots_free(self) -> bool:
+        assert self.offload is not None
+        return len(self.links["offload"].active) < self.offload.batch_size
+
+    def _enqueue_offload(self, entries: list[G2Entry], slots: int) -> list[KvEvent]:
+        """One job for the evictions of one operation (``slots`` source slots
+        held). Under dedup = "filter" a block G2 holds or that is on its way
+        there is not sent (Dynamo's presence filter with its pending
+        tracker); a job with nothing to send frees its slots at once."""
+        assert self.offload is not None
+        if self.offload.dedup == "filter":
+            entries = [e for e in entries if e.pid not in self.inflight and not self.g2tier.holds_lineage(e.pid)]
+        job = _OffloadJob(slots)
+        if not entries:
+            self._release_slots(slots)
+            return []
+        job.left = len(entries)
+        for e in entries:
+            self.inflight[e.pid] = self.inflight.get(e.pid, 0) + 1
+        events: list[KvEvent] = []
+        size = self.offload.batch_size
+        for i in range(0, len(entries), size):
+            batch = _Batch(job, entries[i : i + size])
+            if self._offload_slots_free() and not self.waiting:
+                events.extend(self._start_batch(batch))
+            else:
+                self.waiting.append(batch)
+        return events
+
+    def _start_batch(self, batch: _Batch) -> list[KvEvent]:
+        """Start one batch's transfer; under g2_allocation = "at_start" its
+        G2 destinations are taken now (G2 evicts for them, and publishes it,
+        now). A block that finds no destination (every G2 block pinned by a
+        swap-in or reserved) is not sent: it fails."""
+        assert self.offload is not None
+        events: list[KvEvent] = []
+        if self.offload.g2_allocation == "at_start":
+            kept: list[G2Entry] = []
+            for e in batch.entries:
+                got, victims = self.g2tier.make_room()
+                events.extend(self._removed([v], "host_pinned") for v in victims)
+                if got:
+                    self.g2tier.reserved += 1
+                    batch.reserved += 1
+                    kept.append(e)
+                else:
+                    self._settle(batch.job, e)
+            batch.entries = kept
+            if not kept:
+                return events
+        self._start_transfer("offload", batch, len(batch.entries))
+        return events
+
+    def _settle(self, job: _OffloadJob, e: G2Entry) -> None:
+        """``e`` arrived or failed: it is no longer in flight; the job's
+        source slots go back when its last block is settled."""
+        n = self.inflight[e.pid] - 1
+        if n:
+            self.inflight[e.pid] = n
+        else:
+            del self.inflight[e.pid]
+        job.left -= 1
+        if job.left == 0:
+            self._release_slots(job.slots)
+
+    def _finish_batch(self, batch: _Batch) -> list[KvEvent]:
+        events: list[KvEvent] = []
+        for e in batch.entries:
+            if batch.reserved:
+                batch.reserved -= 1
+                self.g2tier.reserved -= 1
+                events.extend(self._register_in_g2(e, reserved=True))
+            else:
+                events.extend(self._arrive_in_g2(e))
+        for e in batch.entries:
+            self._settle(batch.job, e)
+        return events
+
+    # --------------------------------------------------------- G2 arrivals
+    def _arrive_in_g2(self, e: G2Entry) -> list[KvEvent]:
+        """G2-EVICT then G2-STORE-ON-COMPLETE for a block whose destination is
+        taken on arrival (g2_allocation = "at_completion")."""
+        if e.seq in self.g2tier:
+            return self._register_in_g2(e, reserved=False)
+        got, victims = self.g2tier.make_room()
+        events = [self._removed([v], "host_pinned") for v in victims]
+        if got:
+            events.extend(self._register_in_g2(e, reserved=False))
+        return events
+
+    def _register_in_g2(self, e: G2Entry, *, reserved: bool) -> list[KvEvent]:
+        """G2-STORE-ON-COMPLETE: host-pinned Stored with the metadata G1
+        registered. A block G2 already holds is not stored twice (it only
+        becomes G2's most recently used under LRU; a reserved destination
+        goes back)."""
+        if e.seq in self.g2tier:
+            self.g2tier.use(e.seq)
+            return []
+        self.g2tier.register(e)
         ev = make_stored(
             self.next_event_id,
             [e.seq],
@@ -649,9 +830,9 @@ class G1Model:
             token_ids=[e.token_ids] if e.token_ids is not None else None,
         )
         self.next_event_id += 1
-        events.append(ev)
-        return events
+        return [ev]
 
+    # ------------------------------------------------------------- swap-in
     def _validate_swap_in(self, op: SwapIn) -> None:
         """A swap-in names blocks by (sequence hash, lineage hash); both must
         agree with what G1 and G2 hold, as for a Use (USE-VALIDATE)."""
@@ -668,7 +849,9 @@ class G1Model:
         """SWAPIN-RESERVE: find the longest prefix of ``op.blocks`` held in G2
         and reserve one G1 slot per block before anything else (free slots
         first, then evictions, which with an offload tier block the swap-in
-        like a Use); on success queue one onboard transfer for the prefix."""
+        like a Use); on success queue one onboard transfer for the prefix.
+        Under g2_eviction = "lineage" the prefix is pinned in G2 from the
+        lookup on, and unpinned when the swap-in fails or completes."""
         self._validate_swap_in(op)
         if self.offload is None:
             return Step(OpResult(value=0, status="no_hits"), [])
@@ -680,6 +863,10 @@ class G1Model:
             prefix.append((blk.seq_hash, blk.plh, g2))
         if not prefix:
             return Step(OpResult(value=0, status="no_hits"), [])
+        lineage = self.offload.g2_eviction == "lineage"
+        seqs = [seq for seq, _plh, _e in prefix]
+        if lineage:
+            self.g2tier.pin(seqs)
         self._evicted_meta = {}
         reserved = 0
         evicted: list[int] = []
@@ -690,6 +877,8 @@ class G1Model:
             if not got:
                 if victim is None:  # no slot at all: the seed reports no hits
                     self.free += reserved  # the reserved slots are given back
+                    if lineage:
+                        self.g2tier.unpin(seqs)
                     return Step(OpResult(value=0, status="no_hits"), self._publish_evictions(evicted))
                 # blocked on a G1 offload: while the reserved slots are still
                 # held, evict (and quarantine) as many more victims as the
@@ -703,12 +892,18 @@ class G1Model:
                     self._evict(v)
                     evicted.append(v)
                 self.free += reserved  # then the reserved slots are given back
+                if lineage:
+                    self.g2tier.unpin(seqs)
                 return Step(OpResult(value=0, status="blocked_on_offload"), self._publish_evictions(evicted))
             reserved += 1
         self.reserved += reserved
-        for seq, _plh, _e in prefix:  # copying a block back counts as a use of it in G2
-            self.g2.move_to_end(seq)
-        self._queue("onboard", _Onboard(prefix, op.parent, reserved))
+        if not lineage:  # copying a block back counts as a use of it in G2
+            self.g2tier.pin(seqs)
+        job = _Onboard(prefix, op.parent, reserved)
+        if self.shared:
+            self._start_transfer("onboard", job, reserved)
+        else:
+            self._queue("onboard", job)
         return Step(OpResult(value=reserved, status="scheduled"), self._publish_evictions(evicted))
 
     def _complete_onboard(self, job: _Onboard) -> list[KvEvent]:
@@ -743,6 +938,8 @@ class G1Model:
         self.free += slots
         if group:
             events.append(self._stored(group, group_meta, anchor))
+        if self.offload is not None and self.offload.g2_eviction == "lineage":
+            self.g2tier.unpin([seq for seq, _plh, _e in job.blocks])
         return events
 
 
@@ -773,4 +970,10 @@ def _payload_key(t: Transfer) -> Any:
     p = t.payload
     if isinstance(p, G2Entry):
         return _entry_key(p)
+    return _batch_key(p)
+
+
+def _batch_key(p: _Batch | _Onboard) -> Any:
+    if isinstance(p, _Batch):
+        return ("batch", p.job.slots, p.job.left, tuple(_entry_key(e) for e in p.entries), p.reserved)
     return (tuple((seq, plh_id(plh)) for seq, plh, _ in p.blocks), p.parent, p.slots)

@@ -7,6 +7,7 @@ file, so that a run can be reproduced from its file alone.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -19,19 +20,103 @@ ProfileName = Literal["kvbm", "legacy", "atomic", "vllm", "paged", "session"]
 PolicyName = Literal["lineage", "lru", "multi_lru", "unordered"]
 
 
+@dataclass(frozen=True, slots=True)
+class SemanticsOption:
+    """A behaviour that engines legitimately implement differently.
+
+    ``default`` is what Dynamo's source does (the ``kvbm`` profile's default);
+    ``legacy`` is what kvspec fixed before the option existed, and what an
+    adapter that does not mention the option is taken to implement."""
+
+    name: str
+    values: tuple[str, ...]
+    default: str
+    legacy: str
+    #: where the option lives: "offload" (OffloadConfig) or "manager"
+    scope: str
+    doc: str
+
+
+#: every semantics option, by name (SPEC.md, "Offload semantics options")
+SEMANTICS: dict[str, SemanticsOption] = {
+    o.name: o
+    for o in [
+        SemanticsOption(
+            "link",
+            ("shared", "fifo"),
+            "shared",
+            "fifo",
+            "offload",
+            "shared: one transfer per blocked Use or swap-in, in batches of batch_size blocks, concurrent "
+            "transfers share the link's bandwidth (processor sharing); fifo: one block at a time, in queue order",
+        ),
+        SemanticsOption(
+            "g2_eviction",
+            ("lineage", "lru"),
+            "lineage",
+            "lru",
+            "offload",
+            "lineage: G2 is a lineage pool (leaves first, as G1's lineage policy); lru: least recently used first",
+        ),
+        SemanticsOption(
+            "g2_allocation",
+            ("at_start", "at_completion"),
+            "at_start",
+            "at_completion",
+            "offload",
+            "at_start: a transfer's G2 destinations are allocated (and G2's evictions published) when it starts; "
+            "at_completion: when it completes",
+        ),
+        SemanticsOption(
+            "dedup",
+            ("filter", "resend"),
+            "filter",
+            "resend",
+            "offload",
+            "filter: a block already in G2 or on its way there is not sent again; resend: every eviction is sent",
+        ),
+    ]
+}
+
+LinkMode = Literal["shared", "fifo"]
+G2Eviction = Literal["lineage", "lru"]
+G2Allocation = Literal["at_start", "at_completion"]
+Dedup = Literal["filter", "resend"]
+
+
 class OffloadConfig(Wire):
     """The G2 (host pinned) tier behind G1.
 
-    Transfer time of one block is ``block_size_bytes / (bandwidth_gbps * 1e9)``
-    seconds; transfers on one link run one after another (they share it), so
-    a batch of n evictions completes at n consecutive deadlines. A missing or
-    zero size means transfers are instant (they complete at the next tick).
+    Transfer time of one block alone on its link is ``block_size_bytes /
+    (bandwidth_gbps * 1e9)`` seconds. How transfers share the link, how G2
+    evicts, when G2 destinations are allocated and whether blocks already in
+    G2 are sent again are semantics options (``SEMANTICS``): the defaults are
+    Dynamo's (ai-dynamo/dynamo ``lib/mocker/src/kvbm_offload/``), the legacy
+    values what kvspec fixed before (a serial FIFO link, LRU, allocation at
+    completion, resend). A missing or zero size means transfers are instant
+    (they complete at the next tick).
     """
 
     num_g2_blocks: int = Field(ge=1)
     block_size_bytes: int | None = Field(default=None, ge=0)
     bandwidth_gbps: float = Field(default=1.0, gt=0)
-    g2_eviction: Literal["lru"] = "lru"
+    link: LinkMode = "shared"
+    #: blocks per transfer on a shared link (Dynamo's offload_batch_size); at
+    #: most this many transfers run at once, later batches wait their turn
+    batch_size: int = Field(default=32, ge=1, le=1_000_000)
+    g2_eviction: G2Eviction = "lineage"
+    g2_allocation: G2Allocation = "at_start"
+    dedup: Dedup = "filter"
+
+    @classmethod
+    def legacy(cls, **kw: object) -> OffloadConfig:
+        """An offload tier with every semantics option at its legacy value."""
+        opts = {n: o.legacy for n, o in SEMANTICS.items() if o.scope == "offload"}
+        return cls.model_validate({**opts, **kw})
+
+    def options(self) -> dict[str, str]:
+        """The semantics options of this tier, by name."""
+        return {n: getattr(self, n) for n, o in SEMANTICS.items() if o.scope == "offload"}
 
     def transfer_ms(self) -> float:
         if not self.block_size_bytes:

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from .config import PolicyName, ProfileName
+from .config import SEMANTICS, PolicyName, ProfileName
 from .deviations import Deviation, Site
 from .errors import ConfigError
 from .rules import RuleId
@@ -77,6 +77,35 @@ class Capabilities(Wire):
     #: of the wrong length, identity conflicts): the kvbm known break of
     #: USE-VALIDATE; goldens that check those rejections under kvbm need it
     strict_validation: bool = False
+    #: semantics options (spec/config.py ``SEMANTICS``): option name -> the
+    #: values the implementation supports. An option left out supports only
+    #: the value kvspec had before the option existed (its ``legacy`` value).
+    semantics: dict[str, list[str]] = {}
+
+    @field_validator("semantics")
+    @classmethod
+    def _known_options(cls, v: dict[str, list[str]]) -> dict[str, list[str]]:
+        for name, values in v.items():
+            opt = SEMANTICS.get(name)
+            if opt is None:
+                raise ValueError(f"unknown semantics option {name!r}; known: {sorted(SEMANTICS)}")
+            bad = [x for x in values if x not in opt.values]
+            if bad or not values:
+                raise ValueError(f"semantics option {name!r} takes values from {list(opt.values)}, got {values}")
+        return v
+
+    def supports(self, option: str, value: str) -> bool:
+        """Does the implementation support ``value`` of semantics option ``option``?"""
+        opt = SEMANTICS.get(option)
+        if opt is None:
+            raise ConfigError(f"unknown semantics option {option!r}; known: {sorted(SEMANTICS)}")
+        return value in self.semantics.get(option, [opt.legacy])
+
+    def supported(self, option: str) -> list[str]:
+        """The values of ``option`` the implementation supports (default first when supported)."""
+        opt = SEMANTICS[option]
+        vals = self.semantics.get(option, [opt.legacy])
+        return sorted(vals, key=lambda v: v != opt.default)
 
     def has(self, name: str) -> bool:
         """Does the implementation have capability ``name``?

@@ -76,7 +76,10 @@ class Universe:
             profile="kvbm",
             capacity=self.slots,
             eviction=self.policy,  # type: ignore[arg-type]
-            offload=OffloadConfig(num_g2_blocks=self.cap2),
+            # the encoding covers the legacy offload semantics (a serial FIFO
+            # link, G2 by LRU, G2 destinations taken on arrival, resend):
+            # SPEC.md, "Offload semantics options"
+            offload=OffloadConfig.legacy(num_g2_blocks=self.cap2),
         )
 
     def depth(self, h: int) -> int:
