@@ -387,6 +387,7 @@ def test_every_scenario_with_events_is_perturbed() -> None:
 KNOWN_BREAK_SCENARIOS: dict[str, set[RuleId]] = {
     "kvbm/interleaved_anchor_break": {RuleId.PARENT_ANCHOR},
     "kvbm/evict_reregister_same_batch": {RuleId.STORE_NO_DUP},
+    "kvbm/store_no_dup_reregistered_block_afterwards": {RuleId.STORE_NO_DUP},
     "kvbm/lru_evicts_parent_first": {RuleId.REMOVE_NO_ORPHAN},
     "kvbm/capacity_stop_before_cached_blocks": {RuleId.REMOVE_NO_ORPHAN},
     "legacy/interleaved_batch": {RuleId.PARENT_ANCHOR, RuleId.STORE_TOKENS_HASH},

@@ -483,11 +483,17 @@ class G1Model:
             meta = metas[seq]
             if self.offload is not None:
                 self.quarantined += 1
-                e = G2Entry(seq, meta.plh, meta.parent_hash, meta.local_hash, meta.token_ids)
                 if not self.shared:
+                    e = G2Entry(seq, meta.plh, meta.parent_hash, meta.local_hash, meta.token_ids)
                     self._queue("offload", e)
-                elif seq not in handled:
-                    sent.append(e)
+                elif seq not in handled and meta.announced:
+                    # Dynamo sends what it finds in its metadata map, looked up
+                    # by lineage hash after the batch: a block registered again
+                    # in this batch goes with its new metadata; a block whose
+                    # entry an earlier batch consumed (unannounced) is not sent
+                    again = self.blocks.get(seq)
+                    src = again if again is not None and again.pid == meta.pid else meta
+                    sent.append(G2Entry(seq, src.plh, src.parent_hash, src.local_hash, src.token_ids))
             if seq in handled:
                 continue
             handled.add(seq)

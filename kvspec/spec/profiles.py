@@ -80,7 +80,9 @@ PROFILES: dict[str, Profile] = {
                 "Stored to a block the router saw removed",
                 R.STORE_NO_DUP: (
                     "a block evicted by an earlier allocation of the same batch and then registered "
-                    "again is Stored a second time before the batch's Removed names it"
+                    "again is Stored a second time before the batch's Removed names it; it stays "
+                    "registered but unannounced (hits publish nothing, its next eviction publishes no "
+                    "Removed), and a Use after that eviction Stores it anew"
                 ),
                 R.REMOVE_NO_ORPHAN: _ORPHAN,
                 R.USE_VALIDATE: (
