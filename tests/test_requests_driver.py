@@ -1,6 +1,6 @@
 """The request driver (reference/requests.py): requests as the vllm model's
 operations. Expected streams are written out by hand from the pool facts
-(DESIGN.md / SPEC.md "vLLM-style pool") and from what the Dynamo mocker was
+(SPEC.md "vLLM-style pool") and from what the Dynamo mocker was
 seen to publish (notes of the wheel probe); block hashes come from
 spec/hashing.py, which is verified against the wheel's own vectors."""
 
@@ -65,7 +65,7 @@ def test_prompt_shorter_than_a_block_never_hits() -> None:
 
 @pytest.mark.parametrize(("max_tokens", "decode_blocks"), [(2, 0), (3, 1), (7, 2)])
 def test_decode_stores_a_block_when_the_token_after_it_is_computed(max_tokens: int, decode_blocks: int) -> None:
-    # prompt 10 tokens, B=4: the KV holds 10 + max_tokens - 1 tokens; 12 tokens fill block 2 (DESIGN facts:
+    # prompt 10 tokens, B=4: the KV holds 10 + max_tokens - 1 tokens; 12 tokens fill block 2 (pool facts, SPEC.md:
     # 10 + 2 leaves no third block, 10 + 3 stores it)
     prompt = toks(100, 10)
     h = seqs(prompt)

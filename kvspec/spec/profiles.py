@@ -65,7 +65,7 @@ PROFILES: dict[str, Profile] = {
         Profile(
             name="kvbm",
             title="kvbm mocker (kvbm-logical block manager)",
-            source="seeds/dynamo_mocker_kvbm_kv_manager.rs.txt",
+            source="ai-dynamo/dynamo lib/mocker/src/kv_manager/kvbm_backend.rs (KvManager)",
             use_result="count",
             use_all_or_nothing=False,
             stored_grouping="one_per_use",
@@ -112,7 +112,7 @@ PROFILES: dict[str, Profile] = {
         Profile(
             name="legacy",
             title="dynamo-mocker 1.0.2 (hash cache)",
-            source="seeds/dynamo_mocker_1.0.2_kv_manager.rs.txt",
+            source="ai-dynamo/dynamo lib/mocker/src/kv_manager.rs as published in dynamo-mocker 1.0.2",
             use_result="bool",
             use_all_or_nothing=False,
             stored_grouping="one_per_use",
@@ -138,7 +138,7 @@ PROFILES: dict[str, Profile] = {
         Profile(
             name="vllm",
             title="vLLM-style block pool (request level)",
-            source="DESIGN.md facts on vLLM's BlockPool; the ai-dynamo-runtime mocker",
+            source="vllm-project/vllm vllm/v1/core/block_pool.py (BlockPool); the ai-dynamo-runtime mocker",
             use_result="request",
             use_all_or_nothing=True,
             stored_grouping="one_per_cache_call",
