@@ -72,10 +72,10 @@ def test_golden_with_options_the_adapter_lacks_is_skipped_naming_them() -> None:
     dynamo = load_scenario(SCENARIO_DIR / "offload" / "shared_link_one_transfer_per_use.json")
     legacy = load_scenario(SCENARIO_DIR / "offload" / "offload_link_is_fifo.json")
     old = REF.model_copy(update={"capabilities": REF.capabilities.model_copy(update={"semantics": {}})})
-    reason = _skip_reason(old, dynamo)
+    reason = _skip_reason(old, dynamo, dynamo.config)
     assert reason is not None and "semantics:link=shared" in reason
-    assert _skip_reason(old, legacy) is None
-    assert _skip_reason(REF, dynamo) is None and _skip_reason(REF, legacy) is None
+    assert _skip_reason(old, legacy, legacy.config) is None
+    assert _skip_reason(REF, dynamo, dynamo.config) is None and _skip_reason(REF, legacy, legacy.config) is None
 
 
 def _configure(manifest_semantics: dict[str, list[str]] | None) -> set[tuple[str, ...]]:
