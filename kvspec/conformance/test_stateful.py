@@ -9,9 +9,9 @@ rule, and writes a replay file under ``--kvspec-replay-dir``.
 
 ``test_router_view_matches_model`` is the protocol-only variant: it ignores
 differences a router cannot see and checks the stream rules and
-INV-ROUTER-MATCH only (fewer examples: the full test checks this too). Its
-value is for adapters with declared deviations: a deviation turns the full
-test into an expected failure, and this one still proves the stream safe.
+INV-ROUTER-MATCH only (fewer examples: the full test checks this too): it
+shows the stream safe for a router for implementations whose events differ
+from the model's in detail a router cannot see.
 
 Budget (``_settings``): the adapter's own profile gets the effort's
 examples (``--hypothesis-profile``, ``conformance/settings.py``), other
