@@ -62,6 +62,7 @@ def replay(
             replay_path=None,
             protocol_only=rf.protocol_only if protocol_only is None else protocol_only,
             event_token_ids=manifest.capabilities.event_token_ids,
+            deviations=manifest.deviations,  # followed as the suite follows them
         )
         for i, op in enumerate(rf.ops):
             try:
