@@ -24,7 +24,7 @@ from kvspec.conformance.report import build_matrix, render_html, render_markdown
 from kvspec.conformance.results import load_results
 
 ROOT = Path(__file__).resolve().parents[1]
-ADAPTERS = ("reference", "c_port", "rust_mocker", "vllm", "sglang")
+ADAPTERS = ("reference", "c_port", "rust_mocker", "vllm", "sglang", "paged_rust", "session_rust")
 BEGIN, END = "<!-- matrix:begin -->", "<!-- matrix:end -->"
 
 
