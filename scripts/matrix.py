@@ -9,6 +9,7 @@ the README's table between the ``<!-- matrix:begin -->`` and
 
     python scripts/matrix.py                      # run the suite, update README.md
     python scripts/matrix.py --no-run             # re-render from .kvspec/matrix/*.json
+    python scripts/matrix.py --run vllm sglang    # run these, reuse the others' results
     python scripts/matrix.py --adapters reference c_port --effort smoke
 """
 
@@ -72,6 +73,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", default="20260101", help="pinned Hypothesis seed")
     p.add_argument("--out", default=".kvspec/matrix", help="where the results and reports go")
     p.add_argument("--no-run", action="store_true", help="reuse the results already in --out")
+    p.add_argument(
+        "--run",
+        nargs="+",
+        default=None,
+        metavar="NAME",
+        help="run only these adapters; reuse the results already in --out for the others",
+    )
     p.add_argument("--readme", default="README.md", help="the file whose matrix is replaced")
     args = p.parse_args(argv)
     out = ROOT / args.out
@@ -82,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: no adapters/{name}/manifest.toml yet: left out")
             continue
         res = out / f"{name}.json"
-        if not args.no_run:
+        if not args.no_run and (args.run is None or name in args.run):
             run_suite(name, res, args.effort, args.seed)
         if res.is_file():
             files.append(res)
