@@ -44,12 +44,19 @@ class Profile:
         reason = self.known_breaks.get(RuleId(rule))
         if reason is None:
             return None
-        if RuleId(rule) == R.REMOVE_NO_ORPHAN and policy == "lineage":
-            return None  # the lineage policy evicts leaves only
+        # ``policy`` is kept for callers: no break depends on it any more. The
+        # lineage policy evicts leaves of the inactive forest only, but a held
+        # (active) child is not in that forest, so its inactive parent is a
+        # leaf and can go first: REMOVE-NO-ORPHAN is broken under every policy.
+        del policy
         return reason
 
 
-_ORPHAN = "LRU-style policies evict by age, so a parent can go before its still-stored children"
+_ORPHAN = (
+    "LRU-style policies evict by age, so a parent can go before its still-stored children; under "
+    "lineage a parent whose children are all held (active, so not in the inactive forest) is a leaf "
+    "and can be evicted under them"
+)
 #: the rules of the vLLM-style pool, which the G1 profiles do not have
 _VLLM_ONLY = frozenset(
     {R.STORE_COPY, R.REMOVE_COPY, R.CLEAR_ALL, R.VLLM_PREFIX_HIT, R.VLLM_FREE_ORDER, R.VLLM_LAZY_REMOVE}
