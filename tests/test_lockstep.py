@@ -155,7 +155,7 @@ def test_long_hashes_get_short_names_in_the_report() -> None:
                 if isinstance(op, Use)
                 else o
             ),
-            RuleId.COUNTERS,
+            RuleId.USE_NEW,  # the first rule the model applied that moves active_refs (its labels)
         ),
         (
             lambda op, o: replace(o, result=OpResult(value=0, status="capacity")) if isinstance(op, Use) else o,

@@ -158,11 +158,12 @@ def test_concurrent_runs_get_protocol_and_hash_checks_only() -> None:
 
 def test_consecutive_missing_copy_removals_are_remove_copy_not_event_order() -> None:
     from kvspec.conformance.request_check import attribute
+    from kvspec.reference.vllm_pool import removed_label
     from kvspec.spec.wire import make_removed, make_stored
 
     expected = [make_removed(5, [11]), make_removed(6, [12]), make_stored(7, [13], [1], 12)]
     actual = [make_stored(5, [13], [1], 12)]
-    notes = {5: frozenset({11}), 6: frozenset({12})}  # both evictions left another copy behind
+    notes = {5: removed_label([11], {11}), 6: removed_label([12], {12})}  # both left another copy behind
     assert attribute(expected, actual, notes) == (R.REMOVE_COPY, 0, f"missing {expected[0].brief()}")
     assert attribute(expected, actual, {})[0] == R.VLLM_LAZY_REMOVE  # not copies: a missing eviction
     assert attribute(actual, expected, {})[0] == R.VLLM_LAZY_REMOVE  # the other way round: an extra one
@@ -172,9 +173,10 @@ def test_consecutive_missing_copy_removals_are_remove_copy_not_event_order() -> 
 
 def test_one_of_two_copies_missing_from_a_removed_list_is_remove_copy() -> None:
     from kvspec.conformance.request_check import attribute
+    from kvspec.reference.vllm_pool import removed_label
     from kvspec.spec.wire import make_removed
 
-    rule = attribute([make_removed(3, [1, 2, 2])], [make_removed(3, [1, 2])], {3: frozenset({2})})
+    rule = attribute([make_removed(3, [1, 2, 2])], [make_removed(3, [1, 2])], {3: removed_label([1, 2, 2], {2})})
     assert rule is not None and rule[0] == R.REMOVE_COPY
     rule = attribute([make_removed(3, [1, 2, 2])], [make_removed(3, [1, 2])], {})
     assert rule is not None and rule[0] == R.VLLM_FREE_ORDER
@@ -182,11 +184,12 @@ def test_one_of_two_copies_missing_from_a_removed_list_is_remove_copy() -> None:
 
 def test_a_missing_copy_removal_before_a_stored_is_not_a_swap() -> None:
     from kvspec.conformance.request_check import attribute
+    from kvspec.reference.vllm_pool import removed_label
     from kvspec.spec.wire import make_removed, make_stored
 
     expected = [make_removed(6, [9]), make_stored(7, [13], [1], 12), make_removed(8, [9])]
     actual = [make_stored(6, [13], [1], 12), make_removed(7, [9])]
-    rule = attribute(expected, actual, {6: frozenset({9})})
+    rule = attribute(expected, actual, {6: removed_label([9], {9})})
     assert rule is not None and rule[0] == R.REMOVE_COPY
 
 

@@ -112,11 +112,11 @@ def test_recomputed_copy_has_its_own_stored_and_removed() -> None:
     step = m.apply(promote("c", 2, 1))
     assert brief(step.events) == [(1, "device", "stored", [2], 1)]  # STORE-COPY: a second copy, announced
     assert m.copy_counts() == {1: 1, 2: 2}
-    assert m.copy_notes[1] == frozenset({2})
+    assert m.event_labels[1].copies == frozenset({2})
     m.apply(deref("c", 1))  # LRU: old copy of 2, copy of 2, 1
     step = m.apply(use("p", "q", "r"))  # one free block, then two evictions: both copies of 2
     assert brief(step.events) == [(2, "device", "removed", [2, 2], None)]  # REMOVE-COPY: one per copy
-    assert m.copy_notes[2] == frozenset({2})  # the first of them left a copy behind
+    assert m.event_labels[2].copies == frozenset({2})  # the first of them left a copy behind
     assert m.copy_counts() == {1: 1}
 
 

@@ -44,6 +44,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from kvspec.reference import RouterView, make_model
+from kvspec.reference.labels import StepLabels
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.deviations import Deviation, Site
 from kvspec.spec.errors import AdapterError, InvalidOperation
@@ -117,6 +118,8 @@ class Lockstep:
         self.id_offset = 0
         self._next_ids = (0, 0)  # (model, implementation) next event id
         self._events_seen = False
+        #: the rules behind the model's last step (None: it rejected the operation)
+        self.labels: StepLabels | None = None
 
     # the router views and the known breaks they excused (see stream_check)
     @property
@@ -155,7 +158,7 @@ class Lockstep:
         self.actual.append(actual)
         self.before = expected.counters
         adopted = False
-        for div in self.checker.divergences(op, expected, actual, before.counters, self.model):
+        for div in self.checker.divergences(op, expected, actual, before.counters, self.model, self.labels):
             if adopted and div.rule == RuleId.INV_ROUTER_MATCH:
                 continue  # the consequence of this step's adopted departure (module doc)
             site = self.site_of(div, op, expected, actual)
@@ -194,6 +197,7 @@ class Lockstep:
     def _model_step(self, op: Operation, *, prefer: set[int]) -> StepOutcome:
         """The model's outcome of ``op`` (following the implementation's
         victims where the policy allows)."""
+        self.labels = None
         try:
             step = self.model.apply(op, prefer=prefer)
         except InvalidOperation as err:
@@ -204,6 +208,7 @@ class Lockstep:
                 events=[],
                 earliest_deadline_ms=self.model.earliest_deadline(),
             )
+        self.labels = step.labels
         events = step.events
         if not self.event_token_ids:
             events = [e.model_copy(update={"block_token_ids": None}) if e.block_token_ids else e for e in events]

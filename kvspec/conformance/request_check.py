@@ -20,7 +20,8 @@ For every run (``check_run``):
    stream relative to the Removed events, its parent (the previous block's
    hash, adopted or computed), its single block; and (check 3) its
    block_hash must chain from that parent and its tokens_hash.
-   A divergence is attributed to a rule (``attribute``). When the rule is one
+   A divergence is attributed to a rule (``attribute``) by looking it up in
+   the model's labels of the expected events (``reference.labels``). When the rule is one
    an implementation can depart from in a known way (``reference.vllm_pool.PoolVariant``:
    EVENT-ID's first id, STORE-COPY / REMOVE-COPY's per-copy events, G2-EVICT's
    order inside a host batch), the departure is recorded as a finding and
@@ -45,20 +46,22 @@ from __future__ import annotations
 import itertools
 import struct
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import xxhash
 
+from kvspec.reference.labels import EventLabel, StepLabels, default_label
 from kvspec.reference.requests import RequestResult, make_driver, run_to_end
 from kvspec.reference.router_view import RouterView
-from kvspec.reference.vllm_pool import SPEC_VARIANT, PoolVariant, VllmPoolModel
+from kvspec.reference.vllm_pool import SPEC_VARIANT, PoolVariant, VllmPoolModel, removed_label
 from kvspec.spec.deviations import Site
 from kvspec.spec.hashing import block_hashes, sequence_hash
 from kvspec.spec.rules import RuleId
 from kvspec.spec.wire import KvEvent, Removed, Stored, event_to_json
 
+from .diff import Divergence
 from .requests_api import ConcurrentRun, RequestOutcome
 from .workloads import Workload
 
@@ -355,14 +358,6 @@ class DecodeFollower:
         return sequence_hash(parent, local), local
 
 
-@dataclass(frozen=True, slots=True)
-class Divergence:
-    rule: RuleId
-    request: int
-    summary: str
-    detail: str
-
-
 def _strip(ev: KvEvent) -> dict[str, Any]:
     out = event_to_json(ev)
     out.pop("event_id", None)
@@ -370,13 +365,30 @@ def _strip(ev: KvEvent) -> dict[str, Any]:
     return out
 
 
+def request_labels(expected: Sequence[KvEvent], event_labels: Mapping[int, EventLabel]) -> StepLabels:
+    """The model's labels of one request's expected events (by event id).
+    An event the model did not label gets its tier and kind's default, a
+    device Removed the pool's (VLLM-LAZY-REMOVE); an unexpected device
+    Removed breaks VLLM-LAZY-REMOVE (the pool removes only what it reuses)."""
+    out = StepLabels(silent={("device", "removed"): R.VLLM_LAZY_REMOVE})
+    for ev in expected:
+        lab = event_labels.get(ev.event_id)
+        if lab is None:
+            device_removed = ev.storage_tier == "device" and ev.kind == "removed"
+            lab = removed_label(ev.hashes(), set()) if device_removed else default_label(ev.storage_tier, ev.kind)
+        out.events.append(lab)
+    return out
+
+
 def attribute(
-    expected: Sequence[KvEvent], actual: Sequence[KvEvent], copy_notes: dict[int, frozenset[int]]
+    expected: Sequence[KvEvent], actual: Sequence[KvEvent], event_labels: Mapping[int, EventLabel]
 ) -> tuple[RuleId, int, str] | None:
     """The rule a difference between one request's expected and actual
     events breaks, the index of the first difference, and what differs.
-    ``copy_notes`` (from the model) names, per expected event id, the hashes
-    that event names as one physical copy among several."""
+    The rule is looked up in the model's labels of the expected events
+    (``event_labels``, by event id: ``VllmPoolModel.event_labels``), which
+    also name the hashes an event names as one physical copy among several."""
+    labels = request_labels(expected, event_labels)
     exp_s = [_strip(ev) for ev in expected]
     act_s = [_strip(ev) for ev in actual]
     if exp_s == act_s:
@@ -390,11 +402,11 @@ def attribute(
     e: KvEvent | None = expected[j] if j < len(expected) else None
     a: KvEvent | None = actual[j] if j < len(actual) else None
     if e is not None and a is not None:
-        note = copy_notes.get(e.event_id, frozenset())
+        note = labels.events[j].copies
         if note and set(e.hashes()) <= note:  # an announcement of one copy among several: missing?
             for k in range(1, 4):
                 if j + k < len(expected) and _loose(expected[j + k]) == _loose(a):
-                    return _missing_rule(e, note), j, f"missing {e.brief()}"
+                    return labels.events[j].published, j, f"missing {e.brief()}"
         if (
             j + 1 < len(expected)
             and j + 1 < len(actual)
@@ -413,46 +425,46 @@ def attribute(
             return R.EVENT_ORDER, j, f"{a.brief()} where {e.brief()} is due"
     if e is None:
         assert a is not None
-        return _extra_rule(a), j, f"unexpected {a.brief()}"
+        return labels.unexpected(a), j, f"unexpected {a.brief()}"
+    lab = labels.events[j]
     if a is None:
-        return _missing_rule(e, copy_notes.get(e.event_id, frozenset())), j, f"missing {e.brief()}"
+        return lab.published, j, f"missing {e.brief()}"
     if e.dp_rank != a.dp_rank:
         return R.EVENT_SOURCE, j, f"dp_rank {a.dp_rank} where {e.dp_rank} is due"
     host = e.storage_tier == "host_pinned"
-    copies = copy_notes.get(e.event_id, frozenset())
     if isinstance(e.data, Stored) and isinstance(a.data, Stored):
         ed, ad = e.data.stored, a.data.stored
         eh, ah = [b.block_hash for b in ed.blocks], [b.block_hash for b in ad.blocks]
         if eh != ah:
             dropped = list((Counter(eh) - Counter(ah)).elements())
-            if not host and dropped and all(h in copies for h in dropped):
+            if dropped and all(h in lab.copies for h in dropped):
                 return R.STORE_COPY, j, f"{a.brief()} where {e.brief()} is due: copies {dropped} not announced"
-            return (R.G2_STORE_ON_COMPLETE if host else R.STORE_NEW_ONLY), j, f"{a.brief()} where {e.brief()} is due"
+            return lab.blocks, j, f"{a.brief()} where {e.brief()} is due"
         if ed.parent_hash != ad.parent_hash:
-            return R.PARENT_ANCHOR, j, f"parent {ad.parent_hash} where {ed.parent_hash} is due ({e.brief()})"
+            return lab.parent or lab.blocks, j, f"parent {ad.parent_hash} where {ed.parent_hash} is due ({e.brief()})"
         if [b.tokens_hash for b in ed.blocks] != [b.tokens_hash for b in ad.blocks]:
             return (
-                R.STORE_TOKENS_HASH,
+                lab.tokens or lab.blocks,
                 j,
                 f"tokens hashes {[b.tokens_hash for b in ad.blocks]} where "
                 f"{[b.tokens_hash for b in ed.blocks]} are due",
             )
         return (
-            (R.G2_STORE_ON_COMPLETE if host else R.EVENT_SOURCE),
+            (lab.blocks if host else R.EVENT_SOURCE),
             j,
             f"start_position {ad.start_position} where {ed.start_position} is due",
         )
     if isinstance(e.data, Removed) and isinstance(a.data, Removed):
         eh, ah = e.data.removed.block_hashes, a.data.removed.block_hashes
         if host:
-            return R.G2_EVICT, j, f"host Removed {ah} where {eh} is due"
+            return lab.blocks, j, f"host Removed {ah} where {eh} is due"
         if sorted(eh) == sorted(ah):
-            return R.VLLM_FREE_ORDER, j, f"evicted in the order {ah} where {eh} is due"
+            return lab.choice or lab.blocks, j, f"evicted in the order {ah} where {eh} is due"
         unreported = list((Counter(eh) - Counter(ah)).elements())
-        if unreported and all(h in copies for h in unreported):
+        if unreported and all(h in lab.copies for h in unreported):
             return R.REMOVE_COPY, j, f"Removed {ah} where {eh} is due: evicted copies {unreported} not reported"
-        return R.VLLM_FREE_ORDER, j, f"evicted {ah} where {eh} is due"
-    return R.CLEAR_ALL, j, f"{a.brief()} where {e.brief()} is due"
+        return lab.blocks, j, f"evicted {ah} where {eh} is due"
+    return lab.blocks, j, f"{a.brief()} where {e.brief()} is due"
 
 
 def _loose(ev: KvEvent) -> tuple[Any, ...]:
@@ -460,32 +472,6 @@ def _loose(ev: KvEvent) -> tuple[Any, ...]:
     tier, kind, the set of hashes and the parent (not ids, not order)."""
     parent = ev.data.stored.parent_hash if isinstance(ev.data, Stored) else None
     return (ev.storage_tier, ev.kind, tuple(sorted(ev.hashes())), parent)
-
-
-def _extra_rule(a: KvEvent) -> RuleId:
-    host = a.storage_tier == "host_pinned"
-    if isinstance(a.data, Stored):
-        return R.G2_STORE_ON_COMPLETE if host else R.STORE_NEW_ONLY
-    if isinstance(a.data, Removed):
-        return R.G2_EVICT if host else R.VLLM_LAZY_REMOVE
-    return R.CLEAR_ALL
-
-
-def _missing_rule(e: KvEvent, copies: frozenset[int]) -> RuleId:
-    host = e.storage_tier == "host_pinned"
-    if isinstance(e.data, Stored):
-        if host:
-            return R.G2_STORE_ON_COMPLETE
-        if all(b.block_hash in copies for b in e.data.stored.blocks):
-            return R.STORE_COPY
-        return R.STORE_NEW_ONLY
-    if isinstance(e.data, Removed):
-        if host:
-            return R.G2_EVICT
-        if all(h in copies for h in e.data.removed.block_hashes):
-            return R.REMOVE_COPY
-        return R.VLLM_LAZY_REMOVE
-    return R.CLEAR_ALL
 
 
 def _show(events: Sequence[KvEvent], mark: int | None = None) -> str:
@@ -513,18 +499,28 @@ def compare_sequential(
         if act.cached_tokens is not None and act.cached_tokens != exp.cached_tokens:
             return (
                 Divergence(
-                    R.VLLM_PREFIX_HIT,
-                    i,
+                    exp.cached_rule,
                     f"{act.cached_tokens} cached tokens where {exp.cached_tokens} are due",
-                    _request_detail(exp.events, act.events, None),
+                    exp.cached_tokens,
+                    act.cached_tokens,
+                    request=i,
+                    detail=_request_detail(exp.events, act.events, None),
                 ),
                 expected,
                 follower,
             )
-        found = attribute(exp.events, act.events, model.copy_notes)
+        found = attribute(exp.events, act.events, model.event_labels)
         if found is not None:
             rule, j, what = found
-            return Divergence(rule, i, what, _request_detail(exp.events, act.events, j)), expected, follower
+            div = Divergence(
+                rule,
+                what,
+                exp.events[j].brief() if j < len(exp.events) else "(none)",
+                act.events[j].brief() if j < len(act.events) else "(none)",
+                request=i,
+                detail=_request_detail(exp.events, act.events, j),
+            )
+            return div, expected, follower
     return None, expected, follower
 
 
@@ -550,10 +546,11 @@ def _host_write_missing(div: Divergence, expected: Sequence[RequestResult], outc
     """Condition ``host_write_missing`` (``kvspec.spec.deviations``): the
     expected host events from the failing point on name only blocks the
     implementation published no host event about in that request."""
-    if div.rule not in (R.G2_EVICT, R.G2_STORE_ON_COMPLETE) or div.request >= len(expected):
+    i = div.request
+    if div.rule not in (R.G2_EVICT, R.G2_STORE_ON_COMPLETE) or i is None or i >= len(expected):
         return False
-    exp_host = [e for e in expected[div.request].events if e.storage_tier == "host_pinned"]
-    act_host = {h for e in outcomes[div.request].events if e.storage_tier == "host_pinned" for h in e.hashes()}
+    exp_host = [e for e in expected[i].events if e.storage_tier == "host_pinned"]
+    act_host = {h for e in outcomes[i].events if e.storage_tier == "host_pinned" for h in e.hashes()}
     missing = [e for e in exp_host if not set(e.hashes()) & act_host]
     return bool(missing) and any(isinstance(e.data, Stored) for e in missing)
 
@@ -578,11 +575,11 @@ def check_sequential(workload: Workload, outcomes: Sequence[RequestOutcome], out
             conds = frozenset({name}) if name else frozenset()
         elif _host_write_missing(div, expected, outcomes):
             conds = frozenset({"host_write_missing"})
-        elif div.rule == R.G2_EVICT and div.request < len(outcomes):
+        elif div.rule == R.G2_EVICT and div.request is not None and div.request < len(outcomes):
             evs = outcomes[div.request].events
             if any(_evicts_parent(a, b) for a, b in itertools.pairwise(evs)):
                 conds = frozenset({"host_evicts_batch_parent"})
-        out.add(Finding(div.rule, div.summary, workload, request=div.request, detail=detail, conditions=conds))
+        out.add(Finding(div.rule, div.what, workload, request=div.request, detail=detail, conditions=conds))
         if nxt is None:
             break
         variant = nxt

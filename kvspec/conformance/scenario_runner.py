@@ -5,14 +5,22 @@ The first step whose outcome differs from the scenario's expectation raises a
 the first divergence. A step expected to be rejected must come back as a
 typed error with that rule id, publish nothing and leave the counters as
 they were.
+
+The reference model runs the same steps beside the implementation: its
+labels of each step (``reference.labels``) name the rule a difference
+breaks. It follows the implementation's victims where the policy allows a
+choice, as in the lockstep.
 """
 
 from __future__ import annotations
 
+from kvspec.reference import Model, make_model
+from kvspec.reference.labels import StepLabels
 from kvspec.spec.display import format_ops
+from kvspec.spec.errors import InvalidOperation
 from kvspec.spec.rules import RuleId
 from kvspec.spec.scenario import Scenario
-from kvspec.spec.wire import Counters, OpResult, StepOutcome
+from kvspec.spec.wire import Counters, Operation, OpResult, StepOutcome
 
 from .deviation_scope import site_of
 from .diff import Divergence, counters_divergence, event_divergence, op_rule, result_divergence
@@ -20,7 +28,20 @@ from .failures import ConformanceFailure
 from .interface import Implementation
 
 
-def check_step(scenario: Scenario, index: int, outcome: StepOutcome, before: Counters | None) -> Divergence | None:
+def model_labels(model: Model, op: Operation, outcome: StepOutcome) -> StepLabels | None:
+    """The model's labels of ``op`` (None when it rejects it)."""
+    removed = {h for e in outcome.events if e.kind == "removed" and e.storage_tier == "device" for h in e.hashes()}
+    try:
+        return model.apply(op, prefer=removed).labels
+    except InvalidOperation:
+        return None
+
+
+def check_step(
+    scenario: Scenario, index: int, outcome: StepOutcome, before: Counters | None, labels: StepLabels | None = None
+) -> Divergence | None:
+    """The first difference of step ``index`` from the scenario's expectation
+    (``labels``: the model's labels of the step)."""
     step = scenario.steps[index]
     exp = step.expect
     op = step.op
@@ -51,16 +72,15 @@ def check_step(scenario: Scenario, index: int, outcome: StepOutcome, before: Cou
             value=exp.result if exp.result is not None else outcome.result.value,
             status=exp.status if exp.status is not None else outcome.result.status,
         )
-        d = result_divergence(want, outcome.result, op)
+        d = result_divergence(want, outcome.result, op, labels)
         if d is not None:
             return d
     if exp.events is not None:
-        d = event_divergence(exp.events, outcome.events, op, offload=scenario.config.offload is not None)
+        d = event_divergence(exp.events, outcome.events, labels)
         if d is not None:
             return d
     if exp.counters is not None:
-        stored = None if exp.events is None else any(e.kind == "stored" for e in exp.events)
-        d = counters_divergence(exp.counters, outcome.counters, op, stored=stored)
+        d = counters_divergence(exp.counters, outcome.counters, labels)
         if d is not None:
             return d
     if exp.earliest_deadline_ms is not None and outcome.earliest_deadline_ms != exp.earliest_deadline_ms:
@@ -74,9 +94,10 @@ def run_scenario(scenario: Scenario, impl: Implementation) -> list[StepOutcome]:
     """Run every step; raise ConformanceFailure at the first divergence."""
     outcomes: list[StepOutcome] = []
     before: Counters | None = None
+    model = make_model(scenario.config)
     for i, step in enumerate(scenario.steps):
         outcome = impl.step(step.op)
-        d = check_step(scenario, i, outcome, before)
+        d = check_step(scenario, i, outcome, before, model_labels(model, step.op, outcome))
         if d is not None:
             ops = [s.op for s in scenario.steps[: i + 1]]
             raise ConformanceFailure(

@@ -10,6 +10,8 @@ the rule it breaks, in this order:
 2. the result (value and status);
 3. the event stream as a router sees it (``stream_check.StreamCheck``);
 4. the events themselves, exactly (``diff.event_divergence``);
+   each difference is named by a lookup in the model's labels of the step
+   (``reference.labels``);
 5. the counters, and the earliest pending transfer deadline;
 6. INV-ROUTER-MATCH: the router view of the implementation's stream against
    what the model announced.
@@ -28,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from kvspec.reference import Model
+from kvspec.reference.labels import StepLabels
 from kvspec.spec.rules import RuleId
 from kvspec.spec.wire import Counters, Operation, StepOutcome
 
@@ -72,9 +75,16 @@ class StepCheck:
         self.offload = stream.config.offload is not None
 
     def divergences(
-        self, op: Operation, exp: StepOutcome, act: StepOutcome, before: Counters, model: Model
+        self,
+        op: Operation,
+        exp: StepOutcome,
+        act: StepOutcome,
+        before: Counters,
+        model: Model,
+        labels: StepLabels | None = None,
     ) -> Iterator[Divergence]:
-        """Every difference of one step, in the order of the module doc."""
+        """Every difference of one step, in the order of the module doc;
+        ``labels`` (the model's labels of its step) name each difference's rule."""
         if exp.error is not None:
             yield from rejection_divergences(exp, act, before)
             return
@@ -85,21 +95,20 @@ class StepCheck:
         assert exp.result is not None and act.result is not None
         full = not self.protocol_only
         if full:
-            d = result_divergence(exp.result, act.result, op)
+            d = result_divergence(exp.result, act.result, op, labels)
             if d is not None:
                 yield d
         same_events = act.events == exp.events
-        d = self.stream.check(op, exp, act, same_events)
+        d = self.stream.check(op, exp, act, same_events, labels)
         if d is not None:
             yield d
         if full:
             if not same_events:
-                d = event_divergence(exp.events, act.events, op, offload=self.offload)
+                d = event_divergence(exp.events, act.events, labels)
                 if d is not None:
                     yield d
             if act.counters != exp.counters:
-                stored = any(e.kind == "stored" for e in exp.events)
-                d = counters_divergence(exp.counters, act.counters, op, stored=stored)
+                d = counters_divergence(exp.counters, act.counters, labels)
                 if d is not None:
                     yield d
             if act.earliest_deadline_ms != exp.earliest_deadline_ms:

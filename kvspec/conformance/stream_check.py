@@ -31,6 +31,7 @@ from collections import Counter
 from collections.abc import Iterator
 
 from kvspec.reference import Model, RouterView, Violation
+from kvspec.reference.labels import StepLabels
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.hashing import local_block_hash
 from kvspec.spec.profiles import Profile
@@ -96,9 +97,12 @@ class StreamCheck:
             hash_check=tokens_hash_check,
         )
 
-    def check(self, op: Operation, exp: StepOutcome, act: StepOutcome, same_events: bool) -> Divergence | None:
+    def check(
+        self, op: Operation, exp: StepOutcome, act: StepOutcome, same_events: bool, labels: StepLabels | None = None
+    ) -> Divergence | None:
         """Apply both streams of one step; the first violation of the
-        implementation's that the model's stream does not share."""
+        implementation's that the model's stream does not share
+        (``labels``: the model's labels of the step, to name an event diff)."""
         hints = list(parent_hints(op))
         for h, parent in hints:
             self.view.expect_parent(h, parent)
@@ -119,7 +123,7 @@ class StreamCheck:
                 pool[v.rule] -= 1
                 self.known_breaks[str(v.rule)] += 1
                 continue
-            return self._violation_divergence(v, exp, act, op)
+            return self._violation_divergence(v, exp, act, labels)
         return None
 
     def _excuse(self, known: list[Violation], *, count: bool = True) -> Counter[RuleId]:
@@ -136,15 +140,16 @@ class StreamCheck:
                 self.known_breaks[str(v.rule)] += 1
         return Counter(v.rule for v in known)
 
-    def _violation_divergence(self, v: Violation, exp: StepOutcome, act: StepOutcome, op: Operation) -> Divergence:
+    def _violation_divergence(
+        self, v: Violation, exp: StepOutcome, act: StepOutcome, labels: StepLabels | None
+    ) -> Divergence:
         """A router-view violation of the implementation's stream. Its rule is
         the one reported (it says what a router would get wrong), except when
         the events show a different victim (EVICT-POLICY: the Removed that
         orphans a child or names an unannounced block is the symptom) or the
         violated rule is a strict one (REMOVE-NO-ORPHAN): then the event
         diff's rule, the root cause, is reported."""
-        offload = self.config.offload is not None
-        ed = event_divergence(exp.events, act.events, op, offload=offload) if not self.protocol_only else None
+        ed = event_divergence(exp.events, act.events, labels) if not self.protocol_only else None
         detail = f"router view: {v}"
         if ed is not None:
             detail += f"\n  first differing event ({ed.what}, rule {ed.rule}):"

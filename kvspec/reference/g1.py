@@ -34,7 +34,7 @@ from typing import Any
 
 from kvspec.spec.config import ManagerConfig, OffloadConfig
 from kvspec.spec.errors import ConfigError, InvalidOperation
-from kvspec.spec.rules import RuleId
+from kvspec.spec.rules import rid
 from kvspec.spec.wire import (
     BlockRef,
     Counters,
@@ -55,12 +55,24 @@ from kvspec.spec.wire import (
 )
 
 from .g2_tier import G2Entry, G2Tier
+from .labels import Trace, label
 from .offload_link import SharedLink
 from .outcome import Step
 from .policies import Frequency, Policy, make_policy
 from .validation import check_use_shape
 
 PlhId = tuple[int, int, int | None]  # (position, hash, parent): the registry key
+#: a Use's or a Promote's Stored: the newly registered blocks, anchored to the block before them
+_STORED = label("STORE-NEW-ONLY", parent="PARENT-ANCHOR", tokens="STORE-TOKENS-HASH")
+#: the Stored of swapped-in blocks: the ones not already in G1, anchored to the prefix
+#: the device Removed of evicted blocks: exactly those, the victims the policy chose; with an
+#: offload tier published at eviction
+_EVICTED = label("REMOVE-EXACT", choice="EVICT-POLICY")
+_EVICTED_OFFLOAD = label("DEVICE-REMOVE-IMMEDIATE", "REMOVE-EXACT", choice="EVICT-POLICY")
+#: G2's Removed of a victim, and the host-pinned Stored of a block that reached G2
+_G2_EVICTED = label("G2-EVICT")
+_G2_STORED = label("G2-STORE-ON-COMPLETE", parent="G2-STORE-ON-COMPLETE", tokens="G2-STORE-ON-COMPLETE")
+_ONBOARDED = label("SWAPIN-SKIP-PRESENT", parent="SWAPIN-ANCHOR", tokens="STORE-TOKENS-HASH")
 _NO_VALUE = OpResult(value=None)
 
 
@@ -176,6 +188,8 @@ class G1Model:
         self.waiting: list[_Batch] = []  # batches waiting for a transfer slot
         self.inflight: dict[PlhId, int] = {}  # lineage hashes on their way to G2 (dedup)
         self._evicted_meta: dict[int, Block] = {}
+        #: the rules behind the current step (``reference.labels``)
+        self.trace = Trace()
 
     # ------------------------------------------------------------------ queries
     def counters(self) -> Counters:
@@ -257,6 +271,12 @@ class G1Model:
 
     # --------------------------------------------------------------- dispatch
     def apply(self, op: Any, *, prefer: Collection[int] = ()) -> Step:
+        self.trace.start()
+        step = self._dispatch(op, prefer)
+        step.labels = self.trace.labels(step.events)
+        return step
+
+    def _dispatch(self, op: Any, prefer: Collection[int]) -> Step:
         if isinstance(op, Use):
             return self._use(op, prefer)
         if isinstance(op, Deref):
@@ -268,10 +288,10 @@ class G1Model:
         if isinstance(op, SwapIn):
             return self._swap_in(op, prefer)
         if isinstance(op, Destroy):
-            raise InvalidOperation(RuleId.DESTROY_ACTIVE, "Destroy is an operation of the legacy profile only")
+            raise InvalidOperation(rid("DESTROY-ACTIVE"), "Destroy is an operation of the legacy profile only")
         if isinstance(op, Reset):
-            raise InvalidOperation(RuleId.CLEAR_ALL, "a prefix-cache reset is an operation of the vllm profile only")
-        raise InvalidOperation(RuleId.USE_VALIDATE, f"unknown operation {type(op).__name__}")
+            raise InvalidOperation(rid("CLEAR-ALL"), "a prefix-cache reset is an operation of the vllm profile only")
+        raise InvalidOperation(rid("USE-VALIDATE"), f"unknown operation {type(op).__name__}")
 
     # ------------------------------------------------------------- validation
     def _check_identity(self, seq: int, plh: Plh, pid: PlhId | None = None) -> None:
@@ -281,11 +301,11 @@ class G1Model:
         b = self.blocks.get(seq)
         if b is not None and b.pid != pid:
             raise InvalidOperation(
-                RuleId.USE_VALIDATE, f"block {seq} is registered with lineage hash {b.pid}, not {pid}"
+                rid("USE-VALIDATE"), f"block {seq} is registered with lineage hash {b.pid}, not {pid}"
             )
         other = self.by_plh.get(pid)
         if other is not None and other != seq:
-            raise InvalidOperation(RuleId.USE_VALIDATE, f"lineage hash {pid} belongs to block {other}, not {seq}")
+            raise InvalidOperation(rid("USE-VALIDATE"), f"lineage hash {pid} belongs to block {other}, not {seq}")
 
     def _validate_use(self, op: Use) -> None:
         fulls = check_use_shape(op, self.block_size)
@@ -296,12 +316,12 @@ class G1Model:
             self._check_identity(seq, plh, pid)
             if batch_ids.setdefault(pid, seq) != seq:
                 raise InvalidOperation(
-                    RuleId.USE_VALIDATE, f"blocks {batch_ids[pid]} and {seq} share lineage hash {pid} in one batch"
+                    rid("USE-VALIDATE"), f"blocks {batch_ids[pid]} and {seq} share lineage hash {pid} in one batch"
                 )
             if self.atomic:
                 if plh.position in seen_pos:
                     raise InvalidOperation(
-                        RuleId.USE_VALIDATE, f"two full blocks at position {plh.position} in one batch"
+                        rid("USE-VALIDATE"), f"two full blocks at position {plh.position} in one batch"
                     )
                 seen_pos.add(plh.position)
 
@@ -339,6 +359,7 @@ class G1Model:
 
     def _evict(self, seq: int) -> None:
         """Take ``seq`` out of the pool and the registry (its slot is reused)."""
+        self.trace.did("EVICT-POLICY")
         self.policy.evict(seq)
         b = self.blocks.pop(seq)
         del self.by_plh[b.pid]
@@ -357,12 +378,12 @@ class G1Model:
             dp_rank=self.dp_rank,
             token_ids=tokens,
         )
-        self.next_event_id += 1
+        self.next_event_id += 1  # EVENT-ID
         return ev
 
     def _removed(self, seqs: list[int], tier: str = "device") -> KvEvent:
         ev = make_removed(self.next_event_id, seqs, dp_rank=self.dp_rank, tier=tier)  # type: ignore[arg-type]
-        self.next_event_id += 1
+        self.next_event_id += 1  # EVENT-ID
         return ev
 
     def _register(self, seq: int, plh: Plh, parent: int | None, local: int, toks: list[int] | None) -> Block:
@@ -375,7 +396,7 @@ class G1Model:
         return b
 
     def _hit(self, b: Block) -> None:
-        """An owner joins ``b`` (USE-HIT-ACTIVE / USE-HIT-INACTIVE).
+        """An owner joins ``b``.
 
         Only an inactive hit is a touch: it is matched by lineage hash in the
         block manager (``BlockManager::match_blocks``), which counts it. An
@@ -383,9 +404,12 @@ class G1Model:
         (``KvManager::process_use``, ``active_full``) and never reaches the
         block manager."""
         if b.owners == 0:
+            self.trace.did("USE-HIT-INACTIVE")
             self.policy.remove(b.seq)
             self.active_full += 1
             self.freq.touch(b.pid)
+        else:
+            self.trace.did("USE-HIT-ACTIVE")
         b.owners += 1
         self.refs += 1
 
@@ -409,7 +433,7 @@ class G1Model:
                 seq, idx = ref.full, fi
                 fi += 1
                 b = blocks.get(seq)
-                if b is not None:  # USE-HIT-ACTIVE / USE-HIT-INACTIVE
+                if b is not None:
                     self._hit(b)
                     anchor = seq
                 else:
@@ -417,12 +441,13 @@ class G1Model:
                     if victim is not None:
                         evicted.append(victim)
                     if not got:
-                        status = "blocked_on_offload" if victim is not None else "capacity"
+                        status = self._stopped(victim)
                         if victim is not None:
                             self._extend_quarantine(op.blocks[placed + 1 :], op.plhs[fi:], prefer, evicted)
                         break
                     local = op.local_hashes[idx] if op.local_hashes else 0
                     toks = op.token_ids[idx] if op.token_ids is not None else None
+                    self.trace.did("USE-NEW")
                     nb = self._register(seq, op.plhs[idx], meta_parent, local, toks)
                     new_seqs.append(seq)
                     new_meta.append(nb)
@@ -432,17 +457,30 @@ class G1Model:
                 if victim is not None:
                     evicted.append(victim)
                 if not got:
-                    status = "blocked_on_offload" if victim is not None else "capacity"
+                    status = self._stopped(victim)
                     if victim is not None:
                         self._extend_quarantine(op.blocks[placed + 1 :], op.plhs[fi:], prefer, evicted)
                     break
+                self.trace.did("USE-PARTIAL")
                 self.partial[ref.partial] = None
+            else:
+                self.trace.did("USE-PARTIAL")  # already held: it keeps its slot
             placed += 1
         events: list[KvEvent] = []
         if new_seqs:
-            events.append(self._stored(new_seqs, new_meta, anchor))
+            events.append(self.trace.event(self._stored(new_seqs, new_meta, anchor), _STORED))
         events.extend(self._publish_evictions(evicted))
         return Step(OpResult(value=placed, status=status), events)  # type: ignore[arg-type]
+
+    def _stopped(self, victim: int | None) -> str:
+        """The status of a Use that found no slot: blocked on the offload its
+        eviction started, or out of capacity."""
+        if victim is not None:
+            self.trace.did("OFFLOAD-BLOCKS-USE")
+            self.trace.result("OFFLOAD-BLOCKS-USE")
+            return "blocked_on_offload"
+        self.trace.did("USE-CAPACITY")
+        return "capacity"
 
     def _pending_allocations(self, rest: list[BlockRef], plhs: list[Plh]) -> int:
         n = 0
@@ -476,12 +514,14 @@ class G1Model:
             return []
         metas = self._evicted_meta
         self._evicted_meta = {}
+        self.trace.did("EVENT-ORDER")  # the device Removed comes after the operation's Stored
         gone: list[int] = []
         handled: set[int] = set()
         sent: list[G2Entry] = []
         for seq in evicted:
             meta = metas[seq]
             if self.offload is not None:
+                self.trace.did("QUARANTINE-HOLD")
                 self.quarantined += 1
                 if not self.shared:
                     e = G2Entry(seq, meta.plh, meta.parent_hash, meta.local_hash, meta.token_ids)
@@ -507,7 +547,11 @@ class G1Model:
                 gone.append(seq)
             if reregistered:
                 again.announced = False  # type: ignore[union-attr]
-        events = [self._removed(gone)] if gone else []
+        events = (
+            [self.trace.event(self._removed(gone), _EVICTED if self.offload is None else _EVICTED_OFFLOAD)]
+            if gone
+            else []
+        )
         if self.shared:
             events.extend(self._enqueue_offload(sent, len(evicted)))
         return events
@@ -526,10 +570,12 @@ class G1Model:
                     pinned.append(b)
         needed = len(missing) + len(new_partials)
         if needed > self.free + len(self.policy) - len(pinned):
+            self.trace.did("USE-CAPACITY")
             return Step(OpResult(value=0, status="capacity"), [])
         self._evicted_meta = {}
         # pin the batch's inactive hits first so no allocation evicts them
         for b in pinned:
+            self.trace.did("USE-HIT-INACTIVE")
             self.policy.remove(b.seq)
             self.active_full += 1
         evicted: list[int] = []
@@ -554,7 +600,7 @@ class G1Model:
                     else:
                         self._hit(b)
                     if group:
-                        events.append(self._stored(group, group_meta, anchor))
+                        events.append(self.trace.event(self._stored(group, group_meta, anchor), _STORED))
                         group, group_meta = [], []
                     anchor = seq
                 else:
@@ -565,6 +611,7 @@ class G1Model:
                     local = op.local_hashes[idx] if op.local_hashes else 0
                     toks = op.token_ids[idx] if op.token_ids is not None else None
                     group.append(seq)
+                    self.trace.did("USE-NEW")
                     group_meta.append(self._register(seq, op.plhs[idx], meta_parent, local, toks))
                 meta_parent = seq
             elif ref.partial not in self.partial:
@@ -572,9 +619,12 @@ class G1Model:
                 assert got, "atomic Use: capacity was checked"
                 if victim is not None:
                     evicted.append(victim)
+                self.trace.did("USE-PARTIAL")
                 self.partial[ref.partial] = None
+            else:
+                self.trace.did("USE-PARTIAL")  # already held: it keeps its slot
         if group:
-            events.append(self._stored(group, group_meta, anchor))
+            events.append(self.trace.event(self._stored(group, group_meta, anchor), _STORED))
         events.extend(self._publish_evictions(evicted))
         return Step(OpResult(value=len(op.blocks), status="ok"), events)
 
@@ -594,18 +644,19 @@ class G1Model:
                 if n > owners:
                     state = "unknown" if b is None else ("inactive" if owners == 0 else f"held by {owners}")
                     raise InvalidOperation(
-                        RuleId.DEREF_UNKNOWN, f"Deref of full block {seq} ({state}) drops more owners than it has"
+                        rid("DEREF-UNKNOWN"), f"Deref of full block {seq} ({state}) drops more owners than it has"
                     )
                 resolved.append(b)
             else:
                 uuid = ref.partial  # type: ignore[union-attr]
                 if uuid not in self.partial or uuid in seen_partial:
-                    raise InvalidOperation(RuleId.DEREF_UNKNOWN, f"Deref of partial block {uuid} that is not held")
+                    raise InvalidOperation(rid("DEREF-UNKNOWN"), f"Deref of partial block {uuid} that is not held")
                 seen_partial.add(uuid)
                 resolved.append(None)
         self.refs -= len(op.blocks) - len(seen_partial)
         for ref, b in zip(op.blocks, resolved, strict=True):
             if b is not None:
+                self.trace.did("DEREF-OWNER")
                 b.owners -= 1
                 if b.owners == 0:
                     self.active_full -= 1
@@ -613,6 +664,7 @@ class G1Model:
                     parent_key = None if plh.parent is None or plh.position == 0 else (plh.position - 1, plh.parent)
                     self.policy.insert(b.seq, (plh.position, plh.hash), parent_key, self.freq.count(b.pid))
             else:
+                self.trace.did("DEREF-PARTIAL")
                 del self.partial[ref.partial]  # type: ignore[union-attr]
                 self.free += 1
         return Step(_NO_VALUE, [])
@@ -620,21 +672,26 @@ class G1Model:
     # --------------------------------------------------------------- Promote
     def _promote(self, op: Promote) -> Step:
         if op.uuid not in self.partial:
-            raise InvalidOperation(RuleId.PROMOTE_UNKNOWN, f"Promote of partial block {op.uuid} that is not held")
+            raise InvalidOperation(rid("PROMOTE-UNKNOWN"), f"Promote of partial block {op.uuid} that is not held")
         if op.token_ids is not None and len(op.token_ids) != self.block_size:
             raise InvalidOperation(
-                RuleId.USE_VALIDATE,
+                rid("USE-VALIDATE"),
                 f"Promote token_ids has {len(op.token_ids)} tokens; a full block has {self.block_size}",
             )
         self._check_identity(op.seq_hash, op.plh)
         del self.partial[op.uuid]
         b = self.blocks.get(op.seq_hash)
-        if b is not None:  # PROMOTE-EXISTING: the partial slot goes back to free
+        if b is not None:  # the partial slot goes back to free
+            self.trace.did("PROMOTE-EXISTING")
+            self.trace.result("PROMOTE-EXISTING")
             self.free += 1
             self._hit(b)
             return Step(OpResult(value=None), [])
+        self.trace.did("PROMOTE-NEW")
         nb = self._register(op.seq_hash, op.plh, op.parent_hash, op.local_hash, op.token_ids)
-        return Step(OpResult(value=None), [self._stored([op.seq_hash], [nb], op.parent_hash)])
+        return Step(
+            OpResult(value=None), [self.trace.event(self._stored([op.seq_hash], [nb], op.parent_hash), _STORED)]
+        )
 
     # ----------------------------------------------------------- offload tier
     #
@@ -681,6 +738,9 @@ class G1Model:
         transfer due by then (fifo: earliest deadline first, queue order on
         a tie; shared: in the links' completion order, offloads first). A
         tick earlier than the clock changes nothing at all."""
+        self.trace.did("TIME-MONOTONIC")
+        self.trace.silent("device", "stored", "SWAPIN-SKIP-PRESENT")
+        self.trace.silent("device", "removed", "DEVICE-REMOVE-IMMEDIATE")
         if op.now_ms < self.now:
             return Step(OpResult(value=0), [])
         self.now = op.now_ms
@@ -722,7 +782,8 @@ class G1Model:
         return self._arrive_in_g2(e)
 
     def _release_slots(self, n: int) -> None:
-        """QUARANTINE-RELEASE: ``n`` source slots go back to free."""
+        """``n`` source slots go back to free."""
+        self.trace.did("QUARANTINE-RELEASE")
         self.quarantined -= n
         self.free += n
 
@@ -767,7 +828,7 @@ class G1Model:
             kept: list[G2Entry] = []
             for e in batch.entries:
                 got, victims = self.g2tier.make_room()
-                events.extend(self._removed([v], "host_pinned") for v in victims)
+                events.extend(self._g2_evicted(victims))
                 if got:
                     self.g2tier.reserved += 1
                     batch.reserved += 1
@@ -806,13 +867,21 @@ class G1Model:
         return events
 
     # --------------------------------------------------------- G2 arrivals
+    def _g2_evicted(self, victims: list[int]) -> list[KvEvent]:
+        """The host-pinned Removed of G2's victims, one per block."""
+        out: list[KvEvent] = []
+        for v in victims:
+            self.trace.did("G2-EVICT")
+            out.append(self.trace.event(self._removed([v], "host_pinned"), _G2_EVICTED))
+        return out
+
     def _arrive_in_g2(self, e: G2Entry) -> list[KvEvent]:
         """G2-EVICT then G2-STORE-ON-COMPLETE for a block whose destination is
         taken on arrival (g2_allocation = "at_completion")."""
         if e.seq in self.g2tier:
             return self._register_in_g2(e, reserved=False)
         got, victims = self.g2tier.make_room()
-        events = [self._removed([v], "host_pinned") for v in victims]
+        events = self._g2_evicted(victims)
         if got:
             events.extend(self._register_in_g2(e, reserved=False))
         return events
@@ -836,7 +905,8 @@ class G1Model:
             token_ids=[e.token_ids] if e.token_ids is not None else None,
         )
         self.next_event_id += 1
-        return [ev]
+        self.trace.did("G2-STORE-ON-COMPLETE")
+        return [self.trace.event(ev, _G2_STORED)]
 
     # ------------------------------------------------------------- swap-in
     def _validate_swap_in(self, op: SwapIn) -> None:
@@ -847,7 +917,7 @@ class G1Model:
             g2 = self.g2.get(blk.seq_hash)
             if g2 is not None and plh_id(g2.plh) != plh_id(blk.plh):
                 raise InvalidOperation(
-                    RuleId.USE_VALIDATE,
+                    rid("USE-VALIDATE"),
                     f"block {blk.seq_hash} is held in G2 with lineage hash {plh_id(g2.plh)}, not {plh_id(blk.plh)}",
                 )
 
@@ -902,6 +972,7 @@ class G1Model:
                     self.g2tier.unpin(seqs)
                 return Step(OpResult(value=0, status="blocked_on_offload"), self._publish_evictions(evicted))
             reserved += 1
+        self.trace.did("SWAPIN-RESERVE")
         self.reserved += reserved
         if not lineage:  # copying a block back counts as a use of it in G2
             self.g2tier.pin(seqs)
@@ -927,12 +998,14 @@ class G1Model:
         for seq, plh, meta in job.blocks[: job.slots]:
             slots -= 1
             if seq in self.blocks or plh_id(plh) in self.by_plh:
+                self.trace.did("SWAPIN-SKIP-PRESENT")
                 self.free += 1
                 if group:
-                    events.append(self._stored(group, group_meta, anchor))
+                    events.append(self.trace.event(self._stored(group, group_meta, anchor), _ONBOARDED))
                     group, group_meta = [], []
                 anchor = meta_parent = seq
                 continue
+            self.trace.did("SWAPIN-ANCHOR")
             b = Block(seq, plh, meta_parent, meta.local_hash, meta.token_ids, owners=0)
             self.blocks[seq] = b
             self.by_plh[plh_id(plh)] = seq
@@ -943,7 +1016,7 @@ class G1Model:
             meta_parent = seq
         self.free += slots
         if group:
-            events.append(self._stored(group, group_meta, anchor))
+            events.append(self.trace.event(self._stored(group, group_meta, anchor), _ONBOARDED))
         if self.offload is not None and self.offload.g2_eviction == "lineage":
             self.g2tier.unpin([seq for seq, _plh, _e in job.blocks])
         return events

@@ -27,7 +27,7 @@ from typing import Any
 
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.errors import ConfigError, InvalidOperation
-from kvspec.spec.rules import RuleId
+from kvspec.spec.rules import rid
 from kvspec.spec.wire import (
     BlockRef,
     Counters,
@@ -46,9 +46,14 @@ from kvspec.spec.wire import (
     make_stored,
 )
 
+from .labels import Trace, label
 from .outcome import Step
 
 Key = tuple[str, int | str]  # ("F", seq) or ("P", uuid)
+#: the Stored of a Use or a Promote: the blocks it placed, anchored to the last hit
+_STORED = label("STORE-NEW-ONLY", parent="PARENT-ANCHOR", tokens="STORE-TOKENS-HASH")
+#: an eviction's Removed: the LRU victim, published at once
+_EVICTED = label("REMOVE-EXACT", choice="EVICT-POLICY")
 
 
 def key_of(ref: BlockRef) -> Key:
@@ -69,6 +74,8 @@ class LegacyModel:
         self.inactive: OrderedDict[Key, None] = OrderedDict()
         self.unannounced: set[int] = set()
         self.next_event_id = 0
+        #: the rules behind the current step (``reference.labels``)
+        self.trace = Trace()
 
     # ---------------------------------------------------------------- queries
     def counters(self) -> Counters:
@@ -111,6 +118,12 @@ class LegacyModel:
 
     # --------------------------------------------------------------- dispatch
     def apply(self, op: Any, *, prefer: Collection[int] = ()) -> Step:
+        self.trace.start()
+        step = self._dispatch(op)
+        step.labels = self.trace.labels(step.events)
+        return step
+
+    def _dispatch(self, op: Any) -> Step:
         if isinstance(op, Use):
             return self._use(op)
         if isinstance(op, Deref):
@@ -120,12 +133,13 @@ class LegacyModel:
         if isinstance(op, Promote):
             return self._promote(op)
         if isinstance(op, Tick):
+            self.trace.did("TIME-MONOTONIC")
             return Step(OpResult(value=0), [])
         if isinstance(op, SwapIn):
             return Step(OpResult(value=0, status="no_hits"), [])
         if isinstance(op, Reset):
-            raise InvalidOperation(RuleId.CLEAR_ALL, "a prefix-cache reset is an operation of the vllm profile only")
-        raise InvalidOperation(RuleId.USE_VALIDATE, f"unknown operation {type(op).__name__}")
+            raise InvalidOperation(rid("CLEAR-ALL"), "a prefix-cache reset is an operation of the vllm profile only")
+        raise InvalidOperation(rid("USE-VALIDATE"), f"unknown operation {type(op).__name__}")
 
     def _event_id(self) -> int:
         eid = self.next_event_id
@@ -137,19 +151,19 @@ class LegacyModel:
         n_full = sum(1 for b in op.blocks if isinstance(b, FullBlock))
         if len(op.local_hashes) != n_full:
             raise InvalidOperation(
-                RuleId.USE_VALIDATE,
+                rid("USE-VALIDATE"),
                 f"the legacy Use needs one local hash per full block ({len(op.local_hashes)} for {n_full})",
             )
         if op.token_ids is not None and len(op.token_ids) != n_full:
             raise InvalidOperation(
-                RuleId.USE_VALIDATE, f"token_ids has {len(op.token_ids)} entries for {n_full} full blocks"
+                rid("USE-VALIDATE"), f"token_ids has {len(op.token_ids)} entries for {n_full} full blocks"
             )
         if op.parent is not None:
-            raise InvalidOperation(RuleId.USE_VALIDATE, "the legacy Use takes no parent")
+            raise InvalidOperation(rid("USE-VALIDATE"), "the legacy Use takes no parent")
         for ref in op.blocks:
             if isinstance(ref, PartialBlock) and ("P", ref.partial) in self.active:
                 raise InvalidOperation(
-                    RuleId.USE_VALIDATE, f"partial block {ref.partial} is already held (it would become the parent)"
+                    rid("USE-VALIDATE"), f"partial block {ref.partial} is already held (it would become the parent)"
                 )
         events: list[KvEvent] = []
         stored: list[int] = []
@@ -162,25 +176,30 @@ class LegacyModel:
             if isinstance(ref, FullBlock):
                 fi += 1
             if k in self.active:
+                self.trace.did("USE-HIT-ACTIVE")
                 self.active[k] += 1
                 parent = ref.full if isinstance(ref, FullBlock) else parent
                 continue
             if k in self.inactive:
+                self.trace.did("USE-HIT-INACTIVE")
                 del self.inactive[k]
                 self.active[k] = 1
                 parent = ref.full if isinstance(ref, FullBlock) else parent
                 continue
             if len(self.active) + len(self.inactive) >= self.capacity:
                 if not self.inactive:
-                    # USE-CAPACITY (legacy): false at once; placed blocks stay, no Stored
+                    # false at once; placed blocks stay, no Stored
+                    self.trace.did("USE-CAPACITY")
                     self.unannounced.update(stored)
                     return Step(OpResult(value=False, status="capacity"), events)
                 victim, _ = self.inactive.popitem(last=False)
+                self.trace.did("EVICT-POLICY")
                 if victim[0] == "F":
                     self.unannounced.discard(victim[1])
-                    events.append(
-                        make_removed(self._event_id(), [victim[1]], dp_rank=self.dp_rank)  # type: ignore[list-item]
-                    )
+                    self.trace.did("EVENT-ORDER")  # the Removed at once, before the batch's Stored
+                    ev = make_removed(self._event_id(), [victim[1]], dp_rank=self.dp_rank)  # type: ignore[list-item]
+                    events.append(self.trace.event(ev, _EVICTED))
+            self.trace.did("USE-PARTIAL" if isinstance(ref, PartialBlock) else "USE-NEW")
             self.active[k] = 1
             if isinstance(ref, FullBlock):
                 stored.append(ref.full)
@@ -188,16 +207,15 @@ class LegacyModel:
                     stored_tokens.append(op.token_ids[idx])
         if stored:
             tokens_hashes = op.local_hashes[len(op.local_hashes) - len(stored) :]
-            events.append(
-                make_stored(
-                    self._event_id(),
-                    stored,
-                    list(tokens_hashes),
-                    parent,
-                    dp_rank=self.dp_rank,
-                    token_ids=stored_tokens if op.token_ids is not None else None,
-                )
+            ev = make_stored(
+                self._event_id(),
+                stored,
+                list(tokens_hashes),
+                parent,
+                dp_rank=self.dp_rank,
+                token_ids=stored_tokens if op.token_ids is not None else None,
             )
+            events.append(self.trace.event(ev, _STORED))
         return Step(OpResult(value=True), events)
 
     # ------------------------------------------------------------ the others
@@ -206,7 +224,9 @@ class LegacyModel:
             k = key_of(ref)
             n = self.active.get(k)
             if n is None:
-                continue  # the legacy manager ignores a Deref of a block it does not hold
+                self.trace.did("DEREF-UNKNOWN")  # the legacy manager ignores a Deref of a block it does not hold
+                continue
+            self.trace.did("DEREF-OWNER")
             if n == 1:
                 del self.active[k]
                 self.inactive[k] = None
@@ -218,26 +238,34 @@ class LegacyModel:
         keys = [key_of(r) for r in op.blocks]
         for k in keys:
             if k not in self.active:
-                raise InvalidOperation(RuleId.DESTROY_ACTIVE, f"Destroy of block {k[1]} that is not active")
+                raise InvalidOperation(rid("DESTROY-ACTIVE"), f"Destroy of block {k[1]} that is not active")
         if len(set(keys)) != len(keys):
-            raise InvalidOperation(RuleId.DESTROY_ACTIVE, "Destroy names a block twice")
+            raise InvalidOperation(rid("DESTROY-ACTIVE"), "Destroy names a block twice")
         gone: list[int] = []
+        self.trace.silent("device", "removed", "DESTROY-ACTIVE")
+        self.trace.silent("device", "stored", "DESTROY-ACTIVE")
         for k in keys:
+            self.trace.did("DESTROY-ACTIVE")
             del self.active[k]
             if k[0] == "F":
                 gone.append(k[1])  # type: ignore[arg-type]
                 self.unannounced.discard(k[1])
         events = [make_removed(self._event_id(), gone, dp_rank=self.dp_rank)] if gone else []
+        for ev in events:
+            self.trace.event(ev, label("DESTROY-ACTIVE"))
         return Step(OpResult(value=True), events)
 
     def _promote(self, op: Promote) -> Step:
         pk: Key = ("P", op.uuid)
         if self.active.get(pk) != 1:
             raise InvalidOperation(
-                RuleId.PROMOTE_UNKNOWN, f"Promote of partial block {op.uuid} that is not held by exactly one owner"
+                rid("PROMOTE-UNKNOWN"), f"Promote of partial block {op.uuid} that is not held by exactly one owner"
             )
         del self.active[pk]
         fk: Key = ("F", op.seq_hash)
+        if fk in self.active or fk in self.inactive:
+            self.trace.did("PROMOTE-EXISTING")
+            self.trace.result("PROMOTE-EXISTING")
         if fk in self.active:
             self.active[fk] += 1
             return Step(OpResult(value=True), [])
@@ -245,6 +273,7 @@ class LegacyModel:
             del self.inactive[fk]
             self.active[fk] = 1
             return Step(OpResult(value=True), [])
+        self.trace.did("PROMOTE-NEW")
         self.active[fk] = 1
         ev = make_stored(
             self._event_id(),
@@ -254,4 +283,4 @@ class LegacyModel:
             dp_rank=self.dp_rank,
             token_ids=[op.token_ids] if op.token_ids is not None else None,
         )
-        return Step(OpResult(value=True), [ev])
+        return Step(OpResult(value=True), [self.trace.event(ev, _STORED)])

@@ -9,13 +9,17 @@ from typing import Any, Protocol
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.wire import Counters, KvEvent, OpResult
 
+from .labels import StepLabels
+
 
 @dataclass(slots=True)
 class Step:
-    """The result of one operation and the events it published, in order."""
+    """The result of one operation and the events it published, in order,
+    with the rules behind them (``labels``; set by the model's ``apply``)."""
 
     result: OpResult
     events: list[KvEvent] = field(default_factory=list)
+    labels: StepLabels | None = None
 
 
 class Model(Protocol):

@@ -51,6 +51,7 @@ from kvspec.spec.config import ManagerConfig
 from kvspec.spec.engine_wire import MAX_TOKENS_LIMIT
 from kvspec.spec.errors import ConfigError
 from kvspec.spec.hashing import block_hashes, local_block_hash, sequence_hash
+from kvspec.spec.rules import RuleId, rid
 from kvspec.spec.wire import U32, BlockRef, Deref, FullBlock, KvEvent, PartialBlock, Plh, Promote, Reset, Use, Wire
 
 from .vllm_pool import SPEC_VARIANT, HostBlock, PoolVariant, VllmPoolModel
@@ -93,10 +94,15 @@ class PoolSetup(Wire):
 
 @dataclass(slots=True)
 class RequestResult:
-    """What one request produced: its cached-token count and its events."""
+    """What one request produced: its cached-token count and its events,
+    with the request-level rules the driver applied (``rules``; the pool's
+    own labels are in ``VllmPoolModel.event_labels``)."""
 
     cached_tokens: int
     events: list[KvEvent] = field(default_factory=list)
+    rules: list[RuleId] = field(default_factory=list)
+    #: the rule behind ``cached_tokens``
+    cached_rule: RuleId = RuleId.VLLM_PREFIX_HIT
 
 
 class DecodeHashes(Protocol):
@@ -232,7 +238,9 @@ class RequestDriver:
                     )
                 ).events
         events += m.host_write_through([HostBlock(s, loc, i) for i, (s, loc) in enumerate(hashes)])
-        result = RequestResult(cached_tokens=cached * bs)
+        # the prompt hashed by kvspec's hashing; the hit capped and whole blocks only
+        prefill_rules = [rid("HASH-LOCAL"), rid("HASH-SEQUENCE"), rid("VLLM-PREFIX-HIT")]
+        result = RequestResult(cached_tokens=cached * bs, rules=prefill_rules, cached_rule=rid("VLLM-PREFIX-HIT"))
         result.events.extend(events)
         yield events
         # ---- decode: every generated token but the last is computed
@@ -269,6 +277,7 @@ class RequestDriver:
             result.events.extend(events)
             yield events
         # ---- finish: free in reverse order, leaf first
+        result.rules.append(rid("VLLM-FREE-ORDER"))
         m.apply(Deref(blocks=list(reversed(refs))))
         return result
 

@@ -57,7 +57,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from kvspec.spec.rules import RuleId
+from kvspec.spec.rules import RuleId, rid
 from kvspec.spec.wire import KvEvent, Removed, Stored, make_cleared, make_removed, make_stored
 
 Mode = Literal["set", "copies"]
@@ -146,7 +146,7 @@ class _PerBlockCheck:
             msg = self.fn(prev, h, tokens_hashes[i] if tokens_hashes is not None else 0, toks)
             if msg is not None:
                 out = out or []
-                out.append((RuleId.STORE_TOKENS_HASH, msg, {"block": h}))
+                out.append((rid("STORE-TOKENS-HASH"), msg, {"block": h}))
             prev = h
         return out
 
@@ -299,7 +299,7 @@ class RouterView:
             if stored_first and ev.kind == "stored" and ev.storage_tier == "device" and seen_removed is not None:
                 out.append(
                     self._flag(
-                        RuleId.EVENT_ORDER,
+                        rid("EVENT-ORDER"),
                         f"Stored published after Removed event #{seen_removed.event_id} within one operation",
                         (worker_id, ev.dp_rank),
                         ev.storage_tier,
@@ -346,7 +346,7 @@ class RouterView:
             src = self._source(key)
         if self.expect_dp_rank is not None and dp_rank != self.expect_dp_rank:
             self._flag(
-                RuleId.EVENT_SOURCE,
+                rid("EVENT-SOURCE"),
                 f"event carries dp_rank {dp_rank}",
                 key,
                 tier,
@@ -358,7 +358,7 @@ class RouterView:
         nxt = src.next_id
         if nxt is not None and event_id != nxt:
             what = "a gap" if event_id > nxt else "a repeat or step back"
-            self._flag(RuleId.EVENT_ID, f"event id {event_id} is {what}", key, tier, ev, expected_id=nxt)
+            self._flag(rid("EVENT-ID"), f"event id {event_id} is {what}", key, tier, ev, expected_id=nxt)
         src.next_id = event_id + 1
         return src, event_id
 
@@ -399,12 +399,12 @@ class RouterView:
                 ctx["parent_removed_by_event"] = gone[0]
             else:
                 ctx["parent_state"] = f"never stored in tier {tier_name}"
-            self._flag(RuleId.PARENT_ANCHOR, f"parent {parent} is not stored", key, tier_name, ref, **ctx)
+            self._flag(rid("PARENT-ANCHOR"), f"parent {parent} is not stored", key, tier_name, ref, **ctx)
         if self.expected_parents and (anchored is None or tier_name in anchored) and hashes:
             first = hashes[0]
             if first in self.expected_parents and self.expected_parents[first] != parent:
                 self._flag(
-                    RuleId.PARENT_ANCHOR,
+                    rid("PARENT-ANCHOR"),
                     f"parent {parent} is not the block before {first}",
                     key,
                     tier_name,
@@ -430,10 +430,10 @@ class RouterView:
                     kids[prev] = kids.get(prev, 0) + 1
             elif set_mode:
                 if rec[3] == index:
-                    self._flag(RuleId.STORE_NO_DUP, f"block {h} appears twice in one Stored", key, tier_name, ref)
+                    self._flag(rid("STORE-NO-DUP"), f"block {h} appears twice in one Stored", key, tier_name, ref)
                 else:
                     self._flag(
-                        RuleId.STORE_NO_DUP,
+                        rid("STORE-NO-DUP"),
                         f"block {h} is already stored",
                         key,
                         tier_name,
@@ -531,7 +531,7 @@ class RouterView:
     def _not_stored(
         self, h: int, key: Source, tier_name: str, tier: _Tier, ref: Any, index: int, set_mode: bool
     ) -> None:
-        rule = RuleId.REMOVE_EXACT if set_mode else RuleId.REMOVE_COPY
+        rule = rid("REMOVE-EXACT") if set_mode else rid("REMOVE-COPY")
         gone = tier.removed.get(h)
         if set_mode and gone is not None and gone[1] == index:
             self._flag(rule, f"block {h} appears twice in one Removed", key, tier_name, ref)
@@ -553,7 +553,7 @@ class RouterView:
         else:
             what = f"{n} stored child(ren)"
         self._flag(
-            RuleId.REMOVE_NO_ORPHAN,
+            rid("REMOVE-NO-ORPHAN"),
             f"removing {h} leaves {what} without a parent in tier {tier_name}",
             key,
             tier_name,
@@ -629,7 +629,7 @@ class RouterView:
             if not q:
                 if t.from_start:
                     self._flag(
-                        RuleId.G2_STORE_ON_COMPLETE,
+                        rid("G2-STORE-ON-COMPLETE"),
                         f"host-pinned Stored of block {h} at {t.now_ms} ms, but no device Removed of it started a "
                         "transfer",
                         key,
@@ -645,7 +645,7 @@ class RouterView:
             earliest = start + t.min_transfer_ms
             if t.now_ms + _TIME_EPS * max(1.0, abs(earliest)) < earliest:
                 self._flag(
-                    RuleId.G2_STORE_ON_COMPLETE,
+                    rid("G2-STORE-ON-COMPLETE"),
                     f"host-pinned Stored of block {h} at {t.now_ms} ms: its transfer started at {start} ms (device "
                     f"Removed) and takes at least {t.min_transfer_ms} ms",
                     key,

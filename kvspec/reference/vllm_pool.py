@@ -72,7 +72,7 @@ from typing import Any, Literal
 
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.errors import ConfigError, InvalidOperation
-from kvspec.spec.rules import RuleId
+from kvspec.spec.rules import rid
 from kvspec.spec.wire import (
     Counters,
     Deref,
@@ -93,6 +93,7 @@ from kvspec.spec.wire import (
     make_removed,
 )
 
+from .labels import EventLabel, Trace, label
 from .outcome import Step
 from .validation import check_use_shape
 
@@ -243,10 +244,14 @@ class VllmPoolModel:
         self.next_cid = 0
         self.next_event_id = variant.first_event_id
         self.host: HostTier | None = HostTier(host_blocks, variant.host_order) if host_blocks else None
-        #: event id -> the hashes it names as one copy among several (a Stored
-        #: of a hash already resident, a Removed of a copy while another
-        #: stays): lets a checker name STORE-COPY / REMOVE-COPY precisely
-        self.copy_notes: dict[int, frozenset[int]] = {}
+        #: the rules behind the current step (``reference.labels``)
+        self.trace = Trace()
+        #: event id -> the rules behind every event published so far (the
+        #: request driver publishes host events outside ``apply``); ``copies``
+        #: names the hashes an event names as one copy among several (a
+        #: Stored of a hash already resident, a Removed of a copy while
+        #: another stays): STORE-COPY / REMOVE-COPY
+        self.event_labels: dict[int, EventLabel] = {}
 
     # ------------------------------------------------------------------ queries
     def cached(self, seq: int) -> bool:
@@ -332,6 +337,18 @@ class VllmPoolModel:
 
     # ------------------------------------------------------------- dispatch
     def apply(self, op: Any, *, prefer: Collection[int] = ()) -> Step:
+        self.trace.start()
+        self.trace.silent("device", "removed", "VLLM-LAZY-REMOVE")
+        step = self._dispatch(op)
+        step.labels = labels = self.trace.labels(step.events)
+        self.event_labels.update(zip((e.event_id for e in step.events), labels.events, strict=True))
+        return step
+
+    def _label(self, ev: KvEvent, lab: EventLabel) -> KvEvent:
+        self.event_labels[ev.event_id] = lab
+        return self.trace.event(ev, lab)
+
+    def _dispatch(self, op: Any) -> Step:
         if isinstance(op, Use):
             return self._use(op)
         if isinstance(op, Promote):
@@ -341,10 +358,10 @@ class VllmPoolModel:
         if isinstance(op, Reset):
             return self._reset()
         if isinstance(op, Destroy):
-            raise InvalidOperation(RuleId.DESTROY_ACTIVE, "Destroy is an operation of the legacy profile only")
+            raise InvalidOperation(rid("DESTROY-ACTIVE"), "Destroy is an operation of the legacy profile only")
         if isinstance(op, Tick | SwapIn):
-            raise InvalidOperation(RuleId.USE_VALIDATE, f"the vllm profile has no {op.op} operation")
-        raise InvalidOperation(RuleId.USE_VALIDATE, f"unknown operation {type(op).__name__}")
+            raise InvalidOperation(rid("USE-VALIDATE"), f"the vllm profile has no {op.op} operation")
+        raise InvalidOperation(rid("USE-VALIDATE"), f"unknown operation {type(op).__name__}")
 
     # ------------------------------------------------------------ slot taking
     def _new_copy(self, copy_victims: set[int]) -> tuple[int, int | None]:
@@ -356,6 +373,7 @@ class VllmPoolModel:
             self.free -= 1
             victim = None
         else:
+            self.trace.did("VLLM-LAZY-REMOVE")
             old, _ = self.inactive.popitem(last=False)
             c = self.copies.pop(old)
             assert c.seq is not None
@@ -389,11 +407,11 @@ class VllmPoolModel:
         for b in op.blocks:
             if isinstance(b, PartialBlock):
                 if b.partial in self.held or b.partial in seen_partial:
-                    raise InvalidOperation(RuleId.USE_PARTIAL, f"partial block {b.partial} is already held")
+                    raise InvalidOperation(rid("USE-PARTIAL"), f"partial block {b.partial} is already held")
                 seen_partial.add(b.partial)
             elif seen_partial:
                 raise InvalidOperation(
-                    RuleId.USE_VALIDATE, f"full block {b.full} follows a partial block in one block table"
+                    rid("USE-VALIDATE"), f"full block {b.full} follows a partial block in one block table"
                 )
 
     def _use(self, op: Use) -> Step:
@@ -405,8 +423,10 @@ class VllmPoolModel:
         fresh = len(fulls) - hits + len(partials)
         pinned_inactive = len({cid for cid in hit_cids if cid in self.inactive})
         if fresh > self.free + len(self.inactive) - pinned_inactive:
+            self.trace.did("USE-CAPACITY")
             return Step(OpResult(value=0, status="capacity"), [])
-        for cid in hit_cids:  # pin the prefix before any eviction (VLLM-PREFIX-HIT)
+        for cid in hit_cids:  # pin the prefix before any eviction
+            self.trace.did("VLLM-PREFIX-HIT")
             self.inactive.pop(cid, None)
             self.copies[cid].owners += 1
         evicted: list[int] = []
@@ -417,6 +437,7 @@ class VllmPoolModel:
             cid, victim = self._new_copy(copy_victims)
             if victim is not None:
                 evicted.append(victim)
+            self.trace.did("USE-NEW")
             self.copies[cid].owners = 1
             announce, is_copy = self._cache(cid, fulls[i])
             if announce:
@@ -428,12 +449,12 @@ class VllmPoolModel:
             cid, victim = self._new_copy(copy_victims)
             if victim is not None:
                 evicted.append(victim)
+            self.trace.did("USE-PARTIAL")
             self.held[uuid] = cid
         events: list[KvEvent] = []
         if evicted:
-            events.append(self._removed(evicted))
-            if copy_victims:
-                self.copy_notes[events[-1].event_id] = frozenset(copy_victims)
+            self.trace.did("EVENT-ORDER")  # the Removed of the slots it reused before the Use's Stored
+            events.append(self._label(self._removed(evicted), removed_label(evicted, copy_victims)))
         if new_blocks:
             if hits:
                 parent: int | None = fulls[hits - 1]
@@ -442,30 +463,29 @@ class VllmPoolModel:
             first_new = fulls.index(new_blocks[0][0], hits)
             if first_new > hits:  # without store_copies: anchored to the block before the first announced one
                 parent = fulls[first_new - 1]
-            events.append(self._stored(new_blocks, parent))
-            if new_copies:
-                self.copy_notes[events[-1].event_id] = frozenset(new_copies)
+            events.append(self._label(self._stored(new_blocks, parent), _stored_label(new_blocks, new_copies)))
         return Step(OpResult(value=hits, status="ok"), events)
 
     # --------------------------------------------------------------- Promote
     def _promote(self, op: Promote) -> Step:
         cid = self.held.get(op.uuid)
         if cid is None:
-            raise InvalidOperation(RuleId.PROMOTE_UNKNOWN, f"Promote of partial block {op.uuid} that is not held")
+            raise InvalidOperation(rid("PROMOTE-UNKNOWN"), f"Promote of partial block {op.uuid} that is not held")
         if self.copies[cid].seq is not None:
-            raise InvalidOperation(RuleId.PROMOTE_UNKNOWN, f"partial block {op.uuid} was already promoted")
+            raise InvalidOperation(rid("PROMOTE-UNKNOWN"), f"partial block {op.uuid} was already promoted")
         if op.token_ids is not None and len(op.token_ids) != self.block_size:
             raise InvalidOperation(
-                RuleId.USE_VALIDATE,
+                rid("USE-VALIDATE"),
                 f"Promote token_ids has {len(op.token_ids)} tokens; a full block has {self.block_size}",
             )
         self.copies[cid].owners = 1
         events: list[KvEvent] = []
         announce, is_copy = self._cache(cid, op.seq_hash)
+        self.trace.did("PROMOTE-NEW")
         if announce:
-            events.append(self._stored([(op.seq_hash, op.local_hash)], op.parent_hash))
-            if is_copy:
-                self.copy_notes[events[-1].event_id] = frozenset({op.seq_hash})
+            new = [(op.seq_hash, op.local_hash)]
+            copies = {op.seq_hash} if is_copy else set()
+            events.append(self._label(self._stored(new, op.parent_hash), _stored_label(new, copies)))
         return Step(OpResult(value=None), events)
 
     # ----------------------------------------------------------------- Deref
@@ -479,21 +499,23 @@ class VllmPoolModel:
                 owned = sum(self.copies[c].owners for c in self.by_hash.get(ref.full, ()))
                 if need[ref.full] > owned:
                     raise InvalidOperation(
-                        RuleId.DEREF_UNKNOWN, f"Deref of full block {ref.full} drops more owners than it has ({owned})"
+                        rid("DEREF-UNKNOWN"), f"Deref of full block {ref.full} drops more owners than it has ({owned})"
                     )
             else:
                 if ref.partial not in self.held or ref.partial in seen:
                     raise InvalidOperation(
-                        RuleId.DEREF_UNKNOWN, f"Deref of partial block {ref.partial} that is not held"
+                        rid("DEREF-UNKNOWN"), f"Deref of partial block {ref.partial} that is not held"
                     )
                 seen.add(ref.partial)
         for ref in op.blocks:
             if isinstance(ref, FullBlock):
+                self.trace.did("DEREF-OWNER")
                 cid = next(c for c in self.by_hash[ref.full] if self.copies[c].owners > 0)
                 self._release(cid)
             else:
+                self.trace.did("DEREF-PARTIAL")
                 cid = self.held.pop(ref.partial)
-                if self.copies[cid].seq is None:  # DEREF-PARTIAL: straight back to free
+                if self.copies[cid].seq is None:  # straight back to free
                     del self.copies[cid]
                     self.free += 1
                 else:
@@ -504,17 +526,19 @@ class VllmPoolModel:
         c = self.copies[cid]
         c.owners -= 1
         if c.owners == 0:
-            self.inactive[cid] = None  # newest at the tail (VLLM-FREE-ORDER)
+            self.trace.did("VLLM-FREE-ORDER")
+            self.inactive[cid] = None  # newest at the tail
 
     # ----------------------------------------------------------------- Reset
     def _reset(self) -> Step:
+        self.trace.did("CLEAR-ALL")
         if self.held or any(c.owners for c in self.copies.values()):
             return Step(OpResult(value=False), [])
         self.free += len(self.copies)
         self.copies.clear()
         self.by_hash.clear()
         self.inactive.clear()
-        return Step(OpResult(value=True), [make_cleared(self._next_id(), dp_rank=self.dp_rank)])
+        return Step(OpResult(value=True), [self._label(make_cleared(self._next_id(), dp_rank=self.dp_rank), _CLEARED)])
 
     # ------------------------------------------------------------- host tier
     def host_write_through(self, blocks: Sequence[HostBlock]) -> list[KvEvent]:
@@ -524,12 +548,42 @@ class VllmPoolModel:
         victims, runs = self.host.write_through(blocks)
         events: list[KvEvent] = []
         if victims:
-            events.append(self._removed(victims, "host_pinned"))
+            self.trace.did("G2-EVICT")
+            events.append(self._label(self._removed(victims, "host_pinned"), _HOST_EVICTED))
         by_pos = {b.position: b for b in blocks}
         for run in runs:
             first = run[0].position
             parent = by_pos[first - 1].seq if first > 0 and first - 1 in by_pos else None
-            events.append(
-                self._stored([(b.seq, b.local) for b in run], parent, tier="host_pinned", start_position=first)
-            )
+            ev = self._stored([(b.seq, b.local) for b in run], parent, tier="host_pinned", start_position=first)
+            events.append(self._label(ev, _HOST_STORED))
         return events
+
+
+_CLEARED = label("CLEAR-ALL")
+#: the host tier's Removed of a write-through's victims, in the host tier's order
+_HOST_EVICTED = label("G2-EVICT", choice="G2-EVICT")
+#: a write-through run's host Stored, anchored to the prompt block before it
+_HOST_STORED = label("G2-STORE-ON-COMPLETE", parent="PARENT-ANCHOR", tokens="STORE-TOKENS-HASH")
+
+
+def removed_label(evicted: Sequence[int], copies: set[int]) -> EventLabel:
+    """A device Removed of the blocks whose slots were reused, in the free
+    queue's order; ``copies``: those evicted while another copy stays."""
+    return label(
+        "REMOVE-COPY" if copies and set(evicted) <= copies else "VLLM-LAZY-REMOVE",
+        "VLLM-FREE-ORDER",
+        choice="VLLM-FREE-ORDER",
+        copies=frozenset(copies),
+    )
+
+
+def _stored_label(blocks: Sequence[tuple[int, int]], copies: set[int]) -> EventLabel:
+    """A device Stored of newly cached blocks; ``copies``: those cached as another physical copy."""
+    every_copy = bool(copies) and all(h in copies for h, _ in blocks)
+    return label(
+        "STORE-COPY" if every_copy else "STORE-NEW-ONLY",
+        "STORE-NEW-ONLY",
+        parent="PARENT-ANCHOR",
+        tokens="STORE-TOKENS-HASH",
+        copies=frozenset(copies),
+    )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Literal
 
 
 class RuleId(StrEnum):
@@ -208,3 +209,62 @@ def rule(rule_id: str | RuleId) -> Rule:
         return RULES[RuleId(rule_id)]
     except ValueError:
         raise KeyError(f"unknown rule id {rule_id!r}") from None
+
+
+#: every rule id as text: a label written ``"USE-NEW"`` is found by grep and
+#: checked by mypy (a test keeps this list equal to ``RuleId``)
+RuleName = Literal[
+    "USE-VALIDATE",
+    "USE-HIT-ACTIVE",
+    "USE-HIT-INACTIVE",
+    "USE-NEW",
+    "USE-PARTIAL",
+    "USE-CAPACITY",
+    "DEREF-OWNER",
+    "DEREF-UNKNOWN",
+    "DEREF-PARTIAL",
+    "DESTROY-ACTIVE",
+    "PROMOTE-NEW",
+    "PROMOTE-EXISTING",
+    "PROMOTE-UNKNOWN",
+    "EVICT-POLICY",
+    "COUNTERS",
+    "STORE-NEW-ONLY",
+    "STORE-NO-DUP",
+    "STORE-TOKENS-HASH",
+    "PARENT-ANCHOR",
+    "REMOVE-EXACT",
+    "REMOVE-NO-ORPHAN",
+    "EVENT-ID",
+    "EVENT-ORDER",
+    "EVENT-SOURCE",
+    "STORE-COPY",
+    "REMOVE-COPY",
+    "CLEAR-ALL",
+    "VLLM-PREFIX-HIT",
+    "VLLM-FREE-ORDER",
+    "VLLM-LAZY-REMOVE",
+    "QUARANTINE-HOLD",
+    "QUARANTINE-RELEASE",
+    "OFFLOAD-BLOCKS-USE",
+    "G2-STORE-ON-COMPLETE",
+    "G2-EVICT",
+    "DEVICE-REMOVE-IMMEDIATE",
+    "TIME-MONOTONIC",
+    "SWAPIN-RESERVE",
+    "SWAPIN-SKIP-PRESENT",
+    "SWAPIN-ANCHOR",
+    "HASH-LOCAL",
+    "HASH-SEQUENCE",
+    "INV-CONSERVE",
+    "INV-OWNERS",
+    "INV-ROUTER-MATCH",
+    "INV-NO-DUP",
+    "INV-QUARANTINE",
+    "INV-ANCHOR",
+]
+
+
+def rid(name: RuleName) -> RuleId:
+    """The ``RuleId`` of a rule written as text (``rid("USE-NEW")``)."""
+    return RuleId(name)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import z3
 
-from kvspec.spec.rules import RuleId as R
+from kvspec.spec.rules import rid
 
 from .state import State
 from .step import Step
@@ -184,19 +184,23 @@ class Property:
 
 
 INVARIANTS: list[Property] = [
-    Property(R.INV_CONSERVE, "free + partial + active + inactive + quarantined + reserved = capacity", inv_conserve),
-    Property(R.INV_OWNERS, "a block is active iff it has an owner; inactive blocks have none", inv_owners),
     Property(
-        R.INV_ROUTER_MATCH, "router view per tier == registered blocks (device: G1, host-pinned: G2)", inv_router_match
+        rid("INV-CONSERVE"), "free + partial + active + inactive + quarantined + reserved = capacity", inv_conserve
     ),
-    Property(R.INV_NO_DUP, "no block hash is registered in two G1 slots", inv_no_dup),
+    Property(rid("INV-OWNERS"), "a block is active iff it has an owner; inactive blocks have none", inv_owners),
     Property(
-        R.INV_QUARANTINE,
+        rid("INV-ROUTER-MATCH"),
+        "router view per tier == registered blocks (device: G1, host-pinned: G2)",
+        inv_router_match,
+    ),
+    Property(rid("INV-NO-DUP"), "no block hash is registered in two G1 slots", inv_no_dup),
+    Property(
+        rid("INV-QUARANTINE"),
         "quarantined exactly while its offload is pending; never allocated",
         inv_quarantine,
         step_quarantine,
     ),
-    Property(R.INV_ANCHOR, "every device Stored's parent is the root or held by the router", None, step_anchor),
+    Property(rid("INV-ANCHOR"), "every device Stored's parent is the root or held by the router", None, step_anchor),
 ]
 
 LEMMAS: list[Property] = [
