@@ -269,7 +269,9 @@ def test_one_divergence_type_serves_both_levels() -> None:
 def test_counters_difference_with_no_moving_rule_is_counters(profile: str) -> None:
     """A Tick moves no counter in a model without an offload tier: a counter
     difference after it is the conservation rule's."""
-    m = make_model(ManagerConfig.model_validate({"profile": profile, "capacity": 4, "block_size": BS, "eviction": "lru"}))
+    m = make_model(
+        ManagerConfig.model_validate({"profile": profile, "capacity": 4, "block_size": BS, "eviction": "lru"})
+    )
     step = m.apply(Tick(now_ms=1.0))
     c = m.counters()
     d = counters_divergence(c, Counters(**{**c.model_dump(), "free_blocks": c.free_blocks + 1}), step.labels)
