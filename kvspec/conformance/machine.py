@@ -156,6 +156,16 @@ class RuleGroup:
     def after_step(self, planned: Planned, expected: StepOutcome) -> None:
         """Called after every checked operation."""
 
+    def start(self, config: ManagerConfig, swarm: frozenset[str]) -> None:
+        """Called when an example starts (the machine implements it; a group
+        extends it to reset its own state)."""
+
+    @property
+    def t(self) -> Traffic:
+        """The example's traffic (set while an example runs)."""
+        assert self.traffic is not None
+        return self.traffic
+
     def run(self, planned: Planned | None) -> StepOutcome | None:
         """Check one planned operation in lockstep (the machine implements it;
         a group may wrap it to run something first)."""

@@ -134,7 +134,7 @@ class OffloadGroup(RuleGroup):
         return config.model_copy(update={"offload": off})
 
     def start(self, config: ManagerConfig, swarm: frozenset[str]) -> None:
-        super().start(config, swarm)  # type: ignore[misc]
+        super().start(config, swarm)
         self._clock = 0.0
         self._anchors = set()
         self._inflight = []
@@ -243,7 +243,9 @@ class OffloadGroup(RuleGroup):
     @action("tick", weight=3, ready=lambda self: self._offload_on() and self._deadline() is not None)
     def tick_next(self, d: Digits) -> Planned | None:
         """Time advances to the earliest pending transfer deadline."""
-        return self._tick(self._deadline(), "tick_next")  # type: ignore[arg-type]
+        deadline = self._deadline()
+        assert deadline is not None, "ready only with a pending transfer"
+        return self._tick(deadline, "tick_next")
 
     @action("tick", weight=2, ready=lambda self: self._offload_on())
     def tick_later(self, d: Digits) -> Planned | None:
@@ -263,7 +265,7 @@ class OffloadGroup(RuleGroup):
         last block it holds. A preempted request first takes back the part
         of its path G1 still has (a Use of hits only: the scheduler pins the
         G1 prefix before it swaps in the rest)."""
-        t = self.t  # type: ignore[attr-defined]
+        t = self.t
         cands = self._swap_candidates()
         req, start, nxt = cands[d.take(64) % len(cands)]
         if nxt is not None:
@@ -301,7 +303,9 @@ class OffloadGroup(RuleGroup):
         retries the rest of its path, anchored to its last block."""
         cands = self._retry_candidates()
         req = cands[d.take(64) % len(cands)]
-        self.run(self._tick(self._deadline(), "tick_next"))  # type: ignore[arg-type]
+        deadline = self._deadline()
+        assert deadline is not None, "a waiting request waits for a pending transfer"
+        self.run(self._tick(deadline, "tick_next"))
         if self.traffic is None or req not in self.traffic.requests:
             return None
         return self.traffic.extend(req, [], partial=False)
@@ -318,7 +322,7 @@ class OffloadGroup(RuleGroup):
         swapped in itself (a Use anchored to its last block), so that the
         onboard finds them in G1 when it completes (SWAPIN-SKIP-PRESENT)."""
         cands = self._racing()
-        return self.t.extend(cands[d.take(64) % len(cands)], [], partial=False)  # type: ignore[attr-defined]
+        return self.t.extend(cands[d.take(64) % len(cands)], [], partial=False)
 
     @action("swap_in", weight=3, ready=lambda self: self._offload_on() and bool(self._inflight))
     def swap_wait(self, d: Digits) -> Planned | None:

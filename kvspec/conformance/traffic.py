@@ -43,7 +43,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from hypothesis import strategies as st
 
@@ -56,6 +56,7 @@ from kvspec.spec.wire import (
     Deref,
     Destroy,
     FullBlock,
+    Operation,
     PartialBlock,
     Plh,
     Promote,
@@ -202,7 +203,7 @@ class Request:
 class Planned:
     """An operation and what to do with the model's outcome of it."""
 
-    op: Any
+    op: Operation
     kind: str
     commit: Callable[[StepOutcome, Counters], None]
     #: the rule id the operation must be rejected with (invalid traffic)
@@ -494,13 +495,15 @@ class Traffic:
         kind = self.invalid_kinds[kind_choice % len(self.invalid_kinds)]
         rule_id = INVALID_KINDS[kind][0]
         nodes = self.tree.path(None, choices or [0])
-        op: Any
+        op: Operation
         if kind == "short_token_lists":
             good = self._use(nodes, "tokens", None, None)
-            op = good.model_copy(update={"token_ids": good.token_ids[:-1]})  # type: ignore[index]
+            assert good.token_ids is not None
+            op = good.model_copy(update={"token_ids": good.token_ids[:-1]})
         elif kind == "short_block_tokens":
             good = self._use(nodes, "tokens", None, None)
-            toks = [list(t) for t in good.token_ids]  # type: ignore[union-attr]
+            assert good.token_ids is not None
+            toks = [list(t) for t in good.token_ids]
             toks[-1] = toks[-1][:-1]
             op = good.model_copy(update={"token_ids": toks})
         elif kind == "extra_local_hash":
@@ -619,12 +622,8 @@ def config_from(
     dp_rank = (0, 2)[d.take(2)]
     weighted = [p for p in policies for _ in range(POLICY_WEIGHT.get(p, 1))]
     eviction = weighted[d.take(len(weighted))]
-    return ManagerConfig(
-        profile=profile,  # type: ignore[arg-type]
-        capacity=capacity,
-        block_size=block_size,
-        dp_rank=dp_rank,
-        eviction=eviction,  # type: ignore[arg-type]
+    return ManagerConfig.model_validate(
+        {"profile": profile, "capacity": capacity, "block_size": block_size, "dp_rank": dp_rank, "eviction": eviction}
     )
 
 

@@ -42,11 +42,14 @@ from kvspec.spec.wire import (
     Destroy,
     FullBlock,
     KvEvent,
+    Operation,
     OpResult,
     PartialBlock,
     Plh,
     Promote,
     Reset,
+    Status,
+    StorageTier,
     SwapIn,
     Tick,
     Use,
@@ -58,7 +61,7 @@ from .g2_tier import G2Entry, G2Tier
 from .labels import Trace, label
 from .offload_link import SharedLink
 from .outcome import Step
-from .policies import Frequency, Policy, make_policy
+from .policies import Frequency, LineagePolicy, Policy, make_policy
 from .validation import check_use_shape
 
 PlhId = tuple[int, int, int | None]  # (position, hash, parent): the registry key
@@ -244,8 +247,8 @@ class G1Model:
     def fingerprint(self) -> Any:
         pol = self.policy
         pol_state: Any = (
-            sorted((k, n.seq, n.tick, n.parent, n.children) for k, n in pol._nodes.items())  # type: ignore[attr-defined]
-            if pol.name == "lineage"
+            sorted((k, n.seq, n.tick, n.parent, n.children) for k, n in pol._nodes.items())
+            if isinstance(pol, LineagePolicy)
             else list(pol)
         )
         return (
@@ -270,13 +273,13 @@ class G1Model:
         )
 
     # --------------------------------------------------------------- dispatch
-    def apply(self, op: Any, *, prefer: Collection[int] = ()) -> Step:
+    def apply(self, op: Operation, *, prefer: Collection[int] = ()) -> Step:
         self.trace.start()
         step = self._dispatch(op, prefer)
         step.labels = self.trace.labels(step.events)
         return step
 
-    def _dispatch(self, op: Any, prefer: Collection[int]) -> Step:
+    def _dispatch(self, op: Operation, prefer: Collection[int]) -> Step:
         if isinstance(op, Use):
             return self._use(op, prefer)
         if isinstance(op, Deref):
@@ -367,9 +370,8 @@ class G1Model:
 
     # ---------------------------------------------------------------- events
     def _stored(self, seqs: list[int], metas: list[Block], parent: int | None) -> KvEvent:
-        tokens: list[list[int]] | None = [m.token_ids for m in metas]  # type: ignore[misc]
-        if any(t is None for t in tokens):  # type: ignore[union-attr]
-            tokens = None
+        known = [m.token_ids for m in metas if m.token_ids is not None]
+        tokens = known if len(known) == len(metas) else None
         ev = make_stored(
             self.next_event_id,
             seqs,
@@ -381,8 +383,8 @@ class G1Model:
         self.next_event_id += 1  # EVENT-ID
         return ev
 
-    def _removed(self, seqs: list[int], tier: str = "device") -> KvEvent:
-        ev = make_removed(self.next_event_id, seqs, dp_rank=self.dp_rank, tier=tier)  # type: ignore[arg-type]
+    def _removed(self, seqs: list[int], tier: StorageTier = "device") -> KvEvent:
+        ev = make_removed(self.next_event_id, seqs, dp_rank=self.dp_rank, tier=tier)
         self.next_event_id += 1  # EVENT-ID
         return ev
 
@@ -425,7 +427,7 @@ class G1Model:
         anchor = op.parent.full if isinstance(op.parent, FullBlock) else None
         meta_parent = anchor
         placed = 0
-        status = "ok"
+        status: Status = "ok"
         fi = 0
         blocks = self.blocks
         for ref in op.blocks:
@@ -470,9 +472,9 @@ class G1Model:
         if new_seqs:
             events.append(self.trace.event(self._stored(new_seqs, new_meta, anchor), _STORED))
         events.extend(self._publish_evictions(evicted))
-        return Step(OpResult(value=placed, status=status), events)  # type: ignore[arg-type]
+        return Step(OpResult(value=placed, status=status), events)
 
-    def _stopped(self, victim: int | None) -> str:
+    def _stopped(self, victim: int | None) -> Status:
         """The status of a Use that found no slot: blocked on the offload its
         eviction started, or out of capacity."""
         if victim is not None:
@@ -545,8 +547,8 @@ class G1Model:
             reregistered = again is not None and again.pid == meta.pid
             if reregistered or meta.announced:
                 gone.append(seq)
-            if reregistered:
-                again.announced = False  # type: ignore[union-attr]
+            if again is not None and reregistered:
+                again.announced = False
         events = (
             [self.trace.event(self._removed(gone), _EVICTED if self.offload is None else _EVICTED_OFFLOAD)]
             if gone
@@ -647,8 +649,8 @@ class G1Model:
                         rid("DEREF-UNKNOWN"), f"Deref of full block {seq} ({state}) drops more owners than it has"
                     )
                 resolved.append(b)
-            else:
-                uuid = ref.partial  # type: ignore[union-attr]
+            elif isinstance(ref, PartialBlock):
+                uuid = ref.partial
                 if uuid not in self.partial or uuid in seen_partial:
                     raise InvalidOperation(rid("DEREF-UNKNOWN"), f"Deref of partial block {uuid} that is not held")
                 seen_partial.add(uuid)
@@ -663,9 +665,9 @@ class G1Model:
                     plh = b.plh
                     parent_key = None if plh.parent is None or plh.position == 0 else (plh.position - 1, plh.parent)
                     self.policy.insert(b.seq, (plh.position, plh.hash), parent_key, self.freq.count(b.pid))
-            else:
+            elif isinstance(ref, PartialBlock):
                 self.trace.did("DEREF-PARTIAL")
-                del self.partial[ref.partial]  # type: ignore[union-attr]
+                del self.partial[ref.partial]
                 self.free += 1
         return Step(_NO_VALUE, [])
 

@@ -35,6 +35,7 @@ from kvspec.spec.wire import (
     Destroy,
     FullBlock,
     KvEvent,
+    Operation,
     OpResult,
     PartialBlock,
     Promote,
@@ -90,20 +91,20 @@ class LegacyModel:
     def registered(self, tier: str = "device") -> set[int]:
         if tier != "device":
             return set()
-        return {k[1] for k in (*self.active, *self.inactive) if k[0] == "F"}  # type: ignore[misc]
+        return {k[1] for k in (*self.active, *self.inactive) if isinstance(k[1], int)}
 
     def announced(self, tier: str = "device") -> set[int]:
         return self.registered(tier) - self.unannounced
 
     def owners(self) -> dict[int, int]:
-        return {k[1]: n for k, n in self.active.items() if k[0] == "F"}  # type: ignore[misc]
+        return {k[1]: n for k, n in self.active.items() if isinstance(k[1], int)}
 
     def inactive_blocks(self) -> list[int]:
-        return [k[1] for k in self.inactive if k[0] == "F"]  # type: ignore[misc]
+        return [k[1] for k in self.inactive if isinstance(k[1], int)]
 
     def allowed_victims(self) -> list[int]:
         first = next(iter(self.inactive), None)
-        return [first[1]] if first is not None and first[0] == "F" else []  # type: ignore[list-item]
+        return [first[1]] if first is not None and isinstance(first[1], int) else []
 
     def earliest_deadline(self) -> float | None:
         return None
@@ -117,13 +118,13 @@ class LegacyModel:
         )
 
     # --------------------------------------------------------------- dispatch
-    def apply(self, op: Any, *, prefer: Collection[int] = ()) -> Step:
+    def apply(self, op: Operation, *, prefer: Collection[int] = ()) -> Step:
         self.trace.start()
         step = self._dispatch(op)
         step.labels = self.trace.labels(step.events)
         return step
 
-    def _dispatch(self, op: Any) -> Step:
+    def _dispatch(self, op: Operation) -> Step:
         if isinstance(op, Use):
             return self._use(op)
         if isinstance(op, Deref):
@@ -194,10 +195,10 @@ class LegacyModel:
                     return Step(OpResult(value=False, status="capacity"), events)
                 victim, _ = self.inactive.popitem(last=False)
                 self.trace.did("EVICT-POLICY")
-                if victim[0] == "F":
+                if isinstance(victim[1], int):  # a full block (a partial one's key is its uuid)
                     self.unannounced.discard(victim[1])
                     self.trace.did("EVENT-ORDER")  # the Removed at once, before the batch's Stored
-                    ev = make_removed(self._event_id(), [victim[1]], dp_rank=self.dp_rank)  # type: ignore[list-item]
+                    ev = make_removed(self._event_id(), [victim[1]], dp_rank=self.dp_rank)
                     events.append(self.trace.event(ev, _EVICTED))
             self.trace.did("USE-PARTIAL" if isinstance(ref, PartialBlock) else "USE-NEW")
             self.active[k] = 1
@@ -247,8 +248,8 @@ class LegacyModel:
         for k in keys:
             self.trace.did("DESTROY-ACTIVE")
             del self.active[k]
-            if k[0] == "F":
-                gone.append(k[1])  # type: ignore[arg-type]
+            if isinstance(k[1], int):
+                gone.append(k[1])
                 self.unannounced.discard(k[1])
         events = [make_removed(self._event_id(), gone, dp_rank=self.dp_rank)] if gone else []
         for ev in events:

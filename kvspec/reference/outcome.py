@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from kvspec.spec.config import ManagerConfig
-from kvspec.spec.wire import Counters, KvEvent, OpResult
+from kvspec.spec.wire import Counters, KvEvent, Operation, OpResult
 
 from .labels import StepLabels
 
@@ -33,7 +33,7 @@ class Model(Protocol):
 
     config: ManagerConfig
 
-    def apply(self, op: Any, *, prefer: Collection[int] = ()) -> Step: ...
+    def apply(self, op: Operation, *, prefer: Collection[int] = ()) -> Step: ...
 
     def counters(self) -> Counters: ...
 

@@ -79,6 +79,7 @@ from kvspec.spec.wire import (
     Destroy,
     FullBlock,
     KvEvent,
+    Operation,
     OpResult,
     PartialBlock,
     Promote,
@@ -291,7 +292,7 @@ class VllmPoolModel:
 
     def inactive_order(self) -> list[int]:
         """Hashes of the evictable copies, next victim first."""
-        return [self.copies[cid].seq for cid in self.inactive]  # type: ignore[misc]
+        return [s for cid in self.inactive if (s := self.copies[cid].seq) is not None]
 
     def earliest_deadline(self) -> float | None:
         return None
@@ -336,7 +337,7 @@ class VllmPoolModel:
         return make_removed(self._next_id(), hashes, dp_rank=self.dp_rank, tier=tier)
 
     # ------------------------------------------------------------- dispatch
-    def apply(self, op: Any, *, prefer: Collection[int] = ()) -> Step:
+    def apply(self, op: Operation, *, prefer: Collection[int] = ()) -> Step:
         self.trace.start()
         self.trace.silent("device", "removed", "VLLM-LAZY-REMOVE")
         step = self._dispatch(op)
@@ -348,7 +349,7 @@ class VllmPoolModel:
         self.event_labels[ev.event_id] = lab
         return self.trace.event(ev, lab)
 
-    def _dispatch(self, op: Any) -> Step:
+    def _dispatch(self, op: Operation) -> Step:
         if isinstance(op, Use):
             return self._use(op)
         if isinstance(op, Promote):

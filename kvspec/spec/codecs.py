@@ -56,7 +56,7 @@ from pydantic import ValidationError
 
 from .errors import WireError
 from .hashing import local_block_hash
-from .wire import U64_MAX, KvEvent, StorageTier, event_to_json, make_cleared, make_removed, make_stored
+from .wire import U64_MAX, KvEvent, StorageTier, Stored, event_to_json, make_cleared, make_removed, make_stored
 
 #: vLLM's storage medium names and kvspec's tiers, with the names Dynamo's
 #: ``StorageTier::from_kv_medium`` accepts (ai-dynamo/dynamo
@@ -153,7 +153,8 @@ def to_vllm_batch(events: Iterable[KvEvent], *, ts: float = 0.0, block_size: int
         if ev.kind == "stored":
             if ev.block_token_ids is None:
                 raise WireError(f"event {ev.event_id}: vLLM's BlockStored needs the token ids of its blocks")
-            d = ev.data.stored  # type: ignore[union-attr]
+            assert isinstance(ev.data, Stored)
+            d = ev.data.stored
             tokens = [t for block in ev.block_token_ids for t in block]
             out.append(["BlockStored", ev.hashes(), d.parent_hash, tokens, block_size, None, medium])
         elif ev.kind == "removed":

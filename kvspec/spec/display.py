@@ -5,14 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .wire import Deref, Destroy, FullBlock, Promote, Reset, SwapIn, Tick, Use
+from .wire import BlockRef, Deref, Destroy, FullBlock, Operation, Promote, Reset, SwapIn, Tick, Use
 
 
-def _ref(b: Any) -> str:
+def _ref(b: BlockRef) -> str:
     return str(b.full) if isinstance(b, FullBlock) else f"p:{b.partial}"
 
 
-def format_op(op: Any) -> str:
+def format_op(op: Operation) -> str:
     if isinstance(op, Use):
         parent = f" parent={_ref(op.parent)}" if op.parent is not None else ""
         toks = " +tokens" if op.token_ids is not None else ""

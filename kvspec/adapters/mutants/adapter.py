@@ -10,13 +10,12 @@ sanity run of ``kvspec mutants``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from kvspec.adapters.reference.adapter import outcome_of
 from kvspec.conformance.implementation import Implementation
 from kvspec.conformance.manifest import Manifest
 from kvspec.spec.config import ManagerConfig
-from kvspec.spec.wire import StepOutcome
+from kvspec.spec.wire import Operation, StepOutcome
 
 from .catalogue import make_mutant_model
 
@@ -28,7 +27,7 @@ class MutantImplementation(Implementation):
         self.manifest = manifest
         self.model = make_mutant_model(name, config)
 
-    def step(self, op: Any) -> StepOutcome:
+    def step(self, op: Operation) -> StepOutcome:
         return outcome_of(self.model, op)
 
 

@@ -8,9 +8,18 @@ adds or drops an event renumbers what follows.
 
 from __future__ import annotations
 
+from enum import Enum
+
 from kvspec.spec.wire import KvEvent, Stored, make_stored
 
-_KEEP: object = object()
+
+class _Keep(Enum):
+    """A field ``rebuild_stored`` leaves as it was (None is a value there)."""
+
+    KEEP = 0
+
+
+_KEEP = _Keep.KEEP
 
 
 def renumber(events: list[KvEvent], start: int) -> list[KvEvent]:
@@ -29,8 +38,8 @@ def rebuild_stored(
     *,
     hashes: list[int] | None = None,
     tokens_hashes: list[int] | None = None,
-    parent: object = _KEEP,
-    token_ids: object = _KEEP,
+    parent: int | _Keep | None = _KEEP,
+    token_ids: list[list[int]] | _Keep | None = _KEEP,
 ) -> KvEvent:
     """A copy of the Stored ``ev`` with some of its fields replaced."""
     assert isinstance(ev.data, Stored), "rebuild_stored takes a Stored event"
@@ -41,10 +50,10 @@ def rebuild_stored(
         ev.event_id,
         new_hashes,
         new_tokens,
-        d.parent_hash if parent is _KEEP else parent,  # type: ignore[arg-type]
+        d.parent_hash if isinstance(parent, _Keep) else parent,
         dp_rank=ev.dp_rank,
         tier=ev.storage_tier,
-        token_ids=ev.block_token_ids if token_ids is _KEEP else token_ids,  # type: ignore[arg-type]
+        token_ids=ev.block_token_ids if isinstance(token_ids, _Keep) else token_ids,
     )
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from kvspec.reference.g1 import Block, G1Model
 from kvspec.reference.outcome import Step
-from kvspec.spec.wire import FullBlock, KvEvent, Promote, Use, make_removed
+from kvspec.spec.wire import FullBlock, KvEvent, Promote, StorageTier, Use, make_removed
 
 from .edits import first_id, is_device, rebuild_stored, renumber
 
@@ -81,12 +81,12 @@ class StoredDupInBatch(G1Model):
         for i, ev in enumerate(events):
             if is_device(ev, "stored"):
                 metas = [self.blocks[s] for s in listed]
-                toks = [m.token_ids for m in metas]
+                toks = [m.token_ids for m in metas if m.token_ids is not None]
                 events[i] = rebuild_stored(
                     ev,
                     hashes=listed,
                     tokens_hashes=[m.local_hash for m in metas],
-                    token_ids=None if any(t is None for t in toks) else toks,
+                    token_ids=toks if len(toks) == len(metas) else None,
                 )
                 break
         return Step(step.result, events)
@@ -170,7 +170,7 @@ class EventIdSkip(G1Model):
     """The event id counter is advanced twice on the removal path, leaving a
     gap after every Removed."""
 
-    def _removed(self, seqs: list[int], tier: str = "device") -> KvEvent:
+    def _removed(self, seqs: list[int], tier: StorageTier = "device") -> KvEvent:
         ev = super()._removed(seqs, tier)
         self.next_event_id += 1
         return ev
@@ -215,5 +215,5 @@ class RemovedDpRankZero(G1Model):
     """The removal path builds its event with the default dp_rank 0 instead
     of the manager's rank."""
 
-    def _removed(self, seqs: list[int], tier: str = "device") -> KvEvent:
+    def _removed(self, seqs: list[int], tier: StorageTier = "device") -> KvEvent:
         return super()._removed(seqs, tier).model_copy(update={"dp_rank": 0})

@@ -49,9 +49,11 @@ from kvspec.spec.protocol import (
     EngineRequest,
     ErrorReply,
     HandshakeError,
+    HandshakeErrorCode,
     Hello,
     ManagerRequest,
     ProtocolError,
+    ProtocolErrorCode,
     Ready,
     Refused,
     Request,
@@ -111,8 +113,8 @@ class Server:
             return b"\x00overlong"
         return line.rstrip(b"\r\n")
 
-    def refuse(self, code: str, message: str) -> int:
-        self.send(Refused(type="refused", error=HandshakeError(code=code, message=message)).model_dump_json().encode())  # type: ignore[arg-type]
+    def refuse(self, code: HandshakeErrorCode, message: str) -> int:
+        self.send(Refused(type="refused", error=HandshakeError(code=code, message=message)).model_dump_json().encode())
         return 1
 
     def handshake(self, line: bytes | None) -> Any | None:
@@ -168,9 +170,9 @@ class Server:
         self.send(ready.model_dump_json(exclude_none=True).encode())
         return model
 
-    def error(self, rid: Any, code: str, message: str) -> None:
+    def error(self, rid: Any, code: ProtocolErrorCode, message: str) -> None:
         rid = rid if type(rid) is int and rid >= 1 else None
-        reply = ErrorReply(id=rid, error=ProtocolError(code=code, message=message))  # type: ignore[arg-type]
+        reply = ErrorReply(id=rid, error=ProtocolError(code=code, message=message))
         self.send(reply.model_dump_json().encode())
 
     def serve(self) -> int:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import z3
 
@@ -39,6 +39,7 @@ from kvspec.spec.rules import RuleId
 from kvspec.spec.wire import (
     Deref,
     FullBlock,
+    Operation,
     PartialBlock,
     Plh,
     Promote,
@@ -65,7 +66,7 @@ class Universe:
     slots: int
     par: tuple[int, ...]
     cap2: int
-    policy: str = "lru"
+    policy: Literal["lru", "unordered"] = "lru"
 
     @property
     def bound(self) -> Bound:
@@ -75,7 +76,7 @@ class Universe:
         return ManagerConfig(
             profile="kvbm",
             capacity=self.slots,
-            eviction=self.policy,  # type: ignore[arg-type]
+            eviction=self.policy,
             # the encoding covers the legacy offload semantics (a serial FIFO
             # link, G2 by LRU, G2 destinations taken on arrival, resend):
             # SPEC.md, "Offload semantics options"
@@ -116,7 +117,7 @@ def _block(ref: FullBlock | PartialBlock) -> BlockArg:
     return BlockArg(False, u=uuid_index(ref.partial))
 
 
-def to_encoding(op: Any, forward: bool = True) -> Op:
+def to_encoding(op: Operation, forward: bool = True) -> Op:
     """The encoding's operation for a wire operation of the model."""
     if isinstance(op, Use):
         parent = op.parent.full if isinstance(op.parent, FullBlock) else NONE
@@ -241,7 +242,7 @@ def determinism_problems(c: ConcreteState) -> list[str]:
 @dataclass
 class Mismatch:
     index: int
-    op: Any
+    op: Operation
     what: str
     model: Any
     encoding: Any
@@ -269,7 +270,7 @@ class Lockstep:
         self.view = RouterView(anchored_tiers=("device",))
         self.state = self.universe.initial()
 
-    def step(self, op: Any, prefer: Iterable[int] = ()) -> list[Mismatch]:
+    def step(self, op: Operation, prefer: Iterable[int] = ()) -> list[Mismatch]:
         """Apply ``op`` to both; return every difference found (empty: agree)."""
         i, self.index = self.index, self.index + 1
         forward = not (isinstance(op, Tick) and op.now_ms < self.now)

@@ -20,6 +20,7 @@ from typing import TypeAlias
 
 import z3
 
+from .agreement import Universe
 from .ops import (
     STATUS_OK,
     BlockArg,
@@ -126,19 +127,18 @@ class TraceStep:
 
 @dataclass
 class Trace:
-    universe: object  # agreement.Universe (kept loose to avoid an import cycle)
+    universe: Universe
     chooser: Chooser
     kinds: tuple[str, ...]
     steps: list[TraceStep] = field(default_factory=list)
     constraints: list[z3.BoolRef] = field(default_factory=list)
 
 
-def _par(universe: object, h: Term) -> Term:
-    par = universe.par  # type: ignore[attr-defined]
-    return sel([z3.IntVal(p) for p in par], h)
+def _par(universe: Universe, h: Term) -> Term:
+    return sel([z3.IntVal(p) for p in universe.par], h)
 
 
-def well_formed(S: State, v: OpVars, universe: object, kinds: tuple[str, ...]) -> z3.BoolRef:
+def well_formed(S: State, v: OpVars, universe: Universe, kinds: tuple[str, ...]) -> z3.BoolRef:
     """The operation is one a scheduler could make from state ``S``: chains of
     the forest, parents and dereferenced blocks held by the caller."""
     m, uu = S.bound.hashes, S.bound.uuids
@@ -173,7 +173,7 @@ def well_formed(S: State, v: OpVars, universe: object, kinds: tuple[str, ...]) -
 def extend(trace: Trace) -> TraceStep:
     """Add one symbolic operation to the trace."""
     i = len(trace.steps)
-    pre = trace.steps[-1].post if trace.steps else trace.universe.initial()  # type: ignore[attr-defined]
+    pre = trace.steps[-1].post if trace.steps else trace.universe.initial()
     v = OpVars.fresh(i)
     outcomes = {k: apply_op(pre, v.op(k), trace.chooser) for k in KINDS if k in trace.kinds}
     for k in KINDS:
@@ -208,7 +208,7 @@ class Found:
 
 
 def search(
-    universe: object,
+    universe: Universe,
     target: Target,
     *,
     max_depth: int,

@@ -26,7 +26,7 @@ import z3
 from kvspec.spec.display import format_op
 from kvspec.spec.rules import RuleId as R
 from kvspec.spec.scenario import SCENARIO_DIR, Expect, Scenario, ScenarioStep, dump_scenario
-from kvspec.spec.wire import Deref, Promote, SwapIn, Tick, Use, event_to_json
+from kvspec.spec.wire import Deref, FullBlock, Operation, PartialBlock, Promote, SwapIn, Tick, Use, event_to_json
 
 from .agreement import Universe, deref_op, promote_op, swap_in_op, to_encoding, use_op
 from .bmc import KINDS, Found, Trace, TraceStep, extend, search
@@ -215,7 +215,7 @@ def witness(name: str) -> Witness:
 
 def wire_ops(found: Found) -> list[Any]:
     """The operations of a found trace, as wire operations."""
-    u: Universe = found.trace.universe  # type: ignore[assignment]
+    u = found.trace.universe
     ev = model_eval(found.model)
     out: list[Any] = []
     now = 0.0
@@ -260,7 +260,7 @@ def _replay(universe: Universe, ops: Sequence[Any]) -> tuple[list[_Replayed], li
     """The encoding run over concrete operations, with every choice the policy
     leaves open left to the solver."""
     free = universe.policy == "unordered"
-    ch = Chooser(universe.policy, free_victims=free, prefix="rp")  # type: ignore[arg-type]
+    ch = Chooser(universe.policy, free_victims=free, prefix="rp")
     S = universe.initial()
     steps: list[_Replayed] = []
     constraints: list[z3.BoolRef] = []
@@ -362,7 +362,7 @@ def build_scenario(w: Witness, ops: Sequence[Any], depth: int) -> Scenario:
             f"({depth} operations) in a universe of {w.universe.slots} slots and block hashes forming "
             f"the forest {list(w.universe.par)}; expected values from the solver's trace"
         ),
-        rules=list(dict.fromkeys(w.rules)),  # type: ignore[arg-type]
+        rules=[R(r) for r in dict.fromkeys(w.rules)],
         config=w.universe.config(),
         requires=sorted(set(requires)),
         steps=steps,
@@ -370,7 +370,7 @@ def build_scenario(w: Witness, ops: Sequence[Any], depth: int) -> Scenario:
 
 
 def find(w: Witness) -> Found | None:
-    ch = Chooser(w.universe.policy, free_victims=w.universe.policy == "unordered", prefix="bmc")  # type: ignore[arg-type]
+    ch = Chooser(w.universe.policy, free_victims=w.universe.policy == "unordered", prefix="bmc")
     return search(w.universe, w.target, max_depth=w.max_depth, kinds=w.kinds, chooser=ch)
 
 
@@ -390,25 +390,29 @@ def write(scenario: Scenario, path: Path) -> None:
     path.write_text(dump_scenario(scenario))
 
 
-def _op_values(op: Any) -> tuple[str, dict[str, Any]]:
+def _op_values(op: Operation) -> tuple[str, dict[str, Any]]:
     """The BMC kind and argument values of a wire operation of a witness."""
     if isinstance(op, Tick):
         return "tick", {}
     if isinstance(op, Use):
-        parent = NONE if op.parent is None else op.parent.full  # type: ignore[union-attr]
+        parent = op.parent.full if isinstance(op.parent, FullBlock) else NONE
         b = op.blocks
-        if len(b) == 1 and hasattr(b[0], "partial"):
-            return "use_partial", {"u": int(b[0].partial[1:])}
+        first = b[0]
+        if len(b) == 1 and isinstance(first, PartialBlock):
+            return "use_partial", {"u": int(first.partial[1:])}
+        assert isinstance(first, FullBlock), "a witness's Use starts with a full block"
         if len(b) == 1:
-            return "use1", {"h1": b[0].full, "p": parent}  # type: ignore[union-attr]
+            return "use1", {"h1": first.full, "p": parent}
         second = b[1]
-        if hasattr(second, "full"):
-            return "use2", {"h1": b[0].full, "h2": second.full, "full2": True, "p": parent}  # type: ignore[union-attr]
-        return "use2", {"h1": b[0].full, "u": int(second.partial[1:]), "full2": False, "p": parent}  # type: ignore[union-attr]
+        if isinstance(second, FullBlock):
+            return "use2", {"h1": first.full, "h2": second.full, "full2": True, "p": parent}
+        return "use2", {"h1": first.full, "u": int(second.partial[1:]), "full2": False, "p": parent}
     if isinstance(op, Deref):
         b = op.blocks
         if len(b) == 2:
-            return "deref2", {"h2": b[0].full, "h1": b[1].full}  # type: ignore[union-attr]
+            h2, h1 = b
+            assert isinstance(h2, FullBlock) and isinstance(h1, FullBlock), "a witness's Deref of two names full blocks"
+            return "deref2", {"h2": h2.full, "h1": h1.full}
         if hasattr(b[0], "full"):
             return "deref1", {"h1": b[0].full, "full1": True}
         return "deref1", {"u": int(b[0].partial[1:]), "full1": False}
@@ -429,7 +433,7 @@ def verify(w: Witness, scenario: Scenario) -> list[str]:
     from them. Returns the problems (empty: the file is good)."""
     problems: list[str] = []
     ops = [st.op for st in scenario.steps]
-    ch = Chooser(w.universe.policy, free_victims=w.universe.policy == "unordered", prefix="vf")  # type: ignore[arg-type]
+    ch = Chooser(w.universe.policy, free_victims=w.universe.policy == "unordered", prefix="vf")
     trace = Trace(w.universe, ch, KINDS)
     for _ in ops:
         extend(trace)
@@ -469,6 +473,7 @@ def universe_of(scenario: Scenario) -> Universe:
     n = max(par, default=0) + 1
     cfg = scenario.config
     assert cfg.offload is not None
+    assert cfg.eviction in ("lru", "unordered"), f"witnesses use the lru or unordered policy, not {cfg.eviction}"
     return Universe(cfg.capacity, tuple(par.get(h, NONE) for h in range(n)), cfg.offload.num_g2_blocks, cfg.eviction)
 
 
