@@ -170,7 +170,7 @@ class SuiteResults:
     def build(self, exit_code: int) -> Results:
         st = self.state
         impl_arg = str(self.config.getoption("--impl"))
-        status: Status = {0: "clean", 1: "findings"}.get(exit_code, "error")  # type: ignore[assignment]
+        status: Status = "clean" if exit_code == 0 else "findings" if exit_code == 1 else "error"
         if st.manifest is None:
             return Results(
                 tool="pytest conformance",
