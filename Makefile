@@ -1,13 +1,20 @@
 # The README's two commands. Each creates .venv on first use.
 #   make conformance   the conformance suite on one implementation (IMPL, default: the reference)
 #   make test          the project's tests, then the gates CI holds the project to
+#   make quick         the edit-test loop (under a minute): lint, types and the fast tests
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 IMPL ?= adapters/reference
 HYPOTHESIS_PROFILE ?= ci
 
-.PHONY: conformance test setup engines clean matrix
+#: fast tests for the edit-test loop: the model, its labels and rule map, the
+#: lockstep and request-level attribution, wire, hashing, policies
+QUICK_TESTS ?= tests/test_rule_map.py tests/test_spec_catalogue.py tests/test_wire.py tests/test_hashing.py \
+	tests/test_policies.py tests/test_lockstep.py tests/test_request_check.py tests/test_vllm_pool.py \
+	tests/test_requests_driver.py
+
+.PHONY: conformance test quick setup engines clean matrix
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	@echo "setting up $(VENV) (first run only, about a minute; log in $(VENV)/install.log)"
@@ -30,6 +37,12 @@ engines: $(VENV)/.engines
 
 conformance: setup
 	$(BIN)/pytest conformance --impl=$(IMPL)
+
+quick: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy kvspec
+	$(BIN)/pytest -q -x $(QUICK_TESTS)
 
 test: setup engines
 	$(BIN)/ruff check .
