@@ -391,7 +391,7 @@ def _random_op(r: random.Random, block_size: int, held: list[Any]) -> Any:
     )
 
 
-def _same_plh_twice(op: Any) -> bool:
+def _same_plh_twice(op: Operation) -> bool:
     """Two different new blocks with one lineage hash in one Use: the
     reference model does not define this case (see the report), skip it."""
     if not isinstance(op, Use):

@@ -29,6 +29,7 @@ from kvspec.spec.wire import (
     ErrorInfo,
     FullBlock,
     KvEvent,
+    Operation,
     OpResult,
     PartialBlock,
     Plh,
@@ -76,7 +77,7 @@ class Tweaked(ReferenceImplementation):
         super().__init__(config, MANIFEST)
         self.tweak = tweak
 
-    def step(self, op: Any) -> StepOutcome:
+    def step(self, op: Operation) -> StepOutcome:
         return self.tweak(op, super().step(op))
 
 
@@ -110,7 +111,7 @@ def _fail(config: ManagerConfig, impl: Any, ops: list[Any], **kw: Any) -> Confor
     return ei.value
 
 
-def _drop_removed(op: Any, out: StepOutcome) -> StepOutcome:
+def _drop_removed(op: Operation, out: StepOutcome) -> StepOutcome:
     return replace(out, events=[e for e in out.events if e.kind != "removed"])
 
 
@@ -199,7 +200,7 @@ def test_stored_again_on_a_hit_is_store_no_dup() -> None:
     config = cfg()
     next_id = [0]
 
-    def restore(op: Any, out: StepOutcome) -> StepOutcome:
+    def restore(op: Operation, out: StepOutcome) -> StepOutcome:
         if isinstance(op, Use) and not out.events and out.result is not None and out.result.value:
             first = op.blocks[0].full
             out = replace(out, events=[make_stored(next_id[0], [first], [first * 10], None)])
@@ -224,7 +225,7 @@ def test_invalid_operation_must_be_rejected_with_its_rule_and_change_nothing() -
     f = _fail(config, wrong_rule, [use(1), unknown])
     assert f.rule == RuleId.DEREF_UNKNOWN and "wrong rule" in f.report
 
-    def leaky(op: Any, o: StepOutcome) -> StepOutcome:
+    def leaky(op: Operation, o: StepOutcome) -> StepOutcome:
         if o.error is None:
             return o
         c = o.counters
@@ -248,7 +249,7 @@ class PreferNewest(ReferenceImplementation):
         self.model = make_model(config.model_copy(update={"eviction": "unordered"}))
         self.released: list[int] = []
 
-    def step(self, op: Any) -> StepOutcome:
+    def step(self, op: Operation) -> StepOutcome:
         if isinstance(op, Deref):
             self.released.extend(b.full for b in op.blocks if isinstance(b, FullBlock))
         prefer: Collection[int] = set(self.released[-1:])
@@ -292,7 +293,7 @@ def test_known_break_of_the_profile_is_coverage_not_failure() -> None:
     assert "REMOVE-NO-ORPHAN" in f.report
 
 
-def _one_stored_per_block(op: Any, out: StepOutcome) -> StepOutcome:
+def _one_stored_per_block(op: Operation, out: StepOutcome) -> StepOutcome:
     """Splits every Stored into one event per block (router-equivalent), and
     renumbers the events of the step from the first id."""
     if not out.events:
@@ -347,7 +348,7 @@ def test_protocol_only_mode_catches_a_router_mismatch() -> None:
 def test_adapter_errors_propagate_with_the_operations_so_far() -> None:
     config = cfg()
 
-    def crash(op: Any, out: StepOutcome) -> StepOutcome:
+    def crash(op: Operation, out: StepOutcome) -> StepOutcome:
         if isinstance(op, Deref):
             raise AdapterError("child exited", exit_status=3)
         return out

@@ -20,7 +20,7 @@ from kvspec.conformance.traffic import Planned
 from kvspec.spec.config import ManagerConfig, OffloadConfig
 from kvspec.spec.errors import AdapterError
 from kvspec.spec.rules import RuleId
-from kvspec.spec.wire import StepOutcome, Tick
+from kvspec.spec.wire import Operation, StepOutcome, Tick
 
 REF_DIR = resolve_adapter_dir("adapters/reference")
 REF: Manifest = load_manifest(REF_DIR)
@@ -139,7 +139,7 @@ def test_a_crash_mid_run_is_reported_once_with_the_operations(monkeypatch: pytes
     opened = Counter[str]()
 
     class CrashOnDeref(ReferenceImplementation):
-        def step(self, op: Any) -> StepOutcome:
+        def step(self, op: Operation) -> StepOutcome:
             if isinstance(op, Deref):
                 raise AdapterError("child exited", exit_status=9)
             return super().step(op)

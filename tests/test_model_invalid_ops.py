@@ -14,7 +14,7 @@ from kvspec.reference import make_model
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.errors import InvalidOperation
 from kvspec.spec.rules import RuleId
-from kvspec.spec.wire import Deref, Destroy, FullBlock, PartialBlock, Plh, Promote, Use
+from kvspec.spec.wire import Deref, Destroy, FullBlock, Operation, PartialBlock, Plh, Promote, Use
 
 BS = 4
 UNIVERSE = range(8)
@@ -103,7 +103,7 @@ def test_rejected_operations_change_nothing(data: st.DataObject) -> None:
             refs: list[Any] = [FullBlock(full=s) for s in data.draw(st.lists(st.sampled_from(held), min_size=1))]
             if data.draw(st.booleans()):
                 refs.append(data.draw(st.sampled_from([FullBlock(full=7), PartialBlock(partial="zz")])))
-            op: Any = Deref(blocks=refs)
+            op: Operation = Deref(blocks=refs)
         else:
             op = data.draw(any_op(profile))
         before = model.fingerprint()
@@ -139,7 +139,7 @@ MALFORMED = [
 
 
 @pytest.mark.parametrize(("name", "op", "rule"), MALFORMED, ids=[m[0] for m in MALFORMED])
-def test_each_malformation_is_rejected_with_its_rule(name: str, op: Any, rule: RuleId) -> None:
+def test_each_malformation_is_rejected_with_its_rule(name: str, op: Operation, rule: RuleId) -> None:
     model = make_model(ManagerConfig(capacity=4, block_size=BS))
     model.apply(Use(blocks=[FullBlock(full=0), FullBlock(full=1), FullBlock(full=2)], plhs=[plh(0), plh(1), plh(2)]))
     model.apply(Deref(blocks=[FullBlock(full=0)]))  # 0 inactive, 1 and 2 active once... 0 was deref'd

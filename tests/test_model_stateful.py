@@ -21,7 +21,7 @@ from kvspec.reference import G1Model, LegacyModel, RouterView, make_model
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.hashing import local_block_hash, sequence_hash
 from kvspec.spec.profiles import profile as get_profile
-from kvspec.spec.wire import Deref, FullBlock, PartialBlock, Plh, Promote, Use
+from kvspec.spec.wire import Deref, FullBlock, Operation, PartialBlock, Plh, Promote, Use
 
 BS = 2
 # A token tree: each node is one block of BS tokens; a request is a root-to-node path.
@@ -85,7 +85,7 @@ class ModelMachine(RuleBasedStateMachine):
             self.view.expect_parent(SEQ[node], None if parent is None else SEQ[parent])
 
     # ------------------------------------------------------------ helpers
-    def _apply(self, op: Any) -> Any:
+    def _apply(self, op: Operation) -> Any:
         step = self.model.apply(op)
         assert self.view is not None
         for v in self.view.apply_batch(step.events, stored_first=self.profile.removed_timing == "after_stored"):

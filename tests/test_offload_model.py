@@ -49,6 +49,7 @@ from kvspec.spec.wire import (
     Deref,
     FullBlock,
     KvEvent,
+    Operation,
     PartialBlock,
     Plh,
     SwapIn,
@@ -171,7 +172,7 @@ class OffloadModelMachine(RuleBasedStateMachine):
         assert self.model is not None
         return self.model
 
-    def apply(self, op: Any) -> Any:
+    def apply(self, op: Operation) -> Any:
         before = self.m.counters()
         step = self.m.apply(op)
         self.violations = self.view.apply_batch(step.events, stored_first=True)

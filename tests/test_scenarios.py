@@ -38,7 +38,7 @@ from kvspec.spec.hashing import local_block_hash, sequence_hash
 from kvspec.spec.profiles import profile
 from kvspec.spec.rules import RuleId
 from kvspec.spec.scenario import SCENARIO_DIR, Scenario, all_scenarios
-from kvspec.spec.wire import FullBlock, KvEvent, Promote, StepOutcome, SwapIn, Use
+from kvspec.spec.wire import FullBlock, KvEvent, Operation, Promote, StepOutcome, SwapIn, Use
 
 SCENARIOS = all_scenarios()
 IDS = [f"{p.parent.name}/{p.stem}" for p, _ in SCENARIOS]
@@ -87,7 +87,7 @@ class _InternalsChecked(Implementation):
         self.manifest = MANIFEST
         self.index = 0
 
-    def step(self, op: Any) -> StepOutcome:
+    def step(self, op: Operation) -> StepOutcome:
         outcome = self.inner.step(op)
         bad = _internal_mismatches(self.inner.model, self.scenario.steps[self.index].expect, outcome)
         assert not bad, f"scenario {self.scenario.name!r} step {self.index}: " + "; ".join(bad)
