@@ -33,6 +33,9 @@ from kvspec.spec.rules import RuleId, RuleName, rid
 from kvspec.spec.wire import KvEvent
 
 
+_BY_NAME: dict[str, RuleId] = {r.value: r for r in RuleId}
+
+
 @dataclass(frozen=True, slots=True)
 class EventLabel:
     """The rules behind one event, aspect by aspect."""
@@ -163,7 +166,7 @@ class Trace:
 
     def did(self, name: RuleName) -> None:
         """The rule ``name`` was applied (an effect on the state)."""
-        self._rules.append(RuleId(name))
+        self._rules.append(_BY_NAME[name])  # a dict lookup: RuleId(name) costs ten times more
 
     def result(self, name: RuleName) -> None:
         """The rule ``name`` decided the step's result."""
