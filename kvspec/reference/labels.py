@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 from kvspec.spec.rules import RuleId, RuleName, rid
 from kvspec.spec.wire import KvEvent
 
-
 _BY_NAME: dict[str, RuleId] = {r.value: r for r in RuleId}
 
 
