@@ -26,6 +26,7 @@ examples) meets it; the counts are printed (``-s``) for the record.
 from __future__ import annotations
 
 import random
+import types
 from collections import Counter
 from typing import Any
 
@@ -100,7 +101,8 @@ class Reach:
 def measure(seed: int = 1, examples: int = EXAMPLES) -> Counter[str]:
     d = resolve_adapter_dir("adapters/reference")
     base = mm.machine_class(mm.MachineSetup(load_manifest(d), d, "kvbm"))
-    cls = type("ReachMachine", (Reach, base), {"counts": Counter()})
+    # register=False: a machine class is not a rule group for later machines
+    cls = types.new_class("ReachMachine", (Reach, base), {"register": False}, lambda ns: ns.update(counts=Counter()))
     rng = random.Random(seed)
     kinds = cls.optional_kinds()
     offload_group = next(g for g in cls.__mro__ if g.__name__ == "OffloadGroup")
