@@ -43,10 +43,7 @@ pytestmark = [
 PORT = Path(__file__).resolve().parent.parent / "adapters" / "kvbm_port_rs"
 
 #: golden -> why the faithful port (the source) disagrees with it today (/work findings F1-F4)
-SOURCE_DIFFERENCES = {
-    "kvbm/use_validate_malformed": "step 3 expects a short token list rejected; the source checks only the "
-    "number of lists (kvspec's check is the capability strict_validation, which the port does not declare)",
-}
+SOURCE_DIFFERENCES: dict[str, str] = {}
 
 #: variant -> (a golden that catches it, the rule it is filed under)
 VARIANT_VERDICTS = {
