@@ -44,7 +44,7 @@ import pytest
 
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.deviations import Site
-from kvspec.spec.errors import ConfigError
+from kvspec.spec.errors import HANG_MARK, ConfigError
 from kvspec.spec.rules import RuleId
 
 from .failures import ConformanceFailure
@@ -116,6 +116,9 @@ def pytest_configure(config: pytest.Config) -> None:
     profile = config.getoption("hypothesis_profile", None)
     state.effort = effort_name(profile)
     state.seeded = config.getoption("hypothesis_seed", None) is not None
+    impl = config.getoption("--impl")
+    if profile is not None and profile not in EFFORTS and (impl is not None or _names_conformance(config.args)):
+        _check_profile_known(profile)
     if profile in EFFORTS:
         from hypothesis import settings
 
@@ -125,7 +128,6 @@ def pytest_configure(config: pytest.Config) -> None:
             # asked for by name on the command line and unknown to Hypothesis
             # (``thorough``): register it so that Hypothesis's option accepts it
             settings.register_profile(profile, effort(profile, seeded=state.seeded))
-    impl = config.getoption("--impl")
     if impl is not None:
         _activate(state, impl)
     if config.getoption("--kvspec-results", None):
@@ -134,6 +136,32 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(
             SuiteResults(config, state, config.getoption("--kvspec-results")), "kvspec-results"
         )
+
+
+def _names_conformance(args: list[str]) -> bool:
+    """Does the command line name the conformance suite (its folder, or a
+    file or test in it)?"""
+    for a in args:
+        try:
+            p = Path(a.split("::", 1)[0]).resolve()
+        except OSError:
+            continue
+        if p == _CONFORMANCE_DIR or p.parent == _CONFORMANCE_DIR:
+            return True
+    return False
+
+
+def _check_profile_known(profile: str) -> None:
+    """An unknown ``--hypothesis-profile`` is a usage error listing the
+    efforts (instead of Hypothesis's INTERNALERROR traceback)."""
+    from hypothesis import settings
+
+    try:
+        settings.get_profile(profile)
+    except Exception:
+        raise pytest.UsageError(
+            f"--hypothesis-profile={profile}: no such effort; the suite's efforts are {', '.join(EFFORTS)}"
+        ) from None
 
 
 def _activate(state: _KvspecState, impl: str) -> None:
@@ -198,6 +226,8 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         _activate(st, DEFAULT_IMPL)
     if not st.active:
         return
+    if conformance:
+        _fail_fast_at_start(st, config)
     for it in conformance:
         if it.get_closest_marker("kvspec_rules") is None:
             raise pytest.UsageError(f"{it.nodeid}: a conformance test must carry @pytest.mark.kvspec_rules(...)")
@@ -210,6 +240,24 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     st.selection_narrowed = bool(config.getoption("keyword") or config.getoption("markexpr")) or any(
         "::" in str(a) for a in config.args
     )
+
+
+def _fail_fast_at_start(st: _KvspecState, config: pytest.Config) -> None:
+    """A manifest that does not load, or an implementation that does not
+    start, ends the run here with one message (``startup.py``) instead of
+    failing every test the same way."""
+    if st.manifest is None:
+        raise pytest.UsageError(
+            f"kvspec: cannot load the adapter: {st.error}\n  hint: see spec/ADAPTERS.md for the manifest format"
+        )
+    if config.getoption("collectonly", False):
+        return
+    from .startup import probe
+
+    assert st.adapter_dir is not None
+    problem = probe(st.manifest, st.adapter_dir)
+    if problem is not None:
+        raise pytest.UsageError(problem)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -243,6 +291,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> 
     if call.when != "call" or call.excinfo is None:
         return
     exc = call.excinfo.value
+    if HANG_MARK in str(exc):
+        # a hanging implementation would make every later test wait its timeout too
+        item.session.shouldstop = (
+            "kvspec: the implementation stopped answering (see the first failure); "
+            "the run stops here instead of waiting out the timeout in every test"
+        )
     if not isinstance(exc, ConformanceFailure) or st.manifest is None:
         return
     site = _site_of(item, exc)

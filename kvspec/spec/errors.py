@@ -39,6 +39,11 @@ class ConfigError(KvSpecError):
     """A model or adapter configuration that is not valid."""
 
 
+#: the words every transport puts in an AdapterError for an implementation
+#: that stopped answering (the plugin stops the run on it: see plugin.py)
+HANG_MARK = "the adapter hangs"
+
+
 class AdapterError(KvSpecError):
     """The implementation under test misbehaved at the transport level:
     it crashed, hung past its timeout, or wrote something that is not a reply."""

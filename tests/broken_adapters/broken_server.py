@@ -107,6 +107,8 @@ def main() -> None:
             os.kill(os.getpid(), signal.SIGSEGV)
         if MODE in ("hang", "ignore_term") and n == 2:
             sleep_forever()
+        if MODE == "hang_first_op":
+            sleep_forever()
         if MODE == "garbage" and n == 2:
             OUT.write(b"DEBUG: evicting block 42 {not json\n")
             OUT.flush()

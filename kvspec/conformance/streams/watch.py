@@ -221,6 +221,9 @@ class Watch:
                     break
             if self.writer is not None:
                 self.writer.flush()
+        if next_status is not None:  # a last status line: the state the watch stopped in
+            now = time.monotonic()
+            self.status(self.feed.stats.events - last_events, now - last_t)
 
     def status(self, events: int, seconds: float) -> None:
         live = self.checker.view.live_blocks()

@@ -34,7 +34,7 @@ from pydantic import BaseModel, ValidationError
 
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.engine_wire import EngineConfig, EngineOp, EngineOutcome
-from kvspec.spec.errors import AdapterError, ConfigError
+from kvspec.spec.errors import HANG_MARK, AdapterError, ConfigError
 from kvspec.spec.manifest import Capabilities, Manifest
 from kvspec.spec.protocol import (
     ENGINE_VERSION,
@@ -292,7 +292,7 @@ class JsonlImplementation(Implementation):
             return self._child.read_line(deadline, self.max_reply_bytes)
         except ChildTimeoutError:
             raise self._fail(
-                f"no reply {during} within {limit_s:g} s: the adapter hangs; its process group was killed"
+                f"no reply {during} within {limit_s:g} s: {HANG_MARK}; its process group was killed"
             ) from None
         except ChildExitedError as e:
             raise self._crash(during, e) from None
