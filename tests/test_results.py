@@ -50,6 +50,15 @@ def open_drops_removed(config, manifest, adapter_dir):
 
 def open_broken(config, manifest, adapter_dir):
     raise RuntimeError("the engine does not start")
+
+
+class FailsOnUse(ReferenceImplementation):
+    def step(self, op):
+        raise RuntimeError("the engine crashed on its first operation")
+
+
+def open_fails_on_use(config, manifest, adapter_dir):
+    return FailsOnUse(config, manifest)
 """
 
 DEVIATION = """
@@ -178,11 +187,22 @@ def test_a_declared_deviation_not_observed_is_in_the_results(tmp_path: Path) -> 
     assert doc["rules"]["REMOVE-EXACT"]["note"] == "declared but not observed"
 
 
-def test_rules_whose_tests_error_out_are_not_exercised_saying_so(tmp_path: Path) -> None:
+def test_an_engine_that_does_not_start_is_an_error_saying_why(tmp_path: Path) -> None:
+    """The plugin starts the implementation once before the tests
+    (conformance/startup.py): a start that fails ends the run as a usage
+    error, and the results say why and that no rule was exercised."""
     code, doc = run_suite(tmp_path, make_adapter(tmp_path, "open_broken"), "test_golden.py")
+    assert code == 4 and doc["status"] == "error"
+    assert "the engine does not start" in doc["error"]
+    assert doc["failures"] == []
+    assert doc["rules"]["USE-NEW"]["status"] == "not_exercised"
+
+
+def test_rules_whose_tests_error_out_are_not_exercised_saying_so(tmp_path: Path) -> None:
+    code, doc = run_suite(tmp_path, make_adapter(tmp_path, "open_fails_on_use"), "test_golden.py")
     assert code == 1 and doc["status"] == "findings"
     assert doc["failures"] and all(f["rule"] is None for f in doc["failures"])
-    assert "the engine does not start" in doc["failures"][0]["message"]
+    assert "crashed on its first operation" in doc["failures"][0]["message"]
     r = doc["rules"]["USE-NEW"]
     assert r["status"] == "not_exercised" and r["note"].startswith(ERRORED)
 

@@ -257,6 +257,7 @@ def _fail_fast_at_start(st: _KvspecState, config: pytest.Config) -> None:
     assert st.adapter_dir is not None
     problem = probe(st.manifest, st.adapter_dir)
     if problem is not None:
+        st.error = problem  # the results file says why nothing ran
         raise pytest.UsageError(problem)
 
 

@@ -219,6 +219,7 @@ class SuiteResults:
             deviations=deviations,
             failures=failures,
             counts={k: outcomes.get(k, 0) for k in ("passed", "failed", "skipped", "deviation", "not run")},
+            error=st.error,
         )
 
     def _rules(self, deviations: list[DeviationResult]) -> dict[str, RuleResult]:
