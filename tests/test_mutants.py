@@ -141,8 +141,12 @@ class Case:
     offload: bool = False
     g2: int = 4
     dp_rank: int = 0
+    #: offload with Dynamo's semantics (the defaults) instead of the legacy values
+    dynamo: bool = False
 
     def config(self, profile: str) -> ManagerConfig:
+        if self.offload and self.dynamo:
+            return cfg("kvbm", self.capacity, offload=OffloadConfig(num_g2_blocks=self.g2, block_size_bytes=1_000_000))
         if self.offload:
             return off(self.capacity, self.g2)
         return cfg(profile, self.capacity, self.eviction, dp_rank=self.dp_rank)
@@ -244,6 +248,15 @@ CASES: list[Case] = [
     ),
     Case("device_removed_at_completion", ("kvbm",), EVICT1, "events", capacity=1, offload=True),
     Case("transfer_due_after_deadline", ("kvbm",), (*EVICT1, T(0)), "result", capacity=1, offload=True),
+    Case(
+        "presence_filter_missing",
+        ("kvbm",),
+        (*EVICT1, T(1), U(1), D(1), U(2)),
+        "counters",
+        capacity=1,
+        offload=True,
+        dynamo=True,
+    ),
     Case("tick_backwards_applied", ("kvbm",), (T(100), T(50), *EVICT1), "deadline", capacity=1, offload=True),
     Case(
         "swapin_registers_present",

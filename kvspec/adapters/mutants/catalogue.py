@@ -92,6 +92,7 @@ MODELS: dict[str, tuple[G1Cls, LegacyCls]] = {
     "device_removed_at_completion": (off.DeviceRemovedAtCompletion, None),
     "tick_backwards_applied": (off.TickBackwardsApplied, None),
     "transfer_due_after_deadline": (off.TransferDueAfterDeadline, None),
+    "presence_filter_missing": (off.PresenceFilterMissing, None),
     "swapin_registers_present": (off.SwapInRegistersPresent, None),
     "swapin_parent_dropped": (off.SwapInParentDropped, None),
 }

@@ -239,3 +239,20 @@ class TransferDueAfterDeadline(G1Model):
         step = super()._tick(op)
         self.pending.extend(held)
         return step
+
+
+class PresenceFilterMissing(G1Model):
+    """dedup = "filter" declared but not done: an evicted block whose lineage
+    hash G2 already holds (or that is already on its way there) is sent
+    again, so its source slot stays quarantined for a transfer the source
+    never starts (Dynamo's presence filter forgotten by a port)."""
+
+    def _enqueue_offload(self, entries: list[Any], slots: int) -> list[KvEvent]:
+        declared = self.offload
+        if declared is None or declared.dedup != "filter":
+            return super()._enqueue_offload(entries, slots)
+        self.offload = declared.model_copy(update={"dedup": "resend"})
+        try:
+            return super()._enqueue_offload(entries, slots)
+        finally:
+            self.offload = declared
