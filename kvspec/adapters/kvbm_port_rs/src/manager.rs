@@ -698,11 +698,14 @@ impl KvManager {
         if run == 0 {
             return Ok((0, Status::NoHits));
         }
+        // prepare_onboard_prefix: the G2 blocks found are held from here on
+        self.offload.as_mut().unwrap().pin_prefix(&blocks[..run]);
         // reserve_swap_in_destination_slots
         let mut reserved = 0usize;
         while reserved < run {
             let Some(alloc) = self.allocate_one_g1_slot() else {
                 self.bm.release_slot(reserved);
+                self.offload.as_mut().unwrap().release_pins(&blocks[..run]);
                 return Ok((0, Status::NoHits));
             };
             match alloc {
@@ -715,6 +718,7 @@ impl KvManager {
                     self.extend_blocked_batch(&mut blocked_evicted, &mut blocked_slots, bound);
                     self.bm.release_slot(reserved);
                     self.handle_evictions(blocked_evicted, blocked_slots);
+                    self.offload.as_mut().unwrap().release_pins(&blocks[..run]);
                     return Ok((0, Status::BlockedOnOffload));
                 }
             }

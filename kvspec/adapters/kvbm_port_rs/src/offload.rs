@@ -496,16 +496,8 @@ impl OffloadEngine {
                 local_hash: e.info.local_hash,
                 token_ids: e.info.token_ids.clone(),
             });
-            match self.cfg.g2_eviction {
-                G2Eviction::Lru => self.g2_touch(*seq),
-                G2Eviction::Lineage => {
-                    let plh = e.plh;
-                    let pins = self.g2_pins.entry(*seq).or_insert(0);
-                    *pins += 1;
-                    if *pins == 1 {
-                        self.g2_forest.remove(plh, &Bugs::default());
-                    }
-                }
+            if self.cfg.g2_eviction == G2Eviction::Lru {
+                self.g2_touch(*seq);
             }
         }
         self.next_id += 1;
@@ -520,6 +512,27 @@ impl OffloadEngine {
             self.onboard_free_at
         };
         self.onboards.push(Onboard { id, deadline, entries, parent, slots });
+    }
+
+    /// Under a lineage G2 a swap-in holds the G2 blocks it found from the lookup on
+    /// (they leave the forest); `release_pins` puts them back as newest.
+    pub fn pin_prefix(&mut self, blocks: &[(u64, Plh)]) {
+        if self.cfg.g2_eviction != G2Eviction::Lineage {
+            return;
+        }
+        for (seq, plh) in blocks {
+            let pins = self.g2_pins.entry(*seq).or_insert(0);
+            *pins += 1;
+            if *pins == 1 {
+                self.g2_forest.remove(*plh, &Bugs::default());
+            }
+        }
+    }
+
+    pub fn release_pins(&mut self, blocks: &[(u64, Plh)]) {
+        let entries: Vec<SwapEntry> =
+            blocks.iter().map(|(seq, plh)| SwapEntry { seq: *seq, plh: *plh, local_hash: 0, token_ids: None }).collect();
+        self.unpin(&entries);
     }
 
     fn unpin(&mut self, entries: &[SwapEntry]) {
