@@ -41,6 +41,8 @@ from kvspec.spec.manager_wire import (
     SessionOutcome,
     SessionReset,
     SessionSnapshot,
+    is_paged_op,
+    is_session_op,
 )
 from kvspec.spec.manifest import Manifest
 
@@ -83,15 +85,19 @@ class Lockstep:
         self.log.append(op.model_dump_json())
         try:
             if isinstance(self.model, PagedModel):
+                if not is_paged_op(op):
+                    raise ConformanceFailure("PAGED-VALIDATE", f"a {op.op!r} operation sent to a paged manager")
                 before = self.model.snapshot()
-                want_p = self.model.step(op)  # type: ignore[arg-type]
+                want_p = self.model.step(op)
                 if not isinstance(got, PagedOutcome):
                     raise ConformanceFailure("PAGED-VALIDATE", f"answered {type(got).__name__} to a paged op")
                 cfg = self.model.config
-                check_paged(op, got, want_p, before, (cfg.device_blocks, cfg.host_blocks))  # type: ignore[arg-type]
+                check_paged(op, got, want_p, before, (cfg.device_blocks, cfg.host_blocks))
             else:
+                if not is_session_op(op):
+                    raise ConformanceFailure("SESSION-VALIDATE", f"a {op.op!r} operation sent to a session manager")
                 conditions = handle_conditions(self.model, op)
-                want_s = self.model.step(op)  # type: ignore[arg-type]
+                want_s = self.model.step(op)
                 if not isinstance(got, SessionOutcome):
                     raise ConformanceFailure("SESSION-VALIDATE", f"answered {type(got).__name__} to a session op")
                 check_session(op, got, want_s, conditions)

@@ -22,7 +22,7 @@ implementation to the model's one step at a time).
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, TypeAlias
+from typing import Annotated, Literal, TypeAlias, TypeGuard
 
 from pydantic import Field, TypeAdapter, model_validator
 
@@ -334,6 +334,32 @@ class SessionOutcome(Wire):
 ManagerConfigKind: TypeAlias = Annotated[PagedConfig | SessionConfig, Field(discriminator="kind")]
 ManagerOp: TypeAlias = PagedOp | SessionOp
 ManagerOutcome: TypeAlias = PagedOutcome | SessionOutcome
+
+#: the operation classes of each profile (``is_paged_op`` / ``is_session_op``)
+PAGED_OPS = (
+    PagedAllocate,
+    PagedExtend,
+    PagedFork,
+    PagedWrite,
+    PagedSwapOut,
+    PagedSwapIn,
+    PagedFree,
+    PagedStorePrefix,
+    PagedMatchPrefix,
+    PagedEvictPrefixes,
+)
+SESSION_OPS = (SessionAdmit, SessionFinalize, SessionReset, SessionEvictAll, SessionSnapshot, SessionDrain)
+
+
+def is_paged_op(op: ManagerOp) -> TypeGuard[PagedOp]:
+    """Is ``op`` an operation of the paged profile (narrows the type)?"""
+    return isinstance(op, PAGED_OPS)
+
+
+def is_session_op(op: ManagerOp) -> TypeGuard[SessionOp]:
+    """Is ``op`` an operation of the session profile (narrows the type)?"""
+    return isinstance(op, SESSION_OPS)
+
 
 PAGED_OP_ADAPTER: TypeAdapter[PagedOp] = TypeAdapter(PagedOp)
 SESSION_OP_ADAPTER: TypeAdapter[SessionOp] = TypeAdapter(SessionOp)

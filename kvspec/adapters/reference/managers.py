@@ -12,7 +12,17 @@ from pathlib import Path
 from kvspec.conformance.manager_interface import ManagerImplementation
 from kvspec.reference.paged import PagedModel
 from kvspec.reference.session import SessionModel
-from kvspec.spec.manager_wire import ManagerConfigKind, ManagerOp, ManagerOutcome, PagedConfig, PagedOp, SessionOp
+from kvspec.spec.errors import ConfigError
+from kvspec.spec.manager_wire import (
+    ManagerConfigKind,
+    ManagerOp,
+    ManagerOutcome,
+    PagedConfig,
+    PagedOp,
+    SessionOp,
+    is_paged_op,
+    is_session_op,
+)
 from kvspec.spec.manifest import Manifest
 
 
@@ -26,9 +36,11 @@ class ModelManager(ManagerImplementation):
         )
 
     def step(self, op: ManagerOp) -> ManagerOutcome:
-        if isinstance(self.model, PagedModel):
-            return self.model.step(op)  # type: ignore[arg-type]
-        return self.model.step(op)  # type: ignore[arg-type]
+        if isinstance(self.model, PagedModel) and is_paged_op(op):
+            return self.model.step(op)
+        if isinstance(self.model, SessionModel) and is_session_op(op):
+            return self.model.step(op)
+        raise ConfigError(f"a {op.op!r} operation does not belong to the {self.config.kind} profile")
 
 
 def open_reference_manager(

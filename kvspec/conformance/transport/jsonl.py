@@ -79,8 +79,9 @@ def encode_hello(config: ManagerConfig, engine: EngineConfig | None = None) -> b
     return hello.model_dump_json(exclude={"engine", "manager"} if engine is None else {"manager"}).encode()
 
 
-def encode_request(rid: int, op: Operation | EngineOp) -> bytes:
-    """One request line (without its newline): every field of the op, nulls included."""
+def encode_request(rid: int, op: BaseModel) -> bytes:
+    """One request line (without its newline): every field of the op (a block,
+    request or allocator operation), nulls included."""
     return b'{"id":%d,"op":%s}' % (rid, op.model_dump_json().encode())
 
 
@@ -384,7 +385,7 @@ class JsonlImplementation(Implementation):
         reply: EngineOutcomeReply = self._validate(EngineOutcomeReply, obj, raw, during)
         return reply.outcome
 
-    def _exchange(self, op: Operation | EngineOp) -> tuple[dict[str, Any], bytes, str]:
+    def _exchange(self, op: BaseModel) -> tuple[dict[str, Any], bytes, str]:
         """Write one request, read its reply line: (the decoded reply, its
         raw line, "to request N (kind)" for messages). A protocol error reply
         or any misbehaviour raises AdapterError."""

@@ -67,7 +67,7 @@ class _ManagerSession(JsonlImplementation):
         return ready
 
     def manager_call(self, op: ManagerOp) -> ManagerOutcome:
-        obj, raw, during = self._exchange(op)  # type: ignore[arg-type]
+        obj, raw, during = self._exchange(op)
         reply: ManagerOutcomeReply = self._validate(ManagerOutcomeReply, obj, raw, during)
         want = PagedOutcome if isinstance(self.manager, PagedConfig) else None
         if (want is not None) != isinstance(reply.outcome, PagedOutcome):
