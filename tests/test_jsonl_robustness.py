@@ -244,6 +244,7 @@ def test_garbage_collection_kills_an_unclosed_adapter() -> None:
 
 CTRL_C_SCRIPT = textwrap.dedent(
     """
+    import signal
     import sys
     from pathlib import Path
     from kvspec.conformance.manifest import load_manifest, resolve_adapter_dir
@@ -251,6 +252,9 @@ CTRL_C_SCRIPT = textwrap.dedent(
     from kvspec.spec.config import ManagerConfig
     from kvspec.spec.wire import FullBlock, Plh, Use
 
+    # Ctrl-C raises KeyboardInterrupt even when the test runs in a background
+    # job, which inherits SIGINT ignored (Python then installs no handler)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     pgids = []
     if sys.argv[2] == "pooled":
         # entered, never left: only the exit-time finalizers can end the idle child

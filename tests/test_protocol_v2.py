@@ -389,7 +389,7 @@ def test_kvspec_replay_runs_a_request_workload_through_v2(tmp_path: Path, capsys
     assert "conforms" in capsys.readouterr().out
     assert cli_main(["replay", str(path), "--impl", "adapters/mutants/prefix_hit_uncapped"]) == 1
     out = capsys.readouterr().out
-    assert "[VLLM-PREFIX-HIT] (NOT DECLARED)" in out and "8 cached tokens" in out
+    assert "[VLLM-PREFIX-HIT] (NOT DECLARED: " in out and "8 cached tokens" in out
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"kvspec":"request-workload","version":1,"setup":{"manager":{"profile":"vllm","capacity":1}}}\n')
     assert cli_main(["replay", str(bad), "--impl", "adapters/reference_jsonl"]) == 2
