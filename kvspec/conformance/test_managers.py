@@ -31,29 +31,11 @@ from kvspec.conformance.manager_lockstep import (
 from kvspec.conformance.manifest import Manifest
 from kvspec.spec.manager_scenario import ManagerScenario, manager_scenarios
 from kvspec.spec.manager_wire import PAGED_OP_ADAPTER, PagedConfig, SessionConfig
+from kvspec.spec.rules import Concern, rules_of
 
 SCENARIOS = manager_scenarios()
-PAGED_RULES = (
-    "PAGED-VALIDATE",
-    "PAGED-CONSERVE",
-    "PAGED-REFCOUNT",
-    "PAGED-NO-REUSE",
-    "PAGED-EXTEND",
-    "PAGED-SHARE",
-    "PAGED-COW",
-    "PAGED-SWAP",
-    "PAGED-FREE",
-    "PAGED-PREFIX-EVICT",
-    "PAGED-PRESSURE",
-)
-SESSION_RULES = (
-    "SESSION-VALIDATE",
-    "SESSION-LEASE",
-    "SESSION-FENCE",
-    "SESSION-LRU",
-    "SESSION-CANDIDATE",
-    "SESSION-RELEASE",
-)
+PAGED_RULES = rules_of(Concern.PAGED)
+SESSION_RULES = rules_of(Concern.SESSION)
 
 
 def _require(manifest: Manifest, profile: str) -> None:

@@ -33,39 +33,13 @@ from hypothesis import Phase, settings
 from kvspec.conformance.machine import MachineSetup, machine_class, replay_path_for, run_machine
 from kvspec.conformance.manifest import Manifest
 from kvspec.spec.profiles import profile as get_profile
+from kvspec.spec.rules import Concern, rules_of
 
 PROFILES = ("kvbm", "atomic", "legacy")
 
-LIFECYCLE_RULES = (
-    "USE-VALIDATE",
-    "USE-HIT-ACTIVE",
-    "USE-HIT-INACTIVE",
-    "USE-NEW",
-    "USE-PARTIAL",
-    "USE-CAPACITY",
-    "DEREF-OWNER",
-    "DEREF-UNKNOWN",
-    "DEREF-PARTIAL",
-    "DESTROY-ACTIVE",
-    "PROMOTE-NEW",
-    "PROMOTE-EXISTING",
-    "PROMOTE-UNKNOWN",
-    "EVICT-POLICY",
-    "COUNTERS",
-)
+LIFECYCLE_RULES = rules_of(Concern.LIFECYCLE)
 #: the offload tier's rules (checked where the adapter declares offload)
-OFFLOAD_RULES = (
-    "QUARANTINE-HOLD",
-    "QUARANTINE-RELEASE",
-    "OFFLOAD-BLOCKS-USE",
-    "G2-STORE-ON-COMPLETE",
-    "G2-EVICT",
-    "DEVICE-REMOVE-IMMEDIATE",
-    "TIME-MONOTONIC",
-    "SWAPIN-RESERVE",
-    "SWAPIN-SKIP-PRESENT",
-    "SWAPIN-ANCHOR",
-)
+OFFLOAD_RULES = rules_of(Concern.OFFLOAD)
 #: what the protocol-only variant checks of the offload tier (the stream)
 OFFLOAD_STREAM_RULES = ("G2-STORE-ON-COMPLETE", "G2-EVICT")
 PROTOCOL_RULES = (

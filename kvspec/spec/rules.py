@@ -203,6 +203,12 @@ RULES: dict[RuleId, Rule] = {
 assert set(RULES) == set(RuleId), "every RuleId needs a catalogue entry"
 
 
+def rules_of(concern: Concern) -> tuple[str, ...]:
+    """The ids of one concern's rules, in catalogue order (what a test of
+    that concern lists in its ``kvspec_rules`` marker)."""
+    return tuple(r.id.value for r in RULES.values() if r.concern == concern)
+
+
 def rule(rule_id: str | RuleId) -> Rule:
     """Look a rule up by id; raises KeyError naming the unknown id."""
     try:
