@@ -22,7 +22,7 @@ from kvspec.spec.rules import rid
 from .state import State
 from .step import Step
 from .terms import sel
-from .universe import ACTIVE, FREE, INACTIVE, NONE, QUARANTINED, RESERVED
+from .universe import ACTIVE, FREE, INACTIVE, NONE, PARTIAL, QUARANTINED, RESERVED
 
 Conjuncts = list[tuple[str, z3.BoolRef]]
 
@@ -75,6 +75,19 @@ def inv_quarantine(S: State) -> Conjuncts:
         (f"slot {s}: transfer pending <=> quarantined", S.pend[s] == (S.st[s] == QUARANTINED)) for s in S.slots
     ]
     out.append(("quarantined counter == quarantined slots", S.quar_c == S.census(QUARANTINED)))
+    return out
+
+
+def inv_partial_uuid(S: State) -> Conjuncts:
+    """INV-PARTIAL-UUID: no partial-block uuid is held by two G1 slots (so a
+    Deref or a Promote of a uuid names one slot, and a counterexample's
+    partial slots read unambiguously)."""
+    out: Conjuncts = []
+    for s in S.slots:
+        for t in S.slots:
+            if s < t:
+                both = z3.And(S.st[s] == PARTIAL, S.st[t] == PARTIAL)
+                out.append((f"slots {s} and {t} hold different partial uuids", z3.Implies(both, S.pu[s] != S.pu[t])))
     return out
 
 
@@ -201,6 +214,7 @@ INVARIANTS: list[Property] = [
         step_quarantine,
     ),
     Property(rid("INV-ANCHOR"), "every device Stored's parent is the root or held by the router", None, step_anchor),
+    Property(rid("INV-PARTIAL-UUID"), "no partial-block uuid is held by two G1 slots", inv_partial_uuid),
 ]
 
 LEMMAS: list[Property] = [

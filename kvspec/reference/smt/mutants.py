@@ -27,7 +27,7 @@ from .prover import Result, prove
 from .state import State
 from .step import Frag, Step, publish
 from .terms import count, sel, upd
-from .transitions import ACTIVE, ASSUME_SWAPIN_PARENT_HELD, FREE, INACTIVE, QUARANTINED, Policy
+from .transitions import ACTIVE, ASSUME_SWAPIN_PARENT_HELD, FREE, INACTIVE, PARTIAL, QUARANTINED, Policy
 from .universe import Bound
 
 Patch = Callable[[Step], Step]
@@ -83,6 +83,21 @@ def _deref_inactive_at_one(step: Step) -> Step:
     pre, post, t = step.pre, step.post, step.params["t"]
     early = sel(pre.own, t) == 2
     step.post = post.but(st=upd(post.st, t, INACTIVE, early), afull_c=post.afull_c - z3.If(early, 1, 0))
+    return step
+
+
+def _partial_allocated_again(step: Step) -> Step:
+    """USE-PARTIAL broken: a Use of a partial uuid that a slot already holds
+    takes a free slot for it again instead of reusing the held one."""
+    if step.name != "use(partial)":
+        return step
+    pre, post, u, s = step.pre, step.post, step.params["u"], step.params["s"]
+    again = z3.And(pre.held_partial(u), pre.free_c > 0, 0 <= s, s < pre.bound.slots, sel(pre.st, s) == FREE)
+    step.post = post.but(
+        st=upd(post.st, s, PARTIAL, again),
+        pu=upd(post.pu, s, u, again),
+        free_c=post.free_c - z3.If(again, 1, 0),
+    )
     return step
 
 
@@ -166,6 +181,13 @@ MUTANTS: list[Mutant] = [
         "eviction may pick an active block",
         R.INV_CONSERVE,
         extra={n: {"policy": _evict_any_registered} for n in ("use(full)", "use(partial)", "evict")},
+    ),
+    Mutant(
+        "partial-allocated-again",
+        R.USE_PARTIAL,
+        "a Use of a held partial uuid takes a second slot for it",
+        R.INV_PARTIAL_UUID,
+        patch=_partial_allocated_again,
     ),
     Mutant(
         "g2-stored-at-enqueue",
