@@ -370,12 +370,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _list(manifest: Manifest) -> int:
-    w = max((len(v.name) for v in manifest.variants), default=4)
-    for v in manifest.variants:
+    w = max((len(v.name) for v in manifest.mutants()), default=4)
+    for v in manifest.mutants():
         needs = f" [needs {', '.join(v.needs)}]" if v.needs else ""
         profiles = ",".join(manifest.variant_profiles(v))
         print(f"{v.name:<{w}}  {profiles:<19} {v.rule:<24} {v.description}{needs}")
-    print(f"{len(manifest.variants)} mutants")
+    print(f"{len(manifest.mutants())} mutants")
     return 0
 
 
@@ -390,12 +390,15 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as e:
         print(f"kvspec mutants: {e}", file=sys.stderr)
         return 2
-    if not manifest.variants:
-        print(f"kvspec mutants: {adapter_dir}/manifest.toml declares no [[variants]]", file=sys.stderr)
+    if not manifest.mutants():
+        print(
+            f"kvspec mutants: {adapter_dir}/manifest.toml declares no [[variants]] that are mutants",
+            file=sys.stderr,
+        )
         return 2
     if args.list:
         return _list(manifest)
-    variants = {v.name: v for v in manifest.variants}
+    variants = {v.name: v for v in manifest.mutants()}  # backend variants are not mutants
     names = list(variants)
     if args.only:
         wanted = [n.strip() for n in args.only.split(",") if n.strip()]
@@ -450,7 +453,7 @@ def run(args: argparse.Namespace) -> int:
         kill_all()
         print("kvspec mutants: interrupted", file=sys.stderr)
         return 130
-    print(format_table(runs, {v.name: str(v.rule) for v in manifest.variants}))
+    print(format_table(runs, {v.name: str(v.rule) for v in manifest.mutants()}))
     for r in runs:
         if r.status in ("error", "timeout", "false_kill"):
             print(f"\n{r.name}: {r.status}\n{r.detail}")

@@ -62,7 +62,7 @@ from kvspec.spec.rules import RuleId
 from kvspec.spec.wire import KvEvent, Removed, Stored, event_to_json
 
 from .diff import Divergence
-from .requests_api import ConcurrentRun, RequestOutcome
+from .requests_api import STALLED, ConcurrentRun, RequestOutcome
 from .workloads import Workload
 
 R = RuleId
@@ -88,14 +88,21 @@ LAYER_RULES: tuple[RuleId, ...] = (
 )
 
 #: rules whose known departures the model can follow, and how
-FOLLOWABLE = {R.EVENT_ID, R.STORE_COPY, R.REMOVE_COPY, R.G2_EVICT}
+FOLLOWABLE = {R.EVENT_ID, R.STORE_COPY, R.REMOVE_COPY, R.G2_EVICT, R.VLLM_PREFIX_HIT}
 
 #: the named condition of each followed departure (kvspec.spec.deviations)
 FOLLOWED = {
     R.STORE_COPY: "copy_store_unannounced",
     R.REMOVE_COPY: "copy_remove_unreported",
     R.G2_EVICT: "host_batch_hash_order",
+    R.VLLM_PREFIX_HIT: "full_prompt_hit",
 }
+
+
+def is_full_prompt_hit(prompt_len: int, block_size: int, reported: int, due: int) -> bool:
+    """Condition ``full_prompt_hit``: the whole block-aligned prompt reported
+    cached where the capped hit is exactly one block short of it."""
+    return prompt_len % block_size == 0 and reported == prompt_len and due == prompt_len - block_size
 
 
 @dataclass(slots=True)
@@ -309,6 +316,7 @@ def check_cached_bounds(workload: Workload, outcomes: Sequence[RequestOutcome], 
                     f"a request that fits the pool ended with {o.finish!r} instead of generating max_tokens",
                     workload,
                     request=i,
+                    conditions=frozenset({"request_stalled"}) if o.finish == STALLED else frozenset(),
                 )
             )
         if o.cached_tokens is None:
@@ -316,6 +324,8 @@ def check_cached_bounds(workload: Workload, outcomes: Sequence[RequestOutcome], 
         out.exercised[R.VLLM_PREFIX_HIT] += 1
         limit = (len(r.prompt) - 1) // bs * bs
         if o.cached_tokens % bs or o.cached_tokens > limit:
+            # condition full_prompt_hit: the whole block-aligned prompt, one block over the cap
+            full = o.cached_tokens == len(r.prompt) and len(r.prompt) % bs == 0
             out.add(
                 Finding(
                     R.VLLM_PREFIX_HIT,
@@ -323,6 +333,7 @@ def check_cached_bounds(workload: Workload, outcomes: Sequence[RequestOutcome], 
                     f"num_tokens - 1 = {len(r.prompt) - 1} (at most {limit})",
                     workload,
                     request=i,
+                    conditions=frozenset({"full_prompt_hit"}) if full else frozenset(),
                 )
             )
 
@@ -496,7 +507,15 @@ def compare_sequential(
         expected.append(exp)
         if not stop:
             continue
-        if act.cached_tokens is not None and act.cached_tokens != exp.cached_tokens:
+        bs = workload.setup.manager.block_size
+        if (
+            act.cached_tokens is not None
+            and act.cached_tokens != exp.cached_tokens
+            and not (
+                variant.full_prompt_hit
+                and is_full_prompt_hit(len(req.prompt), bs, act.cached_tokens, exp.cached_tokens)
+            )
+        ):
             return (
                 Divergence(
                     exp.cached_rule,
@@ -528,7 +547,17 @@ def _request_detail(expected: Sequence[KvEvent], actual: Sequence[KvEvent], j: i
     return f"  expected (reference model):\n{_show(expected, j)}\n  actual (implementation):\n{_show(actual, j)}"
 
 
-def _follow(variant: PoolVariant, rule: RuleId, outcomes: Sequence[RequestOutcome]) -> PoolVariant | None:
+def _follow(
+    variant: PoolVariant, div: Divergence, workload: Workload, outcomes: Sequence[RequestOutcome]
+) -> PoolVariant | None:
+    rule = div.rule
+    if rule == R.VLLM_PREFIX_HIT and not variant.full_prompt_hit and div.request is not None:
+        i = div.request
+        reported, due = outcomes[i].cached_tokens, div.expected
+        bs = workload.setup.manager.block_size
+        prompt_len = len(workload.requests[i].prompt)
+        if isinstance(reported, int) and isinstance(due, int) and is_full_prompt_hit(prompt_len, bs, reported, due):
+            return replace(variant, full_prompt_hit=True)
     if rule == R.EVENT_ID:
         first = next((o.events[0].event_id for o in outcomes if o.events), None)
         if first is not None and first != variant.first_event_id:
@@ -566,7 +595,7 @@ def check_sequential(workload: Workload, outcomes: Sequence[RequestOutcome], out
             detail += f"\n  (compared with the model following the departures already found: {variant})"
         if follower.missing:
             detail += f"\n  decode blocks with no matching implementation Stored: {follower.missing}"
-        nxt = _follow(variant, div.rule, outcomes)
+        nxt = _follow(variant, div, workload, outcomes)
         conds: frozenset[str] = frozenset()
         if nxt is not None:
             name = FOLLOWED.get(div.rule)

@@ -29,12 +29,18 @@ class ImplementationUnavailableError(KvSpecError):
     """The implementation cannot run here (a missing package); the suite skips."""
 
 
+#: the ``finish`` of a request the engine never completed: the adapter saw
+#: no progress on it for a while (condition ``request_stalled``)
+STALLED = "stalled"
+
+
 class RequestOutcome(Wire):
     """What the engine reported for one request.
 
     ``cached_tokens`` is the prompt's prefix-cache hit in tokens (None when the
     engine does not report it); ``finish`` is how the request ended
-    (``length`` when it generated ``max_tokens``). In a sequential run
+    (``length`` when it generated ``max_tokens``; ``STALLED`` when the engine
+    kept it without progress until the adapter gave up). In a sequential run
     ``events`` holds the events the request caused, in publication order."""
 
     cached_tokens: int | None = Field(default=None, ge=0)

@@ -39,6 +39,7 @@ from kvspec.spec.errors import ConfigError
 
 from .manifest import Manifest
 from .request_interface import (
+    STALLED,
     ConcurrentRun,
     ImplementationUnavailableError,
     RequestImplementation,
@@ -47,6 +48,7 @@ from .request_interface import (
 )
 
 __all__ = [
+    "STALLED",
     "ConcurrentRun",
     "ImplementationUnavailableError",
     "RequestImplementation",

@@ -85,6 +85,15 @@ def _covering(manifest: Manifest, finding: Finding) -> int | None:
     return next((i for i, d in enumerate(manifest.deviations) if d.covers(site)), None)
 
 
+def findings_dir(manifest: Manifest, adapter_dir: Path) -> Path:
+    """Where the adapter's finding files are: ``findings/``, or for a backend
+    variant (``kind = "backend"``, its own deviations) ``findings/VARIANT/``."""
+    v = manifest.find_variant(manifest.variant) if manifest.variant else None
+    if v is not None and v.kind == "backend":
+        return adapter_dir / "findings" / v.name
+    return adapter_dir / "findings"
+
+
 def _run_one(manifest: Manifest, adapter_dir: Path, w: Workload, exp: Exploration, *, raise_undeclared: bool) -> None:
     checked = run_workload(manifest, adapter_dir, w)
     exp.runs += 1
@@ -105,7 +114,7 @@ def _explore(manifest: Manifest, adapter_dir: Path, effort: settings) -> Explora
     exp = Exploration()
     t0 = time.monotonic()
     seeds = [w for w in seed_workloads() if host or w.setup.host_blocks is None]
-    seeds += [w for _, w in load_workloads(adapter_dir / "findings")]
+    seeds += [w for _, w in load_workloads(findings_dir(manifest, adapter_dir))]
     for w in seeds:
         _run_one(manifest, adapter_dir, w, exp, raise_undeclared=False)
     exp.seeds = exp.runs

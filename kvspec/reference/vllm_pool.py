@@ -110,12 +110,16 @@ class PoolVariant:
       Removed for an evicted copy while another copy of its hash stays.
     - ``host_order`` (G2-EVICT): inside one host batch, ``"leaf_first"`` is
       the spec; ``"hash"`` evicts in ascending block-hash order.
+    - ``full_prompt_hit`` (VLLM-PREFIX-HIT): False is the spec; True reports
+      the whole block-aligned prompt as cached where the capped hit is one
+      block short of it (a reporting departure: the events stay the model's).
     """
 
     first_event_id: int = 0
     store_copies: bool = True
     remove_copies: bool = True
     host_order: Literal["leaf_first", "hash"] = "leaf_first"
+    full_prompt_hit: bool = False
 
 
 SPEC_VARIANT = PoolVariant()

@@ -105,6 +105,18 @@ CONDITIONS: dict[str, Condition] = _conditions(
         frozenset({R.G2_EVICT, R.PARENT_ANCHOR}),
     ),
     Condition(
+        "full_prompt_hit",
+        "the reported prefix hit is the whole prompt: its length is a whole number of blocks and every one of "
+        "them is reported cached, one block over the num_tokens - 1 cap (request level, any run)",
+        frozenset({R.VLLM_PREFIX_HIT}),
+    ),
+    Condition(
+        "request_stalled",
+        "the request that did not generate max_tokens never finished at all: the engine kept it without "
+        "progress (no token, no event) until the adapter gave up on it (finish 'stalled', request level)",
+        frozenset({R.USE_CAPACITY}),
+    ),
+    Condition(
         "concurrent_run",
         "the failure comes from a concurrent request-level run, whose event order depends on the "
         "implementation's timing: such evidence is not deterministic, so a deviation scoped by it is never "

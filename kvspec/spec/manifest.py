@@ -133,20 +133,38 @@ VARIANT_NAME = re.compile(r"[a-z][a-z0-9_]*")
 
 class Variant(Wire):
     """One named variant of an adapter (``[[variants]]``), selected with
-    ``--impl=DIR/NAME``: a deliberately broken twin of the implementation
-    (a mutant) whose one bug breaks ``rule``. ``kvspec mutants --impl=DIR``
-    runs the suite against each and expects every one to be killed."""
+    ``--impl=DIR/NAME``. Two kinds:
+
+    - ``mutant`` (the default): a deliberately broken twin of the
+      implementation whose one bug breaks ``rule``. ``kvspec mutants
+      --impl=DIR`` runs the suite against each and expects every one to be
+      killed.
+    - ``backend``: another real configuration of the same implementation
+      (an engine with several selectable backends, such as Dynamo's mocker)
+      checked as an implementation in its own right: it may run another
+      ``profile``, carry its own ``capabilities`` (merged over the adapter's)
+      and its own ``deviations`` (replacing the adapter's, because each
+      backend departs in its own ways). It has no ``rule`` and is never a
+      mutant."""
 
     name: str
-    #: the rule its bug breaks (what a kill is expected to name)
-    rule: RuleId
+    kind: Literal["mutant", "backend"] = "mutant"
+    #: mutant: the rule its bug breaks (what a kill is expected to name)
+    rule: RuleId | None = None
     description: str
-    #: the profiles the bug lives in (default: every profile the adapter runs);
-    #: under any other profile the variant must behave like the adapter itself
+    #: mutant: the profiles the bug lives in (default: every profile the
+    #: adapter runs); under any other profile the variant must behave like
+    #: the adapter itself
     profiles: list[ProfileName] = []
-    #: capabilities a configuration needs for the bug to be reachable
+    #: mutant: capabilities a configuration needs for the bug to be reachable
     #: (names as ``Capabilities.has`` takes them)
     needs: list[str] = []
+    #: backend: the profile it runs instead of the adapter's
+    profile: ProfileName | None = None
+    #: backend: capability fields that differ from the adapter's
+    capabilities: dict[str, Any] = {}
+    #: backend: its declared deviations (None: the adapter's)
+    deviations: list[Deviation] | None = None
 
     @field_validator("name")
     @classmethod
@@ -154,6 +172,22 @@ class Variant(Wire):
         if not VARIANT_NAME.fullmatch(v):
             raise ValueError(f"variant name {v!r} must be snake_case ([a-z][a-z0-9_]*)")
         return v
+
+    @model_validator(mode="after")
+    def _fields_fit_the_kind(self) -> Variant:
+        if self.kind == "mutant":
+            if self.rule is None:
+                raise ValueError(f"variant {self.name}: a mutant names the rule its bug breaks (rule = ...)")
+            extra = [f for f in ("profile", "capabilities", "deviations") if getattr(self, f) not in (None, {})]
+            if extra:
+                raise ValueError(f"variant {self.name}: {', '.join(extra)} belong to kind = 'backend' variants")
+        else:
+            wrong = [f for f in ("rule", "profiles", "needs") if getattr(self, f) not in (None, [])]
+            if wrong:
+                raise ValueError(
+                    f"variant {self.name}: a backend variant is not a mutant ({', '.join(wrong)} not allowed)"
+                )
+        return self
 
 
 class Manifest(Wire):
@@ -190,6 +224,12 @@ class Manifest(Wire):
         supported = set(self.supported_profiles())
         caps = self.capabilities
         for v in self.variants:
+            if v.kind == "backend":
+                try:
+                    Capabilities.model_validate({**caps.model_dump(), **v.capabilities})
+                except ValueError as e:
+                    raise ValueError(f"variant {v.name}: capabilities: {e}") from None
+                continue
             outside = [p for p in v.profiles if p not in supported]
             if outside:
                 raise ValueError(f"variant {v.name}: profile(s) {', '.join(outside)} not run by this adapter")
@@ -205,6 +245,10 @@ class Manifest(Wire):
 
     def find_variant(self, name: str) -> Variant | None:
         return next((v for v in self.variants if v.name == name), None)
+
+    def mutants(self) -> list[Variant]:
+        """The variants ``kvspec mutants`` runs (not the backends)."""
+        return [v for v in self.variants if v.kind == "mutant"]
 
     def variant_profiles(self, v: Variant) -> list[ProfileName]:
         """The profiles variant ``v``'s bug lives in."""
@@ -227,7 +271,18 @@ class Manifest(Wire):
             update["command"] = [*st.command, *(a.replace("{variant}", name) for a in st.variant_args)]
         if self.kind == "c_abi":
             update["cflags"] = [*st.cflags, *(f.replace("{variant}", name) for f in st.variant_cflags)]
-        return self.model_copy(update={"variant": name, "start": st.model_copy(update=update)})
+        selected: dict[str, Any] = {"variant": name, "start": st.model_copy(update=update)}
+        v = self.find_variant(name)
+        if v is not None and v.kind == "backend":
+            if v.profile is not None:
+                selected["profile"] = v.profile
+            if v.capabilities:
+                selected["capabilities"] = Capabilities.model_validate(
+                    {**self.capabilities.model_dump(), **v.capabilities}
+                )
+            if v.deviations is not None:
+                selected["deviations"] = list(v.deviations)
+        return self.model_copy(update=selected)
 
     def deviation_for(self, site: Site) -> Deviation | None:
         """The declared deviation that covers a failure at ``site`` (None: the

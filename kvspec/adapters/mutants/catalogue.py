@@ -123,7 +123,8 @@ class Mutant:
 def _catalogue() -> tuple[Mutant, ...]:
     manifest = load_manifest(Path(__file__).resolve().parent)
     out: list[Mutant] = []
-    for v in manifest.variants:
+    for v in manifest.mutants():
+        assert v.rule is not None  # a mutant names its rule (Variant's validator)
         if v.name not in MODELS and v.name not in rq.BY_ID:
             raise ConfigError(f"mutants/manifest.toml declares variant {v.name!r} that catalogue.py has no model for")
         g1, legacy = MODELS.get(v.name, (None, None))

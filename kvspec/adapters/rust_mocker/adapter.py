@@ -61,6 +61,10 @@ TESTED_VERSION = "1.6.1"
 SPEEDUP = 10000.0
 #: a request is over when no event arrived for this long after it completed
 QUIESCE_MS = float(os.environ.get("KVSPEC_RUST_MOCKER_QUIESCE_MS", "25"))
+#: a concurrent run whose open requests made no progress (no token, no
+#: event) for this long has stalled: they are reported with finish "stalled"
+#: (the engine runs at SPEEDUP: a live request makes progress in milliseconds)
+STALL_S = float(os.environ.get("KVSPEC_RUST_MOCKER_STALL_S", "5"))
 #: host-tier transfers take bytes/bandwidth of simulated time: keep them tiny
 KV_BYTES_PER_TOKEN = 2
 MAX_REPLY_BYTES = 64 * 1024 * 1024
@@ -111,8 +115,14 @@ def child_argv() -> list[str]:
     return argv
 
 
-def engine_config(setup: PoolSetup) -> dict[str, Any]:
+#: the mocker's selectable backends (its ``engine.backend``) by variant name:
+#: no variant runs the vLLM-style one; ``kvbm`` is not compiled into the wheel
+BACKENDS: dict[str | None, str] = {None: "vllm", "sglang": "sglang", "trtllm": "trtllm"}
+
+
+def engine_config(setup: PoolSetup, backend: str = "vllm") -> dict[str, Any]:
     engine: dict[str, Any] = {
+        "backend": backend,
         "num_gpu_blocks": setup.manager.capacity,
         "block_size": setup.manager.block_size,
         "speedup_ratio": SPEEDUP,
@@ -153,9 +163,10 @@ def decode_event(raw: Any) -> tuple[int, KvEvent]:
 class RustMocker(RequestImplementation):
     """One Dynamo mocker engine in a child process."""
 
-    def __init__(self, setup: PoolSetup, manifest: Manifest) -> None:
+    def __init__(self, setup: PoolSetup, manifest: Manifest, backend: str = "vllm") -> None:
         self.setup = setup
         self.manifest = manifest
+        self.backend = backend
         version = wheel_version()
         if version is None:
             raise ImplementationUnavailableError(
@@ -175,7 +186,7 @@ class RustMocker(RequestImplementation):
             started = self._ask(
                 {
                     "op": "start",
-                    "engine": engine_config(setup),
+                    "engine": engine_config(setup, backend),
                     "namespace": f"kvspec{uuid.uuid4().hex[:12]}",
                     "block_size": setup.manager.block_size,
                     "num_gpu_blocks": setup.manager.capacity,
@@ -266,6 +277,7 @@ class RustMocker(RequestImplementation):
             "quiesce_ms": QUIESCE_MS,
             "request_timeout_s": self.manifest.start.timeout_s,
             "max_settle_s": 5.0,
+            "stall_s": STALL_S,
         }
 
     def _outcome(self, reply: dict[str, Any], events: list[KvEvent]) -> RequestOutcome:
@@ -316,11 +328,17 @@ class RustMocker(RequestImplementation):
             shutil.rmtree(self._tmp, ignore_errors=True)
 
 
-def open_rust_mocker(setup: PoolSetup, manifest: Manifest, adapter_dir: Path) -> RustMocker:
+def open_rust_mocker(setup: PoolSetup, manifest: Manifest, adapter_dir: Path, variant: str | None = None) -> RustMocker:
+    """One mocker engine for ``setup``; ``variant`` picks the backend
+    (``--impl=adapters/rust_mocker/sglang``; none: the vLLM-style one)."""
+    if variant not in BACKENDS:
+        known = ", ".join(k for k in BACKENDS if k)
+        raise ConfigError(f"the mocker has no backend {variant!r} (known variants: {known})")
+    backend = BACKENDS[variant]
     if setup.manager.capacity > manifest.capabilities.max_capacity:
         raise ConfigError(f"capacity {setup.manager.capacity} exceeds the adapter's max_capacity")
-    if setup.manager.block_size < 2:
+    if setup.manager.block_size < 2 and backend == "vllm":
         raise ConfigError("the mocker's vLLM backend needs block_size >= 2 (the engine refuses 1)")
     if setup.manager.dp_rank != 0:
         raise ConfigError("the adapter runs one mocker with one data-parallel rank (dp_rank 0)")
-    return RustMocker(setup, manifest)
+    return RustMocker(setup, manifest, backend)

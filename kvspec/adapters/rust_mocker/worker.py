@@ -143,6 +143,8 @@ class Mocker:
         self.client: Any = None
         self.serve: Any = None
         self.collector: EventCollector | None = None
+        #: when the last output token arrived (stall detection in concurrent runs)
+        self.progress_at = 0.0
 
     async def start(self, msg: dict[str, Any]) -> dict[str, Any]:
         t0 = time.monotonic()
@@ -209,6 +211,7 @@ class Mocker:
                 if not isinstance(data, dict):
                     continue
                 n_out += len(data.get("token_ids") or [])
+                self.progress_at = time.monotonic()
                 usage = data.get("completion_usage") or {}
                 details = usage.get("prompt_tokens_details") or {}
                 if details.get("cached_tokens") is not None:
@@ -263,12 +266,35 @@ class Mocker:
                 )
             reply({"ok": "done"})
             return
-        tasks = [self.generate(req, timeout) for req in msg["requests"]]
-        try:
-            outs = await asyncio.gather(*tasks)
-        except TimeoutError:
-            reply({"error": f"a concurrent request did not complete within {timeout} s", "stage": "request"})
-            return
+        # A concurrent run can stall (the engine keeps requests it never
+        # finishes): once no token and no event arrived for stall_s, the
+        # requests still open are reported with finish "stalled" (the checker
+        # sees a request that fits the pool and did not generate max_tokens).
+        stall_s = float(msg.get("stall_s", 5.0))
+        self.progress_at = time.monotonic()
+        tasks = [asyncio.ensure_future(self.generate(req, timeout)) for req in msg["requests"]]
+        while True:
+            _, pending = await asyncio.wait(tasks, timeout=0.1)
+            if not pending:
+                break
+            last = max(self.progress_at, self.collector.last_event_at)
+            if time.monotonic() - last > stall_s:
+                for t in pending:
+                    t.cancel()
+                await asyncio.gather(*pending, return_exceptions=True)
+                break
+        outs: list[dict[str, Any]] = []
+        for t in tasks:
+            if t.cancelled():
+                outs.append({"cached_tokens": None, "finish": "stalled", "output_tokens": 0})
+                continue
+            exc = t.exception()
+            if isinstance(exc, TimeoutError):
+                reply({"error": f"a concurrent request did not complete within {timeout} s", "stage": "request"})
+                return
+            if exc is not None:
+                raise exc
+            outs.append(t.result())
         settled = await self.collector.settle(quiet, max_settle)
         events, problems = self.collector.take()
         if not settled:
