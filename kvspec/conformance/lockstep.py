@@ -59,6 +59,7 @@ from .failures import ConformanceFailure
 from .interface import Implementation
 from .lockstep_report import divergence_report, unfinished_note
 from .replay_file import write_replay
+from .replay_store import Target, replay_command
 from .step_check import StepCheck
 from .stream_check import StreamCheck
 
@@ -74,7 +75,10 @@ def _removed_device(events: list[KvEvent]) -> set[int]:
 class Lockstep:
     """Drive one implementation and the reference model with the same operations.
 
-    ``replay_path``: where a failure writes its replay file (None: nowhere).
+    ``replay_path``: where a failure writes its replay file (None: nowhere;
+    a callable is asked only when a failure is written, so that a run's
+    replay folder is made only when something fails); ``replay_target``: the
+    implementation as the file records it (``replay_store.Target``).
     ``event_token_ids=False``: the implementation does not publish token ids
     in its events (manifest capability), so the model's events are compared
     without them.
@@ -86,7 +90,8 @@ class Lockstep:
         config: ManagerConfig,
         *,
         adapter: str,
-        replay_path: Path | None = None,
+        replay_path: Path | Callable[[], Path] | None = None,
+        replay_target: Target | None = None,
         protocol_only: bool = False,
         event_token_ids: bool = True,
         deviations: Sequence[Deviation] = (),
@@ -97,6 +102,7 @@ class Lockstep:
         self.config = config
         self.adapter = adapter
         self.replay_path = replay_path
+        self.replay_target = replay_target
         self.protocol_only = protocol_only
         self.model = make_model(config)
         self.profile: Profile = profile(config.profile)
@@ -223,6 +229,10 @@ class Lockstep:
         )
 
     # --------------------------------------------------------------- failure
+    def _replay_command(self, path: Path) -> str:
+        """The command that replays ``path`` against this implementation."""
+        return replay_command(path, self.replay_target)
+
     def fail(self, div: Divergence, site: Site | None = None) -> None:
         """Raise the ConformanceFailure for ``div`` (writing the replay file)."""
         raise ConformanceFailure(div.rule, self.report(div, site), site=site)
@@ -238,6 +248,7 @@ class Lockstep:
             expected=self.expected,
             actual=self.actual,
             replay_path=self.write_replay(div),
+            replay_command=self._replay_command,
         )
         if site is not None and self.deviations:
             text += f"\nnot a declared deviation: {site.describe()}"
@@ -251,9 +262,11 @@ class Lockstep:
         """Write the replay file of the run so far (None: no replay path)."""
         if self.replay_path is None:
             return None
+        path = self.replay_path() if callable(self.replay_path) else self.replay_path
         return write_replay(
-            self.replay_path,
+            path,
             adapter=self.adapter,
+            target=self.replay_target,
             config=self.config,
             protocol_only=self.protocol_only,
             failure={"rule": str(div.rule), "step": len(self.ops) - 1, "what": div.what},

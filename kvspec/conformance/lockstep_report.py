@@ -8,7 +8,7 @@ replaced by short names, and where the replay file went.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from kvspec.spec.config import ManagerConfig
@@ -40,6 +40,7 @@ def divergence_report(
     expected: Sequence[StepOutcome],
     actual: Sequence[StepOutcome],
     replay_path: Path | None = None,
+    replay_command: Callable[[Path], str] | None = None,
 ) -> str:
     """The report of ``div`` at the last step of ``ops``."""
     i = len(ops) - 1
@@ -58,7 +59,8 @@ def divergence_report(
     ]
     text = apply_aliases("\n".join(lines), hash_aliases(ops, [*expected, *actual]))
     if replay_path is not None:
-        text += f"\nreplay file: {replay_path}\n  run again with: kvspec replay {replay_path} --impl=<adapter folder>"
+        command = replay_command(replay_path) if replay_command is not None else f"kvspec replay {replay_path}"
+        text += f"\nreplay file: {replay_path}\n  run again with: {command}"
     return text
 
 

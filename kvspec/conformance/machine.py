@@ -62,6 +62,7 @@ from kvspec.spec.wire import StepOutcome
 from .implementation import Implementation, open_implementation
 from .lockstep import Lockstep
 from .manifest import Manifest
+from .replay_store import Target
 from .traffic import MAX_CHUNK, MAX_LIVE, MAX_PATH, PROMOTE_BRANCH, Digits, Node, Planned, Traffic, configs, packed
 
 #: modules that define extra rule groups; imported when present
@@ -79,7 +80,9 @@ class MachineSetup:
     manifest: Manifest
     adapter_dir: Path
     profile: str
-    replay_path: Path | None = None
+    #: the replay file, or what makes it at the first failure (``Lockstep``)
+    replay_path: Path | Callable[[], Path] | None = None
+    replay_target: Target | None = None
     record: Callable[[str, int], None] | None = None
     protocol_only: bool = False
     #: told of each declared deviation observed (its index in the manifest)
@@ -289,6 +292,7 @@ class LockstepMachine(RuleGroup, RuleBasedStateMachine, register=False):
             config,
             adapter=s.manifest.name,
             replay_path=s.replay_path,
+            replay_target=s.replay_target,
             protocol_only=s.protocol_only,
             event_token_ids=caps.event_token_ids,
             deviations=s.manifest.deviations,
@@ -576,12 +580,6 @@ def run_machine(cls: type[LockstepMachine], settings: Any = None) -> None:
 
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_")[:120]
-
-
-def replay_path_for(replay_dir: Path, adapter: str, test_id: str) -> Path:
-    """One replay file per adapter and test (overwritten: the last failing
-    run Hypothesis makes is the shrunk one)."""
-    return replay_dir / f"{_slug(adapter)}-{_slug(test_id)}.jsonl"
 
 
 def machine_class(setup: MachineSetup, groups: list[type[RuleGroup]] | None = None) -> type[LockstepMachine]:

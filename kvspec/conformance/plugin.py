@@ -50,6 +50,7 @@ from kvspec.spec.rules import RuleId
 from .failures import ConformanceFailure
 from .implementation import Implementation, open_implementation
 from .manifest import Manifest, load_impl
+from .replay_store import DEFAULT_KEEP, ReplayRun, Target, replay_root
 from .settings import EFFORTS, effort, effort_name, is_deterministic
 
 _STATE_KEY = pytest.StashKey["_KvspecState"]()
@@ -80,6 +81,10 @@ class _KvspecState:
         #: conformance tests that got as far as running (a skip at set-up does not)
         self.conformance_ran = 0
         self.selection_narrowed = False
+        #: the ``--impl`` value as given (or the default the suite picked)
+        self.impl_arg: str | None = None
+        #: this run's replay folder (made at the first failure)
+        self.replays: ReplayRun | None = None
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -93,8 +98,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--kvspec-replay-dir",
         action="store",
-        default=".kvspec/replays",
-        help="where failing stateful runs write their replay files (JSON lines)",
+        default=None,
+        help="root of the replay folders: a failing run writes its replay files (JSON lines) into "
+        "ROOT/<UTC timestamp>-<adapter>[-<variant>]/; default: .kvspec/replays",
+    )
+    group.addoption(
+        "--kvspec-replay-keep",
+        action="store",
+        type=int,
+        default=DEFAULT_KEEP,
+        metavar="N",
+        help=f"keep the newest N run folders under the replay root (0: keep all; default {DEFAULT_KEEP})",
     )
     group.addoption(
         "--kvspec-results",
@@ -129,7 +143,7 @@ def pytest_configure(config: pytest.Config) -> None:
             # (``thorough``): register it so that Hypothesis's option accepts it
             settings.register_profile(profile, effort(profile, seeded=state.seeded))
     if impl is not None:
-        _activate(state, impl)
+        _activate(state, impl, config)
     if config.getoption("--kvspec-results", None):
         from .results_suite import SuiteResults
 
@@ -164,12 +178,30 @@ def _check_profile_known(profile: str) -> None:
         ) from None
 
 
-def _activate(state: _KvspecState, impl: str) -> None:
+def _activate(state: _KvspecState, impl: str, config: pytest.Config) -> None:
     state.active = True
+    state.impl_arg = impl
     try:
         state.adapter_dir, state.manifest = load_impl(impl)
     except ConfigError as e:
         state.error = str(e)
+        return
+    seed = config.getoption("hypothesis_seed", None)
+    target = Target(
+        impl=impl,
+        adapter_path=str(state.adapter_dir),
+        variant=state.manifest.variant,
+        effort=state.effort,
+        hypothesis_seed=None if seed is None else str(seed),
+    )
+    keep = int(config.getoption("--kvspec-replay-keep", DEFAULT_KEEP))
+    state.replays = ReplayRun(replay_root(config.getoption("--kvspec-replay-dir", None)), target, keep)
+
+
+def replay_run(config: pytest.Config) -> ReplayRun | None:
+    """This run's replay folder and the implementation its files record
+    (None: the plugin is not active or the adapter did not load)."""
+    return _state(config).replays
 
 
 def _state(config: pytest.Config) -> _KvspecState:
@@ -223,7 +255,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     st = _state(config)
     conformance = [it for it in items if _is_conformance_test(it)]
     if conformance and not st.active:
-        _activate(st, DEFAULT_IMPL)
+        _activate(st, DEFAULT_IMPL, config)
     if not st.active:
         return
     if conformance:

@@ -1,4 +1,10 @@
-"""``kvspec replay FILE --impl=adapters/NAME``: run a replay file again.
+"""``kvspec replay FILE [--impl=adapters/NAME]``: run a replay file again.
+
+Without ``--impl`` the file's recorded adapter folder (absolute) and
+variant are used, so a file written for an adapter outside the tree replays
+from anywhere; a folder that is gone is a clear error (exit 2). A file
+written by an older kvspec records only the adapter's name, which is
+looked up as a bundled adapter.
 
 A replay file is what a failing lockstep run leaves behind (its format:
 ``conformance/replay_file.py``). Replaying opens the implementation with the
@@ -85,7 +91,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--impl",
         default=None,
-        help="adapter folder or bundled adapter name (default: the adapter named in the file)",
+        help="adapter folder (DIR/VARIANT for a variant) or bundled adapter name "
+        "(default: the adapter folder and variant recorded in the file)",
     )
     parser.add_argument(
         "--protocol-only",
@@ -93,6 +100,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="check only what a router sees (default: as recorded in the file)",
     )
+
+
+def _open_target(rf: ReplayFile, impl_arg: str | None) -> tuple[str, Path, Manifest]:
+    """(what to call it, adapter folder, manifest) of the implementation to
+    replay against: ``--impl`` when given, else what the file recorded."""
+    if impl_arg is not None:
+        return (impl_arg, *load_impl(impl_arg))
+    t = rf.target
+    if t is None:
+        return (rf.adapter, *load_impl(rf.adapter))
+    folder = Path(t.adapter_path)
+    if not (folder / "manifest.toml").is_file():
+        raise ConfigError(
+            f"the adapter folder recorded in the file ({folder}, given as --impl={t.impl}) has no manifest.toml "
+            "any more (moved or deleted?); pass --impl=FOLDER to replay against another"
+        )
+    return (t.impl_option(), folder, load_manifest(folder, t.variant))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -105,12 +129,11 @@ def run(args: argparse.Namespace) -> int:
     except ReplayFileError as e:
         print(f"kvspec replay: {e}")
         return 2
-    impl = args.impl or rf.adapter
     try:
-        impl_dir, manifest = load_impl(impl)
+        impl, impl_dir, manifest = _open_target(rf, args.impl)
         result = replay(rf, impl_dir, protocol_only=args.protocol_only, manifest=manifest)
     except (ConfigError, AdapterError) as e:
-        print(f"kvspec replay: cannot run {args.file} against {impl}: {e}")
+        print(f"kvspec replay: cannot run {args.file} against {args.impl or 'the recorded adapter'}: {e}")
         return 2
     recorded = rf.failure or {}
     print(

@@ -3,7 +3,12 @@
 JSON lines:
 
 - line 1, the header: ``{"kvspec_replay": 1, "adapter": NAME, "config":
-  {ManagerConfig}, "protocol_only": bool, "failure": {"rule", "step", "what"}}``;
+  {ManagerConfig}, "protocol_only": bool, "failure": {"rule", "step", "what"}}``,
+  and, since files record the implementation they ran against
+  (``replay_store.Target``), ``"impl"`` (the ``--impl`` value as given),
+  ``"adapter_path"`` (the adapter folder, absolute), ``"variant"``,
+  ``"effort"`` and ``"hypothesis_seed"``; a file without them (written by an
+  older kvspec) still loads, and is replayed against the adapter it names;
 - then one line per operation, in order: ``{"op": {operation}, "expect":
   {the reference model's outcome when the file was written}}``.
 
@@ -25,6 +30,8 @@ from pydantic import ValidationError
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.errors import KvSpecError
 from kvspec.spec.wire import Operation, StepOutcome, event_to_json, parse_operation
+
+from .replay_store import Target
 
 REPLAY_FORMAT = 1
 
@@ -57,16 +64,19 @@ def write_replay(
     failure: dict[str, Any],
     ops: Sequence[Operation],
     expected: Sequence[StepOutcome],
+    target: Target | None = None,
 ) -> Path:
     """Write the replay file: a header line, then one line per operation
     with the model's expected outcome. Returns ``path``."""
-    header = {
+    header: dict[str, Any] = {
         "kvspec_replay": REPLAY_FORMAT,
         "adapter": adapter,
         "config": config.model_dump(mode="json"),
         "protocol_only": protocol_only,
         "failure": failure,
     }
+    if target is not None:
+        header.update(target.header())
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
     with tmp.open("w") as f:
@@ -86,6 +96,8 @@ class ReplayFile:
     failure: dict[str, Any] | None
     ops: list[Operation]
     expected: list[dict[str, Any] | None]
+    #: the implementation the file was written against (None: an older file)
+    target: Target | None = None
 
 
 def load_replay(path: Path) -> ReplayFile:
@@ -134,4 +146,22 @@ def load_replay(path: Path) -> ReplayFile:
         failure=header.get("failure"),
         ops=ops,
         expected=expected,
+        target=_target(path, header),
+    )
+
+
+def _target(path: Path, header: dict[str, Any]) -> Target | None:
+    """The recorded implementation (None when the header has none)."""
+    if "adapter_path" not in header:
+        return None
+    fields = ("impl", "adapter_path", "variant", "effort", "hypothesis_seed")
+    bad = [k for k in fields if header.get(k) is not None and not isinstance(header[k], str)]
+    if bad or not isinstance(header.get("adapter_path"), str):
+        raise ReplayFileError(f"{path}:1: {', '.join(bad) or 'adapter_path'} must be a string")
+    return Target(
+        impl=str(header.get("impl") or header["adapter_path"]),
+        adapter_path=header["adapter_path"],
+        variant=header.get("variant"),
+        effort=header.get("effort"),
+        hypothesis_seed=header.get("hypothesis_seed"),
     )

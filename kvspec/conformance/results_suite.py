@@ -25,7 +25,6 @@ from __future__ import annotations
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol
 
 import pytest
@@ -34,6 +33,7 @@ from kvspec.spec.manifest import Manifest
 from kvspec.spec.rules import RULES
 
 from .failures import ConformanceFailure
+from .replay_store import replay_root
 from .results import (
     ERRORED,
     DeviationResult,
@@ -272,7 +272,7 @@ class SuiteResults:
             "derandomize": current.derandomize,
             "max_examples": current.max_examples,
             "stateful_step_count": current.stateful_step_count,
-            "replay_dir": str(Path(str(cfg.getoption("--kvspec-replay-dir")))),
+            "replay_dir": str(replay_root(cfg.getoption("--kvspec-replay-dir", None))),
             "selection_narrowed": self.state.selection_narrowed,
         }
         for name in ("keyword", "markexpr"):

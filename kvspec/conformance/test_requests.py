@@ -38,6 +38,7 @@ from hypothesis import Phase, given, settings
 
 from kvspec.conformance.failures import ConformanceFailure
 from kvspec.conformance.manifest import Manifest
+from kvspec.conformance.plugin import replay_run
 from kvspec.conformance.request_check import LAYER_RULES, Finding
 from kvspec.conformance.request_replay import run_workload
 from kvspec.conformance.requests_api import ImplementationUnavailableError
@@ -161,10 +162,11 @@ def request_exploration(
 
 
 def _write_replay(request: pytest.FixtureRequest, finding: Finding) -> Path | None:
-    folder = Path(request.config.getoption("--kvspec-replay-dir"))
+    replays = replay_run(request.config)
+    if replays is None:
+        return None
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        path = folder / f"requests-{finding.rule}.jsonl"
+        path = replays.path_for(f"requests-{finding.rule}")
         note = f"{finding.rule}: {finding.summary}"
         path.write_text(finding.workload.model_copy(update={"note": note}).to_jsonl())
     except OSError:

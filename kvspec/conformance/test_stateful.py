@@ -5,7 +5,7 @@ drives scheduler-like traffic (``conformance/traffic.py``) through the
 implementation and the model together (``conformance/lockstep.py``); the
 eviction policy is drawn per example among those the adapter declares. A
 failure reports the shrunk operation table, the first divergence and the
-rule, and writes a replay file under ``--kvspec-replay-dir``.
+rule, and writes a replay file into the run's replay folder (``replay_store``).
 
 ``test_router_view_matches_model`` is the protocol-only variant: it ignores
 differences a router cannot see and checks the stream rules and
@@ -24,14 +24,16 @@ every rule, and the plugin counts the observation.
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import Phase, settings
 
-from kvspec.conformance.machine import MachineSetup, machine_class, replay_path_for, run_machine
+from kvspec.conformance.machine import MachineSetup, machine_class, run_machine
 from kvspec.conformance.manifest import Manifest
+from kvspec.conformance.plugin import replay_run
 from kvspec.spec.profiles import profile as get_profile
 from kvspec.spec.rules import Concern, rules_of
 
@@ -74,7 +76,7 @@ def _setup(
             f"adapter {manifest.name!r} declares no eviction policy of profile {profile} "
             f"({', '.join(get_profile(profile).policies)})"
         )
-    replay_dir = Path(request.config.getoption("--kvspec-replay-dir"))
+    replays = replay_run(request.config)
     if protocol_only:
         # the protocol-only run checks the stream, not the lifecycle: it
         # reports coverage of the rules it checks (its kvspec_rules marker)
@@ -89,7 +91,8 @@ def _setup(
         manifest=manifest,
         adapter_dir=adapter_dir,
         profile=profile,
-        replay_path=replay_path_for(replay_dir, manifest.name, request.node.name),
+        replay_path=None if replays is None else partial(replays.path_for, request.node.name),
+        replay_target=None if replays is None else replays.target,
         record=record,
         protocol_only=protocol_only,
         record_deviation=record_deviation,

@@ -1,0 +1,142 @@
+"""Where a conformance run's replay files go, and the command that replays one.
+
+Each run that fails writes its replay files into a folder of its own,
+``<root>/<UTC timestamp>-<adapter>[-<variant>]/``, so that a later run (a
+``thorough`` campaign after a ``ci`` run, another variant of the same
+adapter) never overwrites them. The folder is made at the first failure: a
+clean run leaves nothing behind. When it is made, the oldest run folders
+beyond ``keep`` are removed (only folders named like a run folder: anything
+else under the root, e.g. flat replay files of older kvspec versions, is
+left alone).
+
+``replay_root`` is the one place that decides the root (the working-files
+directory: ``--kvspec-replay-dir``, else ``.kvspec/replays``), so that it
+can be redirected without touching the callers.
+
+Each file records the implementation it ran against (``Target``: the
+``--impl`` value as given, the adapter folder as an absolute path, the
+variant, the effort), so that ``kvspec replay FILE`` needs no ``--impl`` and
+the hint printed with a failure is a command that can be pasted as is.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+#: the replay root when none is configured (relative to the working directory)
+DEFAULT_ROOT = Path(".kvspec") / "replays"
+#: run folders kept under the root by default (the newest ones)
+DEFAULT_KEEP = 20
+
+_RUN_FOLDER = re.compile(r"^\d{8}T\d{6}Z(?:-\d+)?-")
+
+
+def replay_root(option: str | None = None) -> Path:
+    """The folder under which each run gets its replay folder: ``option``
+    (``--kvspec-replay-dir``) when given, else ``.kvspec/replays``."""
+    return Path(option) if option else DEFAULT_ROOT
+
+
+def slug(text: str) -> str:
+    """``text`` as one safe path segment."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_")[:120] or "_"
+
+
+@dataclass(frozen=True)
+class Target:
+    """The implementation a run checks, as a replay file records it."""
+
+    #: the ``--impl`` value as given on the command line
+    impl: str
+    #: the adapter folder, absolute
+    adapter_path: str
+    variant: str | None = None
+    #: the effort (``--hypothesis-profile``) and seed of the run
+    effort: str | None = None
+    hypothesis_seed: str | None = None
+
+    def header(self) -> dict[str, Any]:
+        """The replay header's fields for this target."""
+        return {
+            "impl": self.impl,
+            "adapter_path": self.adapter_path,
+            "variant": self.variant,
+            "effort": self.effort,
+            "hypothesis_seed": self.hypothesis_seed,
+        }
+
+    def impl_option(self) -> str:
+        """An ``--impl`` value that selects this adapter and variant from any
+        working directory."""
+        return str(Path(self.adapter_path) / self.variant) if self.variant else self.adapter_path
+
+
+def replay_command(path: Path, target: Target | None) -> str:
+    """The shell command that replays ``path`` (absolute paths, quoted)."""
+    cmd = ["kvspec", "replay", str(path.resolve())]
+    if target is not None:
+        cmd.append(f"--impl={target.impl_option()}")
+    return shlex.join(cmd)
+
+
+@dataclass
+class ReplayRun:
+    """The replay folder of one run (made at the first file written)."""
+
+    root: Path
+    target: Target
+    keep: int = DEFAULT_KEEP
+    started: datetime = field(default_factory=lambda: datetime.now(UTC))
+    _folder: Path | None = None
+
+    def name(self) -> str:
+        """``<UTC timestamp>-<adapter>[-<variant>]``."""
+        adapter = slug(Path(self.target.adapter_path).name)
+        stamp = self.started.strftime("%Y%m%dT%H%M%SZ")
+        return f"{stamp}-{adapter}" + (f"-{slug(self.target.variant)}" if self.target.variant else "")
+
+    def folder(self) -> Path:
+        """This run's folder, made (and the oldest pruned) on first use; a
+        name another run already took gets a ``-N`` suffix after the stamp."""
+        if self._folder is not None:
+            return self._folder
+        self.root.mkdir(parents=True, exist_ok=True)
+        base = self.name()
+        stamp, _, rest = base.partition("-")
+        for n in range(1, 1000):
+            candidate = self.root / (base if n == 1 else f"{stamp}-{n}-{rest}")
+            try:
+                candidate.mkdir()
+            except FileExistsError:
+                continue
+            self._folder = candidate
+            break
+        else:  # pragma: no cover - a thousand runs in one second
+            raise OSError(f"{self.root}: no free run folder for {base}")
+        prune(self.root, self.keep, spare=self._folder)
+        return self._folder
+
+    def path_for(self, test_id: str, suffix: str = ".jsonl") -> Path:
+        """The replay file of test ``test_id`` in this run's folder."""
+        return self.folder() / f"{slug(test_id)}{suffix}"
+
+
+def prune(root: Path, keep: int, *, spare: Path | None = None) -> list[Path]:
+    """Remove the oldest run folders under ``root`` so that ``keep`` remain
+    (``keep <= 0``: keep all); ``spare`` is never removed. Returns what went."""
+    if keep <= 0:
+        return []
+    runs = sorted(p for p in root.iterdir() if p.is_dir() and _RUN_FOLDER.match(p.name))
+    gone: list[Path] = []
+    for p in runs[: max(0, len(runs) - keep)]:
+        if p == spare:
+            continue
+        shutil.rmtree(p, ignore_errors=True)
+        gone.append(p)
+    return gone

@@ -1,0 +1,226 @@
+"""Replay files that last (issue 10): one folder per run, a cap on how many
+are kept, the implementation recorded in the file, a hint that can be pasted
+as is, and ``kvspec replay FILE`` without ``--impl``.
+
+The end-to-end case runs the suite twice in a child process, as a port
+author would, against an adapter outside the tree that drops its Removed
+events; the rest checks the replay folder and the header directly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import textwrap
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from kvspec.conformance.diff import Divergence
+from kvspec.conformance.lockstep import Lockstep
+from kvspec.conformance.replay_file import load_replay
+from kvspec.conformance.replay_store import ReplayRun, Target, prune, replay_command
+from kvspec.spec.config import ManagerConfig
+from kvspec.spec.rules import RuleId
+from kvspec.spec.wire import Deref, FullBlock, Plh, Use
+
+SUITE = Path(__file__).resolve().parent.parent / "kvspec" / "conformance"
+
+MODULE = """
+from kvspec.adapters.reference.adapter import ReferenceImplementation
+from kvspec.spec.wire import StepOutcome
+
+
+class DropsRemoved(ReferenceImplementation):
+    def step(self, op):
+        out = super().step(op)
+        kept = [e for e in out.events if e.kind != "removed"]
+        return StepOutcome.model_construct(**{**out.__dict__, "events": kept})
+
+
+def open_drops_removed(config, manifest, adapter_dir):
+    return DropsRemoved(config, manifest)
+"""
+
+
+def _adapter(tmp: Path) -> Path:
+    (tmp / "replay_runs_adapter.py").write_text(MODULE)
+    folder = tmp / "my_port"
+    folder.mkdir()
+    (folder / "manifest.toml").write_text(
+        textwrap.dedent(
+            """
+            name = "my_port"
+            kind = "python"
+            profile = "kvbm"
+            [start]
+            python = "replay_runs_adapter:open_drops_removed"
+            [capabilities]
+            profiles = ["kvbm"]
+            policies = ["lineage", "lru"]
+            """
+        )
+    )
+    return folder
+
+
+def _env(tmp: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
+    env["PYTHONPATH"] = str(tmp) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def _suite(tmp: Path, impl: str, *extra: str) -> tuple[int, str]:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(SUITE / "test_stateful.py"),
+            "-k",
+            "test_lockstep and kvbm",
+            f"--impl={impl}",
+            f"--kvspec-replay-dir={tmp / 'replays'}",
+            "--kvspec-replay-keep=2",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            *extra,
+        ],
+        cwd=tmp,
+        env=_env(tmp),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def _kvspec(cmd: list[str], cwd: Path, tmp: Path) -> tuple[int, str]:
+    assert cmd[0] == "kvspec"
+    proc = subprocess.run(
+        [sys.executable, "-m", "kvspec", *cmd[1:]],
+        cwd=cwd,
+        env=_env(tmp),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def test_each_run_keeps_its_replay_folder_and_the_hint_can_be_pasted(tmp_path: Path) -> None:
+    adapter = _adapter(tmp_path)
+    old = tmp_path / "replays" / "20000101T000000Z-my_port"
+    old.mkdir(parents=True)
+    (tmp_path / "replays" / "flat-file-of-an-older-kvspec.jsonl").write_text("{}\n")
+
+    code1, out1 = _suite(tmp_path, "my_port")
+    assert code1 == 1, out1[-3000:]
+    code2, out2 = _suite(tmp_path, "my_port", "--hypothesis-seed=3")
+    assert code2 == 1, out2[-3000:]
+
+    runs = sorted(p for p in (tmp_path / "replays").iterdir() if p.is_dir())
+    # the fake oldest run was pruned (keep=2); both real runs kept their file
+    assert old not in runs and len(runs) == 2, runs
+    assert all(re.fullmatch(r"\d{8}T\d{6}Z(-\d+)?-my_port", p.name) for p in runs), runs
+    assert (tmp_path / "replays" / "flat-file-of-an-older-kvspec.jsonl").is_file()
+    files = [p / "test_lockstep_kvbm.jsonl" for p in runs]
+    assert all(f.is_file() for f in files)
+
+    rf = load_replay(files[1])
+    assert rf.target is not None
+    assert rf.target.impl == "my_port" and rf.target.adapter_path == str(adapter.resolve())
+    assert rf.target.variant is None and rf.target.hypothesis_seed == "3"
+    assert rf.target.effort == "default"
+
+    # the hint is a command that works as printed, from another directory
+    hints = re.findall(r"run again with: (kvspec replay .+)", out2)
+    assert hints, out2[-3000:]
+    cmd = shlex.split(hints[0])
+    assert cmd[2] == str(files[1]) and cmd[3] == f"--impl={adapter.resolve()}"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    code, out = _kvspec(cmd, elsewhere, tmp_path)
+    assert code == 1 and "rule REMOVE-EXACT" in out, out
+
+    # without --impl: the recorded adapter folder
+    code, out = _kvspec(["kvspec", "replay", str(files[1])], elsewhere, tmp_path)
+    assert code == 1 and "rule REMOVE-EXACT" in out and str(adapter.resolve()) in out, out
+
+    # the recorded folder is gone: one clear error
+    adapter.rename(tmp_path / "moved")
+    code, out = _kvspec(["kvspec", "replay", str(files[1])], elsewhere, tmp_path)
+    assert code == 2, out
+    assert "moved or deleted" in out and "--impl=" in out and "Traceback" not in out
+
+
+def _target(tmp: Path, variant: str | None = None) -> Target:
+    return Target(impl="adapters/x", adapter_path=str(tmp / "x"), variant=variant, effort="ci")
+
+
+def test_the_run_folder_is_made_at_the_first_failure_and_named_after_the_variant(tmp_path: Path) -> None:
+    when = datetime(2026, 11, 27, 1, 2, 3, tzinfo=UTC)
+    run = ReplayRun(tmp_path / "r", _target(tmp_path, "early"), started=when)
+    assert not (tmp_path / "r").exists()  # a clean run leaves nothing behind
+    p = run.path_for("test_lockstep[kvbm]")
+    assert p == tmp_path / "r" / "20261127T010203Z-x-early" / "test_lockstep_kvbm.jsonl"
+    # another run started in the same second gets a folder of its own
+    other = ReplayRun(tmp_path / "r", _target(tmp_path, "early"), started=when)
+    assert other.folder() == tmp_path / "r" / "20261127T010203Z-2-x-early"
+
+
+def test_prune_keeps_the_newest_run_folders_and_nothing_else_is_touched(tmp_path: Path) -> None:
+    names = [f"2026112{d}T000000Z-x" for d in range(1, 6)]
+    for n in names:
+        (tmp_path / n).mkdir()
+    (tmp_path / "notes").mkdir()
+    gone = prune(tmp_path, 2)
+    assert [p.name for p in gone] == names[:3]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [*names[3:], "notes"]
+    assert prune(tmp_path, 0) == []  # 0: keep all
+
+
+def test_the_header_records_the_implementation_and_old_files_still_load(tmp_path: Path) -> None:
+    from kvspec.adapters.reference.adapter import ReferenceImplementation
+
+    config = ManagerConfig(profile="kvbm", capacity=1, eviction="lru")
+    target = _target(tmp_path, "early")
+    path = tmp_path / "f.jsonl"
+    ls = Lockstep(ReferenceImplementation(config, None), config, adapter="x", replay_path=path, replay_target=target)
+    for op in (
+        Use(blocks=[FullBlock(full=1)], plhs=[Plh(hash=1)]),
+        Deref(blocks=[FullBlock(full=1)]),
+    ):
+        ls.step(op)
+    ls.write_replay(_divergence())
+    assert load_replay(path).target == target
+    assert replay_command(path, target).endswith(f"--impl={tmp_path / 'x' / 'early'}")
+
+    lines = path.read_text().splitlines()
+    header = json.loads(lines[0])
+    for k in ("impl", "adapter_path", "variant", "effort", "hypothesis_seed"):
+        del header[k]
+    path.write_text("\n".join([json.dumps(header), *lines[1:]]) + "\n")
+    old = load_replay(path)
+    assert old.target is None and old.adapter == "x" and len(old.ops) == 2
+
+
+def _divergence() -> Divergence:
+    return Divergence(rule=RuleId.REMOVE_EXACT, what="test", expected=None, actual=None)
+
+
+@pytest.mark.parametrize("bad", [{"adapter_path": 3}, {"adapter_path": "/x", "variant": ["a"]}])
+def test_a_malformed_recorded_implementation_is_refused(tmp_path: Path, bad: dict[str, object]) -> None:
+    from kvspec.conformance.replay_file import ReplayFileError
+
+    header = {"kvspec_replay": 1, "adapter": "x", "config": {"profile": "kvbm", "capacity": 1}, **bad}
+    path = tmp_path / "f.jsonl"
+    path.write_text(json.dumps(header) + "\n")
+    with pytest.raises(ReplayFileError, match="must be a string"):
+        load_replay(path)
