@@ -36,6 +36,7 @@ from kvspec.adapters.mutants.request_bugs import BY_ID as REQUEST_MUTANTS
 from kvspec.adapters.reference.adapter import outcome_of
 from kvspec.cli import main as cli_main
 from kvspec.conformance import mutants as campaign
+from kvspec.conformance.forkserver import ServerPool, suite_imports
 from kvspec.conformance.implementation import open_implementation
 from kvspec.conformance.manifest import Capabilities, load_impl, load_manifest, resolve_adapter_dir, resolve_impl
 from kvspec.reference import make_model
@@ -267,6 +268,16 @@ CASES: list[Case] = [
         offload=True,
     ),
     Case("swapin_parent_dropped", ("kvbm",), (*EVICT1, T(0), S(1, parent=9), T(0)), "events", capacity=1, offload=True),
+    Case(
+        "swapin_unpins_before_offload",
+        ("kvbm",),
+        (U(1), D(1), U(2), D(2), U(3), T(1), U(3), D(3), S(1), S(1), T(2)),
+        "events",
+        capacity=2,
+        offload=True,
+        g2=1,
+        dynamo=True,
+    ),
 ]
 
 DIRECTED = [(c, p) for c in CASES for p in c.profiles]
@@ -481,21 +492,34 @@ def fake_suite(tmp_path: Path) -> Path:
     return suite
 
 
-def test_campaign_runner_classifies_runs(fake_suite: Path) -> None:
+@pytest.mark.parametrize("forked", [False, True], ids=["fresh_process", "fork_server"])
+def test_campaign_runner_classifies_runs(fake_suite: Path, forked: bool) -> None:
     suite = fake_suite
     timeouts = {"multi_lru_flat": 3.0}
+    pool = ServerPool(2, ["kvspec.conformance.failures"], cwd=suite.parent) if forked else None
 
     def one(name: str) -> campaign.SuiteRun:
-        return campaign.run_suite(name, suite=suite, timeout=timeouts.get(name, 120.0))
+        server = pool.acquire() if pool is not None else None
+        try:
+            return campaign.run_suite(name, suite=suite, timeout=timeouts.get(name, 120.0), server=server)
+        finally:
+            if pool is not None and server is not None:
+                pool.release(server)
 
     t0 = time.monotonic()
-    runs = {
-        r.name: r
-        for r in campaign.run_many(
-            ["lru_most_recent_first", "parent_always_none", UNMUTATED, "multi_lru_flat"], one, jobs=2
-        )
-    }
+    try:
+        runs = {
+            r.name: r
+            for r in campaign.run_many(
+                ["lru_most_recent_first", "parent_always_none", UNMUTATED, "multi_lru_flat"], one, jobs=2
+            )
+        }
+    finally:
+        if pool is not None:
+            pool.close()
     assert time.monotonic() - t0 < 100
+    if forked:  # the server reports each forked run's CPU time
+        assert all(r.cpu is not None and r.cpu > 0 for r in runs.values() if r.status != "timeout")
 
     killed = runs["lru_most_recent_first"]
     assert (killed.status, killed.rule, killed.test) == ("killed", "EVICT-POLICY", "test_fake::test_the_one")
@@ -615,6 +639,12 @@ def test_a_kill_under_a_profile_the_mutant_leaves_alone_is_not_credited() -> Non
     assert campaign.credit(k("m", "killed", 1.0, "test_x::test_y"), legacy_only, scen).status == "killed"
     assert "FALSE-KILL" in campaign.format_table([false], {})
     assert any("not a kill" in ln for ln in campaign.summary([false]))
+
+
+def test_fork_server_preloads_what_the_suite_imports_but_not_its_tests() -> None:
+    mods = suite_imports(campaign.suite_dir())
+    assert "kvspec.conformance.scenario_runner" in mods and "hypothesis" in mods
+    assert not [m for m in mods if m.rsplit(".", 1)[-1].startswith("test_")]  # pytest must rewrite those itself
 
 
 def test_log_dir_keeps_output_and_report(fake_suite: Path, tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ bundled ``adapters/mutants`` (realistic bugs of the reference model), or any
 folder with ``--impl=DIR`` (a port's own single-bug twins). This command
 runs the whole suite (Hypothesis profile ``ci``, stop at the first failure)
 against each (``--impl=DIR/NAME``) in its own pytest process, a few at a
-time, and prints a table:
+time (``--jobs``), and prints a table:
 which mutant was killed, by which test, under which rule, and how long the
 suite took to kill it. It exits non-zero if any mutant survives or its run
 breaks, so CI can gate on it.
@@ -16,6 +16,14 @@ Before any mutant it runs the suite once on the adapter with no variant
 selected (``--impl=DIR``, shown as ``none``; for ``adapters/mutants`` the
 unmutated reference): if that fails, every kill would be meaningless and the
 run stops as invalid.
+
+Each run is a child forked from a server that has imported pytest,
+Hypothesis and kvspec once (``forkserver.py``; one server per job): a kill
+then pays for collecting the suite and running tests, not for start-up. The
+child is a pytest session like any other (its own process group, its test
+modules collected and assertion-rewritten afresh); ``--fresh-processes``
+starts a new interpreter per run instead. Time to kill is the wall time from
+asking for the run to its verdict; a forked run also reports its CPU time.
 
 A kill is a failed test in the pytest run. An expected failure cannot count:
 the mutants' manifest declares no deviation, and the JUnit report marks an
@@ -26,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 import re
 import signal
@@ -43,6 +52,8 @@ from pathlib import Path
 from typing import Literal
 
 from kvspec.spec.manifest import Manifest
+
+from .forkserver import ForkServer, ServerPool, suite_imports
 from kvspec.spec.rules import RuleId
 
 Status = Literal["killed", "passed", "error", "timeout", "false_kill"]
@@ -61,6 +72,8 @@ class SuiteRun:
     test: str | None = None
     rule: str | None = None
     detail: str = ""
+    #: CPU seconds of the run (known for a forked run; independent of load)
+    cpu: float | None = None
 
 
 # ------------------------------------------------------------------ locations
@@ -140,6 +153,7 @@ def classify(name: str, returncode: int, junit: Path, output: str, seconds: floa
 # ------------------------------------------------------------- running pytest
 
 _live: set[subprocess.Popen[str]] = set()
+_live_pools: set[ServerPool] = set()
 _live_lock = threading.Lock()
 
 
@@ -175,17 +189,31 @@ def run_suite(
     profile: str = "ci",
     log_dir: Path | None = None,
     adapter_dir: Path | None = None,
+    server: ForkServer | None = None,
 ) -> SuiteRun:
     """Run the suite against variant ``name`` of ``adapter_dir`` (default: the
     bundled mutants; ``none``: no variant) in a child process group that
-    is killed whole when the run passes ``timeout`` seconds. With ``log_dir``
-    the run's output, JUnit report and replay files stay in ``log_dir/name``."""
+    is killed whole when the run passes ``timeout`` seconds: a child forked
+    by ``server`` (imports already paid), or a fresh ``python -m pytest``
+    without one. With ``log_dir`` the run's output, JUnit report and replay
+    files stay in ``log_dir/name``. The time is the wall time from asking
+    for the run to its verdict."""
     with tempfile.TemporaryDirectory(prefix=f"kvspec-mutant-{name}-") as tmp:
         keep = Path(tmp) if log_dir is None else log_dir / name
         keep.mkdir(parents=True, exist_ok=True)
         junit = keep / "junit.xml"
         cmd = pytest_command(name, suite, junit, keep / "replays", profile, adapter_dir)
         start = time.monotonic()
+        if server is not None:
+            log = keep / "pytest.log"
+            # pytest would warn that the pre-imported Hypothesis cannot be assertion-rewritten (harmless)
+            argv = [*cmd[3:], "-W", "ignore::pytest.PytestAssertRewriteWarning"]
+            code = server.run(argv, cwd=suite.parent, log=log, timeout=timeout)
+            seconds = time.monotonic() - start
+            out = log.read_text(errors="replace") if log.exists() else ""
+            if code is None:
+                return SuiteRun(name, "timeout", seconds, detail=f"no verdict after {timeout:g} s")
+            return dataclasses.replace(classify(name, code, junit, out, seconds), cpu=server.last_cpu)
         proc = subprocess.Popen(
             cmd,
             cwd=suite.parent,
@@ -237,13 +265,10 @@ def credit(run: SuiteRun, mutant_profiles: Iterable[str], scenario_profiles: dic
         return run
     ran = profiles_of_test(run.test, scenario_profiles)
     if ran and not ran & set(mutant_profiles):
-        return SuiteRun(
-            run.name,
-            "false_kill",
-            run.seconds,
-            run.test,
-            run.rule,
-            f"killed under {', '.join(sorted(ran))}, where this mutant is the unmutated reference: {run.detail}",
+        return dataclasses.replace(
+            run,
+            status="false_kill",
+            detail=f"killed under {', '.join(sorted(ran))}, where this mutant is the unmutated reference: {run.detail}",
         )
     return run
 
@@ -262,8 +287,26 @@ def _scenario_profiles() -> dict[str, str]:
 def kill_all() -> None:
     with _live_lock:
         procs = list(_live)
+        pools = list(_live_pools)
     for p in procs:
         _kill_group(p)
+    for pool in pools:
+        pool.close()
+
+
+def preload_modules(suite: Path, manifest: Manifest) -> list[str]:
+    """What a fork server imports before forking: the plugin, the suite's
+    imports and the adapter's Python factories."""
+    factories = [manifest.start.python, manifest.start.requests, manifest.start.managers]
+    return list(
+        dict.fromkeys(
+            [
+                "kvspec.conformance.plugin",
+                *suite_imports(suite),
+                *(f.partition(":")[0] for f in factories if f),
+            ]
+        )
+    )
 
 
 def run_many(
@@ -336,6 +379,9 @@ def summary(runs: list[SuiteRun]) -> list[str]:
         worst = max(killed, key=lambda r: r.seconds)
         med = statistics.median(r.seconds for r in killed)
         lines.append(f"time to kill: median {med:.1f} s, worst {worst.seconds:.1f} s ({worst.name})")
+        cpus = [r.cpu for r in killed if r.cpu is not None]
+        if cpus:
+            lines.append(f"CPU time to kill: median {statistics.median(cpus):.2f} s, worst {max(cpus):.2f} s")
     return lines
 
 
@@ -361,6 +407,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         default=None,
         help="keep each run's pytest output, JUnit report and replay files in LOG_DIR/NAME",
+    )
+    parser.add_argument(
+        "--fresh-processes",
+        action="store_true",
+        help="start each suite run in a new Python process (slower; the default forks each run from a "
+        "server that has imported pytest, Hypothesis and kvspec once per job)",
     )
     parser.add_argument(
         "--skip-sanity",
@@ -410,16 +462,26 @@ def run(args: argparse.Namespace) -> int:
     suite = (args.suite or suite_dir()).resolve()
 
     scenario_profiles = _scenario_profiles()
+    pool = None if args.fresh_processes else ServerPool(args.jobs, preload_modules(suite, manifest), cwd=suite.parent)
+    if pool is not None:
+        with _live_lock:
+            _live_pools.add(pool)
 
     def one(name: str) -> SuiteRun:
-        r = run_suite(
-            name,
-            suite=suite,
-            timeout=args.timeout,
-            profile=args.hypothesis_profile,
-            log_dir=args.log_dir,
-            adapter_dir=adapter_dir,
-        )
+        server = None if pool is None else pool.acquire()
+        try:
+            r = run_suite(
+                name,
+                suite=suite,
+                timeout=args.timeout,
+                profile=args.hypothesis_profile,
+                log_dir=args.log_dir,
+                adapter_dir=adapter_dir,
+                server=server,
+            )
+        finally:
+            if pool is not None and server is not None:
+                pool.release(server)
         if name == UNMUTATED:
             return r
         return credit(r, manifest.variant_profiles(variants[name]), scenario_profiles)
@@ -453,6 +515,11 @@ def run(args: argparse.Namespace) -> int:
         kill_all()
         print("kvspec mutants: interrupted", file=sys.stderr)
         return 130
+    finally:
+        if pool is not None:
+            pool.close()
+            with _live_lock:
+                _live_pools.discard(pool)
     print(format_table(runs, {v.name: str(v.rule) for v in manifest.mutants()}))
     for r in runs:
         if r.status in ("error", "timeout", "false_kill"):

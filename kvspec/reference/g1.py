@@ -955,9 +955,7 @@ class G1Model:
             if not got:
                 if victim is None:  # no slot at all: the seed reports no hits
                     self.free += reserved  # the reserved slots are given back
-                    if lineage:
-                        self.g2tier.unpin(seqs)
-                    return Step(OpResult(value=0, status="no_hits"), self._publish_evictions(evicted))
+                    return Step(OpResult(value=0, status="no_hits"), self._end_unreserved_swap_in(seqs, evicted))
                 # blocked on a G1 offload: while the reserved slots are still
                 # held, evict (and quarantine) as many more victims as the
                 # reservation still lacks, so that they offload together
@@ -970,9 +968,7 @@ class G1Model:
                     self._evict(v)
                     evicted.append(v)
                 self.free += reserved  # then the reserved slots are given back
-                if lineage:
-                    self.g2tier.unpin(seqs)
-                return Step(OpResult(value=0, status="blocked_on_offload"), self._publish_evictions(evicted))
+                return Step(OpResult(value=0, status="blocked_on_offload"), self._end_unreserved_swap_in(seqs, evicted))
             reserved += 1
         self.trace.did("SWAPIN-RESERVE")
         self.reserved += reserved
@@ -984,6 +980,21 @@ class G1Model:
         else:
             self._queue("onboard", job)
         return Step(OpResult(value=reserved, status="scheduled"), self._publish_evictions(evicted))
+
+    def _end_unreserved_swap_in(self, seqs: list[int], evicted: list[int]) -> list[KvEvent]:
+        """A swap-in that reserved no destination (blocked or no hits) ends:
+        its evictions are offloaded first, while the G2 prefix is still
+        pinned, and only then is the prefix unpinned. Dynamo holds the
+        prefix's G2 blocks from the lookup until ``try_batch_swap_in``
+        returns, so under g2_allocation = "at_start" a transfer started by
+        the reservation's evictions never evicts the prefix from G2
+        (ai-dynamo/dynamo ``lib/mocker/src/kv_manager/kvbm_backend.rs``,
+        ``try_batch_swap_in`` and ``reserve_swap_in_destination_slots``;
+        finding F6, ``offload/blocked_swap_in_keeps_g2_prefix_pinned``)."""
+        events = self._publish_evictions(evicted)
+        if self.offload is not None and self.offload.g2_eviction == "lineage":
+            self.g2tier.unpin(seqs)
+        return events
 
     def _complete_onboard(self, job: _Onboard) -> list[KvEvent]:
         """SWAPIN-SKIP-PRESENT and SWAPIN-ANCHOR: register the onboarded blocks

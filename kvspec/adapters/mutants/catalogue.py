@@ -95,6 +95,7 @@ MODELS: dict[str, tuple[G1Cls, LegacyCls]] = {
     "presence_filter_missing": (off.PresenceFilterMissing, None),
     "swapin_registers_present": (off.SwapInRegistersPresent, None),
     "swapin_parent_dropped": (off.SwapInParentDropped, None),
+    "swapin_unpins_before_offload": (off.SwapInUnpinsBeforeOffload, None),
 }
 
 

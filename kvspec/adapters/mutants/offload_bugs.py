@@ -256,3 +256,16 @@ class PresenceFilterMissing(G1Model):
             return super()._enqueue_offload(entries, slots)
         finally:
             self.offload = declared
+
+
+class SwapInUnpinsBeforeOffload(G1Model):
+    """A blocked swap-in lets go of its G2 prefix before it offloads the G1
+    blocks its reservation evicted: under g2_allocation = "at_start" those
+    transfers take their G2 destinations at once and can evict the very
+    prefix the swap-in is waiting for (the model's own bug before finding F6;
+    Dynamo holds the prefix until the swap-in returns)."""
+
+    def _end_unreserved_swap_in(self, seqs: list[int], evicted: list[int]) -> list[KvEvent]:
+        if self.offload is not None and self.offload.g2_eviction == "lineage":
+            self.g2tier.unpin(seqs)
+        return self._publish_evictions(evicted)
