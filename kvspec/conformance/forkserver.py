@@ -102,7 +102,7 @@ def _child(request: dict[str, Any], proto: Sequence[int]) -> None:
         import pytest
 
         code = int(pytest.main(list(request["argv"])))
-    except BaseException as e:  # noqa: BLE001  the child must exit, never return into the server loop
+    except BaseException as e:  # the child must exit, never return into the server loop
         with contextlib.suppress(Exception):
             print(f"kvspec fork server: the run failed to start: {e!r}", file=sys.stderr)
     finally:

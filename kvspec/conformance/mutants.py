@@ -52,9 +52,9 @@ from pathlib import Path
 from typing import Literal
 
 from kvspec.spec.manifest import Manifest
+from kvspec.spec.rules import RuleId
 
 from .forkserver import ForkServer, ServerPool, suite_imports
-from kvspec.spec.rules import RuleId
 
 Status = Literal["killed", "passed", "error", "timeout", "false_kill"]
 
