@@ -1,51 +1,88 @@
-"""How the z3 proofs scale with the bound: proof time per invariant at 4, 8
-and 16 slots (1.5 block hashes per slot), then the total at the default bound
-(8 slots, 12 hashes; median of three runs) as the last line:
+"""How the z3 proofs scale: the bounded proofs at 8, 16, 32 and 48 slots
+(1.5 block hashes per slot), each run in its own process with a time limit,
+then the unbounded proofs (``kvspec prove --unbounded``: any number of slots
+and hashes), which do not grow with the bound at all.
+
+Each figure is the CPU time of the process that ran it (user + system, so
+comparable under load; wall time is printed beside it). The last line is the
+CPU time of the unbounded proofs of every invariant and lemma:
 ``prove_scaling: VALUE s``.
 
-Run from the repository root: ``python benchmarks/prove_scaling.py``.
+Run from the repository root: ``python benchmarks/prove_scaling.py
+[--timeout SECONDS] [--slots 8,16,32,48]``.
 """
 
 from __future__ import annotations
 
-import statistics
+import argparse
+import json
+import os
+import resource
+import subprocess
 import sys
 import time
 
+SLOTS = (8, 16, 32, 48)
+
+_CHILD = """
+import json, sys
 from kvspec.reference.smt.prover import prove
-from kvspec.reference.smt.universe import DEFAULT_BOUND, Bound
+from kvspec.reference.smt.universe import Bound
+n = int(sys.argv[1])
+rs = prove(Bound(n, n * 3 // 2))
+print(json.dumps({str(r.property_id): [r.seconds, r.verdict] for r in rs}))
+"""
 
-SLOTS = (4, 8, 16)
+_UNBOUNDED = """
+import json
+from kvspec.reference.smt.unbounded import prove_unbounded
+rs = prove_unbounded(timeout_ms=300_000)
+print(json.dumps({r.property_id: [r.seconds, r.verdict] for r in rs}))
+"""
 
 
-def bound_for(slots: int) -> Bound:
-    return Bound(slots, slots * 3 // 2)
+def _run(code: str, args: list[str], timeout: float) -> tuple[dict[str, list] | None, float, float]:
+    """(per-property [seconds, verdict] or None on timeout, CPU s, wall s) of a child process."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=timeout, check=True
+        ).stdout
+        data = json.loads(out.strip().splitlines()[-1])
+    except subprocess.TimeoutExpired:
+        data = None
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return data, cpu, time.perf_counter() - t0
 
 
 def main() -> int:
-    rows: dict[str, dict[int, float]] = {}
-    totals: dict[int, float] = {}
-    for n in SLOTS:
-        t0 = time.perf_counter()
-        results = prove(bound_for(n))
-        totals[n] = time.perf_counter() - t0
-        for r in results:
-            if not r.proven:
-                print(f"{r.property_id} not proven at {bound_for(n)}", file=sys.stderr)
-                return 1
-            rows.setdefault(str(r.property_id), {})[n] = r.seconds
-    head = "invariant".ljust(26) + "".join(f"{bound_for(n)!s:>24}" for n in SLOTS)
-    print(head)
-    for pid, times in rows.items():
-        print(pid.ljust(26) + "".join(f"{times[n]:>23.2f}s" for n in SLOTS))
-    print("total (with building)".ljust(26) + "".join(f"{totals[n]:>23.2f}s" for n in SLOTS))
-    runs = []
-    for _ in range(3):
-        t0 = time.perf_counter()
-        prove(DEFAULT_BOUND)
-        runs.append(time.perf_counter() - t0)
-    print(f"prove_scaling: {statistics.median(runs):.2f} s")
-    return 0
+    p = argparse.ArgumentParser()
+    p.add_argument("--timeout", type=float, default=600.0, help="per bounded run, seconds (default %(default)s)")
+    p.add_argument("--slots", default=",".join(map(str, SLOTS)), help="slot counts (default %(default)s)")
+    a = p.parse_args()
+    print(f"load average: {os.getloadavg()[0]:.1f} (1 min), {os.cpu_count()} cores")
+    print(f"{'run':<34}{'CPU':>10}{'wall':>10}  result")
+    for n in [int(x) for x in a.slots.split(",")]:
+        data, cpu, wall = _run(_CHILD, [str(n)], a.timeout)
+        label = f"bounded, {n} slots, {n * 3 // 2} hashes"
+        if data is None:
+            print(f"{label:<34}{'>' + format(cpu, '.1f'):>10}{wall:>9.1f}s  timed out after {a.timeout:.0f}s")
+            continue
+        bad = [k for k, (_s, v) in data.items() if v != "proven"]
+        print(f"{label:<34}{cpu:>9.1f}s{wall:>9.1f}s  {'all proven' if not bad else 'NOT proven: ' + ', '.join(bad)}")
+    data, cpu, wall = _run(_UNBOUNDED, [], 1800.0)
+    if data is None:
+        print("unbounded: timed out", file=sys.stderr)
+        return 1
+    bad = [k for k, (_s, v) in data.items() if v != "proven"]
+    verdict = "all proven" if not bad else "NOT proven: " + ", ".join(bad)
+    print(f"{'unbounded (any slots, any hashes)':<34}{cpu:>9.1f}s{wall:>9.1f}s  {verdict}")
+    for k, (secs, v) in data.items():
+        print(f"  {k:<32}{secs:>19.2f}s  {v}")
+    print(f"prove_scaling: {cpu:.2f} s")
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":

@@ -48,6 +48,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         choices=[m.name for m in MUTANTS],
         help="prove against a broken variant of the rules (expect a counterexample)",
     )
+    p.add_argument(
+        "--unbounded",
+        action="store_true",
+        help="prove the invariants for any number of slots and hashes (quantified, smt/unbounded.py)",
+    )
     p.add_argument("--timeout", type=float, default=None, metavar="SECONDS", help="per solver call (default: none)")
 
 
@@ -59,6 +64,10 @@ def run(args: argparse.Namespace) -> int:
     if args.slots < 1 or args.hashes < 1:
         print("kvspec prove: --slots and --hashes must be at least 1", file=sys.stderr)
         return 2
+    if getattr(args, "unbounded", False):
+        from .cli_unbounded import run_unbounded
+
+        return run_unbounded(args)
     bound = Bound(args.slots, args.hashes)
     try:
         props = [by_id(i) for i in args.invariant] if args.invariant else list(ALL_PROPERTIES)
