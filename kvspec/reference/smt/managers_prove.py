@@ -18,18 +18,22 @@ from .session import prove_session
 SESSION_SLOTS = 3
 
 
-def prove_managers(emit: Callable[[list[str]], None]) -> list[str]:
-    """Print the rows through ``emit([id, result, bound, time])``; return the problems found."""
+def prove_managers(emit: Callable[[list[str]], None], only: str | None = None) -> list[str]:
+    """Print the rows through ``emit([id, result, bound, time])``; return the
+    problems found. ``only``: "paged" or "session" (``kvspec prove --profile``)."""
     problems: list[str] = []
-    bound = PagedBound()
-    ok, seed = prove_paged(bound)
-    rows: list[tuple[str, str, list[tuple[str, bool, float, str | None]]]] = [
-        ("INV-PAGED-REFS", str(bound), [(p.transition, p.proven, p.seconds, p.counterexample) for p in ok]),
-    ]
-    s_ok, s_broken = prove_session(SESSION_SLOTS)
-    rows.append(
-        ("INV-SESSION-FENCE", f"{SESSION_SLOTS} slots", [(p.transition, p.proven, p.seconds, None) for p in s_ok])
-    )
+    rows: list[tuple[str, str, list[tuple[str, bool, float, str | None]]]] = []
+    seed: list = []
+    s_broken: list = []
+    if only in (None, "paged"):
+        bound = PagedBound()
+        ok, seed = prove_paged(bound)
+        rows.append(("INV-PAGED-REFS", str(bound), [(p.transition, p.proven, p.seconds, p.counterexample) for p in ok]))
+    if only in (None, "session"):
+        s_ok, s_broken = prove_session(SESSION_SLOTS)
+        rows.append(
+            ("INV-SESSION-FENCE", f"{SESSION_SLOTS} slots", [(p.transition, p.proven, p.seconds, None) for p in s_ok])
+        )
     for inv, where, proofs in rows:
         failed = [name for name, proven, _, _ in proofs if not proven]
         emit([inv, "proven" if not failed else "COUNTEREXAMPLE", where, f"{sum(p[2] for p in proofs):.2f}s"])
