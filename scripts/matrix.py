@@ -10,6 +10,7 @@ the README's table between the ``<!-- matrix:begin -->`` and
     python scripts/matrix.py                      # run the suite, update README.md
     python scripts/matrix.py --no-run             # re-render from .kvspec/matrix/*.json
     python scripts/matrix.py --run vllm sglang    # run these, reuse the others' results
+    python scripts/matrix.py --run rust_mocker/sglang   # a backend variant (FOLDER/VARIANT)
     python scripts/matrix.py --adapters reference c_port --effort smoke
 """
 
@@ -25,7 +26,19 @@ from kvspec.conformance.report import build_matrix, render_html, render_markdown
 from kvspec.conformance.results import load_results
 
 ROOT = Path(__file__).resolve().parents[1]
-ADAPTERS = ("reference", "c_port", "rust_mocker", "vllm", "sglang", "paged_rust", "session_rust")
+#: adapter folders, or FOLDER/VARIANT for a backend variant (Dynamo's mocker's
+#: TensorRT-LLM-style and SGLang-style backends are variants of rust_mocker)
+ADAPTERS = (
+    "reference",
+    "c_port",
+    "rust_mocker",
+    "rust_mocker/trtllm",
+    "rust_mocker/sglang",
+    "vllm",
+    "sglang",
+    "paged_rust",
+    "session_rust",
+)
 BEGIN, END = "<!-- matrix:begin -->", "<!-- matrix:end -->"
 
 
@@ -41,7 +54,7 @@ def run_suite(name: str, out: Path, effort: str, seed: str) -> None:
             f"--hypothesis-profile={effort}",
             f"--hypothesis-seed={seed}",
             f"--kvspec-results={out}",
-            f"--kvspec-replay-dir={out.parent / 'replays'}",
+            f"--kvspec-replay-dir={out.parent / 'replays' / out.stem}",
             "-q",
             "-p",
             "no:cacheprovider",
@@ -86,10 +99,11 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     files = []
     for name in args.adapters:
-        if not (ROOT / "adapters" / name / "manifest.toml").is_file():
-            print(f"{name}: no adapters/{name}/manifest.toml yet: left out")
+        folder = name.partition("/")[0]
+        if not (ROOT / "adapters" / folder / "manifest.toml").is_file():
+            print(f"{name}: no adapters/{folder}/manifest.toml yet: left out")
             continue
-        res = out / f"{name}.json"
+        res = out / f"{name.replace('/', '__')}.json"
         if not args.no_run and (args.run is None or name in args.run):
             run_suite(name, res, args.effort, args.seed)
         if res.is_file():

@@ -50,3 +50,26 @@ def test_the_readme_table_is_replaced_between_its_markers(tmp_path: Path, capsys
     # idempotent
     assert matrix.main(argv) == 0
     assert readme.read_text() == text
+
+
+def test_a_backend_variant_is_a_column_of_its_own(tmp_path: Path) -> None:
+    matrix = _script()
+    out = tmp_path / "matrix"
+    for variant, n in ((None, 3), ("trtllm", 4)):
+        write_results(
+            Results(
+                tool="pytest conformance",
+                spec=spec_version(),
+                implementation=ImplementationInfo(name="rust_mocker", variant=variant),
+                status="clean",
+                exit_code=0,
+                rules={"USE-NEW": RuleResult(status="pass", exercised=n)},
+            ),
+            out / ("rust_mocker__trtllm.json" if variant else "rust_mocker.json"),
+        )
+    readme = tmp_path / "README.md"
+    readme.write_text(f"{matrix.BEGIN}\n{matrix.END}\n")
+    argv = ["--no-run", "--out", str(out), "--readme", str(readme), "--adapters", "rust_mocker", "rust_mocker/trtllm"]
+    assert matrix.main(argv) == 0
+    text = readme.read_text()
+    assert "| rule | rust_mocker | rust_mocker/trtllm |" in text and "| `USE-NEW` | ✓ 3 | ✓ 4 |" in text

@@ -74,8 +74,20 @@ def test_hash_ordered_host_batches_are_g2_evict() -> None:
 
 def test_wrong_cached_tokens_is_prefix_hit() -> None:
     out = impl_run(COPIES)
-    out[2] = out[2].model_copy(update={"cached_tokens": 8})  # the whole aligned prompt: beyond num_tokens - 1
+    out[2] = out[2].model_copy(update={"cached_tokens": 0})  # one cached block is due
     assert rules(COPIES, out) == {R.VLLM_PREFIX_HIT}
+    out[2] = out[2].model_copy(update={"cached_tokens": 8})  # the whole aligned prompt: beyond num_tokens - 1
+    found = check_run(COPIES, out).findings
+    assert found[0].rule == R.VLLM_PREFIX_HIT and "full_prompt_hit" in found[0].site().conditions
+    # followed as a real full hit (no recomputed copy), so the recompute's own events now stand out
+    assert R.VLLM_PREFIX_HIT in {f.rule for f in found}
+
+
+def test_a_full_prompt_hit_is_prefix_hit_and_followed() -> None:
+    checked = check_run(COPIES, impl_run(COPIES, PoolVariant(full_prompt_hit=True)))
+    assert {f.rule for f in checked.findings} == {R.VLLM_PREFIX_HIT}
+    assert all("full_prompt_hit" in f.site().conditions for f in checked.findings)
+    assert checked.variant.full_prompt_hit  # followed to the end: the rest of the run matched
 
 
 def test_eviction_in_another_order_is_free_order() -> None:

@@ -149,7 +149,10 @@ class RequestDriver:
 
     def hit_cap(self, num_tokens: int) -> int:
         """The most prompt blocks a prefix hit may cover: whole blocks of at
-        most ``num_tokens - 1`` tokens (VLLM-PREFIX-HIT)."""
+        most ``num_tokens - 1`` tokens (VLLM-PREFIX-HIT); the whole prompt
+        under the ``full_prompt_hit`` departure (``PoolVariant``)."""
+        if self.model.variant.full_prompt_hit:
+            return num_tokens // self.block_size
         return (num_tokens - 1) // self.block_size
 
     def budget_blocks(self, req: RequestSpec) -> int:

@@ -110,9 +110,9 @@ class PoolVariant:
       Removed for an evicted copy while another copy of its hash stays.
     - ``host_order`` (G2-EVICT): inside one host batch, ``"leaf_first"`` is
       the spec; ``"hash"`` evicts in ascending block-hash order.
-    - ``full_prompt_hit`` (VLLM-PREFIX-HIT): False is the spec; True reports
-      the whole block-aligned prompt as cached where the capped hit is one
-      block short of it (a reporting departure: the events stay the model's).
+    - ``full_prompt_hit`` (VLLM-PREFIX-HIT): False is the spec; True lets a
+      hit cover the whole block-aligned prompt (no recomputed last block, so
+      no second copy of it).
     """
 
     first_event_id: int = 0

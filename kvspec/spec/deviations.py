@@ -107,14 +107,31 @@ CONDITIONS: dict[str, Condition] = _conditions(
     Condition(
         "full_prompt_hit",
         "the reported prefix hit is the whole prompt: its length is a whole number of blocks and every one of "
-        "them is reported cached, one block over the num_tokens - 1 cap (request level, any run)",
+        "them is reported cached, one block over the num_tokens - 1 cap (request level, any run; in a sequential "
+        "run the checker follows it, the model then recomputing no last block, and the rest of the run matched)",
         frozenset({R.VLLM_PREFIX_HIT}),
     ),
     Condition(
         "request_stalled",
         "the request that did not generate max_tokens never finished at all: the engine kept it without "
-        "progress (no token, no event) until the adapter gave up on it (finish 'stalled', request level)",
+        "progress (no token, no event) until the adapter gave up on it (finish 'stalled', request level; in a "
+        "sequential run the requests after it are not sent and are reported stalled too)",
         frozenset({R.USE_CAPACITY}),
+    ),
+    Condition(
+        "last_token_over_pool",
+        "the request that did not generate max_tokens fits the pool only because its last output token is never "
+        "cached: prompt + max_tokens is exactly one token more than the pool holds, and the engine reserved room "
+        "for that token too (it refused or shortened the request; request level)",
+        frozenset({R.USE_CAPACITY}),
+    ),
+    Condition(
+        "decode_tail_in_batch",
+        "the device blocks of a Stored batch that are no block of any prompt (decode-filled blocks, hashed over "
+        "tokens the engine does not reveal) are the batch's tail, after the request's prompt blocks: the engine "
+        "stores a request's decode blocks together with its prompt blocks; their chaining is still checked "
+        "(HASH-SEQUENCE; request level, sequential runs)",
+        frozenset({R.HASH_LOCAL}),
     ),
     Condition(
         "concurrent_run",

@@ -46,6 +46,10 @@ from typing import Any
 _OUT = sys.stdout
 
 
+#: the outcome of a request the engine kept without progress
+_STALLED: dict[str, Any] = {"cached_tokens": None, "finish": "stalled", "output_tokens": 0}
+
+
 def reply(obj: dict[str, Any]) -> None:
     _OUT.write(json.dumps(obj, separators=(",", ":")) + "\n")
     _OUT.flush()
@@ -231,17 +235,55 @@ class Mocker:
         except Exception as e:  # the engine refused or failed the request: that is its outcome
             return {"cached_tokens": None, "finish": f"error: {type(e).__name__}: {e}"[:2000], "output_tokens": 0}
 
+    async def _gather(self, requests: list[dict[str, Any]], timeout: float, stall_s: float) -> list[dict[str, Any]]:
+        """Run ``requests`` at once; those without progress (no token, no
+        event) for ``stall_s`` are cancelled and reported stalled. Raises
+        TimeoutError when one exceeds ``timeout`` while others progress."""
+        assert self.collector is not None
+        self.progress_at = time.monotonic()
+        tasks = [asyncio.ensure_future(self.generate(req, timeout)) for req in requests]
+        while True:
+            _, pending = await asyncio.wait(tasks, timeout=0.1)
+            if not pending:
+                break
+            if time.monotonic() - max(self.progress_at, self.collector.last_event_at) > stall_s:
+                for t in pending:
+                    t.cancel()
+                await asyncio.gather(*pending, return_exceptions=True)
+                break
+        outs: list[dict[str, Any]] = []
+        for t in tasks:
+            if t.cancelled():
+                outs.append(dict(_STALLED))
+                continue
+            exc = t.exception()
+            if exc is not None:
+                raise exc
+            outs.append(t.result())
+        return outs
+
     async def run(self, msg: dict[str, Any]) -> None:
         assert self.collector is not None
         quiet = msg.get("quiesce_ms", 30) / 1000
         max_settle = msg.get("max_settle_s", 5.0)
         timeout = msg.get("request_timeout_s", 20.0)
         self.collector.take()  # nothing may be pending; anything left is reported below
+        # A run can stall (the engine keeps a request it never finishes): once
+        # no token and no event arrived for stall_s, the requests still open
+        # are reported with finish "stalled" (the checker sees a request that
+        # fits the pool and did not generate max_tokens). In a sequential run
+        # the requests after a stall are not sent (the engine still holds the
+        # stalled one) and are reported stalled as well.
+        stall_s = float(msg.get("stall_s", 5.0))
         if msg["mode"] == "sequential":
+            stalled = False
             for i, req in enumerate(msg["requests"]):
                 t0 = time.monotonic()
+                if stalled:
+                    reply({"ok": "request", "index": i, **_STALLED, "events": [], "problems": [], "elapsed_ms": 0.0})
+                    continue
                 try:
-                    out = await self.generate(req, timeout)
+                    (out,) = await self._gather([req], timeout, stall_s)
                 except TimeoutError:
                     reply(
                         {
@@ -250,6 +292,7 @@ class Mocker:
                         }
                     )
                     return
+                stalled = out["finish"] == "stalled"
                 settled = await self.collector.settle(quiet, max_settle)
                 events, problems = self.collector.take()
                 if not settled:
@@ -266,35 +309,11 @@ class Mocker:
                 )
             reply({"ok": "done"})
             return
-        # A concurrent run can stall (the engine keeps requests it never
-        # finishes): once no token and no event arrived for stall_s, the
-        # requests still open are reported with finish "stalled" (the checker
-        # sees a request that fits the pool and did not generate max_tokens).
-        stall_s = float(msg.get("stall_s", 5.0))
-        self.progress_at = time.monotonic()
-        tasks = [asyncio.ensure_future(self.generate(req, timeout)) for req in msg["requests"]]
-        while True:
-            _, pending = await asyncio.wait(tasks, timeout=0.1)
-            if not pending:
-                break
-            last = max(self.progress_at, self.collector.last_event_at)
-            if time.monotonic() - last > stall_s:
-                for t in pending:
-                    t.cancel()
-                await asyncio.gather(*pending, return_exceptions=True)
-                break
-        outs: list[dict[str, Any]] = []
-        for t in tasks:
-            if t.cancelled():
-                outs.append({"cached_tokens": None, "finish": "stalled", "output_tokens": 0})
-                continue
-            exc = t.exception()
-            if isinstance(exc, TimeoutError):
-                reply({"error": f"a concurrent request did not complete within {timeout} s", "stage": "request"})
-                return
-            if exc is not None:
-                raise exc
-            outs.append(t.result())
+        try:
+            outs = await self._gather(msg["requests"], timeout, stall_s)
+        except TimeoutError:
+            reply({"error": f"a concurrent request did not complete within {timeout} s", "stage": "request"})
+            return
         settled = await self.collector.settle(quiet, max_settle)
         events, problems = self.collector.take()
         if not settled:
