@@ -61,6 +61,7 @@ test: setup engines
 	$(BIN)/pytest conformance --impl=adapters/vllm
 	$(BIN)/kvspec mutants
 	$(BIN)/kvspec mutants --impl=adapters/manager_mutants
+	$(BIN)/kvspec mutants --impl=adapters/radix_mutants
 	$(BIN)/kvspec mutants --impl=adapters/paged_rust
 
 # the README's conformance matrix: the suite on each adapter (pinned seed, ci effort), kvspec report

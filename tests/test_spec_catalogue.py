@@ -100,6 +100,7 @@ def test_rule_headings_sit_under_their_concern() -> None:
         "invariant": {"Proven invariants"},
         "paged": {"Paged allocator"},
         "session": {"Session slot leases"},
+        "radix": {"Radix prefix cache"},
     }
     tops = [(i, text.strip()) for i, lvl, text in HEADINGS if lvl == 2]
     for rule, meta in RULES.items():

@@ -16,7 +16,7 @@ from .wire import Wire
 
 #: paged and session are the allocator-level profiles (spec.manager_wire): a
 #: ManagerConfig of theirs only heads a protocol-version-3 hello
-ProfileName = Literal["kvbm", "legacy", "atomic", "vllm", "paged", "session"]
+ProfileName = Literal["kvbm", "legacy", "atomic", "vllm", "paged", "session", "radix"]
 PolicyName = Literal["lineage", "lru", "multi_lru", "unordered"]
 
 

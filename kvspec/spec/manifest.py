@@ -35,6 +35,9 @@ class Start(Wire):
     #: an adapter of the allocator-level profiles (paged, session) run
     #: in-process: "module:factory" returning a ManagerImplementation
     managers: str | None = None
+    #: an adapter of the radix profile run in-process: "module:factory"
+    #: returning a RadixImplementation (conformance/radix_interface.py)
+    radix: str | None = None
     #: subprocess: argv; "{python}" is replaced by the running interpreter and
     #: "{adapter_dir}" by the manifest's folder
     command: list[str] | None = None

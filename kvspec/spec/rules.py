@@ -92,6 +92,18 @@ class RuleId(StrEnum):
     SESSION_LRU = "SESSION-LRU"
     SESSION_CANDIDATE = "SESSION-CANDIDATE"
     SESSION_RELEASE = "SESSION-RELEASE"
+    # -- the radix prefix cache (profile radix) -----------------------------
+    RADIX_VALIDATE = "RADIX-VALIDATE"
+    RADIX_MATCH = "RADIX-MATCH"
+    RADIX_SPLIT_SILENT = "RADIX-SPLIT-SILENT"
+    RADIX_INSERT = "RADIX-INSERT"
+    RADIX_LOCK = "RADIX-LOCK"
+    RADIX_LOCKED_KEPT = "RADIX-LOCKED-KEPT"
+    RADIX_EVICT_LRU = "RADIX-EVICT-LRU"
+    RADIX_REMOVE = "RADIX-REMOVE"
+    RADIX_RESET = "RADIX-RESET"
+    RADIX_PREFIX_HIT = "RADIX-PREFIX-HIT"
+    RADIX_CAPACITY = "RADIX-CAPACITY"
 
 
 class Concern(StrEnum):
@@ -103,6 +115,7 @@ class Concern(StrEnum):
     INVARIANT = "invariant"
     PAGED = "paged"
     SESSION = "session"
+    RADIX = "radix"
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +139,7 @@ _L, _P, _V, _O, _H, _I = (
     Concern.HASHING,
     Concern.INVARIANT,
 )
-_PG, _SE = Concern.PAGED, Concern.SESSION
+_PG, _SE, _RX = Concern.PAGED, Concern.SESSION, Concern.RADIX
 
 RULES: dict[RuleId, Rule] = {
     r.id: r
@@ -199,6 +212,21 @@ RULES: dict[RuleId, Rule] = {
         Rule(RuleId.SESSION_LRU, _SE, "session: free slots first, then idle slots in LRU order"),
         Rule(RuleId.SESSION_CANDIDATE, _SE, "session: a live cache candidate is only the session's own idle slot"),
         Rule(RuleId.SESSION_RELEASE, _SE, "session: reset and evict-all release what they name, generation up"),
+        Rule(RuleId.RADIX_VALIDATE, _RX, "radix: an unknown or already held lock name is rejected; nothing changes"),
+        Rule(RuleId.RADIX_MATCH, _RX, "radix: a match is the longest cached page-aligned prefix; it splits a node"),
+        Rule(RuleId.RADIX_SPLIT_SILENT, _RX, "radix: a node split publishes nothing"),
+        Rule(RuleId.RADIX_INSERT, _RX, "radix: insert adds the uncached pages as one leaf, one Stored of its pages"),
+        Rule(RuleId.RADIX_LOCK, _RX, "radix: lock and unlock count one reference on every node of the path"),
+        Rule(RuleId.RADIX_LOCKED_KEPT, _RX, "radix: a locked node and its ancestors are never evicted"),
+        Rule(RuleId.RADIX_EVICT_LRU, _RX, "radix: evict takes whole unlocked leaves, least recently accessed first"),
+        Rule(RuleId.RADIX_REMOVE, _RX, "radix: one Removed per eviction names every page of the evicted leaves"),
+        Rule(RuleId.RADIX_RESET, _RX, "radix: reset empties the tree, forgets every lock and publishes one Cleared"),
+        Rule(
+            RuleId.RADIX_PREFIX_HIT,
+            _RX,
+            "radix: a request hits the cached whole pages of its prompt but the last token",
+        ),
+        Rule(RuleId.RADIX_CAPACITY, _RX, "radix: free + cached slots = capacity; a request that cannot fit is refused"),
     ]
 }
 
@@ -290,6 +318,17 @@ RuleName = Literal[
     "SESSION-LRU",
     "SESSION-CANDIDATE",
     "SESSION-RELEASE",
+    "RADIX-VALIDATE",
+    "RADIX-MATCH",
+    "RADIX-SPLIT-SILENT",
+    "RADIX-INSERT",
+    "RADIX-LOCK",
+    "RADIX-LOCKED-KEPT",
+    "RADIX-EVICT-LRU",
+    "RADIX-REMOVE",
+    "RADIX-RESET",
+    "RADIX-PREFIX-HIT",
+    "RADIX-CAPACITY",
 ]
 
 

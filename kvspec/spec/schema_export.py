@@ -20,6 +20,7 @@ from .engine_wire import EngineConfig, EngineOperation, EngineOutcome
 from .manager_wire import MANAGER_CONFIG_ADAPTER, PAGED_OP_ADAPTER, SESSION_OP_ADAPTER, PagedOutcome, SessionOutcome
 from .manifest import Manifest
 from .protocol import protocol_schema
+from .radix_wire import RADIX_OP_ADAPTER, RadixOutcome, RadixScenario
 from .scenario import Scenario
 from .wire import KvEvent, Operation, StepOutcome
 
@@ -38,6 +39,9 @@ def _schemas() -> dict[str, Callable[[], dict[str, Any]]]:
         "engine_config.json": EngineConfig.model_json_schema,
         "engine_operation.json": lambda: TypeAdapter(EngineOperation).json_schema(),
         "engine_outcome.json": EngineOutcome.model_json_schema,
+        "radix_operation.json": lambda: RADIX_OP_ADAPTER.json_schema(),
+        "radix_outcome.json": RadixOutcome.model_json_schema,
+        "radix_scenario.json": RadixScenario.model_json_schema,
         "allocator_config.json": MANAGER_CONFIG_ADAPTER.json_schema,
         "paged_operation.json": PAGED_OP_ADAPTER.json_schema,
         "paged_outcome.json": PagedOutcome.model_json_schema,

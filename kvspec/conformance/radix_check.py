@@ -1,0 +1,376 @@
+"""Checking a radix cache step by step against the model (profile ``radix``).
+
+``RadixLockstep`` sends each operation to the implementation and to the
+model (``reference.radix``) and compares, in this order, naming the rule of
+the first difference:
+
+1. the value or the error (RADIX-MATCH for a match or lock, RADIX-PREFIX-HIT
+   for a request, RADIX-INSERT, RADIX-EVICT-LRU, the error's own rule);
+2. the events through the router view (set counting, strict): EVENT-ID,
+   STORE-NO-DUP, PARENT-ANCHOR, REMOVE-EXACT, REMOVE-NO-ORPHAN (a radix
+   cache evicts leaves only, so it never orphans a stored page);
+3. the events exactly against the model's: a match or lock that publishes
+   anything breaks RADIX-SPLIT-SILENT; a Stored that differs RADIX-INSERT
+   (HASH-LOCAL / HASH-SEQUENCE when only its hashes differ); a Removed that
+   names a page of a locked node RADIX-LOCKED-KEPT, one that names only part
+   of a node's pages RADIX-REMOVE, other Removed differences RADIX-EVICT-LRU;
+   a Cleared RADIX-RESET;
+4. the state: the tree (shape, tokens, lock counts), the sizes, the free
+   slots and the held locks.
+
+Traffic (``radix_configs`` / ``radix_ops``): tokens from a three-letter
+alphabet so that prefixes collide and nodes split, two lock names, small
+pools so that requests evict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from hypothesis import strategies as st
+
+from kvspec.reference.radix import RadixModel
+from kvspec.reference.router_view import RouterView
+from kvspec.spec.deviations import Site
+from kvspec.spec.hashing import local_block_hash, sequence_hash
+from kvspec.spec.radix_wire import (
+    ExpectedEvent,
+    ExpectedNode,
+    RadixConfig,
+    RadixExpect,
+    RadixNode,
+    RadixOp,
+    RadixOutcome,
+    RadixScenario,
+)
+from kvspec.spec.rules import RuleId
+from kvspec.spec.wire import KvEvent, Removed, Stored
+
+from .failures import ConformanceFailure
+from .radix_interface import RadixImplementation
+
+R = RuleId
+
+#: the rule a wrong value of each operation breaks
+_VALUE_RULE = {
+    "match": R.RADIX_MATCH,
+    "lock": R.RADIX_MATCH,
+    "insert": R.RADIX_INSERT,
+    "evict": R.RADIX_EVICT_LRU,
+    "request": R.RADIX_PREFIX_HIT,
+    "unlock": R.RADIX_LOCK,
+    "reset": R.RADIX_RESET,
+}
+#: the rule a wrong tree after each operation breaks
+_TREE_RULE = {
+    "match": R.RADIX_MATCH,
+    "lock": R.RADIX_LOCK,
+    "unlock": R.RADIX_LOCK,
+    "insert": R.RADIX_INSERT,
+    "evict": R.RADIX_EVICT_LRU,
+    "request": R.RADIX_INSERT,
+    "reset": R.RADIX_RESET,
+}
+
+
+def _fail(rule: RuleId, op: RadixOp, message: str) -> ConformanceFailure:
+    return ConformanceFailure(rule, message, site=Site(rule, operation=op.op, profile="radix"))
+
+
+def _same(a: KvEvent, b: KvEvent) -> bool:
+    return a.model_dump() == b.model_dump()
+
+
+def _locked_hashes(model: RadixModel) -> set[int]:
+    return {s for n in model.nodes() if n.lock_ref > 0 for s, _ in n.pages}
+
+
+def _node_hashes(model: RadixModel) -> list[set[int]]:
+    return [{s for s, _ in n.pages} for n in model.nodes()]
+
+
+def check_events(
+    op: RadixOp,
+    got: Sequence[KvEvent],
+    want: Sequence[KvEvent],
+    locked: set[int],
+    nodes: list[set[int]],
+    after: set[int],
+) -> None:
+    """The events exactly as the model's (rules in the module docstring); ``locked``
+    and ``nodes`` are the model's locked page hashes and pages per node before the
+    op, ``after`` the pages the model holds after it."""
+    if op.op in ("match", "lock", "unlock") and got:
+        rule = R.RADIX_SPLIT_SILENT if op.op != "unlock" else R.RADIX_LOCK
+        raise _fail(rule, op, f"{op.op} published {[e.brief() for e in got]}; it publishes nothing")
+    before = set().union(*nodes) if nodes else set()
+    stored = {h for e in got if e.kind == "stored" for h in e.hashes()}
+    removed = {h for e in got if e.kind == "removed" for h in e.hashes()}
+    # a page cached before and after the op, announced again (a split republished)
+    again = ((stored & before) | (stored & removed)) & after
+    if again and op.op != "reset":
+        raise _fail(
+            R.RADIX_SPLIT_SILENT,
+            op,
+            f"{[e.brief() for e in got]} announce {len(again)} page(s) the {op.op} left cached and unchanged",
+        )
+    for i in range(max(len(got), len(want))):
+        g = got[i] if i < len(got) else None
+        w = want[i] if i < len(want) else None
+        if g is not None and w is not None and _same(g, w):
+            continue
+        show = f"event {i}: got {g.brief() if g else 'nothing'}, expected {w.brief() if w else 'nothing'}"
+        first = w if w is not None else g
+        assert first is not None
+        if first.kind == "cleared" or (g is not None and g.kind == "cleared"):
+            raise _fail(R.RADIX_RESET, op, show)
+        if isinstance(first.data, Stored):
+            if g is not None and w is not None and isinstance(g.data, Stored) and isinstance(w.data, Stored):
+                gs, ws = g.data.stored, w.data.stored
+                if (
+                    g.block_token_ids == w.block_token_ids
+                    and gs.blocks == ws.blocks
+                    and gs.parent_hash != ws.parent_hash
+                ):
+                    raise _fail(R.PARENT_ANCHOR, op, f"{show}; the parent is not the page before the first one")
+                if g.block_token_ids == w.block_token_ids and gs.parent_hash == ws.parent_hash:
+                    for b, toks in zip(gs.blocks, g.block_token_ids or [], strict=False):
+                        if b.tokens_hash != local_block_hash(toks):
+                            raise _fail(R.HASH_LOCAL, op, f"{show}; tokens_hash of {toks} is not their local hash")
+                    prev = gs.parent_hash
+                    for b in gs.blocks:
+                        if sequence_hash(prev, b.tokens_hash) != b.block_hash:
+                            raise _fail(R.HASH_SEQUENCE, op, f"{show}; block_hash does not chain from its parent")
+                        prev = b.block_hash
+            raise _fail(R.RADIX_INSERT, op, show)
+        g_hashes = g.hashes() if g is not None and isinstance(g.data, Removed) else []
+        w_hashes = w.hashes() if w is not None and isinstance(w.data, Removed) else []
+        if set(g_hashes) & locked:
+            raise _fail(R.RADIX_LOCKED_KEPT, op, f"{show}; it removes a page of a locked node")
+        partial = [n for n in nodes if n & set(g_hashes) and not n <= set(g_hashes)]
+        if partial:
+            raise _fail(R.RADIX_REMOVE, op, f"{show}; it names only part of an evicted node's pages")
+        del w_hashes
+        raise _fail(R.RADIX_EVICT_LRU, op, show)
+
+
+def _tree_text(nodes: Sequence[RadixNode], indent: int = 0) -> str:
+    out = []
+    for n in nodes:
+        out.append(f"{' ' * indent}{n.tokens} ref={n.lock_ref}")
+        out.append(_tree_text(n.children, indent + 2))
+    return "\n".join(x for x in out if x)
+
+
+def check_state(op: RadixOp, got: RadixOutcome, want: RadixOutcome) -> None:
+    g, w = got.state, want.state
+    if [n.model_dump() for n in g.tree] != [n.model_dump() for n in w.tree]:
+        rule = _TREE_RULE[op.op]
+        gl = [_strip_refs(n) for n in g.tree]
+        wl = [_strip_refs(n) for n in w.tree]
+        if gl == wl and op.op not in ("lock", "unlock"):
+            rule = R.RADIX_LOCK  # same shape, other lock counts
+        if op.op == "evict" and _contains_locked_loss(w.tree, g.tree):
+            rule = R.RADIX_LOCKED_KEPT
+        raise _fail(
+            rule, op, f"the tree after {op.op} differs:\ngot:\n{_tree_text(g.tree)}\nexpected:\n{_tree_text(w.tree)}"
+        )
+    if (g.evictable, g.protected) != (w.evictable, w.protected):
+        raise _fail(
+            R.RADIX_LOCK,
+            op,
+            f"evictable/protected sizes {g.evictable}/{g.protected}, expected {w.evictable}/{w.protected}",
+        )
+    if g.locks != w.locks:
+        raise _fail(R.RADIX_LOCK, op, f"held locks {g.locks}, expected {w.locks}")
+    if g.free != w.free:
+        raise _fail(R.RADIX_CAPACITY, op, f"{g.free} free slots, expected {w.free}")
+
+
+def _strip_refs(n: RadixNode) -> Any:
+    return (tuple(n.tokens), tuple(_strip_refs(c) for c in n.children))
+
+
+def _paths(nodes: Sequence[RadixNode], prefix: tuple[int, ...] = ()) -> dict[tuple[int, ...], int]:
+    out: dict[tuple[int, ...], int] = {}
+    for n in nodes:
+        p = prefix + tuple(n.tokens)
+        out[p] = n.lock_ref
+        out.update(_paths(n.children, p))
+    return out
+
+
+def _contains_locked_loss(want: Sequence[RadixNode], got: Sequence[RadixNode]) -> bool:
+    """Does ``got`` miss a locked path the expected tree keeps?"""
+    gp = _paths(got)
+    covered = {p[:i] for p in gp for i in range(len(p) + 1)}
+    return any(ref > 0 and p not in covered for p, ref in _paths(want).items())
+
+
+@dataclass
+class RadixLockstep:
+    """One implementation and its model, driven together."""
+
+    impl: RadixImplementation
+    config: RadixConfig
+    model: RadixModel = field(init=False)
+    view: RouterView = field(init=False)
+    log: list[str] = field(default_factory=list)
+    #: page tokens of every hash the implementation stored (for golden expectations)
+    pages: dict[int, tuple[int, ...]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.model = RadixModel(self.config)
+        self.view = RouterView(mode="set", strict=True)
+
+    def step(self, op: RadixOp) -> RadixOutcome:
+        got = self.impl.step(op)
+        self.log.append(op.model_dump_json())
+        try:
+            locked, nodes = _locked_hashes(self.model), _node_hashes(self.model)
+            want = self.model.step(op)
+            self._check(op, got, want, locked, nodes)
+        except ConformanceFailure as e:
+            trail = "\n".join(f"  {i + 1:>3}. {line}" for i, line in enumerate(self.log[-40:]))
+            raise ConformanceFailure(e.rule, f"{e.report}\noperations (last 40):\n{trail}", site=e.site) from None
+        for ev in got.events:
+            if isinstance(ev.data, Stored) and ev.block_token_ids is not None:
+                for b, toks in zip(ev.data.stored.blocks, ev.block_token_ids, strict=True):
+                    self.pages[b.block_hash] = tuple(toks)
+        return got
+
+    def _check(self, op: RadixOp, got: RadixOutcome, want: RadixOutcome, locked: set[int], nodes: Any) -> None:
+        if (got.error is None) != (want.error is None) or (
+            got.error is not None and want.error is not None and got.error.rule != want.error.rule
+        ):
+            w = want.error.rule if want.error else None
+            g = got.error.rule if got.error else None
+            known = {r.value for r in RuleId}
+            rule = RuleId(w) if w else (RuleId(g) if g is not None and g in known else R.RADIX_VALIDATE)
+            raise _fail(rule, op, f"{op.op}: error {got.error}, expected {want.error} (value {want.value})")
+        # a request's value is its hit: checked first; another op's value follows from its events
+        if op.op == "request" and got.value != want.value:
+            raise _fail(_VALUE_RULE[op.op], op, f"{op.op} returned {got.value}, expected {want.value}")
+        for v in self.view.apply_batch(got.events):
+            raise _fail(v.rule, op, f"the stream: {v}")
+        after = {s for n in self.model.nodes() for s, _ in n.pages}
+        check_events(op, got.events, want.events, locked, nodes, after)
+        if got.value != want.value:
+            raise _fail(_VALUE_RULE[op.op], op, f"{op.op} returned {got.value}, expected {want.value}")
+        check_state(op, got, want)
+
+
+# ----------------------------------------------------------------- goldens
+
+
+def _expected_event_text(e: ExpectedEvent) -> str:
+    return e.model_dump_json(exclude_defaults=True)
+
+
+def check_expect(ls: RadixLockstep, op: RadixOp, got: RadixOutcome, expect: RadixExpect) -> None:
+    """A golden step's hand-written expectation (keys left out are not checked)."""
+    rules = {"match": R.RADIX_MATCH, "request": R.RADIX_PREFIX_HIT}
+    if expect.error is not None:
+        if got.error is None or got.error.rule != expect.error:
+            raise _fail(expect.error, op, f"expected rejection under {expect.error}, got {got.error or got.value}")
+    elif got.error is not None:
+        raise _fail(RuleId(got.error.rule), op, f"unexpected rejection: {got.error.message}")
+    if expect.value is not None and got.value != expect.value:
+        raise _fail(rules.get(op.op, _VALUE_RULE[op.op]), op, f"value {got.value}, expected {expect.value}")
+    if expect.events is not None:
+        actual = [_as_expected(ls, e) for e in got.events]
+        if [_expected_event_text(e) for e in actual] != [_expected_event_text(e) for e in expect.events]:
+            raise _fail(
+                _TREE_RULE[op.op] if op.op != "match" else R.RADIX_SPLIT_SILENT,
+                op,
+                f"events {[_expected_event_text(e) for e in actual]}, "
+                f"expected {[_expected_event_text(e) for e in expect.events]}",
+            )
+    if expect.tree is not None:
+        want = [_as_node(n) for n in expect.tree]
+        if [n.model_dump() for n in got.state.tree] != [n.model_dump() for n in want]:
+            raise _fail(
+                _TREE_RULE[op.op],
+                op,
+                f"tree\n{_tree_text(got.state.tree)}\nexpected\n{_tree_text(want)}",
+            )
+    for key, rule in (("evictable", R.RADIX_LOCK), ("protected", R.RADIX_LOCK), ("free", R.RADIX_CAPACITY)):
+        w = getattr(expect, key)
+        if w is not None and getattr(got.state, key) != w:
+            raise _fail(rule, op, f"{key} {getattr(got.state, key)}, expected {w}")
+
+
+def _as_node(n: ExpectedNode) -> RadixNode:
+    return RadixNode(tokens=n.tokens, lock_ref=n.lock_ref, children=[_as_node(c) for c in n.children])
+
+
+def _as_expected(ls: RadixLockstep, ev: KvEvent) -> ExpectedEvent:
+    if isinstance(ev.data, Stored):
+        parent = ev.data.stored.parent_hash
+        return ExpectedEvent(
+            kind="stored",
+            pages=[list(t) for t in ev.block_token_ids or []],
+            parent=None if parent is None else list(ls.pages.get(parent, (-1,))),
+        )
+    if isinstance(ev.data, Removed):
+        return ExpectedEvent(kind="removed", pages=[list(ls.pages.get(h, (-1,))) for h in ev.hashes()])
+    return ExpectedEvent(kind="cleared")
+
+
+def run_golden(scenario: RadixScenario, impl: RadixImplementation) -> None:
+    """Every step against its ``expect`` and, in lockstep, against the model."""
+    ls = RadixLockstep(impl, scenario.config)
+    for i, s in enumerate(scenario.steps):
+        # the page tokens of what this step removes are known from earlier steps
+        out = ls.step(s.op)
+        try:
+            check_expect(ls, s.op, out, s.expect)
+        except ConformanceFailure as e:
+            site = Site(e.rule, scenario=f"radix/{scenario.name}", operation=s.op.op, profile="radix")
+            raise ConformanceFailure(e.rule, f"{scenario.name} step {i + 1}: {e.report}", site=site) from None
+
+
+# ----------------------------------------------------------------- traffic
+
+LOCK_NAMES = ("a", "b")
+
+
+def radix_configs() -> st.SearchStrategy[RadixConfig]:
+    return st.builds(RadixConfig, page_size=st.sampled_from((1, 1, 2, 3)), capacity=st.integers(6, 24))
+
+
+#: a few sequences whose prefixes the traffic draws, so that keys share long
+#: prefixes, stop inside nodes (splits) and come back to locked paths
+BASES = ((1, 2, 3, 1, 2, 3, 1, 2, 3), (1, 2, 1, 2, 3, 3, 1, 1, 2), (2, 3, 1, 2, 3, 1, 1, 1, 1), (1, 2, 3, 3, 2, 1))
+
+
+def _tokens(max_size: int = 9) -> st.SearchStrategy[list[int]]:
+    prefix = st.tuples(st.sampled_from(BASES), st.integers(0, max_size)).map(lambda t: list(t[0][: t[1]]))
+    return prefix | prefix | st.lists(st.sampled_from((1, 2, 3)), max_size=max_size)
+
+
+def radix_ops() -> st.SearchStrategy[dict[str, Any]]:
+    name = st.sampled_from(LOCK_NAMES)
+    return st.one_of(
+        st.fixed_dictionaries({"op": st.just("match"), "tokens": _tokens()}),
+        st.fixed_dictionaries({"op": st.just("insert"), "tokens": _tokens()}),
+        st.fixed_dictionaries({"op": st.just("lock"), "name": name, "tokens": _tokens()}),
+        st.fixed_dictionaries({"op": st.just("unlock"), "name": name}),
+        st.fixed_dictionaries({"op": st.just("evict"), "tokens": st.integers(0, 8)}),
+        st.fixed_dictionaries({"op": st.just("reset")}),
+        st.fixed_dictionaries(
+            {
+                "op": st.just("request"),
+                "prompt": _tokens().filter(bool),
+                "output": st.lists(st.sampled_from((4, 5)), min_size=1, max_size=4),
+            }
+        ),
+    ) | st.fixed_dictionaries(
+        {
+            "op": st.just("request"),
+            "prompt": st.lists(st.sampled_from((1, 2, 3)), min_size=1, max_size=9),
+            "output": st.lists(st.sampled_from((4, 5)), min_size=1, max_size=4),
+        }
+    )

@@ -1,0 +1,52 @@
+"""The adapter-facing interface of the ``radix`` profile.
+
+A ``RadixImplementation`` is one running radix prefix cache under test: the
+suite sends it one operation of ``spec.radix_wire`` at a time and gets back
+the outcome: the value (or the error), the KV events the operation
+published, in kvspec's wire form, and the cache's state. An adapter names
+its factory in the manifest's ``start.radix`` (``module:factory``, called as
+``factory(config, manifest, adapter_dir)``, plus ``variant=NAME`` when a
+variant is selected). Like ``manager_interface`` it depends on the spec alone.
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from pathlib import Path
+from types import TracebackType
+
+from kvspec.spec.errors import ConfigError
+from kvspec.spec.manifest import Manifest
+from kvspec.spec.radix_wire import RadixConfig, RadixOp, RadixOutcome
+
+
+class RadixImplementation(ABC):
+    """One running radix cache. Close it (or use ``with``)."""
+
+    config: RadixConfig
+
+    @abstractmethod
+    def step(self, op: RadixOp) -> RadixOutcome:
+        """Apply one operation; raise AdapterError if the implementation fails."""
+
+    def close(self) -> None:  # noqa: B027 - optional for in-process adapters
+        """Release what the implementation holds."""
+
+    def __enter__(self) -> RadixImplementation:
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+
+def open_radix(manifest: Manifest, adapter_dir: Path, config: RadixConfig) -> RadixImplementation:
+    """Start the radix cache a manifest describes, configured with ``config``."""
+    target = manifest.start.radix
+    if not target or ":" not in target:
+        raise ConfigError(f"{manifest.name}: a radix adapter names its factory in start.radix = 'module:factory'")
+    mod_name, _, attr = target.partition(":")
+    factory = getattr(importlib.import_module(mod_name), attr)
+    extra = {"variant": manifest.variant} if manifest.variant else {}
+    impl: RadixImplementation = factory(config, manifest, adapter_dir, **extra)
+    return impl

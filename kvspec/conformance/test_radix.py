@@ -1,0 +1,117 @@
+"""The radix profile: a radix-tree prefix cache (SGLang's RadixCache and its emulations).
+
+For an adapter declaring ``profile:radix``: every golden scenario of
+``spec/scenarios/radix/`` (each step against its hand-written expectation
+and against the model), Hypothesis-drawn traffic of tree operations and
+requests in lockstep with the model, and request-only workloads on small
+pools (the scheduler's path: match, lock, evict, insert, unlock). A
+failure names the rule and lists the operations that led to it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import Phase, given, settings
+from hypothesis import strategies as st
+
+from kvspec.conformance.manifest import Manifest
+from kvspec.conformance.radix_check import RadixLockstep, radix_configs, radix_ops, run_golden
+from kvspec.conformance.radix_interface import open_radix
+from kvspec.conformance.requests_api import ImplementationUnavailableError
+from kvspec.spec.radix_wire import RADIX_OP_ADAPTER, RadixConfig, RadixRequest, radix_scenarios
+from kvspec.spec.rules import Concern, rules_of
+
+SCENARIOS = radix_scenarios()
+#: the radix rules and the stream rules the router view checks on every step
+RADIX_RULES = (
+    *rules_of(Concern.RADIX),
+    "EVENT-ID",
+    "STORE-NO-DUP",
+    "PARENT-ANCHOR",
+    "REMOVE-EXACT",
+    "REMOVE-NO-ORPHAN",
+)
+
+
+def _require(manifest: Manifest) -> None:
+    if "radix" not in manifest.supported_profiles():
+        pytest.skip(f"adapter {manifest.name!r} does not declare capability profile:radix")
+
+
+def _open(manifest: Manifest, adapter_dir: Path, config: RadixConfig) -> Any:
+    try:
+        return open_radix(manifest, adapter_dir, config)
+    except ImplementationUnavailableError as e:
+        pytest.skip(str(e))
+
+
+def _settings(current: settings) -> settings:
+    """A third of the effort's examples, as for the allocator profiles: the
+    operations are cheap and collide often (three tokens, two lock names)."""
+    return settings(
+        current,
+        report_multiple_bugs=False,
+        max_examples=max(20, current.max_examples // 3),
+        phases=[p for p in current.phases if p is not Phase.explain],
+    )
+
+
+@pytest.mark.kvspec_rules()
+@pytest.mark.parametrize(("path", "scenario"), SCENARIOS, ids=[f"radix/{p.stem}" for p, _ in SCENARIOS])
+def test_radix_golden(
+    path: Path, scenario: Any, kvspec_manifest: Manifest, kvspec_adapter_dir: Path, kvspec_record_rule: Any
+) -> None:
+    _require(kvspec_manifest)
+    with _open(kvspec_manifest, kvspec_adapter_dir, scenario.config) as impl:
+        run_golden(scenario, impl)
+    for rule in scenario.rules:
+        kvspec_record_rule(str(rule))
+
+
+@pytest.mark.kvspec_rules(*RADIX_RULES)
+def test_radix_lockstep(
+    kvspec_manifest: Manifest, kvspec_adapter_dir: Path, kvspec_record_rule: Any, kvspec_settings: settings
+) -> None:
+    """Values, errors, events, the tree, lock counts and sizes equal the model's at every step."""
+    _require(kvspec_manifest)
+    _open(kvspec_manifest, kvspec_adapter_dir, RadixConfig()).close()  # skips when unavailable
+
+    @_settings(kvspec_settings)
+    @given(config=radix_configs(), ops=st.lists(radix_ops(), min_size=1, max_size=kvspec_settings.stateful_step_count))
+    def run(config: RadixConfig, ops: list[dict[str, Any]]) -> None:
+        with open_radix(kvspec_manifest, kvspec_adapter_dir, config) as impl:
+            ls = RadixLockstep(impl, config)
+            for raw in ops:
+                ls.step(RADIX_OP_ADAPTER.validate_python(raw))
+
+    run()
+    for rule in RADIX_RULES:
+        kvspec_record_rule(rule)
+
+
+@pytest.mark.kvspec_rules("RADIX-PREFIX-HIT", "RADIX-EVICT-LRU", "RADIX-INSERT", "RADIX-CAPACITY", "RADIX-REMOVE")
+@pytest.mark.parametrize("page_size", [1, 4])
+def test_radix_requests(
+    page_size: int, kvspec_manifest: Manifest, kvspec_adapter_dir: Path, kvspec_record_rule: Any
+) -> None:
+    """A fixed request workload on a pool a third of its size: shared system
+    prompts, multi-turn follow-ups that extend earlier answers, evictions."""
+    _require(kvspec_manifest)
+    config = RadixConfig(page_size=page_size, capacity=48)
+    system = [7, 7, 8, 9, 7, 8, 9, 9]
+    reqs: list[RadixRequest] = []
+    for turn in range(12):
+        user = [10 + turn % 3, 11, 12 + turn % 5, 13]
+        prompt = system + user if turn % 4 else [20 + turn, 21, 22, 23, 24]
+        if turn % 3 == 2 and reqs:
+            prompt = reqs[-1].prompt + reqs[-1].output[:-1] + user[:2]
+        reqs.append(RadixRequest(prompt=prompt, output=[30 + turn, 31, 32, 33, 34][: 2 + turn % 4]))
+    with _open(kvspec_manifest, kvspec_adapter_dir, config) as impl:
+        ls = RadixLockstep(impl, config)
+        for r in reqs:
+            ls.step(r)
+    for rule in ("RADIX-PREFIX-HIT", "RADIX-EVICT-LRU", "RADIX-INSERT", "RADIX-CAPACITY", "RADIX-REMOVE"):
+        kvspec_record_rule(rule)
