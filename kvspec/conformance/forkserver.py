@@ -28,8 +28,10 @@ import ast
 import contextlib
 import gc
 import importlib
+import inspect
 import json
 import os
+import pkgutil
 import select
 import signal
 import subprocess
@@ -65,17 +67,40 @@ def suite_imports(suite: Path) -> list[str]:
     return list(dict.fromkeys(found))
 
 
+def package_modules(package: str, skip: Sequence[str] = ()) -> list[str]:
+    """Every module of ``package`` (recursively) but test modules (``test_*``:
+    pytest must import those itself to rewrite their assertions) and those
+    under the ``skip`` prefixes."""
+    try:
+        pkg = importlib.import_module(package)
+    except Exception:
+        return []
+    return [
+        m.name
+        for m in pkgutil.walk_packages(getattr(pkg, "__path__", []), prefix=f"{package}.")
+        if not m.name.rsplit(".", 1)[-1].startswith("test_") and not m.name.startswith(tuple(skip))
+    ]
+
+
 def _preload(modules: Iterable[str]) -> None:
+    """Import ``modules`` (``module:function``: import, then call the function
+    once, e.g. to fill a cache), pytest's default plugins, and fill
+    ``inspect``'s module-by-file cache, which a failure's traceback report
+    otherwise builds in every child by resolving every loaded module's path."""
     import pytest  # noqa: F401  (pytest's own modules, then its default plugins)
     from _pytest.config import default_plugins
 
     for name in default_plugins:
         with contextlib.suppress(Exception):
             importlib.import_module(f"_pytest.{name}")
-    for name in modules:
+    for entry in modules:
+        name, _, func = entry.partition(":")
         # a module that does not import is the child's error to report
         with contextlib.suppress(Exception):
-            importlib.import_module(name)
+            mod = importlib.import_module(name)
+            if func:
+                getattr(mod, func)()
+    inspect.getmodule(compile("0", "<kvspec fork server>", "eval"))
 
 
 # ------------------------------------------------------------------ the server

@@ -54,7 +54,7 @@ from typing import Literal
 from kvspec.spec.manifest import Manifest
 from kvspec.spec.rules import RuleId
 
-from .forkserver import ForkServer, ServerPool, suite_imports
+from .forkserver import ForkServer, ServerPool, package_modules, suite_imports
 
 Status = Literal["killed", "passed", "error", "timeout", "false_kill"]
 
@@ -295,15 +295,21 @@ def kill_all() -> None:
 
 
 def preload_modules(suite: Path, manifest: Manifest) -> list[str]:
-    """What a fork server imports before forking: the plugin, the suite's
-    imports and the adapter's Python factories."""
+    """What a fork server imports before forking: kvspec's spec, reference
+    and conformance modules (not the tests), the suite's imports, the
+    adapter's Python factories, and the parsed golden scenarios."""
     factories = [manifest.start.python, manifest.start.requests, manifest.start.managers]
     return list(
         dict.fromkeys(
             [
                 "kvspec.conformance.plugin",
+                *package_modules("kvspec.spec"),
+                *package_modules("kvspec.reference", skip=["kvspec.reference.smt"]),  # z3: the suite needs none
+                *package_modules("kvspec.conformance", skip=["kvspec.conformance.streams"]),
                 *suite_imports(suite),
                 *(f.partition(":")[0] for f in factories if f),
+                "kvspec.spec.scenario:all_scenarios",
+                "kvspec.spec.manager_scenario:manager_scenarios",
             ]
         )
     )

@@ -36,6 +36,7 @@ profile for the session (the suite applies its efforts explicitly,
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -242,11 +243,17 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     ]
 
 
+@functools.lru_cache(maxsize=64)
+def _folder_of(path: str) -> Path:
+    """The resolved folder of a test file (hundreds of items share a few files)."""
+    return Path(path).resolve().parent
+
+
 def _is_conformance_test(item: pytest.Item) -> bool:
     """A test of the conformance suite: collected from kvspec/conformance/
     (where every test carries the kvspec_rules marker)."""
     try:
-        return Path(str(item.path)).resolve().parent == _CONFORMANCE_DIR
+        return _folder_of(str(item.path)) == _CONFORMANCE_DIR
     except OSError:
         return False
 

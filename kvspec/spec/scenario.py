@@ -130,7 +130,22 @@ def all_scenarios(directory: Path = SCENARIO_DIR) -> list[tuple[Path, Scenario]]
     the allocator-level folders (``paged/``, ``session/``) and ``radix/`` have their own
     format (``spec.manager_scenario``, ``spec.radix_wire``) and are left out."""
     skip = {directory / d for d in ("paged", "session", "radix")}
-    return [(p, load_scenario(p)) for p in sorted(directory.rglob("*.json")) if not skip & set(p.parents)]
+    return [(p, _load_unchanged(p)) for p in sorted(directory.rglob("*.json")) if not skip & set(p.parents)]
+
+
+#: parsed scenario files by (path, modification time, size): a file is parsed
+#: again when it changes, and a process that forks (``kvspec mutants``'s fork
+#: server) parses each file once for all its children
+_PARSED: dict[tuple[str, int, int], Scenario] = {}
+
+
+def _load_unchanged(path: Path) -> Scenario:
+    st = path.stat()
+    key = (str(path), st.st_mtime_ns, st.st_size)
+    found = _PARSED.get(key)
+    if found is None:
+        found = _PARSED[key] = load_scenario(path)  # frozen: safe to share
+    return found
 
 
 def dump_scenario(s: Scenario) -> str:
