@@ -175,3 +175,29 @@ def test_protocol_only_lockstep_flags_an_early_g2_stored_by_timing() -> None:
     with pytest.raises(ConformanceFailure) as ei:
         ls.step(Use(blocks=[FullBlock(full=2)], plhs=[Plh(hash=2)]))
     assert ei.value.rule == RuleId.G2_STORE_ON_COMPLETE
+
+
+def test_a_fifo_link_draws_no_option_it_ignores() -> None:
+    """F5: under link = "fifo" g2_allocation and dedup have one behaviour, so
+    the lockstep does not draw them (equivalent configs would look
+    different and waste draws); under "shared" every combination is drawn."""
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    m = machine_class(MachineSetup(REF, REF_DIR, "kvbm"))()
+    base = ManagerConfig(capacity=4, block_size=4, eviction="lru")
+    seen: set[tuple[str, str, str, str]] = set()
+
+    @settings(RUN, max_examples=300)
+    @given(st.data())
+    def draw(data: Any) -> None:
+        off = m.configure(base, data).offload
+        if off is not None:
+            seen.add((off.link, off.g2_eviction, off.g2_allocation, off.dedup))
+
+    draw()
+    fifo = {s for s in seen if s[0] == "fifo"}
+    shared = {s for s in seen if s[0] == "shared"}
+    assert fifo and {(a, d) for _, _, a, d in fifo} == {("at_completion", "resend")}
+    assert {e for _, e, _, _ in fifo} == {"lineage", "lru"}  # G2's eviction still matters on a fifo link
+    assert len(shared) == 8, sorted(shared)

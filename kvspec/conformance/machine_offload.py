@@ -87,6 +87,10 @@ def _ok(kind: str) -> Any:
     return commit
 
 
+#: the options a fifo link ignores (its one behaviour is their legacy value)
+FIFO_FIXED = ("g2_allocation", "dedup")
+
+
 class OffloadGroup(RuleGroup):
     """Ticks, swap-ins and waiting Uses for adapters with an offload tier."""
 
@@ -121,13 +125,20 @@ class OffloadGroup(RuleGroup):
         x //= 2
         g2 = G2_CAPACITIES[x % len(G2_CAPACITIES)]
         size, bandwidth = TRANSFERS[x // len(G2_CAPACITIES)]
-        # the semantics options: each among the values the adapter declares
+        # the semantics options: each among the values the adapter declares,
+        # drawn only where it means something: a fifo link has one behaviour
+        # for g2_allocation and dedup (SPEC.md, "Offload semantics options"),
+        # so they are not drawn for it and equivalent configs are not told apart
         caps = self.setup.manifest.capabilities
-        options: dict[str, Any] = {
-            name: data.draw(st.sampled_from(caps.supported(name)), label=name)
-            for name, opt in SEMANTICS.items()
-            if opt.scope == "offload"
-        }
+        options: dict[str, Any] = {"link": data.draw(st.sampled_from(caps.supported("link")), label="link")}
+        for name, opt in SEMANTICS.items():
+            if opt.scope != "offload" or name in options:
+                continue
+            values = caps.supported(name)
+            if options["link"] == "fifo" and name in FIFO_FIXED:
+                options[name] = opt.legacy if opt.legacy in values else values[0]
+            else:
+                options[name] = data.draw(st.sampled_from(values), label=name)
         if options["link"] == "shared":
             options["batch_size"] = data.draw(st.sampled_from(BATCH_SIZES), label="batch_size")
         off = OffloadConfig(num_g2_blocks=g2, block_size_bytes=size, bandwidth_gbps=bandwidth, **options)
