@@ -298,7 +298,7 @@ def preload_modules(suite: Path, manifest: Manifest) -> list[str]:
     """What a fork server imports before forking: kvspec's spec, reference
     and conformance modules (not the tests), the suite's imports, the
     adapter's Python factories, and the parsed golden scenarios."""
-    factories = [manifest.start.python, manifest.start.requests, manifest.start.managers]
+    factories = [manifest.start.python, manifest.start.requests, manifest.start.managers, manifest.start.radix]
     return list(
         dict.fromkeys(
             [
