@@ -15,6 +15,15 @@ def test_session_profile_runs_only_its_own_rows(capsys: pytest.CaptureFixture[st
     assert "INV-PAGED-REFS" not in out and "INV-CONSERVE" not in out
 
 
+def test_vllm_profile_proves_copy_counting_and_refutes_its_mutants(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--profile", "vllm"]) == 0
+    out = capsys.readouterr().out
+    assert "INV-VLLM-COPIES" in out and "unbounded proven" in out
+    for name in ("store-new-only", "remove-last-only", "reset-without-clear"):
+        assert f"refutes {name}" in out
+    assert "NOT REFUTED" not in out
+
+
 @pytest.mark.parametrize("profile", NOT_ENCODED)
 def test_a_profile_without_an_encoding_is_refused_by_name(profile: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--profile", profile]) == 2

@@ -71,6 +71,7 @@ class RuleId(StrEnum):
     INV_QUARANTINE = "INV-QUARANTINE"
     INV_ANCHOR = "INV-ANCHOR"
     INV_PARTIAL_UUID = "INV-PARTIAL-UUID"
+    INV_VLLM_COPIES = "INV-VLLM-COPIES"
     INV_PAGED_REFS = "INV-PAGED-REFS"
     INV_SESSION_FENCE = "INV-SESSION-FENCE"
     # -- the paged allocator (profile paged) --------------------------------
@@ -193,6 +194,7 @@ RULES: dict[RuleId, Rule] = {
         Rule(RuleId.INV_QUARANTINE, _I, "a quarantined slot is never free, registered, or allocated"),
         Rule(RuleId.INV_ANCHOR, _I, "every Stored's parent is registered (or the root) when emitted"),
         Rule(RuleId.INV_PARTIAL_UUID, _I, "no partial-block uuid is held by two G1 slots"),
+        Rule(RuleId.INV_VLLM_COPIES, _I, "vllm: the router's copy count of every hash equals its cached copies"),
         Rule(RuleId.INV_PAGED_REFS, _I, "paged: pools conserve blocks and every reference count equals its holders"),
         Rule(RuleId.INV_SESSION_FENCE, _I, "session: a handle of an older generation never matches a slot"),
         Rule(RuleId.PAGED_VALIDATE, _PG, "paged: a malformed operation is rejected before any state changes"),
@@ -299,6 +301,7 @@ RuleName = Literal[
     "INV-QUARANTINE",
     "INV-ANCHOR",
     "INV-PARTIAL-UUID",
+    "INV-VLLM-COPIES",
     "INV-PAGED-REFS",
     "INV-SESSION-FENCE",
     "PAGED-VALIDATE",

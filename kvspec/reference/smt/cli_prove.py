@@ -62,9 +62,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 #: the profiles with an encoding: kvbm with an offload tier (the INV-* rows),
-#: and the allocator-level profiles (smt/paged.py, smt/session.py)
-PROFILES = ("kvbm-offload", "paged", "session", "kvbm", "legacy", "atomic", "vllm")
-NOT_ENCODED = ("kvbm", "legacy", "atomic", "vllm")
+#: the allocator-level profiles (smt/paged.py, smt/session.py) and vllm copy counting (smt/profile_vllm.py)
+PROFILES = ("kvbm-offload", "paged", "session", "vllm", "kvbm", "legacy", "atomic")
+NOT_ENCODED = ("kvbm", "legacy", "atomic")
 
 
 def _row(cols: list[str], widths: list[int]) -> str:
@@ -79,10 +79,14 @@ def run(args: argparse.Namespace) -> int:
     if profile in NOT_ENCODED:
         print(
             f"kvspec prove: the {profile} profile has no z3 encoding yet (issue 13);"
-            " encoded: kvbm-offload, paged, session",
+            " encoded: kvbm-offload, paged, session, vllm",
             file=sys.stderr,
         )
         return 2
+    if profile == "vllm":
+        from .cli_profiles import run_vllm
+
+        return run_vllm()
     if profile in ("paged", "session"):
         from .managers_prove import prove_managers
 

@@ -77,7 +77,7 @@ def _expand(e: z3.ExprRef, slots: list[z3.ExprRef], ints: list[z3.ArithRef], mem
         return memo[key]
     if z3.is_quantifier(e):
         assert e.num_vars() == 1, "one bound variable per quantifier"
-        dom = slots if e.var_sort(0) == Slot else ints
+        dom = ints if e.var_sort(0) == z3.IntSort() else slots
         body = e.body()
         cases = [_expand(z3.substitute_vars(body, c), slots, ints, memo) for c in dom]
         out: z3.ExprRef = z3.And(cases) if e.is_forall() else z3.Or(cases)
@@ -89,8 +89,8 @@ def _expand(e: z3.ExprRef, slots: list[z3.ExprRef], ints: list[z3.ArithRef], mem
     return out
 
 
-def _index_terms(fs: list[z3.ExprRef]) -> tuple[list[z3.ExprRef], list[z3.ArithRef]]:
-    """The Slot-sorted terms and the non-literal Int indices of hash arrays."""
+def _index_terms(fs: list[z3.ExprRef], sort: z3.SortRef = Slot) -> tuple[list[z3.ExprRef], list[z3.ArithRef]]:
+    """The ``sort``-sorted terms (slots) and the non-literal Int indices of hash arrays."""
     slot_terms: dict[int, z3.ExprRef] = {}
     idx_terms: dict[int, z3.ArithRef] = {}
     seen: set[int] = set()
@@ -100,7 +100,7 @@ def _index_terms(fs: list[z3.ExprRef]) -> tuple[list[z3.ExprRef], list[z3.ArithR
         if e.get_id() in seen:
             continue
         seen.add(e.get_id())
-        if e.sort() == Slot:
+        if e.sort() == sort:
             slot_terms[e.get_id()] = e
         if z3.is_select(e) and e.arg(1).sort() == Int and not z3.is_int_value(e.arg(1)):
             idx_terms[e.arg(1).get_id()] = e.arg(1)
