@@ -31,8 +31,12 @@ from dataclasses import dataclass, field
 import z3
 
 from kvspec.spec.rules import RuleId as R
+from kvspec.spec.rules import rid
 
 from .unbounded_models import _expand, _index_terms
+
+#: the invariant this module proves
+INVARIANT_ID = rid("INV-VLLM-COPIES")
 
 Block = z3.DeclareSort("PhysBlock")
 VBlockSort, (V_FREE, V_HELD, V_CACHED) = z3.EnumSort("VBlockState", ["vfree", "vheld", "vcached"])
