@@ -27,6 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kvspec.conformance.check_log import add_arguments
+from kvspec.conformance.streams import fastview
 from kvspec.conformance.streams.check import Checker
 from kvspec.conformance.streams.formats import RouterReader, StreamError
 from kvspec.spec.hashing import chain
@@ -145,13 +146,13 @@ def corrupt(rng: random.Random, events: list[dict[str, Any]], how: str) -> list[
     return events
 
 
-def run(path: Path, opts: list[str], fused: bool) -> dict[str, Any]:
+def run(path: Path, opts: list[str], fused: bool, native: bool = False) -> dict[str, Any]:
     """Everything a run leaves behind: findings, counts, stats, error, view state."""
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     args = parser.parse_args([str(path), "--quiet", *opts])
     checker = Checker(args, "router", where=str(path))
-    reader = RouterReader(checker.warn, fused=fused)
+    reader = RouterReader(checker.warn, fused=fused, native=native)
     error = None
     try:
         with path.open("rb") as f:
@@ -185,9 +186,11 @@ def compare(tmp_path: Path, events: list[dict[str, Any]]) -> None:
     path = tmp_path / "s.jsonl"
     path.write_text("".join(json.dumps(e) + "\n" for e in events))
     for opts in OPTIONS:
-        fused, reference = run(path, opts, True), run(path, opts, False)
-        for k in reference:
-            assert fused[k] == reference[k], (opts, k)
+        reference = run(path, opts, False)
+        for native in (False, True):
+            fused = run(path, opts, True, native)
+            for k in reference:
+                assert fused[k] == reference[k], (opts, "C" if native else "Python", k)
 
 
 @settings(
@@ -217,7 +220,17 @@ def test_every_corruption_is_found_by_both_paths(tmp_path: Path, how: str) -> No
     assert how == "none", f"{how}: 20 corrupted streams all passed"
 
 
-def test_the_fused_path_is_taken() -> None:
+def test_the_c_extension_is_built() -> None:
+    """Where a C compiler is (CI has gcc), the fused reader's C part builds
+    and loads, so the comparisons above cover it."""
+    if fastview.module() is None and "could not be built" in fastview.status() and "compiler" in fastview.status():
+        pytest.skip(f"no C compiler here: {fastview.status()}")
+    assert fastview.module() is not None, fastview.status()
+    assert fastview.status() == "C"
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_the_fused_path_is_taken(native: bool) -> None:
     """A clean stream runs fused: the reference methods are not called."""
     rng = random.Random(5)
     events = valid_stream(rng, 200)
@@ -232,7 +245,7 @@ def test_the_fused_path_is_taken() -> None:
         on_stored, on_removed = view.on_stored, view.on_removed
         view.on_stored = lambda *a, **k: (calls.append("s"), on_stored(*a, **k))[1]  # type: ignore[method-assign]
         view.on_removed = lambda *a, **k: (calls.append("r"), on_removed(*a, **k))[1]  # type: ignore[method-assign]
-        reader = RouterReader(checker.warn)
+        reader = RouterReader(checker.warn, native=native)
         with path.open("rb") as f:
             reader.run(f, view)
         assert not checker.counts

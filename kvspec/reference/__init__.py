@@ -4,23 +4,53 @@
 implements ``reference.outcome.Model``. ``RouterView`` is the consumer side:
 it applies an event stream the way a router's indexer does and reports
 protocol violations by rule id.
+
+The names below are imported on first use (PEP 562): ``kvspec check-log``
+needs only ``reference.router_view``, and importing the models with their
+configuration schema would cost it a third of a second at start-up.
 """
 
 from __future__ import annotations
 
-from kvspec.spec.config import ManagerConfig
-from kvspec.spec.errors import ConfigError
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
-from .g1 import G1Model
-from .legacy import LegacyModel
-from .outcome import Model, Step
-from .router_view import RouterView, Violation
+if TYPE_CHECKING:
+    from kvspec.spec.config import ManagerConfig
+
+    from .g1 import G1Model
+    from .legacy import LegacyModel
+    from .outcome import Model, Step
+    from .router_view import RouterView, Violation
 
 __all__ = ["G1Model", "LegacyModel", "Model", "RouterView", "Step", "Violation", "make_model"]
+
+_LAZY = {
+    "G1Model": ".g1",
+    "LegacyModel": ".legacy",
+    "Model": ".outcome",
+    "Step": ".outcome",
+    "RouterView": ".router_view",
+    "Violation": ".router_view",
+}
+
+
+def __getattr__(name: str) -> Any:
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(mod, __name__), name)
+    globals()[name] = value
+    return value
 
 
 def make_model(config: ManagerConfig) -> Model:
     """The reference model of the configuration's profile."""
+    from kvspec.spec.errors import ConfigError
+
+    from .g1 import G1Model
+    from .legacy import LegacyModel
+
     if config.profile in ("kvbm", "atomic"):
         return G1Model(config)
     if config.profile == "legacy":

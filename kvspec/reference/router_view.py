@@ -55,10 +55,12 @@ from __future__ import annotations
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from kvspec.spec.rules import RuleId, rid
-from kvspec.spec.wire import KvEvent, Removed, Stored, make_cleared, make_removed, make_stored
+
+if TYPE_CHECKING:  # imported where used: the stream checkers build no event objects unless a finding needs one
+    from kvspec.spec.wire import KvEvent
 
 Mode = Literal["set", "copies"]
 Source = tuple[int, int]  # (worker_id, dp_rank)
@@ -311,6 +313,8 @@ class RouterView:
 
     def apply(self, ev: KvEvent, worker_id: int = 0) -> list[Violation]:
         """Apply one event object; returns the violations it caused."""
+        from kvspec.spec.wire import Removed, Stored
+
         out: list[Violation] = []
         self._collect = out
         try:
@@ -662,6 +666,8 @@ def _event_of(ref: tuple[Any, ...], dp_rank: int) -> KvEvent:
     """The event object of one given as fields ``(kind, event_id, tier,
     parent, hashes, tokens_hashes, at)``, made only when a violation needs
     it for its report."""
+    from kvspec.spec.wire import make_cleared, make_removed, make_stored
+
     kind, event_id, tier, parent, hashes, tokens_hashes, _ = ref
     eid = -1 if event_id is None else event_id
     if kind == "stored":

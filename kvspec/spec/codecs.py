@@ -48,15 +48,22 @@ checked after decoding (``check_u64``).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import msgpack
 import msgspec
-from pydantic import ValidationError
 
 from .errors import WireError
 from .hashing import local_block_hash
-from .wire import U64_MAX, KvEvent, StorageTier, Stored, event_to_json, make_cleared, make_removed, make_stored
+
+if TYPE_CHECKING:  # the pydantic event model is imported where it is used: the stream readers need none of it
+    from pydantic import ValidationError
+
+    from .wire import KvEvent, StorageTier
+
+#: the largest unsigned 64-bit value (``wire.U64_MAX``, here so that the
+#: stream readers need not import the pydantic model)
+U64_MAX = 2**64 - 1
 
 #: vLLM's storage medium names and kvspec's tiers, with the names Dynamo's
 #: ``StorageTier::from_kv_medium`` accepts (ai-dynamo/dynamo
@@ -86,6 +93,8 @@ TIER_TO_MEDIUM: dict[str, str] = {"device": "GPU", "host_pinned": "CPU", "disk":
 
 def to_dynamo_event(event: KvEvent) -> dict[str, Any]:
     """Dynamo ``KvCacheEvent`` JSON (no tier, no token ids)."""
+    from .wire import event_to_json
+
     out = event_to_json(event)
     out.pop("storage_tier", None)
     out.pop("block_token_ids", None)
@@ -100,6 +109,10 @@ def to_router_event(event: KvEvent, worker_id: int = 0) -> dict[str, Any]:
 def from_dynamo_event(
     data: Any, *, storage_tier: StorageTier = "device", block_token_ids: list[list[int]] | None = None
 ) -> KvEvent:
+    from pydantic import ValidationError
+
+    from .wire import KvEvent
+
     if not isinstance(data, dict):
         raise WireError(f"a Dynamo KvCacheEvent is an object, got {type(data).__name__}")
     try:
@@ -147,6 +160,8 @@ def _without_mm(event: Any) -> Any:
 
 def to_vllm_batch(events: Iterable[KvEvent], *, ts: float = 0.0, block_size: int, dp_rank: int | None = None) -> bytes:
     """Encode events as one vLLM ``KVEventBatch`` (msgpack)."""
+    from .wire import Stored
+
     out: list[Any] = []
     for ev in events:
         medium = TIER_TO_MEDIUM.get(ev.storage_tier, "GPU")
@@ -170,6 +185,8 @@ def from_vllm_batch(payload: bytes, *, first_event_id: int = 0) -> tuple[float, 
     decoders below) into events; ids count from ``first_event_id``, tokens
     hashes are computed from the token ids. A KV cache group other than 0
     is refused (kvspec's event has no group)."""
+    from .wire import make_cleared, make_removed, make_stored
+
     batch = VllmBatchDecoder().decode(payload)
     dp_rank = batch.data_parallel_rank or 0
     if dp_rank > 2**32 - 1:

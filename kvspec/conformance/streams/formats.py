@@ -35,6 +35,7 @@ from kvspec.spec.codecs import (
     KVSPEC_DECODER,
     ROUTER_DECODER,
     TIERS,
+    U64_MAX,
     EventDataMsg,
     KvspecEventMsg,
     RemoveDataMsg,
@@ -45,8 +46,8 @@ from kvspec.spec.codecs import (
 )
 from kvspec.spec.errors import WireError
 from kvspec.spec.hashing import SEED
-from kvspec.spec.wire import U64_MAX
 
+from . import fastview
 from .capture import CAPTURE_DECODER, frames_of
 from .hashcheck import HashCheck
 from .zmqfeed import ZmqFeed
@@ -198,10 +199,13 @@ class RouterReader:
     event is clean, so both give the same findings (tests/test_check_log_fused.py
     runs them side by side on valid and corrupted streams)."""
 
-    def __init__(self, warn: Callable[[str], None], limit: int = MAX_RECORD_BYTES, *, fused: bool = True) -> None:
+    def __init__(
+        self, warn: Callable[[str], None], limit: int = MAX_RECORD_BYTES, *, fused: bool = True, native: bool = True
+    ) -> None:
         self.warn = warn
         self.limit = limit
         self.fused = fused
+        self.native = native
         self.unknown: set[str] = set()
         self.stats = ReadStats()
 
@@ -279,6 +283,9 @@ class RouterReader:
         chain = hcheck is not None and hcheck.chain_checks
         xxh, pack, seed = _xxh, _pack, SEED
         u64 = U64_MAX
+        native = fastview.module() if fused and self.native else None
+        c_stored = native.stored if native is not None else None
+        c_removed = native.removed if native is not None else None
         try:
             for first, lines, unterminated in iter_chunks(f, self.limit):
                 lineno = first - 1
@@ -314,8 +321,23 @@ class RouterReader:
                                 tname = m.storage_tier
                                 tier = src.tiers.get(tname)
                                 if tier is not None and s is not None and data.removed is None:
-                                    if _fused_stored(
-                                        tier, s, eid, view.index, tname, anchored, chain, xxh, pack, seed, u64
+                                    if (
+                                        c_stored(
+                                            tier.live,
+                                            tier.kids,
+                                            s.parent_hash,
+                                            s.blocks,
+                                            eid,
+                                            view.index,
+                                            anchored is None or tname in anchored,
+                                            chain,
+                                            xxh,
+                                            seed,
+                                        )
+                                        if c_stored is not None
+                                        else _fused_stored(
+                                            tier, s, eid, view.index, tname, anchored, chain, xxh, pack, seed, u64
+                                        )
                                     ):
                                         src.next_id = eid + 1
                                         view.index += 1
@@ -327,7 +349,25 @@ class RouterReader:
                                         continue
                                 elif tier is not None and s is None and data.removed is not None:
                                     hs = data.removed.block_hashes
-                                    if hs and _fused_removed(view, tier, key, tname, eid, hs, lineno, strict, hcheck):
+                                    done = 0
+                                    if c_removed is not None:
+                                        done = c_removed(tier.live, tier.kids, tier.removed.cur, hs, (eid, view.index))
+                                        if done:
+                                            _removed_tail(
+                                                view,
+                                                tier,
+                                                key,
+                                                tname,
+                                                eid,
+                                                hs,
+                                                hs,
+                                                lineno,
+                                                strict and done == 2,
+                                                hcheck,
+                                            )
+                                    if done or (
+                                        hs and _fused_removed(view, tier, key, tname, eid, hs, lineno, strict, hcheck)
+                                    ):
                                         src.next_id = eid + 1
                                         view.index += 1
                                         n_removed += 1
@@ -450,16 +490,36 @@ def _fused_removed(
             elif k:
                 kids[p] = k - 1
         gone.append(h)
-    if len(recent) >= removed.cap:
+    _removed_tail(view, tier, key, tname, eid, hs, gone, lineno, strict, hcheck)
+    return True
+
+
+def _removed_tail(
+    view: RouterView,
+    tier: _Tier,
+    key: tuple[int, int],
+    tname: str,
+    eid: int,
+    hs: list[int],
+    gone: list[int],
+    lineno: int,
+    orphans: bool,
+    hcheck: HashCheck | None,
+) -> None:
+    """What ``on_removed`` does after the blocks left: rotate the recent
+    removals, tell the hash check, report orphans (``orphans``: strict, and
+    some block in ``gone`` may have stored children)."""
+    removed = tier.removed
+    if len(removed.cur) >= removed.cap:
         removed.rotate()
     if hcheck is not None and (hcheck.full or hcheck.pending):
         hcheck.gone((key[0], key[1], tname), gone)
-    if strict:
+    if orphans:
+        kids = tier.kids
         for h in gone:
             n_orphans = kids.get(h, 0)
             if n_orphans:
                 view._orphaned(h, n_orphans, key, tname, tier, ("removed", eid, tname, None, hs, None, lineno))
-    return True
 
 
 class KvspecReader:

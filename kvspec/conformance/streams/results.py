@@ -24,21 +24,14 @@ stream cannot show it. ``status`` is ``clean`` / ``findings`` /
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from kvspec.reference.router_view import Violation
 
-from ..results import (
-    RESULTS_FORMAT,
-    ImplementationInfo,
-    Results,
-    Status,
-    spec_version,
-    stream_rules,
-    write_results,
-)
+if TYPE_CHECKING:  # the pydantic results model is imported when a document is written, not at start-up
+    from ..results import Results, Status
 
-__all__ = ["RESULTS_FORMAT", "Results", "finding_json", "format_at", "results", "write_json"]
+__all__ = ["finding_json", "format_at", "results", "write_json"]
 
 STATUS: dict[int, Status] = {0: "clean", 1: "findings", 2: "unreadable"}
 
@@ -97,6 +90,8 @@ def results(
     """The results document of a stream check. ``checked``: the rules the
     checker ran (default: every stream-checkable rule); ``ignored``: the
     rules left out with ``--ignore``."""
+    from ..results import ImplementationInfo, Results, spec_version, stream_rules
+
     inp = dict(input)
     producer = str(inp.get("producer") or inp.get("format") or "stream")
     events = int(counts.get("events", 0))
@@ -123,4 +118,6 @@ def results(
 
 def write_json(doc: Results, dest: str) -> None:
     """Write to a path, or to standard output for ``-``."""
+    from ..results import write_results
+
     write_results(doc, dest)
