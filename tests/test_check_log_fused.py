@@ -30,6 +30,7 @@ from kvspec.conformance.check_log import add_arguments
 from kvspec.conformance.streams import fastview
 from kvspec.conformance.streams.check import Checker
 from kvspec.conformance.streams.formats import RouterReader, StreamError
+from kvspec.reference.router_view import RECENT_REMOVALS
 from kvspec.spec.hashing import chain
 
 CORRUPTIONS = [
@@ -54,11 +55,12 @@ CORRUPTIONS = [
 OPTIONS = [[], ["--hash-scheme", "none"], ["--anchor-tiers", "device"], ["--counting", "copies"]]
 
 
-def valid_stream(rng: random.Random, n: int) -> list[dict[str, Any]]:
-    """Router events of 1-2 workers x 1-2 dp ranks x 1-2 tiers; each a forest."""
-    workers = rng.sample([3, 11, 2**63 + 5], rng.randint(1, 2))
-    tiers = rng.sample(["device", "host_pinned"], rng.randint(1, 2))
-    keys = [(w, d, t) for w in workers for d in range(rng.randint(1, 2)) for t in tiers]
+def valid_stream(rng: random.Random, n: int, *, one_source: bool = False) -> list[dict[str, Any]]:
+    """Router events of 1-2 workers x 1-2 dp ranks x 1-2 tiers (or one of
+    each with ``one_source``); each a forest."""
+    workers = rng.sample([3, 11, 2**63 + 5], 1 if one_source else rng.randint(1, 2))
+    tiers = rng.sample(["device", "host_pinned"], 1 if one_source else rng.randint(1, 2))
+    keys = [(w, d, t) for w in workers for d in range(1 if one_source else rng.randint(1, 2)) for t in tiers]
     paths: dict[tuple[int, int, str], list[list[int]]] = {k: [] for k in keys}
     next_id: dict[tuple[int, int], int] = {}
     out = []
@@ -182,10 +184,10 @@ def run(path: Path, opts: list[str], fused: bool, native: bool = False) -> dict[
     }
 
 
-def compare(tmp_path: Path, events: list[dict[str, Any]]) -> None:
+def compare(tmp_path: Path, events: list[dict[str, Any]], options: list[list[str]] = OPTIONS) -> None:
     path = tmp_path / "s.jsonl"
     path.write_text("".join(json.dumps(e) + "\n" for e in events))
-    for opts in OPTIONS:
+    for opts in options:
         reference = run(path, opts, False)
         for native in (False, True):
             fused = run(path, opts, True, native)
@@ -200,6 +202,17 @@ def compare(tmp_path: Path, events: list[dict[str, Any]]) -> None:
 def test_fused_reader_matches_the_reference_path(tmp_path: Path, seed: int, how: str, n: int) -> None:
     rng = random.Random(seed)
     compare(tmp_path, corrupt(rng, valid_stream(rng, n), how))
+
+
+@pytest.mark.parametrize("how", ["none", "unknown_removed", "orphan"])
+def test_long_streams_rotate_the_recent_removals_alike(tmp_path: Path, how: str) -> None:
+    """Past RECENT_REMOVALS removals in a tier the view's memory of recent
+    removals rotates; both paths rotate it at the same event."""
+    rng = random.Random(how)
+    events = corrupt(rng, valid_stream(rng, 12_000, one_source=True), how)
+    removed = sum(len(e["event"]["data"]["removed"]["block_hashes"]) for e in events if "removed" in e["event"]["data"])
+    assert removed > 2 * RECENT_REMOVALS
+    compare(tmp_path, events, [[]])
 
 
 @pytest.mark.parametrize("how", CORRUPTIONS)

@@ -269,6 +269,20 @@ class RouterReader:
         view.on_cleared(w, ev.dp_rank, m.storage_tier, eid, lineno)
         return "cleared"
 
+    def _tail(self, m: RouterEventMsg, view: RouterView, lineno: int, strict: bool, hcheck: HashCheck | None) -> None:
+        """The end of a Removed the C path applied (code 3): the hash check's
+        state and the orphan reports, then the ids, as ``on_removed`` orders them."""
+        ev = m.event
+        key = (m.worker_id, ev.dp_rank)
+        src = view.sources[key]
+        tname = m.storage_tier
+        data = ev.data
+        assert type(data) is EventDataMsg and data.removed is not None
+        hs = data.removed.block_hashes
+        _removed_tail(view, src.tiers[tname], key, tname, ev.event_id, hs, hs, lineno, strict, hcheck)
+        src.next_id = ev.event_id + 1
+        view.index += 1
+
     def run(self, f: IO[bytes], view: RouterView) -> None:
         dec = ROUTER_DECODER.decode
         lenient = False
@@ -286,6 +300,8 @@ class RouterReader:
         native = fastview.module() if fused and self.native else None
         c_stored = native.stored if native is not None else None
         c_removed = native.removed if native is not None else None
+        c_line = native.line if native is not None else None
+        ctx = (sources, anchored, chain, hcheck, view, xxh, seed, EventDataMsg, strict)
         try:
             for first, lines, unterminated in iter_chunks(f, self.limit):
                 lineno = first - 1
@@ -306,6 +322,18 @@ class RouterReader:
                     except (msgspec.DecodeError, RecursionError, ValueError) as e:
                         raise _json_error(e, lineno, lineno == unterminated) from None
                     records += 1
+                    if c_line is not None:
+                        code = c_line(ctx, m)
+                        if code == 1:
+                            n_stored += 1
+                            continue
+                        if code == 2:
+                            n_removed += 1
+                            continue
+                        if code == 3:  # applied; the reports and the id bookkeeping are ours
+                            self._tail(m, view, lineno, strict, hcheck)
+                            n_removed += 1
+                            continue
                     ev = m.event
                     w = m.worker_id
                     eid = ev.event_id
