@@ -12,7 +12,9 @@ is clean, about 20k blocks live):
   hash recomputation on (--vllm-events, default 100k).
 
 For each, in the same run: the whole command (a fresh ``python -m kvspec.cli
-check-log`` process, median of --repeat runs, peak memory), the decode floor
+check-log`` process, median of --repeat runs, peak memory), for the Dynamo
+stream also with the fused reader's C part off (``KVSPEC_FASTVIEW=0``: the
+pure Python path, for machines without a C compiler), the decode floor
 (msgspec's untyped decoder over every line, and for the capture the base64
 and msgpack decoding of every payload), and for the Dynamo stream the wheel's
 ``RadixTree.apply_event`` over the same events (its first --radix-events,
@@ -167,14 +169,17 @@ print('BENCH ' + json.dumps({'code': code, 'cpu': ru.ru_utime + ru.ru_stime, 'hw
 """
 
 
-def run_command(path: Path, repeat: int) -> tuple[float, float, float]:
+def run_command(path: Path, repeat: int, env: dict[str, str] | None = None) -> tuple[float, float, float]:
     """Median wall seconds and CPU seconds of the whole command (a fresh
     process each run), and its peak resident memory in MB (VmHWM)."""
     walls, cpus, peak = [], [], 0.0
     for _ in range(repeat):
         t = time.perf_counter()
         r = subprocess.run(
-            [sys.executable, "-c", _CHILD, "check-log", str(path), "--quiet"], capture_output=True, text=True
+            [sys.executable, "-c", _CHILD, "check-log", str(path), "--quiet"],
+            capture_output=True,
+            text=True,
+            env=None if env is None else {**os.environ, **env},
         )
         walls.append(time.perf_counter() - t)
         line = next((x for x in r.stderr.splitlines() if x.startswith("BENCH ")), None)
@@ -246,8 +251,14 @@ def main() -> None:
         write_vllm(vll, args.vllm_events)
         print(f"generated {args.events} Dynamo and {args.vllm_events} vLLM events in {time.perf_counter() - t:.1f} s")
         print(f"  Dynamo stream {dyn.stat().st_size / 1e6:.0f} MB, vLLM capture {vll.stat().st_size / 1e6:.0f} MB")
+        # the C part of the fused reader is built once, before any timing
+        from kvspec.conformance.streams import fastview
+
+        fastview.module()
+        print(f"fused reader: {fastview.status()}")
         # the commands first, while this process is small
         cmd_s, cmd_cpu, peak = run_command(dyn, args.repeat)
+        py_s, py_cpu, _ = run_command(dyn, args.repeat, {"KVSPEC_FASTVIEW": "0"})
         vcmd_s, vcmd_cpu, vpeak = run_command(vll, args.repeat)
         floor_s, floor_cpu = decode_floor(dyn, False, args.repeat)
         vfloor_s, vfloor_cpu = decode_floor(vll, True, args.repeat)
@@ -255,6 +266,7 @@ def main() -> None:
         n, vn = args.events, args.vllm_events
         rows = [
             ("dynamo", "check-log, whole command (every check on)", n / cmd_s, n / cmd_cpu),
+            ("dynamo", "check-log, pure Python path (KVSPEC_FASTVIEW=0)", n / py_s, n / py_cpu),
             ("dynamo", "decode floor: msgspec untyped, every line", n / floor_s, n / floor_cpu),
         ]
         if rt is not None:
@@ -264,10 +276,11 @@ def main() -> None:
             ("vllm", "check-log, whole command (every check on)", vn / vcmd_s, vn / vcmd_cpu),
             ("vllm", "decode floor: JSON + base64 + msgpack", vn / vfloor_s, vn / vfloor_cpu),
         ]
-        print(f"{'stream':<8} {'measure':<44} {'events/s wall':>14} {'events/s CPU':>14}")
+        print(f"{'stream':<8} {'measure':<48} {'events/s wall':>14} {'events/s CPU':>14}")
         for stream, what, wall, cpu in rows:
-            print(f"{stream:<8} {what:<44} {wall:>14,.0f} {cpu:>14,.0f}")
+            print(f"{stream:<8} {what:<48} {wall:>14,.0f} {cpu:>14,.0f}")
         print(f"dynamo   floor / check-log: {cmd_s / floor_s:.2f}x wall, {cmd_cpu / floor_cpu:.2f}x CPU")
+        print(f"dynamo   floor / Python path: {py_s / floor_s:.2f}x wall, {py_cpu / floor_cpu:.2f}x CPU")
         print(f"vllm     floor / check-log: {vcmd_s / vfloor_s:.2f}x wall, {vcmd_cpu / vfloor_cpu:.2f}x CPU")
         if rt is None:
             print("dynamo   RadixTree.apply_event: the ai-dynamo-runtime wheel is not installed")
