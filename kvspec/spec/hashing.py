@@ -180,3 +180,29 @@ def vllm_block_hash(
 def vllm_external(full: bytes) -> int:
     """The u64 a vLLM event carries for a full hash."""
     return int.from_bytes(full, "big") & 0xFFFFFFFFFFFFFFFF
+
+
+def sglang_page_digests(tokens: Sequence[int], page_size: int, prior: bytes | None = None) -> list[bytes]:
+    """SGLang's page hashes of ``tokens`` (whole pages), chained from ``prior``
+    (the full digest of the page before, None at the tree's root): each is
+    sha256 of the prior digest (absent at the root) followed by the page's
+    token ids as little-endian u32 (``sgl-project/sglang``
+    ``python/sglang/srt/mem_cache/cpp_utils/hash_binding.cpp`` ``hash_page``,
+    reached from ``mem_cache/utils.py::compute_node_hash_values`` for keys
+    without a LoRA or cache-salt namespace and token ids below 2**32)."""
+    out: list[bytes] = []
+    for start in range(0, len(tokens) - page_size + 1, page_size):
+        page = tokens[start : start + page_size]
+        h = hashlib.sha256()
+        if prior is not None:
+            h.update(prior)
+        h.update(struct.pack(f"<{len(page)}I", *page))
+        prior = h.digest()
+        out.append(prior)
+    return out
+
+
+def sglang_event_hash(digest: bytes) -> int:
+    """The signed int64 an SGLang KV event carries for a page digest: its
+    first 8 bytes, big-endian (``mem_cache/utils.py::hash_str_to_int64``)."""
+    return int.from_bytes(digest[:8], "big", signed=True)
