@@ -105,6 +105,9 @@ def check_events(
     if op.op in ("match", "lock", "unlock") and got:
         rule = R.RADIX_SPLIT_SILENT if op.op != "unlock" else R.RADIX_LOCK
         raise _fail(rule, op, f"{op.op} published {[e.brief() for e in got]}; it publishes nothing")
+    if len(got) == len(want) and all(_same(g, w) for g, w in zip(got, want, strict=True)):
+        return
+    # they differ: a request may evict a page and store it again, so this is only a diagnosis
     before = set().union(*nodes) if nodes else set()
     stored = {h for e in got if e.kind == "stored" for h in e.hashes()}
     removed = {h for e in got if e.kind == "removed" for h in e.hashes()}
