@@ -55,3 +55,22 @@ def test_mutant_is_refuted_unbounded(m: U.UMutant) -> None:
     # a finite state satisfying every invariant and lemma of the unbounded
     # encoding, from which the mutant's step breaks its invariant
     assert verdict == "refuted" and where is not None
+
+
+def test_cli_reports_unbounded_rows(capsys: pytest.CaptureFixture[str]) -> None:
+    from kvspec.reference.smt.cli_prove import main
+
+    assert main(["--unbounded", "--no-sanity"]) == 0
+    out = capsys.readouterr().out
+    assert "any G1 capacity, any number of block hashes" in out
+    for p in INVARIANTS:
+        assert any(line.startswith(str(p.id)) and "unbounded proven" in line for line in out.splitlines()), p.id
+
+
+def test_cli_mutant_exits_non_zero_with_a_finite_counterexample(capsys: pytest.CaptureFixture[str]) -> None:
+    from kvspec.reference.smt.cli_prove import main
+
+    args = ["--unbounded", "--mutant", "evict-active", "--invariant", "INV-CONSERVE", "--timeout", "2"]
+    assert main(args) == 1
+    out = capsys.readouterr().out
+    assert "finite counterexample" in out and "refuted" in out and "at use(full)" in out
