@@ -351,12 +351,13 @@ _SHOWN = {"killed": "killed", "passed": "SURVIVED", "error": "ERROR", "timeout":
 
 
 def format_table(runs: list[SuiteRun], expected: dict[str, str]) -> str:
-    header = ("mutant", "result", "time_s", "rule", "expected rule", "killed by test")
+    header = ("mutant", "result", "time_s", "cpu_s", "rule", "expected rule", "killed by test")
     rows = [
         (
             r.name,
             _SHOWN[r.status],
             f"{r.seconds:.1f}",
+            "-" if r.cpu is None else f"{r.cpu:.2f}",
             r.rule or ("(no rule id)" if r.status == "killed" else "-"),
             expected.get(r.name, "-"),
             r.test or "-",

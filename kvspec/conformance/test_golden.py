@@ -20,11 +20,16 @@ from kvspec.spec.config import ManagerConfig
 from kvspec.spec.scenario import Scenario, all_scenarios
 
 SCENARIOS = all_scenarios()
-#: (path, scenario, configuration, test id): a scenario once per policy it runs under
+#: (path, scenario, configuration, test id): a scenario once per policy it runs
+#: under; every scenario's first policy first, then the second ones, and so on,
+#: so that a run stopped at its first failure (``-x``, ``kvspec mutants``) has
+#: tried each scenario once before it repeats any under another policy
 CASES: list[tuple[Path, Scenario, ManagerConfig, str]] = [
     (p, s, s.config_for(pol), f"{p.parent.name}/{p.stem}" + ("" if s.policies is None else f"@{pol}"))
-    for p, s in SCENARIOS
-    for pol in s.run_policies()
+    for _, p, s, pol in sorted(
+        ((i, p, s, pol) for p, s in SCENARIOS for i, pol in enumerate(s.run_policies())),
+        key=lambda c: c[0],  # stable: path order within each round
+    )
 ]
 
 
