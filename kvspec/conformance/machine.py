@@ -70,6 +70,8 @@ GROUP_MODULES = ("kvspec.conformance.machine_offload",)
 
 #: steps run by every lockstep machine in this process (the benchmark reads it)
 STATS: Counter[str] = Counter()
+#: called after each example (the plugin's progress line, ``progress.py``)
+ON_EXAMPLE: list[Callable[[], None]] = []
 
 
 @dataclass(frozen=True)
@@ -356,6 +358,8 @@ class LockstepMachine(RuleGroup, RuleBasedStateMachine, register=False):
                 self._halt(e)
         STATS["steps"] += self.steps
         STATS["examples"] += 1
+        for hook in ON_EXAMPLE:
+            hook()
         if self.check is None:
             return
         record = self.setup.record

@@ -51,6 +51,7 @@ from kvspec.spec.rules import RuleId
 from .failures import ConformanceFailure
 from .implementation import Implementation, open_implementation
 from .manifest import Manifest, load_impl
+from .progress import Progress
 from .replay_store import DEFAULT_KEEP, ReplayRun, Target, replay_root
 from .settings import EFFORTS, effort, effort_name, is_deterministic
 
@@ -86,6 +87,8 @@ class _KvspecState:
         self.impl_arg: str | None = None
         #: this run's replay folder (made at the first failure)
         self.replays: ReplayRun | None = None
+        #: the status line of a long run (``progress.py``; None: off)
+        self.progress: Progress | None = None
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -110,6 +113,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=DEFAULT_KEEP,
         metavar="N",
         help=f"keep the newest N run folders under the replay root (0: keep all; default {DEFAULT_KEEP})",
+    )
+    group.addoption(
+        "--kvspec-progress",
+        action="store",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="print a status line (examples, steps, rules covered) every SECONDS during the run; 0: never; "
+        "default: every 30 s for the thorough effort on a terminal, else never",
     )
     group.addoption(
         "--kvspec-results",
@@ -145,12 +157,18 @@ def pytest_configure(config: pytest.Config) -> None:
             settings.register_profile(profile, effort(profile, seeded=state.seeded))
     if impl is not None:
         _activate(state, impl, config)
-    if config.getoption("--kvspec-results", None):
-        from .results_suite import SuiteResults
+    _register_results(config, state)
 
-        config.pluginmanager.register(
-            SuiteResults(config, state, config.getoption("--kvspec-results")), "kvspec-results"
-        )
+
+def _register_results(config: pytest.Config, state: _KvspecState) -> None:
+    """Watch the run's outcomes per rule (``results_suite``): the summary's
+    never-exercised reasons come from it, and with ``--kvspec-results`` it
+    writes the results file."""
+    from .results_suite import SuiteResults
+
+    config.pluginmanager.register(
+        SuiteResults(config, state, config.getoption("--kvspec-results", None)), "kvspec-results"
+    )
 
 
 def _names_conformance(args: list[str]) -> bool:
@@ -235,12 +253,10 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         return []
     if st.manifest is None:
         return [f"kvspec: {st.error}"] if st.error else []
-    m = st.manifest
-    return [
-        f"kvspec impl: {m.name} ({m.kind}) from {st.adapter_dir}",
-        f"kvspec profile: {m.profile}; also {', '.join(m.capabilities.profiles) or '-'}",
-        f"kvspec effort: {st.effort}" + ("" if is_deterministic(st.effort, seeded=st.seeded) else " (random)"),
-    ]
+    from .run_summary import header_lines
+
+    assert st.adapter_dir is not None
+    return header_lines(st.manifest, st.adapter_dir, st.impl_arg, st.effort, seeded=st.seeded)
 
 
 @functools.lru_cache(maxsize=64)
@@ -281,6 +297,53 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     )
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    st = _state(session.config)
+    if st.active and st.manifest is not None:
+        # after deselection (-k, -m): the tests that will run
+        tests = sum(1 for it in session.items if it.get_closest_marker("kvspec_rules") is not None)
+        _start_progress(st, session.config, tests)
+
+
+def _start_progress(st: _KvspecState, config: pytest.Config, tests: int) -> None:
+    """Turn the status line on when this run asks for it (``progress.interval``)."""
+    from .progress import interval
+
+    every = interval(config, st.effort)
+    if every <= 0 or tests == 0 or config.getoption("collectonly", False):
+        return
+    from .machine import ON_EXAMPLE, STATS
+
+    tr = config.pluginmanager.get_plugin("terminalreporter")
+    capman = config.pluginmanager.get_plugin("capturemanager")
+
+    def write(line: str) -> None:
+        if tr is None:
+            return
+        if capman is None:
+            tr.write_line(line)
+            return
+        with capman.global_and_fixture_disabled():
+            tr.write_line(line)
+
+    def rules() -> set[str]:
+        return {r for r, n in st.rule_hits.items() if n}
+
+    st.progress = Progress(every, write, STATS, rules)
+    st.progress.tests_total = tests
+    ON_EXAMPLE.append(st.progress.tick)
+
+
+def _stop_progress(st: _KvspecState) -> None:
+    if st.progress is None:
+        return
+    from .machine import ON_EXAMPLE
+
+    if st.progress.tick in ON_EXAMPLE:
+        ON_EXAMPLE.remove(st.progress.tick)
+    st.progress = None
+
+
 def _fail_fast_at_start(st: _KvspecState, config: pytest.Config) -> None:
     """A manifest that does not load, or an implementation that does not
     start, ends the run here with one message (``startup.py``) instead of
@@ -305,6 +368,9 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if not st.active:
         return
     st.current_test = item.nodeid
+    if st.progress is not None:
+        st.progress.current = item.name
+    _junit_properties(item, st)
     marker = item.get_closest_marker("kvspec_requires")
     if marker is None:
         return
@@ -326,6 +392,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> 
     marker = item.get_closest_marker("kvspec_rules")
     if call.when == "call" and marker is not None:
         st.conformance_ran += 1
+        _junit_exercised(item, st)
+        if st.progress is not None:
+            st.progress.tests_done += 1
+            st.progress.tick()
         if call.excinfo is None and marker.args:
             _check_rules_contract(item, rep, [str(a) for a in marker.args], st)
     if call.when != "call" or call.excinfo is None:
@@ -346,8 +416,42 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> 
         st.deviations_seen[i] += 1
         rep.outcome = "skipped"
         rep.wasxfail = f"expected deviation {dev.rule} ({dev.describe_scope()}): {dev.reason}"
-    elif any(d.rule == site.rule for d in st.manifest.deviations):
+        return
+    if rep.failed:
+        from .failure_first import failure_first
+
+        rep.longrepr = failure_first(item.config, call.excinfo, exc, rep.longrepr)
+    if any(d.rule == site.rule for d in st.manifest.deviations):
         rep.longrepr = f"{rep.longrepr}\nkvspec: {site.rule} is declared, but not here: {site.describe()}"
+
+
+def _junit_properties(item: pytest.Item, st: _KvspecState) -> None:
+    """Tag a conformance test with the rules it checks and the
+    implementation (JUnit ``<properties>`` with ``--junitxml``)."""
+    from .results_suite import item_rules
+
+    rules = item_rules(item)
+    if rules is None or st.manifest is None:
+        return
+    m = st.manifest
+    props = [
+        ("kvspec_rules", " ".join(sorted(rules)) or "(named by the data the test runs)"),
+        ("kvspec_impl", st.impl_arg or ""),
+        ("kvspec_adapter_path", str(st.adapter_dir)),
+        ("kvspec_adapter", m.name),
+        ("kvspec_variant", m.variant or ""),
+        ("kvspec_profiles", " ".join(m.supported_profiles())),
+        ("kvspec_effort", st.effort),
+    ]
+    item.user_properties.extend(props)
+
+
+def _junit_exercised(item: pytest.Item, st: _KvspecState) -> None:
+    """After the call: the rules the test actually exercised."""
+    if item.get_closest_marker("kvspec_rules") is None:
+        return
+    done = sorted(st.test_rules.get(item.nodeid, set()))
+    item.user_properties.append(("kvspec_rules_exercised", " ".join(done)))
 
 
 def _site_of(item: pytest.Item, exc: ConformanceFailure) -> Site:
@@ -383,10 +487,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if not st.active or st.manifest is None or st.conformance_tests == 0:
         return
     tr = terminalreporter
-    if st.rule_hits:
-        tr.section("kvspec: rules exercised")
-        for rule, n in sorted(st.rule_hits.items()):
-            tr.write_line(f"  {rule:<26} {n}")
+    if st.rule_hits or st.conformance_ran:
+        _write_rules_table(tr, st, config, exitstatus)
     if st.manifest.deviations:
         tr.section("kvspec: declared deviations")
         for i, d in enumerate(st.manifest.deviations):
@@ -395,8 +497,23 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
             tr.write_line(f"  {d.rule:<26} {state} [{d.describe_scope()}]: {d.reason}")
 
 
+def _write_rules_table(tr: Any, st: _KvspecState, config: pytest.Config, exitstatus: int) -> None:
+    """The ``rules exercised`` section (``run_summary.rules_table``)."""
+    from .run_summary import rules_table
+
+    watcher = config.pluginmanager.get_plugin("kvspec-results")
+    verdicts = None
+    if watcher is not None and not st.selection_narrowed:
+        # a narrowed selection (-k, a node id) leaves most rules out on purpose
+        verdicts = watcher.build(int(exitstatus)).rules
+    tr.section("kvspec: rules exercised")
+    for line in rules_table(st.rule_hits, verdicts):
+        tr.write_line(line)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     st = _state(session.config)
+    _stop_progress(st)
     if not st.active or st.manifest is None or st.conformance_tests == 0:
         return
     if st.selection_narrowed or st.conformance_ran == 0:

@@ -118,7 +118,7 @@ def _skip_reason(report: pytest.TestReport) -> str:
 class SuiteResults:
     """Collects one session's outcomes and writes the results file at its end."""
 
-    def __init__(self, config: pytest.Config, state: _PluginState, dest: str) -> None:
+    def __init__(self, config: pytest.Config, state: _PluginState, dest: str | None) -> None:
         self.config = config
         self.state = state
         self.dest = dest
@@ -162,6 +162,8 @@ class SuiteResults:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.dest is None:
+            return  # only watching (the terminal summary reads the verdicts)
         code = int(session.exitstatus)
         write_results(self.build(code), self.dest)
 

@@ -1,0 +1,195 @@
+"""What a conformance run prints (issue 10): the header names the adapter,
+its profiles, policies, semantics options, capabilities, protocol and the
+effort; a failure shows its readable report before any traceback; the
+rules table has a legend and lists the rules never exercised with the
+reason; ``--junitxml`` tags every test case with its rules and the
+implementation; a long run shows progress lines.
+
+Each end-to-end case runs the suite in a child pytest against a small
+adapter written here (the reference, but it never publishes a Removed).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import kvspec.conformance as conformance_pkg
+from kvspec.conformance.progress import DEFAULT_INTERVAL, Progress, interval
+from kvspec.spec.rules import RULES
+
+SUITE = Path(conformance_pkg.__file__).parent
+
+MODULE = """
+from kvspec.adapters.reference.adapter import ReferenceImplementation
+from kvspec.spec.wire import StepOutcome
+
+
+class DropsRemoved(ReferenceImplementation):
+    def step(self, op):
+        out = super().step(op)
+        kept = [e for e in out.events if e.kind != "removed"]
+        return StepOutcome.model_construct(**{**out.__dict__, "events": kept})
+
+
+def open_drops_removed(config, manifest, adapter_dir):
+    return DropsRemoved(config, manifest)
+"""
+
+
+@pytest.fixture
+def adapter(tmp_path: Path) -> Path:
+    (tmp_path / "run_output_adapter.py").write_text(MODULE)
+    folder = tmp_path / "probe"
+    folder.mkdir()
+    (folder / "manifest.toml").write_text(
+        textwrap.dedent(
+            """
+            name = "probe"
+            kind = "python"
+            profile = "kvbm"
+            [start]
+            python = "run_output_adapter:open_drops_removed"
+            [capabilities]
+            profiles = ["kvbm"]
+            policies = ["lineage", "lru"]
+            """
+        )
+    )
+    return folder
+
+
+def _run(tmp: Path, *args: str) -> tuple[int, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
+    env["PYTHONPATH"] = str(tmp) + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--kvspec-replay-dir={tmp / 'replays'}", *args],
+        cwd=tmp,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def _section(out: str, title: str) -> str:
+    """The text of the first failure section whose title contains ``title``."""
+    m = re.search(rf"_+ [^\n]*{re.escape(title)}[^\n]* _+\n(.*?)(?=\n_{{5,}} |\n={{5,}} )", out, re.S)
+    assert m, out[-4000:]
+    return m.group(1)
+
+
+def test_golden_run_header_failure_first_rules_table_and_junit(tmp_path: Path, adapter: Path) -> None:
+    junit = tmp_path / "junit.xml"
+    code, out = _run(tmp_path, str(SUITE / "test_golden.py"), "--impl=probe", f"--junitxml={junit}")
+    assert code == 1, out[-4000:]
+
+    # the header
+    assert f"kvspec adapter: probe at {adapter.resolve()} (--impl=probe)" in out
+    assert "kvspec profiles: kvbm (claimed)\n" in out
+    assert "kvspec policies: lineage, lru; semantics options: defaults" in out
+    caps = next(line for line in out.splitlines() if line.startswith("kvspec capabilities:"))
+    assert "block_level" in caps and "not declared:" in caps and "offload" in caps.split("not declared:")[1]
+    assert "kvspec protocol: in-process" in out
+    assert "kvspec effort: default (60 examples per test, 40 steps, derandomised)" in out
+    assert "also kvbm" not in out
+
+    # failure first: the report, then where it was raised; no source or reprs
+    sec = _section(out, "kvbm/")
+    assert sec.startswith("kvspec: [REMOVE-EXACT] scenario "), sec[:500]
+    assert sec.index("first divergence") < sec.index("raised at")
+    assert "test_golden.py:" in sec.split("raised at")[1]
+    assert "kvspec_manifest = Manifest(" not in sec and "def test_golden_scenario" not in sec
+
+    # the rules table: legend, counts, and the rules never exercised with why
+    table = out.split("kvspec: rules exercised", 1)[1]
+    assert "legend: RULE COUNT" in table
+    assert re.search(r"never exercised \(\d+ of \d+ rules\):", table)
+    assert re.search(r"QUARANTINE-HOLD\s+does not apply: missing capability .*offload", table), table
+    assert re.search(r"INV-NO-DUP\s+no test of this run covers it", table), table
+
+    # JUnit: every test case carries its rules and the implementation
+    cases = ET.parse(junit).getroot().iter("testcase")
+    known = {str(r) for r in RULES}
+    n = 0
+    for case in cases:
+        props = {p.get("name"): p.get("value") or "" for p in case.iter("property")}
+        assert set(props["kvspec_rules"].split()) <= known and props["kvspec_rules"], props
+        assert props["kvspec_impl"] == "probe" and props["kvspec_adapter_path"] == str(adapter.resolve())
+        assert props["kvspec_variant"] == "" and props["kvspec_profiles"] == "kvbm"
+        assert props["kvspec_effort"] == "default"
+        n += 1
+    assert n > 50
+
+
+def test_with_v_the_full_traceback_follows_the_report(tmp_path: Path, adapter: Path) -> None:
+    code, out = _run(tmp_path, str(SUITE / "test_golden.py"), "--impl=probe", "-v", "-k", "kvbm and evict")
+    assert code == 1, out[-4000:]
+    sec = _section(out, "kvbm/")
+    assert sec.startswith("kvspec: [REMOVE-EXACT] scenario ")
+    assert sec.index("first divergence") < sec.index("---- traceback (pytest) ----")
+    assert "def test_golden_scenario" in sec.split("---- traceback (pytest) ----")[1]
+
+
+def test_a_lockstep_failure_shows_its_table_first_and_progress_lines(tmp_path: Path, adapter: Path) -> None:
+    code, out = _run(
+        tmp_path,
+        str(SUITE / "test_stateful.py"),
+        "--impl=probe",
+        "-q",
+        "-k",
+        "test_lockstep and kvbm",
+        "--kvspec-progress=0.2",
+    )
+    assert code == 1, out[-4000:]
+    sec = _section(out, "test_lockstep[kvbm]")
+    assert sec.startswith("kvspec: [REMOVE-EXACT] lockstep divergence at step"), sec[:500]
+    assert sec.index("run again with: kvspec replay") < sec.index("Falsifying example") < sec.index("raised at")
+    progress = re.findall(r"kvspec progress \d+:\d\d:\d\d: test 1 of 1 \(test_lockstep\[kvbm\]\), [\d,]+ examples", out)
+    assert progress, out[-4000:]
+
+
+class _Config:
+    def __init__(self, **opts: Any) -> None:
+        self.opts = opts
+
+    def getoption(self, name: str, default: Any = None) -> Any:
+        return self.opts.get(name, default)
+
+
+def test_progress_is_off_unless_thorough_on_a_terminal_or_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True, raising=False)
+    assert interval(_Config(verbose=0), "thorough") == DEFAULT_INTERVAL  # type: ignore[arg-type]
+    assert interval(_Config(verbose=-1), "thorough") == 0  # type: ignore[arg-type]
+    assert interval(_Config(verbose=0), "default") == 0  # type: ignore[arg-type]
+    assert interval(_Config(**{"--kvspec-progress": 5.0}), "default") == 5.0  # type: ignore[arg-type]
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: False, raising=False)
+    assert interval(_Config(verbose=0), "thorough") == 0  # type: ignore[arg-type]
+
+
+def test_progress_lines_are_rate_limited_and_count_examples_and_rules() -> None:
+    now = [0.0]
+    lines: list[str] = []
+    stats = {"examples": 0, "steps": 0}
+    p = Progress(10, lines.append, stats, lambda: {"USE-NEW", "not-a-rule"}, clock=lambda: now[0])
+    p.tests_total, p.current = 3, "test_lockstep[kvbm]"
+    stats.update(examples=1200, steps=34000)
+    now[0] = 5
+    p.tick()
+    assert lines == []
+    now[0] = 70
+    p.tick()
+    p.tick()
+    assert lines == [
+        f"kvspec progress 0:01:10: test 1 of 3 (test_lockstep[kvbm]), 1,200 examples, 34,000 steps, "
+        f"1 of {len(RULES)} rules covered"
+    ]
