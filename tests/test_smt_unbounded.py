@@ -74,3 +74,16 @@ def test_cli_mutant_exits_non_zero_with_a_finite_counterexample(capsys: pytest.C
     assert main(args) == 1
     out = capsys.readouterr().out
     assert "finite counterexample" in out and "refuted" in out and "at use(full)" in out
+
+
+def test_the_unbounded_encoding_takes_the_bounded_encodings_steps() -> None:
+    from kvspec.reference.smt.unbounded_agreement import disagreements
+
+    assert disagreements() == []
+
+
+def test_the_agreement_check_catches_a_broken_unbounded_rule() -> None:
+    from kvspec.reference.smt.unbounded_agreement import disagreements
+
+    found = disagreements(tw=frozenset({"release-at-enqueue"}))
+    assert {p.split(":")[0] for p in found} == {"use(full)", "use(partial)", "evict"}, found
