@@ -15,6 +15,13 @@ the first record (``--format`` forces one):
 - ``vllm``: vLLM ``KVEventBatch`` msgpack payloads, concatenated (array or
   map layout).
 
+Speed: Dynamo RouterEvent lines are decoded straight into compact structs
+and clean events are applied by a fused path (``streams/formats.py``,
+``RouterReader``), whose per-line work is a small C extension built with
+the machine's C compiler at first use (``streams/fastview.py``; pure Python
+where there is no compiler, or with ``KVSPEC_FASTVIEW=0``); any event that
+may break a rule goes through the router view's own methods, the reference.
+
 Exit status: 0 clean, 1 findings, 2 the input could not be read or the
 command line is wrong. ``--json`` writes the results file
 (``kvspec/conformance/streams/results.py``), ``--junit`` JUnit XML.
