@@ -243,24 +243,17 @@ static PyObject *fv_removed(PyObject *self, PyObject *const *args, Py_ssize_t na
 
 static PyObject *S_worker_id, *S_event, *S_event_id, *S_dp_rank, *S_data, *S_storage_tier, *S_stored, *S_removed,
     *S_parent_hash, *S_blocks, *S_block_hashes, *S_next_id, *S_tiers, *S_live, *S_kids, *S_cur, *S_index,
-    *S_checked_blocks, *S_chain_blocks, *S_full, *S_pending, *S_rotate, *S_cap;
+    *S_full, *S_pending, *S_rotate, *S_cap;
 
-/* obj.name += n */
-static int add_attr(PyObject *obj, PyObject *name, Py_ssize_t n) {
-    PyObject *v = PyObject_GetAttr(obj, name);
-    if (v == NULL) return -1;
-    PyObject *d = PyLong_FromSsize_t(n);
-    if (d == NULL) {
-        Py_DECREF(v);
-        return -1;
-    }
-    PyObject *r = PyNumber_Add(v, d);
-    Py_DECREF(v);
-    Py_DECREF(d);
-    if (r == NULL) return -1;
-    int rc = PyObject_SetAttr(obj, name, r);
-    Py_DECREF(r);
-    return rc;
+/* blocks whose Dynamo chain line() checked since the last take_chain_blocks()
+ * (the caller adds them to the hash check's counts: one update per run, not
+ * two attribute writes per event) */
+static Py_ssize_t chain_blocks = 0;
+
+static PyObject *fv_take_chain_blocks(PyObject *self, PyObject *unused) {
+    Py_ssize_t n = chain_blocks;
+    chain_blocks = 0;
+    return PyLong_FromSsize_t(n);
 }
 
 /* line(ctx, m) -> int: one decoded RouterEvent line, the whole fused path
@@ -364,9 +357,7 @@ static PyObject *fv_line(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         Py_DECREF(blocks);
         if (res == NULL) goto error;
         if (res != Py_True) goto done;
-        if (chain && hcheck != Py_None &&
-            (add_attr(hcheck, S_checked_blocks, n) < 0 || add_attr(hcheck, S_chain_blocks, n) < 0))
-            goto error;
+        if (chain && hcheck != Py_None) chain_blocks += n; /* handed over by take_chain_blocks() */
         code = 1;
     } else if (st == Py_None && rm != Py_None) {
         PyObject *hs = PyObject_GetAttr(rm, S_block_hashes);
@@ -479,6 +470,7 @@ static PyMethodDef methods[] = {
     {"stored", (PyCFunction)(void (*)(void))fv_stored, METH_FASTCALL, "apply a clean Dynamo Stored (see fastview.py)"},
     {"removed", (PyCFunction)(void (*)(void))fv_removed, METH_FASTCALL, "apply a clean Removed (see fastview.py)"},
     {"line", (PyCFunction)(void (*)(void))fv_line, METH_FASTCALL, "apply a clean decoded RouterEvent line"},
+    {"take_chain_blocks", fv_take_chain_blocks, METH_NOARGS, "blocks line() chain-checked since the last call"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -509,8 +501,6 @@ PyMODINIT_FUNC PyInit__kvspec_fastview(void) {
     INTERN(S_kids, "kids")
     INTERN(S_cur, "cur")
     INTERN(S_index, "index")
-    INTERN(S_checked_blocks, "checked_blocks")
-    INTERN(S_chain_blocks, "chain_blocks")
     INTERN(S_full, "full")
     INTERN(S_pending, "pending")
     INTERN(S_rotate, "rotate")

@@ -301,6 +301,8 @@ class RouterReader:
         c_stored = native.stored if native is not None else None
         c_removed = native.removed if native is not None else None
         c_line = native.line if native is not None else None
+        if native is not None:
+            native.take_chain_blocks()  # zero, whatever an interrupted run left
         ctx = (sources, anchored, chain, hcheck, view, xxh, seed, EventDataMsg, strict)
         try:
             for first, lines, unterminated in iter_chunks(f, self.limit):
@@ -411,6 +413,11 @@ class RouterReader:
             st = self.stats
             st.records, st.stored, st.removed, st.cleared = records, n_stored, n_removed, n_cleared
             st.events = n_stored + n_removed + n_cleared
+            if native is not None:
+                n = native.take_chain_blocks()
+                if hcheck is not None:
+                    hcheck.checked_blocks += n
+                    hcheck.chain_blocks += n
 
 
 def _fused_stored(
