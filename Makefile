@@ -58,6 +58,7 @@ test: setup engines
 	$(BIN)/pytest conformance --impl=adapters/c_port --hypothesis-profile=$(HYPOTHESIS_PROFILE)
 	$(BIN)/pytest conformance --impl=adapters/vllm_c_port --hypothesis-profile=$(HYPOTHESIS_PROFILE)
 	$(BIN)/pytest conformance --impl=adapters/rust_mocker
+	$(BIN)/pytest conformance --impl=adapters/rust_mocker/trtllm
 	$(BIN)/pytest conformance --impl=adapters/kvbm_port_rs --hypothesis-profile=$(HYPOTHESIS_PROFILE)
 	$(BIN)/pytest conformance --impl=adapters/paged_rust --hypothesis-profile=$(HYPOTHESIS_PROFILE)
 	$(BIN)/pytest conformance --impl=adapters/session_rust --hypothesis-profile=$(HYPOTHESIS_PROFILE)
