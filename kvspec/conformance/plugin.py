@@ -48,6 +48,7 @@ from kvspec.spec.deviations import Site
 from kvspec.spec.errors import HANG_MARK, ConfigError
 from kvspec.spec.rules import RuleId
 
+from . import example_db, workdir, xdist_support
 from .failures import ConformanceFailure
 from .implementation import Implementation, open_implementation
 from .manifest import Manifest, load_impl
@@ -123,6 +124,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="print a status line (examples, steps, rules covered) every SECONDS during the run; 0: never; "
         "default: every 30 s for the thorough effort on a terminal, else never",
     )
+    workdir.add_options(group)
+    example_db.add_options(group)
     group.addoption(
         "--kvspec-results",
         action="store",
@@ -130,6 +133,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="FILE",
         help="write the run's results JSON here (rules, deviations, failures; kvspec report / kvspec gate read it)",
     )
+
+
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """Before any plugin is configured: a session that runs kvspec keeps
+    pytest's cache and Hypothesis's files in the working dir (``workdir.py``)."""
+    if workdir.in_effect(config, conformance_named=_names_conformance(config.args)):
+        workdir.take_over(config)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    workdir.release()
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -155,6 +169,7 @@ def pytest_configure(config: pytest.Config) -> None:
             # asked for by name on the command line and unknown to Hypothesis
             # (``thorough``): register it so that Hypothesis's option accepts it
             settings.register_profile(profile, effort(profile, seeded=state.seeded))
+    example_db.check_option(config, state.effort)
     if impl is not None:
         _activate(state, impl, config)
     _register_results(config, state)
@@ -173,8 +188,10 @@ def _register_results(config: pytest.Config, state: _KvspecState) -> None:
 
 def _names_conformance(args: list[str]) -> bool:
     """Does the command line name the conformance suite (its folder, or a
-    file or test in it)?"""
+    file or test in it, or its module for ``--pyargs``)?"""
     for a in args:
+        if a == "kvspec.conformance" or a.startswith("kvspec.conformance."):
+            return True
         try:
             p = Path(a.split("::", 1)[0]).resolve()
         except OSError:
@@ -244,7 +261,7 @@ def record_deviation(config: pytest.Config, index: int, site: Site) -> None:
 def conformance_settings(config: pytest.Config) -> Any:
     """The Hypothesis settings of the selected effort (``settings.effort``)."""
     st = _state(config)
-    return effort(st.effort, seeded=st.seeded)
+    return effort(st.effort, seeded=st.seeded, database=example_db.database_for(config, st.effort, seeded=st.seeded))
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -256,13 +273,23 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     from .run_summary import header_lines
 
     assert st.adapter_dir is not None
-    return header_lines(st.manifest, st.adapter_dir, st.impl_arg, st.effort, seeded=st.seeded)
+    return [
+        *header_lines(st.manifest, st.adapter_dir, st.impl_arg, st.effort, seeded=st.seeded),
+        *_working_files_header(config, st),
+    ]
 
 
 @functools.lru_cache(maxsize=64)
 def _folder_of(path: str) -> Path:
     """The resolved folder of a test file (hundreds of items share a few files)."""
     return Path(path).resolve().parent
+
+
+def _working_files_header(config: pytest.Config, st: _KvspecState) -> list[str]:
+    """Where this run's files go: the working dir, and the example database of a random effort."""
+    lines = [f"kvspec working dir: {workdir.working_dir(config)}"]
+    db = example_db.describe(config, st.effort, seeded=st.seeded)
+    return [*lines, db] if db else lines
 
 
 def _is_conformance_test(item: pytest.Item) -> bool:
@@ -352,7 +379,7 @@ def _fail_fast_at_start(st: _KvspecState, config: pytest.Config) -> None:
         raise pytest.UsageError(
             f"kvspec: cannot load the adapter: {st.error}\n  hint: see spec/ADAPTERS.md for the manifest format"
         )
-    if config.getoption("collectonly", False):
+    if config.getoption("collectonly", False) or xdist_support.controller_probed(config):
         return
     from .startup import probe
 
@@ -361,6 +388,37 @@ def _fail_fast_at_start(st: _KvspecState, config: pytest.Config) -> None:
     if problem is not None:
         st.error = problem  # the results file says why nothing ran
         raise pytest.UsageError(problem)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Under ``-n``, on the controller, before any worker starts: probe the
+    implementation once, and merge what the workers count (``xdist_support.py``)."""
+    config = session.config
+    if not xdist_support.is_controller(config):
+        return
+    st = _state(config)
+    if not st.active and _names_conformance(config.args):
+        _activate(st, DEFAULT_IMPL, config)
+    results = config.pluginmanager.get_plugin("kvspec-results")
+    controller = xdist_support.Controller(config, st, getattr(results, "merge_tests", None))
+    config.pluginmanager.register(controller, "kvspec-xdist")
+    if not st.active or config.getoption("collectonly", False):
+        return
+    problem: str | None = None
+    if st.manifest is None:
+        problem = f"kvspec: cannot load the adapter: {st.error}\n  hint: see spec/ADAPTERS.md for the manifest format"
+    else:
+        from .startup import probe
+
+        assert st.adapter_dir is not None
+        problem = probe(st.manifest, st.adapter_dir)
+    if problem is not None:
+        st.error = st.error or problem
+        if results is not None:
+            results.write(int(pytest.ExitCode.USAGE_ERROR))  # the session never finishes: write it now
+        raise pytest.UsageError(problem)
+    controller.probed = True
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -514,6 +572,12 @@ def _write_rules_table(tr: Any, st: _KvspecState, config: pytest.Config, exitsta
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     st = _state(session.config)
     _stop_progress(st)
+    if xdist_support.is_worker(session.config):
+        # the controller merges every worker's counts and judges (xdist_support.py)
+        results = session.config.pluginmanager.get_plugin("kvspec-results")
+        tests = results.export_tests() if results is not None else None
+        xdist_support.send_from_worker(session.config, st, tests)
+        return
     if not st.active or st.manifest is None or st.conformance_tests == 0:
         return
     if st.selection_narrowed or st.conformance_ran == 0:

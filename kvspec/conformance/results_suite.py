@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 import pytest
@@ -46,6 +46,7 @@ from .results import (
     write_results,
 )
 from .settings import effort
+from .xdist_support import is_controller, is_worker
 
 
 class _PluginState(Protocol):
@@ -142,6 +143,10 @@ class SuiteResults:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         t = self.seen.tests.get(report.nodeid)
+        if t is None and report.failed and is_controller(self.config):
+            # under -n the workers send their records at the end; a worker
+            # that crashed sends none, and this failure is all there is
+            t = self.seen.tests[report.nodeid] = _Test(set())
         if t is None or (report.when != "call" and report.passed):
             return
         exc = self.seen.exceptions.get(report.nodeid)
@@ -162,10 +167,32 @@ class SuiteResults:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if is_worker(self.config):
+            return  # an xdist worker's records go to the controller (export_tests), which writes
+        self.write(int(session.exitstatus))
+
+    def write(self, exit_code: int) -> None:
         if self.dest is None:
             return  # only watching (the terminal summary reads the verdicts)
-        code = int(session.exitstatus)
-        write_results(self.build(code), self.dest)
+        write_results(self.build(exit_code), self.dest)
+
+    # -- xdist: a worker's records, merged by the controller (xdist_support.py) --
+
+    def export_tests(self) -> dict[str, dict[str, Any]]:
+        """This worker's record of every test, as plain data."""
+        return {nodeid: {**asdict(t), "rules": sorted(t.rules)} for nodeid, t in self.seen.tests.items()}
+
+    def merge_tests(self, tests: dict[str, dict[str, Any]]) -> None:
+        """Add one worker's records: every worker collected every test but ran
+        only its share, so a record of a test it ran replaces what is known,
+        and one it did not run only adds the test and its rules."""
+        for nodeid, rec in tests.items():
+            t = _Test(**{**rec, "rules": set(rec.get("rules", ()))})
+            known = self.seen.tests.get(nodeid)
+            if t.outcome != "not run" or known is None:
+                self.seen.tests[nodeid] = t
+            else:
+                known.rules |= t.rules
 
     # -- the document ---------------------------------------------------------
 

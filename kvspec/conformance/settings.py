@@ -7,13 +7,19 @@
 - ``ci``: what CI runs; the same effort as ``default`` (a verdict a port
   author gets locally is the one CI gets);
 - ``thorough``: a long run before a release or after a port change; random
-  unless ``--hypothesis-seed`` is given, with an example database in
-  ``.kvspec/hypothesis`` so that a failure replays first next time.
+  unless ``--hypothesis-seed`` is given, with an example database (the
+  working dir's ``hypothesis/examples``, ``workdir.py``, or the shared one
+  ``--kvspec-example-db`` names, ``example_db.py``) so that a failure
+  replays first next time, on this machine or on any machine sharing it.
 
 ``default`` and ``ci`` are derandomised (each test's examples are fixed by
 the test itself) and keep no database: the same implementation gets the
 same verdict on every run, and "unexpected pass" (a declared deviation not
 observed) can be judged. Pick one with ``--hypothesis-profile=NAME``.
+An example database therefore only ever applies to the random efforts
+(``thorough``, and ``smoke`` when one is named explicitly): ``effort``
+takes the database the plugin chose (``example_db.database_for``) and
+drops it for a derandomised effort.
 
 The efforts are settings *objects* that the conformance tests apply
 explicitly (``effort``); nothing here registers or loads a profile with
@@ -27,7 +33,7 @@ Hypothesis's own option parsing accepts it.
 from __future__ import annotations
 
 from hypothesis import HealthCheck, settings
-from hypothesis.database import DirectoryBasedExampleDatabase
+from hypothesis.database import ExampleDatabase
 
 _SUPPRESS = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
 
@@ -42,9 +48,10 @@ _BASE: dict[str, dict[str, object]] = {
 }
 
 
-def effort(name: str = "default", *, seeded: bool = False) -> settings:
+def effort(name: str = "default", *, seeded: bool = False, database: ExampleDatabase | None = None) -> settings:
     """The settings of effort ``name`` (``seeded``: ``--hypothesis-seed`` was
-    given, so a random effort is reproducible too)."""
+    given, so a random effort is reproducible too; ``database``: the example
+    database to use, ignored by a derandomised effort, which keeps none)."""
     if name not in _BASE:
         raise ValueError(f"unknown effort {name!r}; the efforts are {', '.join(EFFORTS)}")
     base = dict(_BASE[name])
@@ -53,15 +60,18 @@ def effort(name: str = "default", *, seeded: bool = False) -> settings:
         max_examples=int(str(base["max_examples"])),
         stateful_step_count=int(str(base["stateful_step_count"])),
         derandomize=bool(base["derandomize"]),
-        database=(
-            DirectoryBasedExampleDatabase(".kvspec/hypothesis")
-            if random and not seeded and base.get("database", True)
-            else None
-        ),
+        database=database if random else None,
         deadline=None,
         suppress_health_check=_SUPPRESS,
         print_blob=True,
     )
+
+
+def keeps_database(name: str, *, seeded: bool = False) -> bool:
+    """Does effort ``name`` keep an example database when none is named
+    explicitly? (random, not pinned by a seed, and not ``smoke``)"""
+    base = _BASE.get(name, _BASE["default"])
+    return not base["derandomize"] and not seeded and bool(base.get("database", True))
 
 
 def is_deterministic(name: str, *, seeded: bool = False) -> bool:
