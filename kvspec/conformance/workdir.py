@@ -143,7 +143,8 @@ def take_over(config: pytest.Config) -> Path:
     global _session_root
     root = working_dir(config)
     _session_root = root
-    if _is_pytest_default_cache_dir(str(config.getini("cache_dir"))):
+    cache_on = config.pluginmanager.has_plugin("cacheprovider")  # off with -p no:cacheprovider
+    if cache_on and _is_pytest_default_cache_dir(str(config.getini("cache_dir"))):
         # pytest reads cache_dir through getini (cached) when its cache
         # provider is configured, later in this same pytest_configure call
         config._inicache["cache_dir"] = str(root / PYTEST_CACHE)
