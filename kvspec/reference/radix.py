@@ -168,6 +168,12 @@ class RadixModel:
         node it ends at, splitting the node the match ends inside."""
         if not key:
             return 0, self.root
+        return self._walk(key)
+
+    def _walk(self, key: list[int]) -> tuple[int, Node]:
+        """One clock tick, then down the tree along ``key``, touching every node
+        passed and splitting the node the walk ends inside (SGLang's match and
+        insert loops stop at the same place)."""
         now = self._tick()
         node, pos = self.root, 0
         node.last_access = now
@@ -186,21 +192,7 @@ class RadixModel:
 
     def _insert(self, key: list[int], events: list[KvEvent]) -> tuple[int, Node]:
         """Cache the page-aligned ``key``: how much of it was cached, and its last node."""
-        now = self._tick()
-        node, pos = self.root, 0
-        node.last_access = now
-        while pos < len(key):
-            child = node.children.get(self._child_key(key, pos))
-            if child is None:
-                break
-            child.last_access = now
-            n = self._common(child.tokens, key, pos)
-            pos += n
-            if n < len(child.tokens):
-                # the next page differs (or the key ends): SGLang's loop stops there too
-                node = self._split(child, n)
-                break
-            node = child
+        pos, node = self._walk(key)
         if pos < len(key):
             rest = key[pos:]
             leaf = Node(
