@@ -75,7 +75,11 @@ def _env(tmp: Path) -> dict[str, str]:
     return env
 
 
-def _suite(tmp: Path, impl: str, *extra: str) -> tuple[int, str]:
+def _suite(
+    tmp: Path, impl: str, *extra: str, replay_dir: bool = True, env: dict[str, str] | None = None
+) -> tuple[int, str]:
+    """The lockstep test on ``impl`` in a child pytest (``replay_dir``: with
+    ``--kvspec-replay-dir=tmp/replays``, else where the working dir says)."""
     proc = subprocess.run(
         [
             sys.executable,
@@ -85,7 +89,7 @@ def _suite(tmp: Path, impl: str, *extra: str) -> tuple[int, str]:
             "-k",
             "test_lockstep and kvbm",
             f"--impl={impl}",
-            f"--kvspec-replay-dir={tmp / 'replays'}",
+            *([f"--kvspec-replay-dir={tmp / 'replays'}"] if replay_dir else []),
             "--kvspec-replay-keep=2",
             "-q",
             "-p",
@@ -93,7 +97,7 @@ def _suite(tmp: Path, impl: str, *extra: str) -> tuple[int, str]:
             *extra,
         ],
         cwd=tmp,
-        env=_env(tmp),
+        env={**_env(tmp), **(env or {})},
         capture_output=True,
         text=True,
         timeout=300,
@@ -128,7 +132,8 @@ def test_each_run_keeps_its_replay_folder_and_the_hint_can_be_pasted(tmp_path: P
     runs = sorted(p for p in (tmp_path / "replays").iterdir() if p.is_dir())
     # the fake oldest run was pruned (keep=2); both real runs kept their file
     assert old not in runs and len(runs) == 2, runs
-    assert all(re.fullmatch(r"\d{8}T\d{6}Z(-\d+)?-my_port", p.name) for p in runs), runs
+    # <run id: UTC stamp and random suffix>-<adapter>
+    assert all(re.fullmatch(r"\d{8}T\d{6}Z-[0-9a-f]{6}-my_port", p.name) for p in runs), runs
     assert (tmp_path / "replays" / "flat-file-of-an-older-kvspec.jsonl").is_file()
     files = [p / "test_lockstep_kvbm.jsonl" for p in runs]
     assert all(f.is_file() for f in files)
@@ -158,6 +163,34 @@ def test_each_run_keeps_its_replay_folder_and_the_hint_can_be_pasted(tmp_path: P
     code, out = _kvspec(["kvspec", "replay", str(files[1])], elsewhere, tmp_path)
     assert code == 2, out
     assert "moved or deleted" in out and "--impl=" in out and "Traceback" not in out
+
+
+def test_replay_folders_follow_the_working_dir(tmp_path: Path) -> None:
+    """Without ``--kvspec-replay-dir`` the replay folders are under the working
+    dir's ``replays/``: ``--kvspec-dir``, else ``KVSPEC_HOME``; nothing lands in
+    the directory the run started in."""
+    _adapter(tmp_path)
+    wd, home = tmp_path / "wd", tmp_path / "home"
+    code, out = _suite(tmp_path, "my_port", f"--kvspec-dir={wd}", replay_dir=False)
+    assert code == 1, out[-3000:]
+    code, out2 = _suite(tmp_path, "my_port", replay_dir=False, env={"KVSPEC_HOME": str(home)})
+    assert code == 1, out2[-3000:]
+    for root, printed in ((wd, out), (home, out2)):
+        runs = [p for p in (root / "replays").iterdir() if p.is_dir()]
+        assert len(runs) == 1 and (runs[0] / "test_lockstep_kvbm.jsonl").is_file(), runs
+        assert str(runs[0] / "test_lockstep_kvbm.jsonl") in printed  # the hint names it
+    assert not (tmp_path / ".kvspec").exists()
+    assert not (tmp_path / "replays").exists()
+
+
+def test_workers_of_one_run_share_its_folder(tmp_path: Path) -> None:
+    """Two ReplayRuns with the run id of one xdist run (two workers) write
+    into one folder named after the id; a run without an id gets a stamp."""
+    a = ReplayRun(tmp_path, _target(tmp_path), run_id="20261127T010203Z-abc123")
+    b = ReplayRun(tmp_path, _target(tmp_path), run_id="20261127T010203Z-abc123")
+    assert a.path_for("t1").parent == b.path_for("t2").parent == tmp_path / "20261127T010203Z-abc123-x"
+    c = ReplayRun(tmp_path, _target(tmp_path), run_id="20261127T010203Z-def456")
+    assert c.folder() != a.folder()
 
 
 def _target(tmp: Path, variant: str | None = None) -> Target:

@@ -231,7 +231,7 @@ def _activate(state: _KvspecState, impl: str, config: pytest.Config) -> None:
         hypothesis_seed=None if seed is None else str(seed),
     )
     keep = int(config.getoption("--kvspec-replay-keep", DEFAULT_KEEP))
-    state.replays = ReplayRun(replay_root(config.getoption("--kvspec-replay-dir", None)), target, keep)
+    state.replays = ReplayRun(replay_root(config), target, keep, run_id=xdist_support.run_id(config))
 
 
 def replay_run(config: pytest.Config) -> ReplayRun | None:

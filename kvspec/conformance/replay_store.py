@@ -1,17 +1,20 @@
 """Where a conformance run's replay files go, and the command that replays one.
 
 Each run that fails writes its replay files into a folder of its own,
-``<root>/<UTC timestamp>-<adapter>[-<variant>]/``, so that a later run (a
+``<root>/<run id>-<adapter>[-<variant>]/``, so that a later run (a
 ``thorough`` campaign after a ``ci`` run, another variant of the same
-adapter) never overwrites them. The folder is made at the first failure: a
-clean run leaves nothing behind. When it is made, the oldest run folders
+adapter) never overwrites them. The run id (``xdist_support.run_id``: a UTC
+time stamp and a random suffix) is the controller's under pytest-xdist, so
+the workers of one ``-n`` run write into one folder (each test its own
+file) instead of racing for a name. The folder is made at the first failure:
+a clean run leaves nothing behind. When it is made, the oldest run folders
 beyond ``keep`` are removed (only folders named like a run folder: anything
 else under the root, e.g. flat replay files of older kvspec versions, is
 left alone).
 
-``replay_root`` is the one place that decides the root (the working-files
-directory: ``--kvspec-replay-dir``, else ``.kvspec/replays``), so that it
-can be redirected without touching the callers.
+``replay_root`` is the one place that decides the root
+(``--kvspec-replay-dir``, else ``replays/`` under the working dir,
+``workdir.py``), so that it can be redirected without touching the callers.
 
 Each file records the implementation it ran against (``Target``: the
 ``--impl`` value as given, the adapter folder as an absolute path, the
@@ -29,18 +32,25 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-#: the replay root when none is configured (relative to the working directory)
-DEFAULT_ROOT = Path(".kvspec") / "replays"
+import pytest
+
+from .workdir import REPLAYS, working_dir
+
 #: run folders kept under the root by default (the newest ones)
 DEFAULT_KEEP = 20
 
 _RUN_FOLDER = re.compile(r"^\d{8}T\d{6}Z(?:-\d+)?-")
 
 
-def replay_root(option: str | None = None) -> Path:
-    """The folder under which each run gets its replay folder: ``option``
-    (``--kvspec-replay-dir``) when given, else ``.kvspec/replays``."""
-    return Path(option) if option else DEFAULT_ROOT
+def replay_root(config: pytest.Config) -> Path:
+    """The folder under which each run gets its replay folder:
+    ``--kvspec-replay-dir`` when given, else ``replays/`` under the run's
+    working dir (``--kvspec-dir``, ``KVSPEC_HOME``, ``./.kvspec``; on an xdist
+    worker the controller's). Nothing is created here but the working dir."""
+    given = config.getoption("--kvspec-replay-dir", None)
+    if given:
+        return Path(str(given)).expanduser()
+    return working_dir(config) / REPLAYS
 
 
 def slug(text: str) -> str:
@@ -93,21 +103,34 @@ class ReplayRun:
     target: Target
     keep: int = DEFAULT_KEEP
     started: datetime = field(default_factory=lambda: datetime.now(UTC))
+    #: the run's id (``xdist_support.run_id``), shared by the xdist workers of
+    #: one run; None: a stamp of ``started`` (a folder of this process alone)
+    run_id: str | None = None
     _folder: Path | None = None
 
     def name(self) -> str:
-        """``<UTC timestamp>-<adapter>[-<variant>]``."""
+        """``<run id>-<adapter>[-<variant>]`` (the run id starts with the UTC
+        time stamp, so names sort by age)."""
         adapter = slug(Path(self.target.adapter_path).name)
-        stamp = self.started.strftime("%Y%m%dT%H%M%SZ")
+        stamp = slug(self.run_id) if self.run_id else self.started.strftime("%Y%m%dT%H%M%SZ")
         return f"{stamp}-{adapter}" + (f"-{slug(self.target.variant)}" if self.target.variant else "")
 
     def folder(self) -> Path:
-        """This run's folder, made (and the oldest pruned) on first use; a
-        name another run already took gets a ``-N`` suffix after the stamp."""
+        """This run's folder, made (and the oldest pruned) on first use.
+
+        With a run id the folder is the run's, shared by its xdist workers
+        (whichever fails first makes it); without one, a name another run
+        already took gets a ``-N`` suffix after the stamp."""
         if self._folder is not None:
             return self._folder
         self.root.mkdir(parents=True, exist_ok=True)
         base = self.name()
+        if self.run_id:
+            shared = self.root / base
+            shared.mkdir(exist_ok=True)
+            self._folder = shared
+            prune(self.root, self.keep, spare=shared)
+            return shared
         stamp, _, rest = base.partition("-")
         for n in range(1, 1000):
             candidate = self.root / (base if n == 1 else f"{stamp}-{n}-{rest}")

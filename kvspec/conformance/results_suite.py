@@ -301,7 +301,7 @@ class SuiteResults:
             "derandomize": current.derandomize,
             "max_examples": current.max_examples,
             "stateful_step_count": current.stateful_step_count,
-            "replay_dir": str(replay_root(cfg.getoption("--kvspec-replay-dir", None))),
+            "replay_dir": str(replay_root(cfg)),
             "selection_narrowed": self.state.selection_narrowed,
         }
         for name in ("keyword", "markexpr"):

@@ -24,7 +24,7 @@ Layout of the root (``SUBDIRS``):
   ``hypothesis/examples``, the example database of random efforts
   (``settings.py``; ``--kvspec-example-db`` points elsewhere);
 - ``pytest-cache/``: pytest's ``cache_dir`` (``--lf``, ``--nf``);
-- ``replays/``: replay files of failing runs (``replay_root``);
+- ``replays/``: replay files of failing runs (``replay_store.replay_root``);
 - ``mutants/``: ``kvspec mutants`` logs, one folder per mutant;
 - ``build/``: C libraries built from an adapter's sources.
 
@@ -119,15 +119,6 @@ def subdir(name: str, config: pytest.Config | None = None) -> Path:
 def example_db_dir(config: pytest.Config | None = None) -> Path:
     """The example database of random efforts when no ``--kvspec-example-db`` is given."""
     return subdir(HYPOTHESIS, config) / "examples"
-
-
-def replay_root(config: pytest.Config) -> Path:
-    """Where failing runs write their replay files: ``--kvspec-replay-dir`` if
-    given, else ``replays/`` under the working dir."""
-    given = config.getoption("--kvspec-replay-dir", None)
-    if given:
-        return Path(str(given))
-    return working_dir(config) / REPLAYS
 
 
 def in_effect(config: pytest.Config, *, conformance_named: bool) -> bool:
