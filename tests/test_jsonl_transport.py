@@ -280,11 +280,11 @@ def test_reference_jsonl_claims_what_the_reference_claims() -> None:
     jsonl, ref = load_manifest(JSONL_DIR), load_manifest(REFERENCE_DIR)
     assert jsonl.kind == "subprocess"
     assert jsonl.profile == ref.profile
-    # the radix profile is served only in process (start.radix, a Python factory): the
-    # JSON-lines protocol has no radix operations, so it is the one profile not claimed
-    ref_profiles = [p for p in ref.capabilities.profiles if p != "radix"]
+    # every profile, radix included (protocol version 4 carries it; the reference serves
+    # it in process through start.radix, reference_jsonl through the protocol)
     assert "radix" in ref.capabilities.profiles and ref.start.radix is not None
-    assert jsonl.capabilities == ref.capabilities.model_copy(update={"profiles": ref_profiles})
+    assert jsonl.capabilities == ref.capabilities
+    assert jsonl.start.radix is None
     assert jsonl.start.requests is None  # the request level goes through the protocol, not a Python factory
 
 

@@ -6,7 +6,10 @@ the outcome: the value (or the error), the KV events the operation
 published, in kvspec's wire form, and the cache's state. An adapter names
 its factory in the manifest's ``start.radix`` (``module:factory``, called as
 ``factory(config, manifest, adapter_dir)``, plus ``variant=NAME`` when a
-variant is selected). Like ``manager_interface`` it depends on the spec alone.
+variant is selected); a ``kind = "subprocess"`` adapter without one is a
+child process speaking protocol version 4 (``transport/radix.py``). Like
+``manager_interface`` it depends on the spec alone (the transport is
+imported only when a child is started).
 """
 
 from __future__ import annotations
@@ -43,8 +46,15 @@ class RadixImplementation(ABC):
 def open_radix(manifest: Manifest, adapter_dir: Path, config: RadixConfig) -> RadixImplementation:
     """Start the radix cache a manifest describes, configured with ``config``."""
     target = manifest.start.radix
+    if not target and manifest.kind == "subprocess":
+        from .transport.radix import JsonlRadix
+
+        return JsonlRadix(manifest, adapter_dir, config)
     if not target or ":" not in target:
-        raise ConfigError(f"{manifest.name}: a radix adapter names its factory in start.radix = 'module:factory'")
+        raise ConfigError(
+            f"{manifest.name}: a radix adapter names its factory in start.radix = 'module:factory' "
+            "or is kind 'subprocess' (protocol version 4)"
+        )
     mod_name, _, attr = target.partition(":")
     factory = getattr(importlib.import_module(mod_name), attr)
     extra = {"variant": manifest.variant} if manifest.variant else {}

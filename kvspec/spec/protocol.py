@@ -10,10 +10,12 @@ reply against them, and the reference server
 
 Messages, one JSON object per line:
 
-    parent -> child   Hello, Request (or, version 2, EngineRequest), Bye
+    parent -> child   Hello, Request (or, version 2, EngineRequest; version 3,
+                      ManagerRequest; version 4, RadixOpRequest), Bye
     child  -> parent  Ready or Refused (answering Hello), then per Request
-                      an OutcomeReply (per EngineRequest an EngineOutcomeReply)
-                      or an ErrorReply
+                      an OutcomeReply (per EngineRequest an EngineOutcomeReply,
+                      per ManagerRequest a ManagerOutcomeReply, per
+                      RadixOpRequest a RadixOutcomeReply) or an ErrorReply
 
 Version 2 adds request-level sessions (``spec.engine_wire``): a ``hello``
 carrying ``engine`` opens one, and its requests are whole-request operations
@@ -43,6 +45,7 @@ from .config import ManagerConfig, ProfileName
 from .engine_wire import EngineConfig, EngineOperation, EngineOutcome
 from .manager_wire import ManagerConfigKind, PagedOp, PagedOutcome, SessionOp, SessionOutcome
 from .manifest import Capabilities
+from .radix_wire import RadixConfig, RadixOp, RadixOutcome
 from .wire import Operation, StepOutcome, Wire
 
 #: The newest protocol version this module describes (an integer; see
@@ -56,6 +59,9 @@ ENGINE_VERSION = 2
 #: session; PROTOCOL.md section 10). Offered alone, only for such a session,
 #: so block- and request-level hellos are unchanged.
 MANAGER_VERSION = 3
+#: Version 4: radix sessions (``Hello.radix``, profile radix; PROTOCOL.md
+#: section 11). Offered alone, only for such a session, like version 3.
+RADIX_VERSION = 4
 
 #: Largest request line (bytes, without the newline) a parent may send; a
 #: child must accept lines up to this size.
@@ -88,6 +94,9 @@ class Hello(Wire):
     #: version 3: present only in an allocator-level session (paged, session);
     #: ``config.profile`` then names the same profile
     manager: ManagerConfigKind | None = None
+    #: version 4: present only in a radix session; ``config.profile`` is then
+    #: ``"radix"`` (its capacity and block_size repeat the radix config's)
+    radix: RadixConfig | None = None
 
 
 class Ready(Wire):
@@ -172,6 +181,20 @@ class ManagerOutcomeReply(Wire):
     outcome: PagedOutcome | SessionOutcome
 
 
+class RadixOpRequest(Wire):
+    """Version 4: one operation of a radix session (``spec.radix_wire``)."""
+
+    id: RequestId
+    op: RadixOp
+
+
+class RadixOutcomeReply(Wire):
+    """Version 4: the child applied (or, per the spec, rejected) the operation."""
+
+    id: RequestId
+    outcome: RadixOutcome
+
+
 ProtocolErrorCode = Literal["malformed_request", "unsupported_op", "unexpected_message", "internal_error"]
 
 
@@ -196,13 +219,14 @@ class Bye(Wire):
     type: Literal["bye"]
 
 
-PARENT_MESSAGES: tuple[type[Wire], ...] = (Hello, Request, EngineRequest, ManagerRequest, Bye)
+PARENT_MESSAGES: tuple[type[Wire], ...] = (Hello, Request, EngineRequest, ManagerRequest, RadixOpRequest, Bye)
 CHILD_MESSAGES: tuple[type[Wire], ...] = (
     Ready,
     Refused,
     OutcomeReply,
     EngineOutcomeReply,
     ManagerOutcomeReply,
+    RadixOutcomeReply,
     ErrorReply,
 )
 
@@ -228,7 +252,17 @@ def protocol_schema() -> dict[str, Any]:
         {"required": ["result"], "properties": {"result": {"type": "object"}}},
         {"required": ["error"], "properties": {"error": {"type": "object"}}},
     ]
-    defs["ParentMessage"] = {"oneOf": [{"$ref": f"#/$defs/{m.__name__}"} for m in PARENT_MESSAGES]}
+    # nor RadixOutcome's "value xor error"
+    defs["RadixOutcome"]["oneOf"] = [
+        {"required": ["value"], "properties": {"value": {"type": "integer"}}},
+        {"required": ["error"], "properties": {"error": {"type": "object"}}},
+    ]
+    # anyOf: a request's kind is the session's (its hello), not the line's shape alone; a
+    # radix {"op": "reset"} is also a block-level reset
+    defs["ParentMessage"] = {
+        "anyOf": [{"$ref": f"#/$defs/{m.__name__}"} for m in PARENT_MESSAGES],
+        "description": "a request is read as the session's kind (the hello chose it): shapes may coincide",
+    }
     defs["ChildMessage"] = {"oneOf": [{"$ref": f"#/$defs/{m.__name__}"} for m in CHILD_MESSAGES]}
     return {
         "title": f"kvspec JSON-lines adapter protocol, versions {', '.join(map(str, SUPPORTED_VERSIONS))}",

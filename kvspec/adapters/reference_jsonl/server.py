@@ -11,7 +11,9 @@ request-level session (version 2): the reference engine
 ``reset_prefix_cache``; otherwise the session is block-level, as in version 1.
 A ``hello`` with ``manager`` (version 3) opens an allocator-level session
 (profile paged or session) answered by the reference models of those
-profiles (``adapters/reference/managers.py``).
+profiles (``adapters/reference/managers.py``). A ``hello`` with ``radix``
+(version 4) opens a radix session answered by the radix model
+(``reference/radix.py``).
 
 The capabilities it announces are those of ``adapters/reference`` (it runs
 the same model), with the request level only under version 2, so the
@@ -38,6 +40,7 @@ from kvspec.adapters.reference.adapter import outcome_of
 from kvspec.adapters.reference.managers import ModelManager
 from kvspec.conformance.manifest import Capabilities, _builtin_adapters_dir, load_manifest
 from kvspec.reference import make_model
+from kvspec.reference.radix import RadixModel
 from kvspec.reference.requests import RequestDriver
 from kvspec.reference.vllm_pool import VllmPoolModel
 from kvspec.spec.errors import ConfigError
@@ -45,6 +48,7 @@ from kvspec.spec.protocol import (
     ENGINE_VERSION,
     MANAGER_VERSION,
     MAX_REQUEST_BYTES,
+    RADIX_VERSION,
     SUPPORTED_VERSIONS,
     EngineRequest,
     ErrorReply,
@@ -54,6 +58,7 @@ from kvspec.spec.protocol import (
     ManagerRequest,
     ProtocolError,
     ProtocolErrorCode,
+    RadixOpRequest,
     Ready,
     Refused,
     Request,
@@ -130,6 +135,8 @@ class Server:
         speaks = [v for v in SUPPORTED_VERSIONS if hello.engine is None or v >= ENGINE_VERSION]
         if hello.manager is not None:
             speaks = [MANAGER_VERSION]
+        if hello.radix is not None:
+            speaks = [RADIX_VERSION]
         common = set(hello.versions) & set(speaks)
         if not common:
             what = "request-level sessions in versions" if hello.engine is not None else "versions"
@@ -137,10 +144,18 @@ class Server:
             return None
         self.sessions += 1
         try:
-            if hello.manager is not None:
+            if hello.radix is not None:
+                if hello.manager is not None or hello.engine is not None:
+                    raise ConfigError("a radix session's hello carries radix alone (no manager, no engine)")
+                if hello.config.profile != "radix":
+                    raise ConfigError(f"radix config but config.profile {hello.config.profile}")
+                model: Any = RadixModel(hello.radix)
+            elif hello.config.profile == "radix":
+                raise ConfigError("the radix profile is served only in a version-4 session (a hello with radix)")
+            elif hello.manager is not None:
                 if hello.manager.kind != hello.config.profile:
                     raise ConfigError(f"manager {hello.manager.kind} but config.profile {hello.config.profile}")
-                model: Any = ModelManager(hello.manager)
+                model = ModelManager(hello.manager)
             elif hello.engine is not None:
                 model = EngineSession(
                     hello.config,
@@ -185,6 +200,8 @@ class Server:
                 return 0
             if isinstance(model, ModelManager):
                 other = self._manager_request(model, line)
+            elif isinstance(model, RadixModel):
+                other = self._radix_request(model, line)
             elif isinstance(model, EngineSession):
                 other = self._engine_request(model, line)
             else:
@@ -228,6 +245,29 @@ class Server:
             return None
         try:
             outcome = manager.step(req.op)
+        except Exception as e:  # a model bug, not a spec verdict
+            traceback.print_exc()
+            self.error(req.id, "internal_error", f"{type(e).__name__}: {e}")
+            return None
+        self.send(b'{"id":%d,"outcome":%s}' % (req.id, outcome.model_dump_json().encode()))
+        return None
+
+    def _radix_request(self, model: RadixModel, line: bytes) -> str | None:
+        """Answer one line of a radix session (version 4)."""
+        try:
+            req = RadixOpRequest.model_validate_json(line)
+        except ValidationError as e:
+            try:
+                obj = json.loads(line)
+            except (json.JSONDecodeError, UnicodeDecodeError) as je:
+                self.error(None, "malformed_request", f"not valid JSON: {je}")
+                return None
+            if isinstance(obj, dict) and obj.get("type") in ("bye", "hello"):
+                return str(obj["type"])
+            self.error(obj.get("id") if isinstance(obj, dict) else None, "malformed_request", _brief(e))
+            return None
+        try:
+            outcome = model.step(req.op)
         except Exception as e:  # a model bug, not a spec verdict
             traceback.print_exc()
             self.error(req.id, "internal_error", f"{type(e).__name__}: {e}")

@@ -76,7 +76,8 @@ def encode_hello(config: ManagerConfig, engine: EngineConfig | None = None) -> b
     engine the ``engine`` field is left out, so a version-1 child reads
     exactly the hello it knows."""
     hello = Hello(type="hello", versions=list(offered_versions(engine)), config=config, engine=engine)
-    return hello.model_dump_json(exclude={"engine", "manager"} if engine is None else {"manager"}).encode()
+    leave_out = {"engine", "manager", "radix"} if engine is None else {"manager", "radix"}
+    return hello.model_dump_json(exclude=leave_out).encode()
 
 
 def encode_request(rid: int, op: BaseModel) -> bytes:

@@ -31,18 +31,23 @@ def manager_config(config: ManagerConfigKind) -> ManagerConfig:
     return ManagerConfig(profile="session", capacity=config.slots)
 
 
-class _ManagerSession(JsonlImplementation):
-    """A child process in a version-3 session."""
+class SingleVersionSession(JsonlImplementation):
+    """A child process in a session of one protocol version offered alone
+    (3: allocator-level, 4: radix): the hello names that version only, and
+    the ready must choose it and the profile configured."""
 
-    def __init__(self, manifest: Manifest, adapter_dir: Path, manager: ManagerConfigKind) -> None:
-        self.manager = manager
-        super().__init__(manifest, adapter_dir, manager_config(manager))
+    #: the one version the hello offers
+    version: int = MANAGER_VERSION
+    #: what the session is, for the error message of a wrong version
+    what: str = "an allocator-level session"
+
+    def _hello(self) -> bytes:
+        """The hello line, without its newline."""
+        raise NotImplementedError
 
     def _handshake(self, deadline: float) -> Ready:
         limit = self.manifest.start.startup_timeout_s
-        hello = Hello(type="hello", versions=[MANAGER_VERSION], config=self.config, manager=self.manager)
-        line = hello.model_dump_json(exclude={"engine"}).encode()
-        self._write(line + b"\n", deadline, "during the handshake", limit)
+        self._write(self._hello() + b"\n", deadline, "during the handshake", limit)
         raw = self._read(deadline, "to hello (the handshake)", limit)
         obj = self._decode(raw, "to hello")
         if obj.get("type") == "refused":
@@ -55,8 +60,8 @@ class _ManagerSession(JsonlImplementation):
         if obj.get("type") != "ready":
             raise self._fail(f"answered hello with {obj.get('type')!r} instead of 'ready' or 'refused': {excerpt(raw)}")
         ready: Ready = self._validate(Ready, obj, raw, "to hello")
-        if ready.protocol != MANAGER_VERSION:
-            raise self._fail(f"chose protocol version {ready.protocol}; an allocator-level session offers only 3")
+        if ready.protocol != self.version:
+            raise self._fail(f"chose protocol version {ready.protocol}; {self.what} offers only {self.version}")
         if ready.profile != self.config.profile:
             raise self._fail(f"runs profile {ready.profile!r} but was configured with {self.config.profile!r}")
         missing = capability_mismatches(self.manifest.capabilities, ready.capabilities)
@@ -65,6 +70,18 @@ class _ManagerSession(JsonlImplementation):
                 f"manifest.toml declares capabilities the adapter's handshake does not: {', '.join(missing)}"
             )
         return ready
+
+
+class _ManagerSession(SingleVersionSession):
+    """A child process in a version-3 session."""
+
+    def __init__(self, manifest: Manifest, adapter_dir: Path, manager: ManagerConfigKind) -> None:
+        self.manager = manager
+        super().__init__(manifest, adapter_dir, manager_config(manager))
+
+    def _hello(self) -> bytes:
+        hello = Hello(type="hello", versions=[MANAGER_VERSION], config=self.config, manager=self.manager)
+        return hello.model_dump_json(exclude={"engine", "radix"}).encode()
 
     def manager_call(self, op: ManagerOp) -> ManagerOutcome:
         obj, raw, during = self._exchange(op)

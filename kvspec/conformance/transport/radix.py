@@ -1,0 +1,69 @@
+"""Radix sessions over the JSON-lines protocol, version 4.
+
+A ``kind = "subprocess"`` adapter declaring ``profile:radix`` (without a
+``start.radix`` factory) is reached through the child process machinery of
+``transport/jsonl.py`` (start, timeouts, crash and garbage detection, reply
+size limit, child reuse across sessions), as the allocator profiles are
+(``transport/manager.py``): the ``hello`` offers version 4 alone and carries
+the radix cache's configuration in ``radix`` (``config`` names profile
+``radix``); each operation of ``spec.radix_wire`` is one request, answered by
+a ``RadixOutcomeReply`` (PROTOCOL.md section 11). Every reply is validated
+against the wire models, so a bad line names the field that was wrong.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from kvspec.spec.config import ManagerConfig
+from kvspec.spec.manifest import Manifest
+from kvspec.spec.protocol import RADIX_VERSION, Hello, RadixOutcomeReply
+from kvspec.spec.radix_wire import RadixConfig, RadixOp, RadixOutcome
+
+from ..radix_interface import RadixImplementation
+from .manager import SingleVersionSession
+
+#: ManagerConfig's largest capacity; the hello's ``config`` only names the
+#: profile, the radix config carries the real pool size
+_CONFIG_CAPACITY = 1_000_000
+
+
+def radix_manager_config(config: RadixConfig) -> ManagerConfig:
+    """The ``config`` of a version-4 hello: profile radix, the pool and page size repeated."""
+    return ManagerConfig(profile="radix", capacity=min(config.capacity, _CONFIG_CAPACITY), block_size=config.page_size)
+
+
+class _RadixSession(SingleVersionSession):
+    """A child process in a version-4 session."""
+
+    version = RADIX_VERSION
+    what = "a radix session"
+
+    def __init__(self, manifest: Manifest, adapter_dir: Path, radix: RadixConfig) -> None:
+        self.radix = radix
+        super().__init__(manifest, adapter_dir, radix_manager_config(radix))
+
+    def _hello(self) -> bytes:
+        hello = Hello(type="hello", versions=[RADIX_VERSION], config=self.config, radix=self.radix)
+        return hello.model_dump_json(exclude={"engine", "manager"}).encode()
+
+    def radix_call(self, op: RadixOp) -> RadixOutcome:
+        obj, raw, during = self._exchange(op)
+        reply: RadixOutcomeReply = self._validate(RadixOutcomeReply, obj, raw, during)
+        return reply.outcome
+
+
+class JsonlRadix(RadixImplementation):
+    """A radix cache in a child process (protocol version 4)."""
+
+    def __init__(self, manifest: Manifest, adapter_dir: Path, config: RadixConfig) -> None:
+        self.config = config
+        self.started = time.monotonic()
+        self._session = _RadixSession(manifest, adapter_dir, config)
+
+    def step(self, op: RadixOp) -> RadixOutcome:
+        return self._session.radix_call(op)
+
+    def close(self) -> None:
+        self._session.close()
