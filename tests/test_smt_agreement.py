@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from kvspec.reference.smt import ops as smt_ops
 from kvspec.reference.smt.agreement import (
+    POLICY_NAMES,
     Lockstep,
     Universe,
     deref_op,
@@ -68,7 +69,7 @@ def _op(data: st.DataObject, ls: Lockstep) -> Any:
 @given(
     slots=st.integers(2, 4),
     cap2=st.integers(1, 3),
-    policy=st.sampled_from(["lru", "unordered"]),
+    policy=st.sampled_from(POLICY_NAMES),
     data=st.data(),
 )
 def test_random_operation_sequences_agree(slots: int, cap2: int, policy: str, data: st.DataObject) -> None:
@@ -117,3 +118,35 @@ def test_the_comparison_catches_a_broken_encoding(monkeypatch: pytest.MonkeyPatc
     mismatches = Lockstep(u).run(_known_sequence(u))
     assert mismatches, "a wrong victim must be noticed"
     assert any(m.what in ("events", "state") for m in mismatches)
+
+
+# ------------------------------------------------------- caller contracts
+
+
+def test_every_contract_a_transition_requires_has_a_witness() -> None:
+    from kvspec.reference.smt.catalogue import TRANSITIONS
+    from kvspec.reference.smt.contracts import CONTRACTS
+    from kvspec.reference.smt.state import Rigid, State
+    from kvspec.reference.smt.universe import Bound
+
+    bound = Bound(3, 4)
+    required: set[str] = set()
+    for spec in TRANSITIONS:
+        step, _c, _d = spec.instantiate(State.fresh(bound, Rigid.fresh(bound), "p_"), "i_", "unordered")
+        required |= set(step.contracts())
+    assert required and required <= set(CONTRACTS), required - set(CONTRACTS)
+
+
+@pytest.mark.parametrize("cid", ["ASSUME-PARENT-REGISTERED", "ASSUME-SWAPIN-PARENT-HELD"])
+def test_a_contract_is_broken_only_by_the_callers_last_operation(cid: str) -> None:
+    """The witness: the model accepts every operation and agrees with the
+    encoding; every operation but the last keeps every contract; the last
+    (the caller naming a parent it does not hold, or dropping the owner a
+    pending swap-in needs) breaks this one."""
+    from kvspec.reference.smt.contracts import CONTRACTS
+
+    universe, ops = CONTRACTS[cid].witness()
+    ls = Lockstep(universe)
+    for op in ops:
+        assert ls.step(op) == []
+    assert ls.contract_breaks == [(len(ops) - 1, cid)]

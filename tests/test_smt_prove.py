@@ -91,7 +91,12 @@ def test_kvspec_prove_at_the_default_bound(capsys: pytest.CaptureFixture[str]) -
     for p in ALL_PROPERTIES:
         line = next(ln for ln in out.splitlines() if ln.startswith(str(p.id) + " "))
         assert " proven " in line
-    assert "SANITY-ENABLED" in out and "FAILED" not in out
+    assert "SANITY-ENABLED" in out and "SANITY-CASES" in out and "FAILED" not in out
+    # the operation level: every property again, for whole operations
+    ops = [ln for ln in out.splitlines() if "operation: 3 slots, 5 hashes, batches <= 3" in ln]
+    for p in ALL_PROPERTIES:
+        assert any(ln.startswith(str(p.id) + " ") and " proven " in ln for ln in ops), p.id
+    assert any(ln.startswith("SANITY-OPERATIONS") and " ok " in ln for ln in ops)
 
 
 def test_kvspec_prove_reports_a_mutant_counterexample(capsys: pytest.CaptureFixture[str]) -> None:
@@ -118,3 +123,92 @@ def test_kvspec_prove_rejects_bad_arguments(capsys: pytest.CaptureFixture[str]) 
     assert kvspec_main(["prove", "--slots", "0"]) == 2
     assert kvspec_main(["prove", "--invariant", "INV-NOPE"]) == 2
     assert "unknown invariant" in capsys.readouterr().err
+
+
+# ------------------------------------------------- contracts and narrowing
+
+
+def test_a_contract_is_filed_only_under_its_own_new_id() -> None:
+    """Step.require never re-files a contract under an existing name, nor a
+    validity condition as a contract (the narrowing would hide inside it)."""
+    import z3
+
+    from kvspec.reference.smt.step import ContractError, Step
+
+    step = Step("x", None, None)  # type: ignore[arg-type]
+    step.require("DEREF-UNKNOWN", "valid", z3.Bool("a"))
+    step.require("ASSUME-X", "contract", z3.Bool("b"))
+    with pytest.raises(ContractError, match="already required"):
+        step.require("ASSUME-X", "contract", z3.Bool("c"))
+    with pytest.raises(ContractError, match="own id"):
+        step.require("DEREF-UNKNOWN", "contract", z3.Bool("c"))
+    with pytest.raises(ContractError, match="is a contract id"):
+        step.require("ASSUME-X", "valid", z3.Bool("c"))
+    with pytest.raises(ContractError, match="cannot add"):
+        step.require("DEREF-UNKNOWN", "choice", z3.Bool("c"))
+    step.require("DEREF-UNKNOWN", "valid", z3.Bool("d"))  # same rule, same category: conjoined
+    assert step.requires["DEREF-UNKNOWN"][0] == "valid" and step.contracts() == {"ASSUME-X": z3.Bool("b")}
+
+
+def _narrowed(spec, state, prefix, policy, *, symmetry=False):  # type: ignore[no-untyped-def]
+    """The rules with one more contract: a Deref never drops a block's last
+    owner. Every invariant stays provable: the narrowing is silent there."""
+    from kvspec.reference.smt.prover import default_applier
+    from kvspec.reference.smt.terms import sel
+
+    step, consts, doms = default_applier(spec, state, prefix, policy, symmetry=symmetry)
+    if spec.name == "deref(full)":
+        step.require("ASSUME-DEREF-KEEPS-AN-OWNER", "contract", sel(state.own, step.params["t"]) >= 2)
+    return step, consts, doms
+
+
+def test_a_narrowing_contract_passes_the_proofs_and_fails_the_case_check() -> None:
+    from kvspec.reference.smt.narrowing import check_cases
+
+    assert all(r.proven for r in prove(SMALL, applier=_narrowed))
+    assert check_enabled(SMALL, applier=_narrowed) == []
+    assert check_rules_reachable(SMALL, applier=_narrowed) == []  # DEREF-OWNER's guard is True
+    found = check_cases(SMALL, applier=_narrowed)
+    assert found and all(p.startswith("deref(full): case the last owner goes") for p in found), found
+    assert check_cases(SMALL) == []
+
+
+# ----------------------------------------------------- operation level
+
+
+def test_operation_level_proofs_at_a_small_bound() -> None:
+    from kvspec.reference.smt.operations_prove import check_operations_enabled, prove_operations
+
+    results = prove_operations(Bound(3, 4), 2)
+    bad = [f"{r.operation} {r.property_id}\n{r.counterexample}" for r in results if not r.proven]
+    assert not bad, "\n\n".join(bad)
+    ops = {r.operation for r in results}
+    assert {"use[FF]", "use[PF]", "deref[FP]", "promote", "swap_in[FF]", "tick[offload]", "tick[swap_in job]"} <= ops
+    assert check_operations_enabled(Bound(3, 4), 2) == []
+
+
+def test_the_operation_level_proof_sees_the_uses_one_stored() -> None:
+    """Without USE-VALIDATE a batch may name a block twice: it stores it,
+    then reuses it, and the Use's one Stored names the block itself as its
+    parent. No one-block step does that; the operation-level proof finds it."""
+    from kvspec.reference.smt.operations_prove import prove_operations
+
+    results = prove_operations(Bound(3, 4), 3, operations=["use"], use_validate=False)
+    broken = {r.property_id for r in results if not r.proven}
+    assert "INV-ANCHOR" in broken
+    cex = next(r.counterexample for r in results if r.property_id == "INV-ANCHOR" and not r.proven)
+    assert cex is not None and "operation: use[" in cex
+
+
+def test_kvspec_prove_sanity_also_runs_under_a_mutant(capsys: pytest.CaptureFixture[str]) -> None:
+    """The sanity checks run under ``--mutant`` too: this mutant's lookup never
+    finds a present block, so besides breaking INV-NO-DUP it removes the
+    SWAPIN-SKIP-PRESENT branch, and the sanity check says so."""
+    code = kvspec_main(
+        ["prove", "--slots", "3", "--hashes", "4", "--mutant", "swapin-registers-present", "--invariant", "INV-NO-DUP"]
+    )
+    out = capsys.readouterr().out
+    assert code == 1
+    rows = {ln.split()[0]: ln.split()[1] for ln in out.splitlines() if ln.startswith("SANITY-")}
+    assert rows == {"SANITY-ENABLED": "ok", "SANITY-RULES-FIRE": "FAILED", "SANITY-CASES": "FAILED"}
+    assert "sanity check failed: swapin_register: rule SWAPIN-SKIP-PRESENT never fires" in out

@@ -54,7 +54,13 @@ from .concrete import ConcreteState
 from .events import assemble, concrete_eval
 from .ops import STATUS_NAMES, BlockArg, Chooser, DerefOp, Op, PromoteOp, SwapInOp, TickOp, UseOp, apply_op, counters
 from .state import Rigid, State
-from .universe import NONE, Bound
+from .terms import first_where
+from .universe import INACTIVE, NONE, Bound
+
+#: every eviction policy of the model; the encoding follows the model's
+#: victim under each, and checks it is one its rules allow (an inactive block)
+PolicyName = Literal["lineage", "lru", "multi_lru", "unordered"]
+POLICY_NAMES: tuple[PolicyName, ...] = ("lineage", "lru", "multi_lru", "unordered")
 
 
 @dataclass(frozen=True)
@@ -66,7 +72,13 @@ class Universe:
     slots: int
     par: tuple[int, ...]
     cap2: int
-    policy: Literal["lru", "unordered"] = "lru"
+    policy: PolicyName = "lru"
+
+    @property
+    def encoding_policy(self) -> Literal["lru", "unordered"]:
+        """The encoding's victim rule for this policy: LRU's own, or any
+        inactive block (lineage and multi-LRU pick one of those)."""
+        return "lru" if self.policy == "lru" else "unordered"
 
     @property
     def bound(self) -> Bound:
@@ -160,6 +172,16 @@ def swap_in_op(u: Universe, blocks: Sequence[int], parent: int | None) -> SwapIn
 # ------------------------------------------------------------- abstractions
 
 
+def _pool_order(m: G1Model) -> list[int]:
+    """The inactive pool in the order its blocks entered it. LRU, unordered
+    and lineage iterate in that order; multi-LRU iterates level by level, so
+    only the set is compared there (its recency is the same pool order, and
+    the other policies compare it)."""
+    if m.policy.name == "multi_lru":
+        return sorted(m.policy)
+    return list(m.policy)
+
+
 def model_abstraction(m: G1Model) -> dict[str, Any]:
     """What the model's state says, in the encoding's terms (slots unnamed)."""
     pending: list[Any] = []
@@ -182,14 +204,14 @@ def model_abstraction(m: G1Model) -> dict[str, Any]:
             s: (b.owners, NONE if b.parent_hash is None else b.parent_hash) for s, b in sorted(m.blocks.items())
         },
         "unannounced": sorted(s for s, b in m.blocks.items() if not b.announced),
-        "lru": list(m.policy),
+        "lru": _pool_order(m),
         "pending": pending,
         "g2": list(m.g2),
         "g2_parent": {s: NONE if e.parent_hash is None else e.parent_hash for s, e in m.g2.items()},
     }
 
 
-def encoding_abstraction(c: ConcreteState) -> dict[str, Any]:
+def encoding_abstraction(c: ConcreteState, policy: str = "lru") -> dict[str, Any]:
     n, v = c.bound.slots, c.values
     pending: list[tuple[int, Any]] = [
         (v["pord"][s], ("offload", v["pblk"][s], v["pmpar"][s])) for s in range(n) if v["pend"][s]
@@ -212,7 +234,7 @@ def encoding_abstraction(c: ConcreteState) -> dict[str, Any]:
             if v["st"][s] in ("active", "inactive")
         },
         "unannounced": [],
-        "lru": [h for _t, h in inactive],
+        "lru": sorted(h for _t, h in inactive) if policy == "multi_lru" else [h for _t, h in inactive],
         "pending": [p for _o, p in sorted(pending)],
         "g2": [h for _t, h in g2],
         "g2_parent": {h: v["g2par"][h] for _t, h in g2},
@@ -253,6 +275,26 @@ class Mismatch:
         )
 
 
+class _Following(Chooser):
+    """Choose the victims the model chose: the first of them the state still
+    holds as inactive (each eviction quarantines its victim, so the next call
+    moves on to the next)."""
+
+    def __init__(self, victims: list[int]) -> None:
+        super().__init__("unordered", free_victims=False)
+        self.victims = victims
+
+    def victim(self, S: State) -> z3.ExprRef:  # noqa: N803  (S is a state, as in the rules' notation)
+        for h in self.victims:
+            slots = [z3.And(S.st[k] == INACTIVE, S.blk[k] == h) for k in S.slots]
+            if z3.is_true(z3.simplify(z3.Or(slots))):
+                return first_where(slots)
+        return z3.IntVal(0)  # no victim needed (the rule's choice is unused)
+
+    def victim_policy(self) -> Any:
+        return "unordered"
+
+
 @dataclass
 class Lockstep:
     """The model, a router view of its events, and the encoding's state, side by side."""
@@ -265,28 +307,57 @@ class Lockstep:
     next_event_id: int = 0
     index: int = 0
 
+    #: (operation index, contract id) for every caller contract an operation broke
+    contract_breaks: list[tuple[int, str]] = field(default_factory=list)
+
+    def _chooser(self, victims: list[int]) -> Chooser:
+        """LRU and unordered: the encoding's own LRU victim (the model's pick
+        under both), so a wrong LRU order in the encoding shows. Lineage and
+        multi-LRU: the model's victims, in order; the encoding's rules must
+        allow each (``constraints``: an inactive block)."""
+        if self.universe.policy in ("lru", "unordered"):
+            return Chooser("lru")
+        return _Following(victims)
+
     def __post_init__(self) -> None:
         self.model = G1Model(self.universe.config())
         self.view = RouterView(anchored_tiers=("device",))
         self.state = self.universe.initial()
 
     def step(self, op: Operation, prefer: Iterable[int] = ()) -> list[Mismatch]:
-        """Apply ``op`` to both; return every difference found (empty: agree)."""
+        """Apply ``op`` to both; return every difference found (empty: agree).
+        Caller contracts the operation breaks are recorded in
+        ``contract_breaks`` (a difference only if the caller says it keeps them)."""
         i, self.index = self.index, self.index + 1
         forward = not (isinstance(op, Tick) and op.now_ms < self.now)
         enc_op = to_encoding(op, forward)
-        out = apply_op(self.state, enc_op, Chooser("lru"), concrete=True)
         problems: list[Mismatch] = []
 
         def diff(what: str, a: Any, b: Any) -> None:
             if a != b:
                 problems.append(Mismatch(i, op, what, a, b))
 
-        valid = concrete_eval(out.valid)
+        victims: list[int] = []
+        pick = self.model._pick_victim
+
+        def recording(prefer: Any) -> int | None:
+            v = pick(prefer)
+            if v is not None:
+                victims.append(v)
+            return v
+
+        self.model._pick_victim = recording  # type: ignore[method-assign]
+        model_error: InvalidOperation | None = None
         try:
             step = self.model.apply(op, prefer=list(prefer))
         except InvalidOperation as e:
-            diff("rejected (rule id)", str(e.rule), out.error if not valid else "(accepted)")
+            model_error = e
+        finally:
+            del self.model._pick_victim
+        out = apply_op(self.state, enc_op, self._chooser(victims), concrete=True)
+        valid = concrete_eval(out.valid)
+        if model_error is not None:
+            diff("rejected (rule id)", str(model_error.rule), out.error if not valid else "(accepted)")
             return problems
         if not valid:
             diff("accepted", "accepted", f"rejected [{out.error}]")
@@ -294,6 +365,7 @@ class Lockstep:
         for c in out.constraints:
             if not concrete_eval(c):
                 diff("the encoding's choice satisfies its rule", True, str(z3.simplify(c))[:200])
+        self.contract_breaks += [(i, cid) for cid, c in out.contracts.items() if not concrete_eval(c)]
         if forward and isinstance(op, Tick):
             self.now = op.now_ms
         post = ConcreteState.from_terms(out.post)
@@ -309,7 +381,7 @@ class Lockstep:
         diff(
             "counters", self.model.counters().model_dump(), {k: concrete_eval(t) for k, t in counters(out.post).items()}
         )
-        diff("state", model_abstraction(self.model), encoding_abstraction(post))
+        diff("state", model_abstraction(self.model), encoding_abstraction(post, self.universe.policy))
         violations = self.view.apply_batch(step.events)
         anchor_broken = any(v.rule == RuleId.PARENT_ANCHOR for v in violations)
         diff(

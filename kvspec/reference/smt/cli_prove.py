@@ -11,9 +11,12 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 
 from .invariants import ALL_PROPERTIES, INVARIANTS, by_id
 from .mutants import MUTANTS, mutant
+from .narrowing import check_cases
+from .operations_cli import add_operation_arguments, check_operation_arguments, run_operation_rows
 from .prover import Result, check_enabled, check_rules_reachable, contract_free, default_applier, prove
 from .universe import DEFAULT_BOUND, Bound
 
@@ -59,6 +62,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="prove the invariants for any number of slots and hashes (quantified, smt/unbounded.py)",
     )
     p.add_argument("--timeout", type=float, default=None, metavar="SECONDS", help="per solver call (default: none)")
+    add_operation_arguments(p)
+
+
+def _pad(cols: list[str], free: set[str] | None) -> list[str]:
+    return [*cols[:3], "", *cols[3:]] if free is not None else cols
 
 
 #: the profiles with an encoding: kvbm with an offload tier (the INV-* rows),
@@ -74,6 +82,10 @@ def _row(cols: list[str], widths: list[int]) -> str:
 def run(args: argparse.Namespace) -> int:
     if args.slots < 1 or args.hashes < 1:
         print("kvspec prove: --slots and --hashes must be at least 1", file=sys.stderr)
+        return 2
+    bad_op_args = check_operation_arguments(args)
+    if bad_op_args:
+        print(f"kvspec prove: {bad_op_args}", file=sys.stderr)
         return 2
     profile = getattr(args, "profile", None)
     if profile in NOT_ENCODED:
@@ -141,15 +153,23 @@ def run(args: argparse.Namespace) -> int:
         on_result=show,
     )
     problems: list[str] = []
-    if not args.no_sanity and not args.mutant:
-        for name, check in (("SANITY-ENABLED", check_enabled), ("SANITY-RULES-FIRE", check_rules_reachable)):
+    if not args.no_sanity:
+        # also under a mutant: a broken rule must not hide behind a narrowed case
+        checks: list[tuple[str, Callable[[], list[str]]]] = [
+            ("SANITY-ENABLED", lambda: check_enabled(bound, applier=applier)),
+            ("SANITY-RULES-FIRE", lambda: check_rules_reachable(bound, applier=applier)),
+            ("SANITY-CASES", lambda: check_cases(bound, applier=applier)),
+        ]
+        for name, check in checks:
             t1 = time.perf_counter()
-            found = check(bound)
+            found = check()
             problems += found
             cols = [name, "ok" if not found else "FAILED", str(bound), f"{time.perf_counter() - t1:.2f}s"]
             if free is not None:
                 cols.insert(3, "")
             print(_row(cols, widths))
+    if not args.mutant and not args.invariant and not args.no_operations:
+        problems += run_operation_rows(args, lambda cols: print(_row(_pad(cols, free), widths), flush=True))
     if not args.mutant and not args.invariant and profile is None:
         from .managers_prove import prove_managers
 

@@ -132,6 +132,10 @@ class OpOutcome:
     anchor_ok: z3.BoolRef = field(default_factory=lambda: z3.BoolVal(True))
     #: the victims the eviction steps chose, in order (when each was taken)
     victims: list[tuple[z3.BoolRef, Term]] = field(default_factory=list)
+    #: caller contract id -> the condition the operation's steps assume (the
+    #: caller kept it); the operation-level proofs assume these, the
+    #: agreement lockstep evaluates them on every concrete step
+    contracts: dict[str, z3.BoolRef] = field(default_factory=dict)
 
 
 # -------------------------------------------------------------------- choices
@@ -194,6 +198,7 @@ class _Run:
         self.constraints: list[z3.BoolRef] = []
         self.frags: list[tuple[z3.BoolRef, Frag]] = []
         self.victims: list[tuple[z3.BoolRef, Term]] = []
+        self.contracts: dict[str, list[z3.BoolRef]] = {}
 
     def lit(self, c: z3.BoolRef | bool) -> z3.BoolRef | bool:
         if isinstance(c, bool):
@@ -219,6 +224,8 @@ class _Run:
         step = make(self.state)
         guard = z3.BoolVal(True) if c is True else c
         self.constraints.append(z3.Implies(guard, step.enabled("valid", "choice")))
+        for cid, cond in step.contracts().items():
+            self.contracts.setdefault(cid, []).append(z3.Implies(guard, cond))
         for f in step.frags:
             self.frags.append((z3.And(guard, f.when), f))
         if "v" in step.params:
@@ -231,6 +238,11 @@ class _Run:
         if self.concrete:
             self.state = self.state.simplified()
         return step
+
+
+def _contracts(run: _Run, under: z3.BoolRef | None = None) -> dict[str, z3.BoolRef]:
+    out = {cid: z3.And(cs) for cid, cs in run.contracts.items()}
+    return out if under is None else {cid: z3.Implies(under, c) for cid, c in out.items()}
 
 
 def merge(c: z3.BoolRef, a: State, b: State) -> State:
@@ -311,6 +323,7 @@ def apply_use(S: State, op: UseOp, ch: Chooser, concrete: bool = False) -> OpOut
         frags=run.frags,
         stored_parent=anchor,
         constraints=run.constraints,
+        contracts=_contracts(run),
         anchor_ok=z3.Implies(any_stored, z3.Or(anchor == NONE, S.dev_has(anchor))),
         victims=run.victims,
     )
@@ -324,6 +337,10 @@ def _choose_step(c: z3.BoolRef, a: Step, b: Step) -> Step:
         "either": ("valid", z3.If(c, a.enabled("valid"), b.enabled("valid"))),
         "either-choice": ("choice", z3.If(c, a.enabled("choice"), b.enabled("choice"))),
     }
+    # each side's caller contracts, under their own ids, where that side is taken
+    no_contract = z3.BoolVal(True)
+    for cid in {**a.contracts(), **b.contracts()}:
+        out.require(cid, "contract", z3.If(c, a.contracts().get(cid, no_contract), b.contracts().get(cid, no_contract)))
     out.frags = [Frag(z3.And(c, f.when), f.tier, f.kind, f.block, f.parent, f.starts_group) for f in a.frags]
     out.frags += [Frag(z3.And(z3.Not(c), f.when), f.tier, f.kind, f.block, f.parent, f.starts_group) for f in b.frags]
     out.placed = z3.If(c, a.placed, b.placed)
@@ -377,6 +394,7 @@ def apply_deref(S: State, op: DerefOp, ch: Chooser, concrete: bool = False) -> O
         z3.IntVal(STATUS_OK),
         [],
         constraints=[z3.Implies(ok_all, c) for c in run.constraints],
+        contracts=_contracts(run, ok_all),
     )
 
 
@@ -398,6 +416,7 @@ def apply_promote(S: State, op: PromoteOp, ch: Chooser, concrete: bool = False) 
         run.frags,
         stored_parent=p,
         constraints=run.constraints,
+        contracts=_contracts(run),
         anchor_ok=z3.Implies(any_stored, z3.Or(p == NONE, S.dev_has(p))) if step else z3.BoolVal(True),
     )
 
@@ -456,6 +475,7 @@ def apply_tick(S: State, op: TickOp, ch: Chooser, concrete: bool = False) -> OpO
         z3.IntVal(STATUS_OK),
         run.frags,
         constraints=run.constraints,
+        contracts=_contracts(run),
         anchor_ok=z3.And(anchor_ok) if anchor_ok else z3.BoolVal(True),
         victims=run.victims,
     )
@@ -500,6 +520,7 @@ def apply_swap_in(S: State, op: SwapInOp, ch: Chooser, concrete: bool = False) -
         status,
         run.frags,
         constraints=run.constraints,
+        contracts=_contracts(run),
         victims=run.victims,
     )
 

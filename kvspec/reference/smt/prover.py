@@ -253,13 +253,18 @@ def _choice_vars(spec: TransitionSpec, cond: z3.BoolRef, consts: dict[str, z3.Ar
     return sorted(found)
 
 
-def check_enabled(bound: Bound, policy: Policy = "unordered", assume: list[Property] | None = None) -> list[str]:
+def check_enabled(
+    bound: Bound,
+    policy: Policy = "unordered",
+    assume: list[Property] | None = None,
+    applier: Applier = default_applier,
+) -> list[str]:
     """Every valid operation, from every state the invariants allow and with
     the caller's contract kept, has a successor: each choice its rule needs
     exists. Returns the problems found (empty: none)."""
     problems: list[str] = []
     for spec in TRANSITIONS:
-        b = build(spec, bound, policy, default_applier, ALL_PROPERTIES if assume is None else assume)
+        b = build(spec, bound, policy, applier, ALL_PROPERTIES if assume is None else assume)
         step = b.step
         base = b.base[:-1]  # all but "enabled"
         base.append(step.enabled("valid", "contract"))
@@ -280,12 +285,12 @@ def check_enabled(bound: Bound, policy: Policy = "unordered", assume: list[Prope
     return problems
 
 
-def check_rules_reachable(bound: Bound, policy: Policy = "unordered") -> list[str]:
+def check_rules_reachable(bound: Bound, policy: Policy = "unordered", applier: Applier = default_applier) -> list[str]:
     """Every rule guard of every transition fires in some state the proof
     covers (the proofs are not vacuous). Returns the guards that never fire."""
     problems: list[str] = []
     for spec in TRANSITIONS:
-        b = build(spec, bound, policy, default_applier, ALL_PROPERTIES)
+        b = build(spec, bound, policy, applier, ALL_PROPERTIES)
         s = z3.Solver()
         s.add(*b.base)
         if s.check() != z3.sat:

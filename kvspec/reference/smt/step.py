@@ -38,6 +38,13 @@ Category = Literal["valid", "contract", "choice"]
 
 STATUS_OK, STATUS_CAPACITY, STATUS_BLOCKED = 0, 1, 2
 
+#: every caller contract's id starts so (spec/INVARIANTS.md, "Caller contracts")
+CONTRACT_PREFIX = "ASSUME-"
+
+
+class ContractError(ValueError):
+    """A transition tried to file a contract under a name that is not its own."""
+
 
 @dataclass(frozen=True)
 class Frag:
@@ -80,11 +87,32 @@ class Step:
     notes: dict[str, Term] = field(default_factory=dict)
 
     def require(self, name: str, category: Category, cond: z3.BoolRef) -> None:
+        """Add a named condition. A contract narrows what the proofs cover, so
+        it must be visible as itself: its id starts with ``ASSUME-`` and is new
+        to this step (a second condition under an existing name, or a rule's
+        validity condition re-filed as a contract, would hide the narrowing
+        inside a name that reads as something else). A validity or choice
+        condition added twice under its own name is conjoined."""
+        if category == "contract":
+            if not name.startswith(CONTRACT_PREFIX):
+                raise ContractError(f"{self.name}: contract {name!r} must have its own id starting {CONTRACT_PREFIX!r}")
+            if name in self.requires:
+                raise ContractError(f"{self.name}: contract {name!r} is already required; a contract has one condition")
+            self.requires[name] = (category, cond)
+            return
+        if name.startswith(CONTRACT_PREFIX):
+            raise ContractError(f"{self.name}: {name!r} is a contract id, not a {category} condition")
         if name in self.requires:
             cat, old = self.requires[name]
+            if cat != category:
+                raise ContractError(f"{self.name}: {name!r} is a {cat} condition; cannot add a {category} one")
             self.requires[name] = (cat, z3.And(old, cond))
         else:
             self.requires[name] = (category, cond)
+
+    def contracts(self) -> dict[str, z3.BoolRef]:
+        """The caller contracts this step assumes, by id."""
+        return {n: c for n, (cat, c) in self.requires.items() if cat == "contract"}
 
     def enabled(self, *categories: Category) -> z3.BoolRef:
         cats = categories or ("valid", "contract", "choice")

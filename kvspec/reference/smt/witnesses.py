@@ -260,7 +260,7 @@ def _replay(universe: Universe, ops: Sequence[Any]) -> tuple[list[_Replayed], li
     """The encoding run over concrete operations, with every choice the policy
     leaves open left to the solver."""
     free = universe.policy == "unordered"
-    ch = Chooser(universe.policy, free_victims=free, prefix="rp")
+    ch = Chooser(universe.encoding_policy, free_victims=free, prefix="rp")
     S = universe.initial()
     steps: list[_Replayed] = []
     constraints: list[z3.BoolRef] = []
@@ -370,7 +370,7 @@ def build_scenario(w: Witness, ops: Sequence[Any], depth: int) -> Scenario:
 
 
 def find(w: Witness) -> Found | None:
-    ch = Chooser(w.universe.policy, free_victims=w.universe.policy == "unordered", prefix="bmc")
+    ch = Chooser(w.universe.encoding_policy, free_victims=w.universe.policy == "unordered", prefix="bmc")
     return search(w.universe, w.target, max_depth=w.max_depth, kinds=w.kinds, chooser=ch)
 
 
@@ -433,7 +433,7 @@ def verify(w: Witness, scenario: Scenario) -> list[str]:
     from them. Returns the problems (empty: the file is good)."""
     problems: list[str] = []
     ops = [st.op for st in scenario.steps]
-    ch = Chooser(w.universe.policy, free_victims=w.universe.policy == "unordered", prefix="vf")
+    ch = Chooser(w.universe.encoding_policy, free_victims=w.universe.policy == "unordered", prefix="vf")
     trace = Trace(w.universe, ch, KINDS)
     for _ in ops:
         extend(trace)
