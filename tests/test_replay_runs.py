@@ -4,18 +4,16 @@ as is, and ``kvspec replay FILE`` without ``--impl``.
 
 The end-to-end case runs the suite twice in a child process, as a port
 author would, against an adapter outside the tree that drops its Removed
-events; the rest checks the replay folder and the header directly.
+events (tests/conftest.py); the rest checks the replay folder and the header
+directly.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
-import subprocess
-import sys
-import textwrap
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -31,102 +29,44 @@ from kvspec.spec.wire import Deref, FullBlock, Plh, Use
 
 SUITE = Path(__file__).resolve().parent.parent / "kvspec" / "conformance"
 
-MODULE = """
-from kvspec.adapters.reference.adapter import ReferenceImplementation
-from kvspec.spec.wire import StepOutcome
-
-
-class DropsRemoved(ReferenceImplementation):
-    def step(self, op):
-        out = super().step(op)
-        kept = [e for e in out.events if e.kind != "removed"]
-        return StepOutcome.model_construct(**{**out.__dict__, "events": kept})
-
-
-def open_drops_removed(config, manifest, adapter_dir):
-    return DropsRemoved(config, manifest)
-"""
-
-
-def _adapter(tmp: Path) -> Path:
-    (tmp / "replay_runs_adapter.py").write_text(MODULE)
-    folder = tmp / "my_port"
-    folder.mkdir()
-    (folder / "manifest.toml").write_text(
-        textwrap.dedent(
-            """
-            name = "my_port"
-            kind = "python"
-            profile = "kvbm"
-            [start]
-            python = "replay_runs_adapter:open_drops_removed"
-            [capabilities]
-            profiles = ["kvbm"]
-            policies = ["lineage", "lru"]
-            """
-        )
-    )
-    return folder
-
-
-def _env(tmp: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
-    env["PYTHONPATH"] = str(tmp) + os.pathsep + env.get("PYTHONPATH", "")
-    return env
-
 
 def _suite(
-    tmp: Path, impl: str, *extra: str, replay_dir: bool = True, env: dict[str, str] | None = None
+    child_pytest: Callable[..., tuple[int, str]],
+    impl: str,
+    *extra: str,
+    replay_dir: bool = True,
+    env: dict[str, str] | None = None,
 ) -> tuple[int, str]:
-    """The lockstep test on ``impl`` in a child pytest (``replay_dir``: with
-    ``--kvspec-replay-dir=tmp/replays``, else where the working dir says)."""
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            str(SUITE / "test_stateful.py"),
-            "-k",
-            "test_lockstep and kvbm",
-            f"--impl={impl}",
-            *([f"--kvspec-replay-dir={tmp / 'replays'}"] if replay_dir else []),
-            "--kvspec-replay-keep=2",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            *extra,
-        ],
-        cwd=tmp,
-        env={**_env(tmp), **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=300,
+    """The lockstep test on ``impl`` in a child pytest, keeping two run folders
+    (``replay_dir``: with ``--kvspec-replay-dir=tmp/replays``, else where the
+    working dir says)."""
+    return child_pytest(
+        str(SUITE / "test_stateful.py"),
+        "-k",
+        "test_lockstep and kvbm",
+        f"--impl={impl}",
+        "--kvspec-replay-keep=2",
+        "-q",
+        *extra,
+        replay_dir=replay_dir,
+        env=env,
     )
-    return proc.returncode, proc.stdout + proc.stderr
 
 
-def _kvspec(cmd: list[str], cwd: Path, tmp: Path) -> tuple[int, str]:
-    assert cmd[0] == "kvspec"
-    proc = subprocess.run(
-        [sys.executable, "-m", "kvspec", *cmd[1:]],
-        cwd=cwd,
-        env=_env(tmp),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    return proc.returncode, proc.stdout + proc.stderr
-
-
-def test_each_run_keeps_its_replay_folder_and_the_hint_can_be_pasted(tmp_path: Path) -> None:
-    adapter = _adapter(tmp_path)
+def test_each_run_keeps_its_replay_folder_and_the_hint_can_be_pasted(
+    tmp_path: Path,
+    drops_removed_adapter: Callable[[str], Path],
+    child_pytest: Callable[..., tuple[int, str]],
+    child_kvspec: Callable[[list[str], Path], tuple[int, str]],
+) -> None:
+    adapter = drops_removed_adapter("my_port")
     old = tmp_path / "replays" / "20000101T000000Z-my_port"
     old.mkdir(parents=True)
     (tmp_path / "replays" / "flat-file-of-an-older-kvspec.jsonl").write_text("{}\n")
 
-    code1, out1 = _suite(tmp_path, "my_port")
+    code1, out1 = _suite(child_pytest, "my_port")
     assert code1 == 1, out1[-3000:]
-    code2, out2 = _suite(tmp_path, "my_port", "--hypothesis-seed=3")
+    code2, out2 = _suite(child_pytest, "my_port", "--hypothesis-seed=3")
     assert code2 == 1, out2[-3000:]
 
     runs = sorted(p for p in (tmp_path / "replays").iterdir() if p.is_dir())
@@ -151,29 +91,31 @@ def test_each_run_keeps_its_replay_folder_and_the_hint_can_be_pasted(tmp_path: P
     assert cmd[2] == str(files[1]) and cmd[3] == f"--impl={adapter.resolve()}"
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    code, out = _kvspec(cmd, elsewhere, tmp_path)
+    code, out = child_kvspec(cmd, elsewhere)
     assert code == 1 and "rule REMOVE-EXACT" in out, out
 
     # without --impl: the recorded adapter folder
-    code, out = _kvspec(["kvspec", "replay", str(files[1])], elsewhere, tmp_path)
+    code, out = child_kvspec(["kvspec", "replay", str(files[1])], elsewhere)
     assert code == 1 and "rule REMOVE-EXACT" in out and str(adapter.resolve()) in out, out
 
     # the recorded folder is gone: one clear error
     adapter.rename(tmp_path / "moved")
-    code, out = _kvspec(["kvspec", "replay", str(files[1])], elsewhere, tmp_path)
+    code, out = child_kvspec(["kvspec", "replay", str(files[1])], elsewhere)
     assert code == 2, out
     assert "moved or deleted" in out and "--impl=" in out and "Traceback" not in out
 
 
-def test_replay_folders_follow_the_working_dir(tmp_path: Path) -> None:
+def test_replay_folders_follow_the_working_dir(
+    tmp_path: Path, drops_removed_adapter: Callable[[str], Path], child_pytest: Callable[..., tuple[int, str]]
+) -> None:
     """Without ``--kvspec-replay-dir`` the replay folders are under the working
     dir's ``replays/``: ``--kvspec-dir``, else ``KVSPEC_HOME``; nothing lands in
     the directory the run started in."""
-    _adapter(tmp_path)
+    drops_removed_adapter("my_port")
     wd, home = tmp_path / "wd", tmp_path / "home"
-    code, out = _suite(tmp_path, "my_port", f"--kvspec-dir={wd}", replay_dir=False)
+    code, out = _suite(child_pytest, "my_port", f"--kvspec-dir={wd}", replay_dir=False)
     assert code == 1, out[-3000:]
-    code, out2 = _suite(tmp_path, "my_port", replay_dir=False, env={"KVSPEC_HOME": str(home)})
+    code, out2 = _suite(child_pytest, "my_port", replay_dir=False, env={"KVSPEC_HOME": str(home)})
     assert code == 1, out2[-3000:]
     for root, printed in ((wd, out), (home, out2)):
         runs = [p for p in (root / "replays").iterdir() if p.is_dir()]

@@ -6,17 +6,16 @@ reason; ``--junitxml`` tags every test case with its rules and the
 implementation; a long run shows progress lines.
 
 Each end-to-end case runs the suite in a child pytest against a small
-adapter written here (the reference, but it never publishes a Removed).
+adapter written to its temporary folder (the reference, but it never
+publishes a Removed; tests/conftest.py).
 """
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 import sys
-import textwrap
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,57 +27,10 @@ from kvspec.spec.rules import RULES
 
 SUITE = Path(conformance_pkg.__file__).parent
 
-MODULE = """
-from kvspec.adapters.reference.adapter import ReferenceImplementation
-from kvspec.spec.wire import StepOutcome
-
-
-class DropsRemoved(ReferenceImplementation):
-    def step(self, op):
-        out = super().step(op)
-        kept = [e for e in out.events if e.kind != "removed"]
-        return StepOutcome.model_construct(**{**out.__dict__, "events": kept})
-
-
-def open_drops_removed(config, manifest, adapter_dir):
-    return DropsRemoved(config, manifest)
-"""
-
 
 @pytest.fixture
-def adapter(tmp_path: Path) -> Path:
-    (tmp_path / "run_output_adapter.py").write_text(MODULE)
-    folder = tmp_path / "probe"
-    folder.mkdir()
-    (folder / "manifest.toml").write_text(
-        textwrap.dedent(
-            """
-            name = "probe"
-            kind = "python"
-            profile = "kvbm"
-            [start]
-            python = "run_output_adapter:open_drops_removed"
-            [capabilities]
-            profiles = ["kvbm"]
-            policies = ["lineage", "lru"]
-            """
-        )
-    )
-    return folder
-
-
-def _run(tmp: Path, *args: str) -> tuple[int, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
-    env["PYTHONPATH"] = str(tmp) + os.pathsep + env.get("PYTHONPATH", "")
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--kvspec-replay-dir={tmp / 'replays'}", *args],
-        cwd=tmp,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    return proc.returncode, proc.stdout + proc.stderr
+def adapter(drops_removed_adapter: Callable[[str], Path]) -> Path:
+    return drops_removed_adapter("probe")
 
 
 def _section(out: str, title: str) -> str:
@@ -88,9 +40,11 @@ def _section(out: str, title: str) -> str:
     return m.group(1)
 
 
-def test_golden_run_header_failure_first_rules_table_and_junit(tmp_path: Path, adapter: Path) -> None:
+def test_golden_run_header_failure_first_rules_table_and_junit(
+    tmp_path: Path, adapter: Path, child_pytest: Callable[..., tuple[int, str]]
+) -> None:
     junit = tmp_path / "junit.xml"
-    code, out = _run(tmp_path, str(SUITE / "test_golden.py"), "--impl=probe", f"--junitxml={junit}")
+    code, out = child_pytest(str(SUITE / "test_golden.py"), "--impl=probe", f"--junitxml={junit}")
     assert code == 1, out[-4000:]
 
     # the header
@@ -131,8 +85,10 @@ def test_golden_run_header_failure_first_rules_table_and_junit(tmp_path: Path, a
     assert n > 50
 
 
-def test_with_v_the_full_traceback_follows_the_report(tmp_path: Path, adapter: Path) -> None:
-    code, out = _run(tmp_path, str(SUITE / "test_golden.py"), "--impl=probe", "-v", "-k", "kvbm and evict")
+def test_with_v_the_full_traceback_follows_the_report(
+    adapter: Path, child_pytest: Callable[..., tuple[int, str]]
+) -> None:
+    code, out = child_pytest(str(SUITE / "test_golden.py"), "--impl=probe", "-v", "-k", "kvbm and evict")
     assert code == 1, out[-4000:]
     sec = _section(out, "kvbm/")
     assert sec.startswith("kvspec: [REMOVE-EXACT] scenario ")
@@ -140,9 +96,10 @@ def test_with_v_the_full_traceback_follows_the_report(tmp_path: Path, adapter: P
     assert "def test_golden_scenario" in sec.split("---- traceback (pytest) ----")[1]
 
 
-def test_a_lockstep_failure_shows_its_table_first_and_progress_lines(tmp_path: Path, adapter: Path) -> None:
-    code, out = _run(
-        tmp_path,
+def test_a_lockstep_failure_shows_its_table_first_and_progress_lines(
+    adapter: Path, child_pytest: Callable[..., tuple[int, str]]
+) -> None:
+    code, out = child_pytest(
         str(SUITE / "test_stateful.py"),
         "--impl=probe",
         "-q",
