@@ -575,6 +575,7 @@ def test_sigterm_leaves_no_suite_process_behind(fake_suite: Path, tmp_path: Path
             "--only",
             "multi_lru_flat",
             "--skip-sanity",
+            f"--kvspec-dir={tmp_path / 'wd'}",
         ],
         env={**os.environ, "KVSPEC_TEST_PIDFILE": str(pidfile)},
         stdout=subprocess.PIPE,

@@ -17,6 +17,15 @@ selected (``--impl=DIR``, shown as ``none``; for ``adapters/mutants`` the
 unmutated reference): if that fails, every kill would be meaningless and the
 run stops as invalid.
 
+Every run's pytest output, JUnit report and replay files are kept in a
+folder of the campaign (``<working dir>/mutants/<run id>-<adapter>/NAME``;
+``--log-dir DIR`` instead: ``DIR/NAME``), the newest ``LOG_KEEP`` campaigns
+kept. The working dir (``--kvspec-dir``, else ``KVSPEC_HOME``, else
+``./.kvspec`` of the directory the command runs in; ``workdir.py``) is
+handed to every child, so that a campaign writes its Hypothesis files,
+replays and C or Rust builds there and nothing into the source tree, which
+is the children's current directory.
+
 Each run is a child forked from a server that has imported pytest,
 Hypothesis and kvspec once (``forkserver.py``; one server per job): a kill
 then pays for collecting the suite and running tests, not for start-up. The
@@ -44,6 +53,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
@@ -54,6 +64,7 @@ from typing import Literal
 from kvspec.spec.manifest import Manifest
 from kvspec.spec.rules import RuleId
 
+from . import workdir
 from .forkserver import ForkServer, ServerPool, package_modules, suite_imports
 
 Status = Literal["killed", "passed", "error", "timeout", "false_kill"]
@@ -93,6 +104,24 @@ def mutants_adapter_dir() -> Path:
 
 #: the name of the sanity run (the adapter with no variant selected)
 UNMUTATED = "none"
+#: campaign log folders kept under ``<working dir>/mutants`` (the newest ones)
+LOG_KEEP = 10
+
+
+def campaign_log_dir(root: Path, adapter_name: str, keep: int = LOG_KEEP) -> Path:
+    """A new folder for one campaign's logs under ``root/mutants``, named
+    ``<UTC stamp>-<microseconds>-<random>-<adapter>`` (sorts by age; two
+    campaigns started at once do not collide); older campaigns beyond ``keep`` go."""
+    from .replay_store import prune, slug
+
+    base = root / workdir.MUTANTS
+    base.mkdir(parents=True, exist_ok=True)
+    now = time.time()
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
+    folder = base / f"{stamp}-{int(now % 1 * 1e6):06d}-{uuid.uuid4().hex[:4]}-{slug(adapter_name)}"
+    folder.mkdir()
+    prune(base, keep, spare=folder)
+    return folder
 
 
 def impl_of(name: str, adapter_dir: Path) -> str:
@@ -163,8 +192,16 @@ def _kill_group(proc: subprocess.Popen[str]) -> None:
 
 
 def pytest_command(
-    name: str, suite: Path, junit: Path, replay_dir: Path, profile: str, adapter_dir: Path | None = None
+    name: str,
+    suite: Path,
+    junit: Path,
+    replay_dir: Path,
+    profile: str,
+    adapter_dir: Path | None = None,
+    kvspec_dir: Path | None = None,
 ) -> list[str]:
+    """The child's pytest command line (``kvspec_dir``: the working dir it
+    must use; None: its own default, relative to its current directory)."""
     return [
         sys.executable,
         "-m",
@@ -178,6 +215,7 @@ def pytest_command(
         "no:cacheprovider",
         f"--junitxml={junit}",
         f"--kvspec-replay-dir={replay_dir}",
+        *([f"--kvspec-dir={kvspec_dir}"] if kvspec_dir is not None else []),
     ]
 
 
@@ -190,19 +228,21 @@ def run_suite(
     log_dir: Path | None = None,
     adapter_dir: Path | None = None,
     server: ForkServer | None = None,
+    kvspec_dir: Path | None = None,
 ) -> SuiteRun:
     """Run the suite against variant ``name`` of ``adapter_dir`` (default: the
     bundled mutants; ``none``: no variant) in a child process group that
     is killed whole when the run passes ``timeout`` seconds: a child forked
     by ``server`` (imports already paid), or a fresh ``python -m pytest``
     without one. With ``log_dir`` the run's output, JUnit report and replay
-    files stay in ``log_dir/name``. The time is the wall time from asking
-    for the run to its verdict."""
+    files stay in ``log_dir/name`` (without it, in a temporary folder removed
+    after the verdict). ``kvspec_dir`` is the working dir the child uses. The
+    time is the wall time from asking for the run to its verdict."""
     with tempfile.TemporaryDirectory(prefix=f"kvspec-mutant-{name}-") as tmp:
         keep = Path(tmp) if log_dir is None else log_dir / name
         keep.mkdir(parents=True, exist_ok=True)
         junit = keep / "junit.xml"
-        cmd = pytest_command(name, suite, junit, keep / "replays", profile, adapter_dir)
+        cmd = pytest_command(name, suite, junit, keep / "replays", profile, adapter_dir, kvspec_dir)
         start = time.monotonic()
         if server is not None:
             log = keep / "pytest.log"
@@ -413,7 +453,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--log-dir",
         type=Path,
         default=None,
-        help="keep each run's pytest output, JUnit report and replay files in LOG_DIR/NAME",
+        help="keep each run's pytest output, JUnit report and replay files in LOG_DIR/NAME "
+        "(default: a new folder under the working dir's mutants/, the newest "
+        f"{LOG_KEEP} campaigns kept)",
+    )
+    parser.add_argument(
+        "--kvspec-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help=f"kvspec's working dir for the campaign and every suite run (logs, Hypothesis files, builds); "
+        f"default: ${workdir.ENV}, else ./{workdir.DEFAULT}",
     )
     parser.add_argument(
         "--fresh-processes",
@@ -467,6 +517,13 @@ def run(args: argparse.Namespace) -> int:
             return 2
         names = wanted
     suite = (args.suite or suite_dir()).resolve()
+    try:
+        root = workdir.ensure(workdir.resolve(args.kvspec_dir))
+        log_dir = args.log_dir.resolve() if args.log_dir else campaign_log_dir(root, manifest.name)
+    except OSError as e:
+        print(f"kvspec mutants: cannot make the working dir's folders: {e}", file=sys.stderr)
+        return 2
+    print(f"kvspec mutants: working dir {root}; logs in {log_dir}", file=sys.stderr, flush=True)
 
     scenario_profiles = _scenario_profiles()
     pool = None if args.fresh_processes else ServerPool(args.jobs, preload_modules(suite, manifest), cwd=suite.parent)
@@ -482,9 +539,10 @@ def run(args: argparse.Namespace) -> int:
                 suite=suite,
                 timeout=args.timeout,
                 profile=args.hypothesis_profile,
-                log_dir=args.log_dir,
+                log_dir=log_dir,
                 adapter_dir=adapter_dir,
                 server=server,
+                kvspec_dir=root,
             )
         finally:
             if pool is not None and server is not None:
@@ -534,4 +592,5 @@ def run(args: argparse.Namespace) -> int:
     print()
     for line in summary(runs):
         print(line)
+    print(f"logs (pytest output, JUnit report, replay files of each run): {log_dir}")
     return 0 if all(r.status == "killed" for r in runs) else 1

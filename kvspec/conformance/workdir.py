@@ -26,7 +26,9 @@ Layout of the root (``SUBDIRS``):
 - ``pytest-cache/``: pytest's ``cache_dir`` (``--lf``, ``--nf``);
 - ``replays/``: replay files of failing runs (``replay_store.replay_root``);
 - ``mutants/``: ``kvspec mutants`` logs, one folder per mutant;
-- ``build/``: C libraries built from an adapter's sources.
+- ``build/``: C libraries and Rust binaries built from an adapter's sources
+  (``$KVSPEC_BUILD_DIR`` overrides; a session sets it for the adapter
+  processes it starts, whose current directory is the adapter's folder).
 
 The plugin takes the root over (``take_over``) only in a session where it
 is active from the start (``--impl``, ``--kvspec-dir``, or the command line
@@ -41,8 +43,10 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pytest
+if TYPE_CHECKING:  # not imported at run time: adapter processes (build_dir) need no pytest
+    import pytest
 
 #: the environment variable naming the root
 ENV = "KVSPEC_HOME"
@@ -58,6 +62,13 @@ SUBDIRS = (HYPOTHESIS, PYTEST_CACHE, REPLAYS, MUTANTS, BUILD)
 
 #: the root a pytest session chose (``take_over``), for code that has no config at hand (``build/``)
 _session_root: Path | None = None
+#: the environment variable naming the build cache (C libraries, Rust binaries, the fast stream view); a
+#: session that takes the root over sets it for the adapter processes it starts (their cwd is the adapter
+#: folder, which must stay clean) unless the user set it
+BUILD_ENV = "KVSPEC_BUILD_DIR"
+#: ``KVSPEC_BUILD_DIR`` before ``take_over`` set it (restored by ``release``)
+_build_env_before: str | None = None
+_build_env_set = False
 
 #: key of the root in xdist's ``workerinput`` (the controller's choice, so every worker agrees)
 WORKER_KEY = "kvspec_dir"
@@ -109,6 +120,23 @@ def ensure(root: Path) -> Path:
     return root
 
 
+def current_root() -> Path:
+    """The root for code without a pytest config (builds, ``kvspec`` commands):
+    the current session's, else ``KVSPEC_HOME``, else ``./.kvspec``; not created."""
+    return _session_root if _session_root is not None else resolve()
+
+
+def build_dir_candidates() -> list[Path]:
+    """Where built libraries and binaries may be cached, in order:
+    ``$KVSPEC_BUILD_DIR``, the working dir's ``build/``, a per-user folder of
+    the temp dir (when the working dir is not writable)."""
+    import tempfile
+
+    env = os.environ.get(BUILD_ENV)
+    out = [Path(env)] if env else []
+    return [*out, current_root() / BUILD, Path(tempfile.gettempdir()) / f"kvspec-build-{os.getuid()}"]
+
+
 def subdir(name: str, config: pytest.Config | None = None) -> Path:
     """``working_dir(config) / name``, created."""
     d = working_dir(config) / name
@@ -131,9 +159,13 @@ def take_over(config: pytest.Config) -> Path:
     """Point pytest's cache and Hypothesis's home at the working dir (unless
     the project or the environment chose their place explicitly). Called by
     the plugin before pytest's cache provider is configured."""
-    global _session_root
+    global _session_root, _build_env_before, _build_env_set
     root = working_dir(config)
     _session_root = root
+    if not _build_env_set:
+        _build_env_before, _build_env_set = os.environ.get(BUILD_ENV), True
+        if not _build_env_before:
+            os.environ[BUILD_ENV] = str(root / BUILD)
     cache_on = config.pluginmanager.has_plugin("cacheprovider")  # off with -p no:cacheprovider
     if cache_on and _is_pytest_default_cache_dir(str(config.getini("cache_dir"))):
         # pytest reads cache_dir through getini (cached) when its cache
@@ -154,9 +186,15 @@ def _is_pytest_default_cache_dir(value: str) -> bool:
 def release() -> None:
     """Forget the session's root (at the end of the session: an in-process
     pytest run must not redirect the next one)."""
-    global _session_root
+    global _session_root, _build_env_before, _build_env_set
     if _session_root is not None and not os.environ.get("HYPOTHESIS_STORAGE_DIRECTORY"):
         from hypothesis.configuration import set_hypothesis_home_dir
 
         set_hypothesis_home_dir(None)
     _session_root = None
+    if _build_env_set:
+        if _build_env_before:
+            os.environ[BUILD_ENV] = _build_env_before
+        else:
+            os.environ.pop(BUILD_ENV, None)
+        _build_env_before, _build_env_set = None, False

@@ -23,7 +23,6 @@ import os
 import subprocess
 import sys
 import sysconfig
-import tempfile
 from pathlib import Path
 from types import ModuleType
 
@@ -46,10 +45,11 @@ def _key() -> str:
 
 def _candidates() -> list[Path]:
     """Where a built module may be cached: the C adapters' build folders
-    (``transport.cabi.build_dir``), looked up without importing that module."""
-    env = os.environ.get("KVSPEC_BUILD_DIR")
-    out = [Path(env)] if env else []
-    return [*out, Path.cwd() / ".kvspec" / "build", Path(tempfile.gettempdir()) / f"kvspec-build-{os.getuid()}"]
+    (``workdir.build_dir_candidates``, which ``transport.cabi.build_dir`` also
+    uses), looked up without importing the C transport."""
+    from kvspec.conformance.workdir import build_dir_candidates
+
+    return build_dir_candidates()
 
 
 def _filename() -> str:

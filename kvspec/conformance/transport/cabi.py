@@ -35,7 +35,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -87,13 +86,16 @@ def find_compiler() -> str:
 
 
 def build_dir() -> Path:
-    """Where built libraries are cached: $KVSPEC_BUILD_DIR, else ``.kvspec/build``
-    under the working directory, else a per-user folder in the temp dir."""
-    env = os.environ.get("KVSPEC_BUILD_DIR")
-    candidates = [Path(env)] if env else []
-    candidates += [Path.cwd() / ".kvspec" / "build", Path(tempfile.gettempdir()) / f"kvspec-build-{os.getuid()}"]
+    """Where built libraries are cached: $KVSPEC_BUILD_DIR, else ``build/``
+    under kvspec's working dir (``--kvspec-dir``, ``KVSPEC_HOME``, ``./.kvspec``:
+    ``conformance/workdir.py``), else a per-user folder in the temp dir."""
+    from ..workdir import build_dir_candidates, current_root, ensure
+
+    candidates = build_dir_candidates()
     for d in candidates:
         try:
+            if d.parent == current_root():
+                ensure(d.parent)  # the working dir gets its .gitignore
             d.mkdir(parents=True, exist_ok=True)
         except OSError:
             continue
