@@ -5,7 +5,7 @@
 any other event to the view's own methods. Both paths must leave the same
 findings, counts, statistics, errors and view state. Streams are generated
 (a few workers, dp ranks and tiers, each a prefix forest with chained
-hashes, leaves removed first) and then corrupted in the ways that touch each
+hashes, leaves removed first; tests/conftest.py) and then corrupted in the ways that touch each
 fall-back branch: a parent not stored, a block stored twice or named twice
 in one event, a wrong ``tokens_hash`` or ``block_hash``, a hash above 64
 bits, an unknown block removed, a parent removed before its children, an
@@ -19,6 +19,7 @@ import argparse
 import json
 import random
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,10 @@ from kvspec.conformance.streams import fastview
 from kvspec.conformance.streams.check import Checker
 from kvspec.conformance.streams.formats import RouterReader, StreamError
 from kvspec.reference.router_view import RECENT_REMOVALS
-from kvspec.spec.hashing import chain
+
+#: the conftest fixtures ``make_router_stream`` and ``corrupt_stream``
+MakeStream = Callable[..., list[dict[str, Any]]]
+Corrupt = Callable[[random.Random, list[dict[str, Any]], str], list[dict[str, Any]]]
 
 CORRUPTIONS = [
     "none",
@@ -53,99 +57,6 @@ CORRUPTIONS = [
     "swap",
 ]
 OPTIONS = [[], ["--hash-scheme", "none"], ["--anchor-tiers", "device"], ["--counting", "copies"]]
-
-
-def valid_stream(rng: random.Random, n: int, *, one_source: bool = False) -> list[dict[str, Any]]:
-    """Router events of 1-2 workers x 1-2 dp ranks x 1-2 tiers (or one of
-    each with ``one_source``); each a forest."""
-    workers = rng.sample([3, 11, 2**63 + 5], 1 if one_source else rng.randint(1, 2))
-    tiers = rng.sample(["device", "host_pinned"], 1 if one_source else rng.randint(1, 2))
-    keys = [(w, d, t) for w in workers for d in range(1 if one_source else rng.randint(1, 2)) for t in tiers]
-    paths: dict[tuple[int, int, str], list[list[int]]] = {k: [] for k in keys}
-    next_id: dict[tuple[int, int], int] = {}
-    out = []
-    for _ in range(n):
-        key = rng.choice(keys)
-        ps = paths[key]
-        if ps and rng.random() < 0.45:
-            i = rng.randrange(len(ps))
-            k = rng.randint(1, len(ps[i]))
-            gone = ps[i][-k:][::-1]
-            del ps[i][-k:]
-            if not ps[i]:
-                ps.pop(i)
-            data: Any = {"removed": {"block_hashes": gone}}
-        else:
-            if ps and rng.random() < 0.6:
-                p = rng.choice(ps)
-            else:
-                p = []
-                ps.append(p)
-            parent = p[-1] if p else None
-            blocks, prev = [], parent
-            for _ in range(rng.randint(1, 4)):
-                th = rng.getrandbits(64)
-                prev = chain(prev, th)
-                blocks.append({"block_hash": prev, "tokens_hash": th, "mm_extra_info": None})
-                p.append(prev)
-            data = {"stored": {"parent_hash": parent, "start_position": None, "blocks": blocks}}
-        src = key[:2]
-        eid = next_id.get(src, 1)
-        next_id[src] = eid + 1
-        ev = {"event_id": eid, "data": data, "dp_rank": key[1]}
-        out.append({"worker_id": key[0], "storage_tier": key[2], "residency_domain": "worker", "event": ev})
-    return out
-
-
-def corrupt(rng: random.Random, events: list[dict[str, Any]], how: str) -> list[dict[str, Any]]:
-    events = json.loads(json.dumps(events))
-    if how == "none" or len(events) < 2:
-        return events
-    i = rng.randrange(len(events))
-    stored = [e["event"]["data"]["stored"] for e in events if "stored" in e["event"]["data"]]
-    removed = [e["event"]["data"]["removed"] for e in events if "removed" in e["event"]["data"]]
-    if how == "unknown_parent" and stored:
-        rng.choice(stored)["parent_hash"] = rng.getrandbits(64)
-    elif how == "stored_twice":
-        j = rng.randrange(len(events))
-        events.insert(j, json.loads(json.dumps(events[i])))
-    elif how == "dup_in_stored" and stored:
-        b = rng.choice(stored)["blocks"]
-        b.append(dict(b[0]))
-    elif how == "dup_in_removed" and removed:
-        h = rng.choice(removed)["block_hashes"]
-        h.append(h[0])
-    elif how == "bad_tokens_hash" and stored:
-        b = rng.choice(rng.choice(stored)["blocks"])
-        b["tokens_hash"] ^= 1
-    elif how == "bad_block_hash" and stored:
-        b = rng.choice(rng.choice(stored)["blocks"])
-        b["block_hash"] ^= 1 << rng.randrange(64)
-    elif how == "huge_hash" and stored:
-        b = rng.choice(rng.choice(stored)["blocks"])
-        b[rng.choice(["block_hash", "tokens_hash"])] += 2**64
-    elif how == "huge_parent" and stored:
-        rng.choice(stored)["parent_hash"] = 2**64 + rng.getrandbits(8)
-    elif how == "huge_root" and any(x["parent_hash"] is None for x in stored):
-        b = rng.choice([x for x in stored if x["parent_hash"] is None])["blocks"]
-        del b[1:]  # a root block alone: its hash is its tokens_hash, on no chain
-        b[0]["block_hash"] = b[0]["tokens_hash"] = 2**64 + rng.getrandbits(8)
-    elif how == "unknown_removed" and removed:
-        rng.choice(removed)["block_hashes"].insert(0, rng.getrandbits(64))
-    elif how == "orphan" and any(len(r["block_hashes"]) > 1 for r in removed):
-        rng.choice([r for r in removed if len(r["block_hashes"]) > 1])["block_hashes"].pop(0)  # keep the leaf
-    elif how == "event_id":
-        events[i]["event"]["event_id"] += rng.choice([-1, 1, 5])
-    elif how == "cleared":
-        events[i]["event"]["data"] = "cleared"
-    elif how == "drop":
-        del events[i]
-    elif how == "repeat":
-        events.insert(i, json.loads(json.dumps(events[i])))
-    elif how == "swap":
-        j = rng.randrange(len(events))
-        events[i], events[j] = events[j], events[i]
-    return events
 
 
 def run(path: Path, opts: list[str], fused: bool, native: bool = False) -> dict[str, Any]:
@@ -199,30 +110,36 @@ def compare(tmp_path: Path, events: list[dict[str, Any]], options: list[list[str
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
 )
 @given(seed=st.integers(0, 2**32 - 1), how=st.sampled_from(CORRUPTIONS), n=st.integers(2, 40))
-def test_fused_reader_matches_the_reference_path(tmp_path: Path, seed: int, how: str, n: int) -> None:
+def test_fused_reader_matches_the_reference_path(
+    tmp_path: Path, make_router_stream: MakeStream, corrupt_stream: Corrupt, seed: int, how: str, n: int
+) -> None:
     rng = random.Random(seed)
-    compare(tmp_path, corrupt(rng, valid_stream(rng, n), how))
+    compare(tmp_path, corrupt_stream(rng, make_router_stream(rng, n), how))
 
 
 @pytest.mark.parametrize("how", ["none", "unknown_removed", "orphan"])
-def test_long_streams_rotate_the_recent_removals_alike(tmp_path: Path, how: str) -> None:
+def test_long_streams_rotate_the_recent_removals_alike(
+    tmp_path: Path, make_router_stream: MakeStream, corrupt_stream: Corrupt, how: str
+) -> None:
     """Past RECENT_REMOVALS removals in a tier the view's memory of recent
     removals rotates; both paths rotate it at the same event."""
     rng = random.Random(how)
-    events = corrupt(rng, valid_stream(rng, 12_000, one_source=True), how)
+    events = corrupt_stream(rng, make_router_stream(rng, 12_000, one_source=True), how)
     removed = sum(len(e["event"]["data"]["removed"]["block_hashes"]) for e in events if "removed" in e["event"]["data"])
     assert removed > 2 * RECENT_REMOVALS
     compare(tmp_path, events, [[]])
 
 
 @pytest.mark.parametrize("how", CORRUPTIONS)
-def test_every_corruption_is_found_by_both_paths(tmp_path: Path, how: str) -> None:
+def test_every_corruption_is_found_by_both_paths(
+    tmp_path: Path, make_router_stream: MakeStream, corrupt_stream: Corrupt, how: str
+) -> None:
     """Each corruption, on a stream long enough to carry it, gives findings
     or an error (so the comparison above is not only between clean runs),
     the same on both paths."""
     rng = random.Random(how)
     for _ in range(20):
-        events = corrupt(rng, valid_stream(rng, 30), how)
+        events = corrupt_stream(rng, make_router_stream(rng, 30), how)
         compare(tmp_path, events)
         path = tmp_path / "s.jsonl"
         res = run(path, [], True)
@@ -243,10 +160,10 @@ def test_the_c_extension_is_built() -> None:
 
 
 @pytest.mark.parametrize("native", [False, True])
-def test_the_fused_path_is_taken(native: bool) -> None:
+def test_the_fused_path_is_taken(make_router_stream: MakeStream, native: bool) -> None:
     """A clean stream runs fused: the reference methods are not called."""
     rng = random.Random(5)
-    events = valid_stream(rng, 200)
+    events = make_router_stream(rng, 200)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp, "s.jsonl")
         path.write_text("".join(json.dumps(e) + "\n" for e in events))
@@ -265,3 +182,10 @@ def test_the_fused_path_is_taken(native: bool) -> None:
         # only each source's and tier's first event goes the reference way
         assert len(calls) <= len({(e["worker_id"], e["event"]["dp_rank"], e["storage_tier"]) for e in events})
         assert reader.stats.stored + reader.stats.removed == 200
+
+
+def test_an_unknown_corruption_is_refused(make_router_stream: MakeStream, corrupt_stream: Corrupt) -> None:
+    """A typo in a test's list of corruptions fails instead of corrupting nothing."""
+    rng = random.Random(0)
+    with pytest.raises(ValueError, match="unknown corruption 'unknwon_parent'"):
+        corrupt_stream(rng, make_router_stream(rng, 5), "unknwon_parent")

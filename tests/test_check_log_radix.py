@@ -2,7 +2,7 @@
 
 Streams of Dynamo RouterEvents are generated (a few workers and dp ranks,
 each a random prefix forest whose block hashes chain as Dynamo's do, leaves
-removed first), then corrupted or not. Each stream goes through the
+removed first; tests/conftest.py), then corrupted or not. Each stream goes through the
 ``RadixTree`` of the ai-dynamo-runtime wheel (``apply_event``, which raises
 when a Removed names a block it does not hold or a Stored's parent is
 missing) and through ``check-log``:
@@ -28,6 +28,7 @@ import json
 import os
 import random
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,78 +37,17 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from kvspec.cli import main
-from kvspec.spec.hashing import chain
 
 os.environ.setdefault("DYN_LOG", "error")  # the indexer logs every event it refuses
 radix = pytest.importorskip(
     "dynamo._core", reason="the ai-dynamo-runtime wheel is not installed (pip install 'kvspec[dynamo]')"
 )
 
+#: the conftest fixtures ``make_router_stream`` and ``corrupt_stream``
+MakeStream = Callable[..., list[dict[str, Any]]]
+Corrupt = Callable[[random.Random, list[dict[str, Any]], str], list[dict[str, Any]]]
+
 CORRUPTIONS = ["none", "drop", "swap", "repeat", "unknown_parent", "unknown_removed", "wrong_worker", "cleared"]
-
-
-def valid_stream(rng: random.Random, n: int) -> list[dict[str, Any]]:
-    """Router events of 1-2 workers x 1-2 dp ranks; each source a forest."""
-    sources = [(w, d) for w in rng.sample([3, 11, 2**63 + 5], rng.randint(1, 2)) for d in range(rng.randint(1, 2))]
-    state: dict[tuple[int, int], dict[str, Any]] = {s: {"paths": [], "next_id": 1} for s in sources}
-    out = []
-    for _ in range(n):
-        src = rng.choice(sources)
-        s = state[src]
-        paths: list[list[int]] = s["paths"]
-        live = sum(len(p) for p in paths)
-        if live and rng.random() < 0.45:
-            i = rng.randrange(len(paths))
-            k = rng.randint(1, len(paths[i]))
-            gone = paths[i][-k:][::-1]
-            del paths[i][-k:]
-            if not paths[i]:
-                paths.pop(i)
-            data: Any = {"removed": {"block_hashes": gone}}
-        else:
-            if paths and rng.random() < 0.6:
-                p = rng.choice(paths)
-            else:
-                p = []
-                paths.append(p)
-            parent = p[-1] if p else None
-            blocks, prev = [], parent
-            for _ in range(rng.randint(1, 4)):
-                th = rng.getrandbits(64)
-                prev = chain(prev, th)
-                blocks.append({"block_hash": prev, "tokens_hash": th, "mm_extra_info": None})
-                p.append(prev)
-            data = {"stored": {"parent_hash": parent, "start_position": None, "blocks": blocks}}
-        ev = {"event_id": s["next_id"], "data": data, "dp_rank": src[1]}
-        s["next_id"] += 1
-        out.append({"worker_id": src[0], "storage_tier": "device", "residency_domain": "worker", "event": ev})
-    return out
-
-
-def corrupt(rng: random.Random, events: list[dict[str, Any]], how: str) -> list[dict[str, Any]]:
-    events = json.loads(json.dumps(events))
-    if how == "none" or len(events) < 2:
-        return events
-    i = rng.randrange(len(events))
-    if how == "drop":
-        del events[i]
-    elif how == "swap":
-        j = rng.randrange(len(events))
-        events[i], events[j] = events[j], events[i]
-    elif how == "repeat":
-        events.insert(i, json.loads(json.dumps(events[i])))
-    elif how == "unknown_parent":
-        stored = [e for e in events if "stored" in e["event"]["data"]]
-        rng.choice(stored)["event"]["data"]["stored"]["parent_hash"] = rng.getrandbits(64)
-    elif how == "unknown_removed":
-        removed = [e for e in events if "removed" in e["event"]["data"]]
-        if removed:
-            rng.choice(removed)["event"]["data"]["removed"]["block_hashes"].append(rng.getrandbits(64))
-    elif how == "wrong_worker":
-        events[i]["worker_id"] = 9
-    elif how == "cleared":
-        events[i]["event"]["data"] = "cleared"
-    return events
 
 
 def radix_errors(events: list[dict[str, Any]]) -> list[tuple[int, str]]:
@@ -134,9 +74,11 @@ def check_log(events: list[dict[str, Any]]) -> tuple[int, dict[str, Any]]:
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32 - 1), how=st.sampled_from(CORRUPTIONS), n=st.integers(2, 40))
 @example(seed=4955811, how="swap", n=18)  # a parent dropped with its ancestor's subtree
-def test_check_log_agrees_with_dynamos_radix_tree(seed: int, how: str, n: int) -> None:
+def test_check_log_agrees_with_dynamos_radix_tree(
+    make_router_stream: MakeStream, corrupt_stream: Corrupt, seed: int, how: str, n: int
+) -> None:
     rng = random.Random(seed)
-    events = corrupt(rng, valid_stream(rng, n), how)
+    events = corrupt_stream(rng, make_router_stream(rng, n, tiers=["device"]), how)
     code, doc = check_log(events)
     errors = radix_errors(events)
     assert code in (0, 1), doc
@@ -158,15 +100,17 @@ def test_check_log_agrees_with_dynamos_radix_tree(seed: int, how: str, n: int) -
                 assert rules & {"REMOVE-EXACT", "PARENT-ANCHOR", "REMOVE-NO-ORPHAN"}, (msg, rules)
 
 
-def test_the_generator_makes_clean_streams_and_the_oracle_can_refuse() -> None:
+def test_the_generator_makes_clean_streams_and_the_oracle_can_refuse(
+    make_router_stream: MakeStream, corrupt_stream: Corrupt
+) -> None:
     """The property above is not vacuous: clean streams pass both, and the
     corruptions do make the RadixTree refuse some streams."""
     refused = 0
     for seed in range(30):
         rng = random.Random(seed)
-        events = valid_stream(rng, 30)
+        events = make_router_stream(rng, 30, tiers=["device"])
         assert check_log(events)[0] == 0
         assert radix_errors(events) == []
-        bad = corrupt(rng, events, "unknown_removed" if seed % 2 else "unknown_parent")
+        bad = corrupt_stream(rng, events, "unknown_removed" if seed % 2 else "unknown_parent")
         refused += bool(radix_errors(bad))
     assert refused >= 10
