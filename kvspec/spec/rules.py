@@ -72,6 +72,10 @@ class RuleId(StrEnum):
     INV_ANCHOR = "INV-ANCHOR"
     INV_PARTIAL_UUID = "INV-PARTIAL-UUID"
     INV_VLLM_COPIES = "INV-VLLM-COPIES"
+    INV_KVBM_ANNOUNCED = "INV-KVBM-ANNOUNCED"
+    INV_LEGACY_ANNOUNCED = "INV-LEGACY-ANNOUNCED"
+    INV_ATOMIC_NO_HALF = "INV-ATOMIC-NO-HALF"
+    INV_ATOMIC_ANCHOR = "INV-ATOMIC-ANCHOR"
     INV_PAGED_REFS = "INV-PAGED-REFS"
     INV_SESSION_FENCE = "INV-SESSION-FENCE"
     # -- the paged allocator (profile paged) --------------------------------
@@ -195,6 +199,10 @@ RULES: dict[RuleId, Rule] = {
         Rule(RuleId.INV_ANCHOR, _I, "every Stored's parent is registered (or the root) when emitted"),
         Rule(RuleId.INV_PARTIAL_UUID, _I, "no partial-block uuid is held by two G1 slots"),
         Rule(RuleId.INV_VLLM_COPIES, _I, "vllm: the router's copy count of every hash equals its cached copies"),
+        Rule(RuleId.INV_KVBM_ANNOUNCED, _I, "kvbm: the router's view is the registered blocks still marked announced"),
+        Rule(RuleId.INV_LEGACY_ANNOUNCED, _I, "legacy: the router view is the registered blocks no failed Use placed"),
+        Rule(RuleId.INV_ATOMIC_NO_HALF, _I, "atomic: a Use that passed its capacity check places every block"),
+        Rule(RuleId.INV_ATOMIC_ANCHOR, _I, "atomic: every Stored's parent is the block before it, held by the router"),
         Rule(RuleId.INV_PAGED_REFS, _I, "paged: pools conserve blocks and every reference count equals its holders"),
         Rule(RuleId.INV_SESSION_FENCE, _I, "session: a handle of an older generation never matches a slot"),
         Rule(RuleId.PAGED_VALIDATE, _PG, "paged: a malformed operation is rejected before any state changes"),
@@ -302,6 +310,10 @@ RuleName = Literal[
     "INV-ANCHOR",
     "INV-PARTIAL-UUID",
     "INV-VLLM-COPIES",
+    "INV-KVBM-ANNOUNCED",
+    "INV-LEGACY-ANNOUNCED",
+    "INV-ATOMIC-NO-HALF",
+    "INV-ATOMIC-ANCHOR",
     "INV-PAGED-REFS",
     "INV-SESSION-FENCE",
     "PAGED-VALIDATE",

@@ -1,12 +1,17 @@
-"""``kvspec prove --profile vllm``: the rows of the vllm profile's proofs."""
+"""``kvspec prove --profile P``: the rows of one profile's proofs (vllm; kvbm, legacy, atomic)."""
 
 from __future__ import annotations
 
+import sys
 import time
 
+from .profile_blocks import Profile
+from .profile_blocks import prove as prove_blocks
+from .profile_blocks import refute as refute_blocks
+from .profile_blocks import sanity as sanity_blocks
 from .profile_vllm import INVARIANT_ID, MUTANTS, prove_vllm, refute, sanity
 
-WIDTHS = [30, 18, 30, 9]
+WIDTHS = [44, 18, 50, 9]
 
 
 def _row(cols: list[str]) -> str:
@@ -48,3 +53,102 @@ def run_vllm() -> int:
     for p in problems:
         print(f"sanity check failed: {p}")
     return 1 if problems else 0
+
+
+def _blocks(profile: str) -> Profile:
+    from . import profile_atomic, profile_kvbm, profile_legacy
+
+    return {"kvbm": profile_kvbm.PROFILE, "atomic": profile_atomic.PROFILE, "legacy": profile_legacy.PROFILE}[profile]
+
+
+#: the block-level profiles without an offload tier (smt/profile_blocks.py)
+BLOCK_PROFILES = ("kvbm", "legacy", "atomic")
+
+
+def block_mutants() -> dict[str, list[str]]:
+    """Mutant name -> the block-level profiles that have it (for ``--mutant``)."""
+    out: dict[str, list[str]] = {}
+    for name in BLOCK_PROFILES:
+        for m in _blocks(name).mutants:
+            out.setdefault(m, []).append(name)
+    return out
+
+
+def run_blocks(profile: str, mutant: str | None = None) -> int:
+    """One block-level profile: each invariant 1-inductive for any capacity and
+    any hashes (steps of a batch of any length), the sanity check on finite
+    models, and each of its mutants refuted; with ``mutant``, the proofs of
+    that broken variant (exit 1 when it is caught, as for kvbm-offload)."""
+    prof = _blocks(profile)
+    if mutant is not None and mutant not in prof.mutants:
+        print(
+            f"kvspec prove: the {profile} profile has no mutant {mutant!r}; its mutants: {', '.join(prof.mutants)}",
+            file=sys.stderr,
+        )
+        return 2
+    print(
+        f"kvspec prove --profile {profile}: {profile} without an offload tier, any capacity, any block hashes"
+        " (a Use is a sequence of steps: every batch length)"
+    )
+    tw = frozenset({mutant}) if mutant else frozenset()
+    if mutant:
+        rule, what = prof.mutants[mutant]
+        print(f"MUTANT {mutant}: {what} (breaks {rule})")
+    print(_row(["invariant", "result", "scope", "time"]))
+    print(_row(["-" * w for w in WIDTHS]))
+    problems: list[str] = []
+    t0 = time.perf_counter()
+    proofs = prove_blocks(prof, tw)
+    for inv in [*prof.invariants, *(f"never: {n}" for n in prof.unreachable)]:
+        mine = [p for p in proofs if p.invariant == inv]
+        bad = [p.transition for p in mine if p.verdict != "proven"]
+        secs = sum(p.seconds for p in mine)
+        if inv.startswith("never: "):
+            label = f"{_owner(prof, inv)} (never: {inv.removeprefix('never: ')})"
+            scope = "any state of the invariants"
+        else:
+            label, scope = inv, f"initial + {len(mine) - 1} transitions"
+        print(_row([label, "unbounded proven" if not bad else "NOT proven", scope, f"{secs:.2f}s"]))
+        problems += [f"{inv} not proven at {t}" for t in bad]
+    if mutant:
+        where = refute_blocks(prof, mutant)
+        print(f"counterexample (finite instance): {where}" if where else "no finite counterexample found")
+        print(f"total {time.perf_counter() - t0:.2f}s")
+        return 1 if problems or where else 0
+    t1 = time.perf_counter()
+    found = sanity_blocks(prof)
+    problems += found
+    print(
+        _row(
+            [
+                f"SANITY-{profile.upper()}",
+                "ok" if not found else "FAILED",
+                "finite models",
+                f"{time.perf_counter() - t1:.2f}s",
+            ]
+        )
+    )
+    for name, (rule, _what) in prof.mutants.items():
+        t1 = time.perf_counter()
+        where = refute_blocks(prof, name)
+        print(
+            _row(
+                [
+                    f"  refutes {name}",
+                    "refuted" if where else "NOT REFUTED",
+                    f"{rule} at {where}" if where else rule,
+                    f"{time.perf_counter() - t1:.2f}s",
+                ]
+            )
+        )
+        if where is None:
+            problems.append(f"the {profile} mutant {name} was not refuted")
+    print(f"total {time.perf_counter() - t0:.2f}s")
+    for p in problems:
+        print(f"sanity check failed: {p}")
+    return 1 if problems else 0
+
+
+def _owner(prof: Profile, inv: str) -> str:
+    """The invariant a never-enabled transition belongs to (atomic: NO-HALF)."""
+    return "INV-ATOMIC-NO-HALF" if "INV-ATOMIC-NO-HALF" in prof.invariants else "SANITY"

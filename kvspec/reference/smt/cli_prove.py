@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Callable
 
+from .cli_profiles import BLOCK_PROFILES, block_mutants
 from .invariants import ALL_PROPERTIES, INVARIANTS, by_id
 from .mutants import MUTANTS, mutant
 from .narrowing import check_cases
@@ -48,8 +49,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--mutant",
-        choices=[m.name for m in MUTANTS],
-        help="prove against a broken variant of the rules (expect a counterexample)",
+        choices=[m.name for m in MUTANTS] + sorted(set(block_mutants()) - {m.name for m in MUTANTS}),
+        help="prove against a broken variant of the rules (expect a counterexample); with --profile"
+        " kvbm, legacy or atomic, one of that profile's mutants",
     )
     p.add_argument(
         "--profile",
@@ -70,9 +72,10 @@ def _pad(cols: list[str], free: set[str] | None) -> list[str]:
 
 
 #: the profiles with an encoding: kvbm with an offload tier (the INV-* rows),
-#: the allocator-level profiles (smt/paged.py, smt/session.py) and vllm copy counting (smt/profile_vllm.py)
+#: the allocator-level profiles (smt/paged.py, smt/session.py), vllm copy counting (smt/profile_vllm.py)
+#: and the block-level profiles without offload (smt/profile_kvbm.py, profile_legacy.py, profile_atomic.py)
 PROFILES = ("kvbm-offload", "paged", "session", "vllm", "kvbm", "legacy", "atomic")
-NOT_ENCODED = ("kvbm", "legacy", "atomic")
+NOT_ENCODED: tuple[str, ...] = ()
 
 
 def _row(cols: list[str], widths: list[int]) -> str:
@@ -92,6 +95,16 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"kvspec prove: the {profile} profile has no z3 encoding yet (issue 13);"
             " encoded: kvbm-offload, paged, session, vllm",
+            file=sys.stderr,
+        )
+        return 2
+    if profile in BLOCK_PROFILES:
+        from .cli_profiles import run_blocks
+
+        return run_blocks(profile, args.mutant)
+    if args.mutant and args.mutant not in {m.name for m in MUTANTS}:
+        print(
+            f"kvspec prove: {args.mutant} is a mutant of --profile {'/'.join(block_mutants()[args.mutant])}",
             file=sys.stderr,
         )
         return 2
