@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import Phase, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvspec.conformance.manager_lockstep import (
@@ -29,6 +29,7 @@ from kvspec.conformance.manager_lockstep import (
     session_ops,
 )
 from kvspec.conformance.manifest import Manifest
+from kvspec.conformance.profile_suite import cheap_op_settings, record_rules, require_profile
 from kvspec.spec.manager_scenario import ManagerScenario, manager_scenarios
 from kvspec.spec.manager_wire import PAGED_OP_ADAPTER, PagedConfig, SessionConfig
 from kvspec.spec.rules import Concern, rules_of
@@ -38,33 +39,15 @@ PAGED_RULES = rules_of(Concern.PAGED)
 SESSION_RULES = rules_of(Concern.SESSION)
 
 
-def _require(manifest: Manifest, profile: str) -> None:
-    if profile not in manifest.supported_profiles():
-        pytest.skip(f"adapter {manifest.name!r} does not declare capability profile:{profile}")
-
-
-def _settings(current: settings) -> settings:
-    """A third of the effort's examples (``kvspec_settings``): the operations
-    are cheap and collide often (small name pools), and every mutant run of
-    ``kvspec mutants`` passes through here."""
-    return settings(
-        current,
-        report_multiple_bugs=False,
-        max_examples=max(20, current.max_examples // 3),
-        phases=[p for p in current.phases if p is not Phase.explain],
-    )
-
-
 @pytest.mark.kvspec_rules()
 @pytest.mark.parametrize(("path", "scenario"), SCENARIOS, ids=[f"{p.parent.name}/{p.stem}" for p, _ in SCENARIOS])
 def test_manager_golden(
     path: Path, scenario: ManagerScenario, kvspec_manifest: Manifest, kvspec_adapter_dir: Path, kvspec_record_rule: Any
 ) -> None:
-    _require(kvspec_manifest, scenario.config.kind)
+    require_profile(kvspec_manifest, scenario.config.kind)
     with open_manager(kvspec_manifest, kvspec_adapter_dir, scenario.config) as impl:
         run_golden(scenario, impl)
-    for rule in scenario.rules:
-        kvspec_record_rule(str(rule))
+    record_rules(kvspec_record_rule, scenario.rules)
 
 
 @pytest.mark.kvspec_rules(*PAGED_RULES)
@@ -72,9 +55,9 @@ def test_paged_lockstep(
     kvspec_manifest: Manifest, kvspec_adapter_dir: Path, kvspec_record_rule: Any, kvspec_settings: settings
 ) -> None:
     """Values, errors, block sharing, reference counts, contents and pressure equal the model's at every step."""
-    _require(kvspec_manifest, "paged")
+    require_profile(kvspec_manifest, "paged")
 
-    @_settings(kvspec_settings)
+    @cheap_op_settings(kvspec_settings)
     @given(config=paged_configs(), ops=st.lists(paged_ops(), min_size=1, max_size=kvspec_settings.stateful_step_count))
     def run(config: PagedConfig, ops: list[dict[str, Any]]) -> None:
         with open_manager(kvspec_manifest, kvspec_adapter_dir, config) as impl:
@@ -83,8 +66,7 @@ def test_paged_lockstep(
                 ls.step(PAGED_OP_ADAPTER.validate_python(raw))
 
     run()
-    for rule in PAGED_RULES:
-        kvspec_record_rule(rule)
+    record_rules(kvspec_record_rule, PAGED_RULES)
 
 
 @pytest.mark.kvspec_rules(*SESSION_RULES)
@@ -92,9 +74,9 @@ def test_session_lockstep(
     kvspec_manifest: Manifest, kvspec_adapter_dir: Path, kvspec_record_rule: Any, kvspec_settings: settings
 ) -> None:
     """Admissions, fencing, LRU reuse and releases equal the model's at every step."""
-    _require(kvspec_manifest, "session")
+    require_profile(kvspec_manifest, "session")
 
-    @_settings(kvspec_settings)
+    @cheap_op_settings(kvspec_settings)
     @given(
         config=session_configs(),
         ops=st.lists(session_ops(), min_size=1, max_size=kvspec_settings.stateful_step_count),
@@ -106,5 +88,4 @@ def test_session_lockstep(
                 ls.step(concrete_session_op(ls, a))
 
     run()
-    for rule in SESSION_RULES:
-        kvspec_record_rule(rule)
+    record_rules(kvspec_record_rule, SESSION_RULES)

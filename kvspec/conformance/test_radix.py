@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import Phase, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvspec.conformance.manifest import Manifest
+from kvspec.conformance.profile_suite import cheap_op_settings, open_or_skip, record_rules, require_profile
 from kvspec.conformance.radix_check import RadixLockstep, radix_configs, radix_ops, run_golden
 from kvspec.conformance.radix_interface import open_radix
-from kvspec.conformance.requests_api import ImplementationUnavailableError
 from kvspec.spec.radix_wire import RADIX_OP_ADAPTER, RadixConfig, RadixRequest, radix_scenarios
 from kvspec.spec.rules import Concern, rules_of
 
@@ -34,29 +34,8 @@ RADIX_RULES = (
     "REMOVE-EXACT",
     "REMOVE-NO-ORPHAN",
 )
-
-
-def _require(manifest: Manifest) -> None:
-    if "radix" not in manifest.supported_profiles():
-        pytest.skip(f"adapter {manifest.name!r} does not declare capability profile:radix")
-
-
-def _open(manifest: Manifest, adapter_dir: Path, config: RadixConfig) -> Any:
-    try:
-        return open_radix(manifest, adapter_dir, config)
-    except ImplementationUnavailableError as e:
-        pytest.skip(str(e))
-
-
-def _settings(current: settings) -> settings:
-    """A third of the effort's examples, as for the allocator profiles: the
-    operations are cheap and collide often (three tokens, two lock names)."""
-    return settings(
-        current,
-        report_multiple_bugs=False,
-        max_examples=max(20, current.max_examples // 3),
-        phases=[p for p in current.phases if p is not Phase.explain],
-    )
+#: what the fixed request workload exercises
+REQUEST_RULES = ("RADIX-PREFIX-HIT", "RADIX-EVICT-LRU", "RADIX-INSERT", "RADIX-CAPACITY", "RADIX-REMOVE")
 
 
 @pytest.mark.kvspec_rules()
@@ -64,11 +43,10 @@ def _settings(current: settings) -> settings:
 def test_radix_golden(
     path: Path, scenario: Any, kvspec_manifest: Manifest, kvspec_adapter_dir: Path, kvspec_record_rule: Any
 ) -> None:
-    _require(kvspec_manifest)
-    with _open(kvspec_manifest, kvspec_adapter_dir, scenario.config) as impl:
+    require_profile(kvspec_manifest, "radix")
+    with open_or_skip(open_radix, kvspec_manifest, kvspec_adapter_dir, scenario.config) as impl:
         run_golden(scenario, impl)
-    for rule in scenario.rules:
-        kvspec_record_rule(str(rule))
+    record_rules(kvspec_record_rule, scenario.rules)
 
 
 @pytest.mark.kvspec_rules(*RADIX_RULES)
@@ -76,10 +54,10 @@ def test_radix_lockstep(
     kvspec_manifest: Manifest, kvspec_adapter_dir: Path, kvspec_record_rule: Any, kvspec_settings: settings
 ) -> None:
     """Values, errors, events, the tree, lock counts and sizes equal the model's at every step."""
-    _require(kvspec_manifest)
-    _open(kvspec_manifest, kvspec_adapter_dir, RadixConfig()).close()  # skips when unavailable
+    require_profile(kvspec_manifest, "radix")
+    open_or_skip(open_radix, kvspec_manifest, kvspec_adapter_dir, RadixConfig()).close()  # skips when unavailable
 
-    @_settings(kvspec_settings)
+    @cheap_op_settings(kvspec_settings)
     @given(config=radix_configs(), ops=st.lists(radix_ops(), min_size=1, max_size=kvspec_settings.stateful_step_count))
     def run(config: RadixConfig, ops: list[dict[str, Any]]) -> None:
         with open_radix(kvspec_manifest, kvspec_adapter_dir, config) as impl:
@@ -88,18 +66,17 @@ def test_radix_lockstep(
                 ls.step(RADIX_OP_ADAPTER.validate_python(raw))
 
     run()
-    for rule in RADIX_RULES:
-        kvspec_record_rule(rule)
+    record_rules(kvspec_record_rule, RADIX_RULES)
 
 
-@pytest.mark.kvspec_rules("RADIX-PREFIX-HIT", "RADIX-EVICT-LRU", "RADIX-INSERT", "RADIX-CAPACITY", "RADIX-REMOVE")
+@pytest.mark.kvspec_rules(*REQUEST_RULES)
 @pytest.mark.parametrize("page_size", [1, 4])
 def test_radix_requests(
     page_size: int, kvspec_manifest: Manifest, kvspec_adapter_dir: Path, kvspec_record_rule: Any
 ) -> None:
     """A fixed request workload on a pool a third of its size: shared system
     prompts, multi-turn follow-ups that extend earlier answers, evictions."""
-    _require(kvspec_manifest)
+    require_profile(kvspec_manifest, "radix")
     config = RadixConfig(page_size=page_size, capacity=48)
     system = [7, 7, 8, 9, 7, 8, 9, 9]
     reqs: list[RadixRequest] = []
@@ -109,9 +86,8 @@ def test_radix_requests(
         if turn % 3 == 2 and reqs:
             prompt = reqs[-1].prompt + reqs[-1].output[:-1] + user[:2]
         reqs.append(RadixRequest(prompt=prompt, output=[30 + turn, 31, 32, 33, 34][: 2 + turn % 4]))
-    with _open(kvspec_manifest, kvspec_adapter_dir, config) as impl:
+    with open_or_skip(open_radix, kvspec_manifest, kvspec_adapter_dir, config) as impl:
         ls = RadixLockstep(impl, config)
         for r in reqs:
             ls.step(r)
-    for rule in ("RADIX-PREFIX-HIT", "RADIX-EVICT-LRU", "RADIX-INSERT", "RADIX-CAPACITY", "RADIX-REMOVE"):
-        kvspec_record_rule(rule)
+    record_rules(kvspec_record_rule, REQUEST_RULES)
