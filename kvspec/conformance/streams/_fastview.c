@@ -466,11 +466,573 @@ error:
     return NULL;
 }
 
+/* ------------------------------------------------------------ vLLM feeds
+ *
+ * vllm_event(ctx, ev, worker, dp) applies one clean vLLM BlockStored or
+ * BlockRemoved (a decoded codecs.VllmStored or VllmRemoved struct) in copies
+ * mode with the exact effects of ZmqFeed._stored/_removed -> RouterView.
+ * on_stored/on_removed -> HashCheck.stored/gone for the sha256 scheme, or
+ * returns 0 with nothing changed for the Python path to apply and report.
+ * The block hash is recomputed as vLLM computes it (sha256 of the pickle,
+ * protocol 5, of (parent digest, tuple(token ids), None)); the pickle is
+ * written here byte for byte as pickle.dumps writes it and digested here
+ * (tests compare both with pickle and hashlib).
+ */
+
+static PyObject *S_pop, *S_parent_block_hash, *S_token_ids, *S_block_size, *S_extra_keys, *S_medium, *S_group_idx,
+    *S_digest, *S_checked_blocks;
+
+/* *out = v when v is an int in [0, 2**64); 0 otherwise (no error set) */
+static int u64_of(PyObject *v, uint64_t *out) {
+    if (!PyLong_CheckExact(v)) return 0;
+    int ok;
+    *out = as_u64(v, &ok);
+    return ok;
+}
+
+/* one token id as pickle writes an int; -1 when it is not in [0, 2**32) */
+static int pickle_int(unsigned char *o, uint64_t v) {
+    if (v < 0x100) {
+        o[0] = 'K';
+        o[1] = (unsigned char)v;
+        return 2;
+    }
+    if (v < 0x10000) {
+        o[0] = 'M';
+        o[1] = (unsigned char)v;
+        o[2] = (unsigned char)(v >> 8);
+        return 3;
+    }
+    if (v < 0x80000000ULL) {
+        o[0] = 'J';
+        for (int k = 0; k < 4; k++) o[1 + k] = (unsigned char)(v >> (8 * k));
+        return 5;
+    }
+    if (v < 0x100000000ULL) { /* LONG1: 5 bytes, two's complement, the top one 0 */
+        o[0] = 0x8a;
+        o[1] = 5;
+        for (int k = 0; k < 4; k++) o[2 + k] = (unsigned char)(v >> (8 * k));
+        o[6] = 0;
+        return 7;
+    }
+    return -1;
+}
+
+/* pickle.dumps((parent, tuple(toks[0:n]), None), protocol=5) written into
+ * buf (at least vllm_pickle_cap(plen, n) bytes); its length, or -1 when a
+ * token is not an int in [0, 2**32) or the parent is 256 bytes or longer */
+static Py_ssize_t vllm_pickle_cap(Py_ssize_t plen, Py_ssize_t n) { return 11 + 2 + plen + 3 + 7 * n + 5; }
+
+static Py_ssize_t vllm_pickle_into(unsigned char *buf, const char *parent, Py_ssize_t plen, PyObject **toks,
+                                   Py_ssize_t n) {
+    if (plen >= 256) return -1;
+    unsigned char *o = buf + 11;
+    *o++ = 'C'; /* SHORT_BINBYTES */
+    *o++ = (unsigned char)plen;
+    memcpy(o, parent, plen);
+    o += plen;
+    *o++ = 0x94; /* MEMOIZE */
+    if (n == 0) {
+        *o++ = ')'; /* EMPTY_TUPLE, not memoized */
+    } else {
+        if (n > 3) *o++ = '(';
+        for (Py_ssize_t i = 0; i < n; i++) {
+            uint64_t v;
+            int w = u64_of(toks[i], &v) ? pickle_int(o, v) : -1;
+            if (w < 0) return -1;
+            o += w;
+        }
+        *o++ = n == 1 ? 0x85 : n == 2 ? 0x86 : n == 3 ? 0x87 : 't';
+        *o++ = 0x94;
+    }
+    *o++ = 'N';
+    *o++ = 0x87; /* TUPLE3 */
+    *o++ = 0x94;
+    *o++ = '.';
+    uint64_t frame = (uint64_t)(o - (buf + 11));
+    buf[0] = 0x80; /* PROTO 5 */
+    buf[1] = 5;
+    buf[2] = 0x95; /* FRAME */
+    for (int k = 0; k < 8; k++) buf[3 + k] = (unsigned char)(frame >> (8 * k));
+    return o - buf;
+}
+
+/* SHA-256 (FIPS 180-4), for vLLM's block hashes: one call per block, so the
+ * digest is taken here rather than through hashlib's objects; the tests
+ * compare it with hashlib. The constants are the first 32 bits of the
+ * fractional parts of the square roots (H) and cube roots (K) of the first
+ * primes. */
+static const uint32_t SHA_K[64] = {
+    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2,
+};
+
+#define ROR32(x, n) (((x) >> (n)) | ((x) << (32 - (n))))
+
+static void sha256_block(uint32_t st[8], const unsigned char *p) {
+    uint32_t w[64];
+    for (int i = 0; i < 16; i++)
+        w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 | (uint32_t)p[4 * i + 2] << 8 | p[4 * i + 3];
+    for (int i = 16; i < 64; i++) {
+        uint32_t s0 = ROR32(w[i - 15], 7) ^ ROR32(w[i - 15], 18) ^ (w[i - 15] >> 3);
+        uint32_t s1 = ROR32(w[i - 2], 17) ^ ROR32(w[i - 2], 19) ^ (w[i - 2] >> 10);
+        w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+    }
+    uint32_t a = st[0], b = st[1], c = st[2], d = st[3], e = st[4], f = st[5], g = st[6], h = st[7];
+    for (int i = 0; i < 64; i++) {
+        uint32_t t1 = h + (ROR32(e, 6) ^ ROR32(e, 11) ^ ROR32(e, 25)) + ((e & f) ^ (~e & g)) + SHA_K[i] + w[i];
+        uint32_t t2 = (ROR32(a, 2) ^ ROR32(a, 13) ^ ROR32(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
+        h = g;
+        g = f;
+        f = e;
+        e = d + t1;
+        d = c;
+        c = b;
+        b = a;
+        a = t1 + t2;
+    }
+    st[0] += a;
+    st[1] += b;
+    st[2] += c;
+    st[3] += d;
+    st[4] += e;
+    st[5] += f;
+    st[6] += g;
+    st[7] += h;
+}
+
+static void sha256(const unsigned char *data, size_t len, unsigned char out[32]) {
+    uint32_t st[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+    size_t whole = len / 64 * 64;
+    for (size_t i = 0; i < whole; i += 64) sha256_block(st, data + i);
+    unsigned char tail[128];
+    size_t r = len - whole;
+    memset(tail, 0, sizeof tail);
+    memcpy(tail, data + whole, r);
+    tail[r] = 0x80;
+    size_t tl = r + 9 <= 64 ? 64 : 128;
+    uint64_t bits = (uint64_t)len * 8;
+    for (int k = 0; k < 8; k++) tail[tl - 1 - k] = (unsigned char)(bits >> (8 * k));
+    sha256_block(st, tail);
+    if (tl == 128) sha256_block(st, tail + 64);
+    for (int i = 0; i < 8; i++) {
+        out[4 * i] = (unsigned char)(st[i] >> 24);
+        out[4 * i + 1] = (unsigned char)(st[i] >> 16);
+        out[4 * i + 2] = (unsigned char)(st[i] >> 8);
+        out[4 * i + 3] = (unsigned char)st[i];
+    }
+}
+
+/* vllm_pickle(parent: bytes, tokens: list) -> bytes or None (tests: the
+ * pickle is pickle.dumps's) */
+static PyObject *fv_vllm_pickle(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyBytes_Check(args[0]) || !PyList_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "vllm_pickle(parent: bytes, tokens: list)");
+        return NULL;
+    }
+    Py_ssize_t plen = PyBytes_GET_SIZE(args[0]), n = PyList_GET_SIZE(args[1]);
+    unsigned char *buf = PyMem_Malloc(vllm_pickle_cap(plen, n));
+    if (buf == NULL) return PyErr_NoMemory();
+    Py_ssize_t len = vllm_pickle_into(buf, PyBytes_AS_STRING(args[0]), plen, PySequence_Fast_ITEMS(args[1]), n);
+    PyObject *r = len < 0 ? Py_NewRef(Py_None) : PyBytes_FromStringAndSize((const char *)buf, len);
+    PyMem_Free(buf);
+    return r;
+}
+
+/* sha256(data: bytes) -> bytes (tests: hashlib's) */
+static PyObject *fv_sha256(PyObject *self, PyObject *arg) {
+    if (!PyBytes_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "sha256(data: bytes)");
+        return NULL;
+    }
+    unsigned char out[32];
+    sha256((const unsigned char *)PyBytes_AS_STRING(arg), (size_t)PyBytes_GET_SIZE(arg), out);
+    return PyBytes_FromStringAndSize((const char *)out, 32);
+}
+
+/* the tier of a vLLM event (codecs.vllm_tier) for group 0; NULL (no error
+ * set) for another group or an unknown medium: the Python path decides */
+static PyObject *vllm_tier_of(PyObject *ev, PyObject *media) {
+    PyObject *g = PyObject_GetAttr(ev, S_group_idx);
+    if (g == NULL) return NULL;
+    int zero = g == Py_None || (PyLong_CheckExact(g) && PyLong_AsLong(g) == 0);
+    Py_DECREF(g);
+    if (!zero) return NULL;
+    PyObject *m = PyObject_GetAttr(ev, S_medium);
+    if (m == NULL) return NULL;
+    PyObject *t = PyDict_GetItemWithError(media, m);
+    Py_DECREF(m);
+    Py_XINCREF(t);
+    return t;
+}
+
+/* a list of ints in [0, 2**64) with no hash named twice when `distinct` */
+static int u64_list(PyObject *hs, int distinct) {
+    if (!PyList_CheckExact(hs)) return 0;
+    Py_ssize_t n = PyList_GET_SIZE(hs);
+    if (n == 0 || (distinct && n > 64)) return 0;
+    uint64_t seen[64];
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint64_t v;
+        if (!u64_of(PyList_GET_ITEM(hs, i), &v)) return 0;
+        if (distinct) {
+            for (Py_ssize_t j = 0; j < i; j++)
+                if (seen[j] == v) return 0;
+            seen[i] = v;
+        }
+    }
+    return 1;
+}
+
+/* borrowed tier object and hash-check key for (worker, dp, tier name), or NULL */
+static PyObject *vllm_tier_obj(PyObject *sources, PyObject *w, PyObject *dp, PyObject *tname) {
+    PyObject *key = PyTuple_Pack(2, w, dp);
+    if (key == NULL) return NULL;
+    PyObject *src = PyDict_GetItemWithError(sources, key);
+    Py_DECREF(key);
+    if (src == NULL) return NULL;
+    PyObject *tiers = PyObject_GetAttr(src, S_tiers);
+    if (tiers == NULL) return NULL;
+    PyObject *tier = PyDict_CheckExact(tiers) ? PyDict_GetItemWithError(tiers, tname) : NULL;
+    Py_DECREF(tiers);
+    return tier;
+}
+
+static int bump_index(PyObject *view, PyObject *index) {
+    PyObject *nxt = PyNumber_Add(index, one);
+    if (nxt == NULL) return -1;
+    int r = PyObject_SetAttr(view, S_index, nxt);
+    Py_DECREF(nxt);
+    return r;
+}
+
+static long vllm_stored(PyObject *ctx, PyObject *ev, PyObject *tname, PyObject *tier, PyObject *fkey) {
+    PyObject *view = PyTuple_GET_ITEM(ctx, 0), *full_all = PyTuple_GET_ITEM(ctx, 2);
+    PyObject *anchored_tiers = PyTuple_GET_ITEM(ctx, 4), *none = PyTuple_GET_ITEM(ctx, 6);
+    PyObject *hcheck = PyTuple_GET_ITEM(ctx, 7);
+    long code = 0;
+    PyObject *hs = NULL, *parent = NULL, *toks = NULL, *bs = NULL, *ek = NULL, *live = NULL, *kids = NULL;
+    PyObject *index = NULL, *digests = NULL;
+    hs = PyObject_GetAttr(ev, S_block_hashes);
+    if (hs == NULL) goto error;
+    if (!u64_list(hs, 0)) goto done;
+    parent = PyObject_GetAttr(ev, S_parent_block_hash);
+    if (parent == NULL) goto error;
+    uint64_t pv;
+    if (parent != Py_None && !u64_of(parent, &pv)) goto done;
+    toks = PyObject_GetAttr(ev, S_token_ids);
+    bs = toks == NULL ? NULL : PyObject_GetAttr(ev, S_block_size);
+    ek = bs == NULL ? NULL : PyObject_GetAttr(ev, S_extra_keys);
+    if (ek == NULL) goto error;
+    Py_ssize_t n = PyList_GET_SIZE(hs);
+    long size = PyLong_CheckExact(bs) ? PyLong_AsLong(bs) : -1;
+    if (size == -1 && PyErr_Occurred()) goto error;
+    if (!PyList_CheckExact(toks) || size < 1 || PyList_GET_SIZE(toks) != size * n) goto done;
+    if (ek != Py_None) { /* extra keys other than None: the Python path */
+        if (!PyList_CheckExact(ek)) goto done;
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(ek); i++)
+            if (PyList_GET_ITEM(ek, i) != Py_None) goto done;
+    }
+    live = PyObject_GetAttr(tier, S_live);
+    kids = live == NULL ? NULL : PyObject_GetAttr(tier, S_kids);
+    if (kids == NULL) goto error;
+    if (!PyDict_CheckExact(live) || !PyDict_CheckExact(kids)) goto done;
+    PyObject *full = PyDict_GetItemWithError(full_all, fkey); /* borrowed */
+    if (full == NULL || !PyDict_CheckExact(full)) {
+        if (PyErr_Occurred()) goto error;
+        goto done;
+    }
+    PyObject *pfull = none; /* borrowed */
+    if (parent != Py_None) {
+        int anchored = 1;
+        if (anchored_tiers != Py_None) {
+            anchored = PySequence_Contains(anchored_tiers, tname);
+            if (anchored < 0) goto error;
+        }
+        if (anchored) {
+            int c = PyDict_Contains(live, parent);
+            if (c < 0) goto error;
+            if (!c) goto done;
+        }
+        pfull = PyDict_GetItemWithError(full, parent);
+        if (pfull == NULL) {
+            if (PyErr_Occurred()) goto error;
+            goto done; /* the parent's digest is unknown: the Python path skips what it cannot check */
+        }
+    }
+    /* every hash first: nothing changes unless all of them are right */
+    digests = PyList_New(n);
+    if (digests == NULL) goto error;
+    PyObject **tv = PySequence_Fast_ITEMS(toks);
+    unsigned char stackbuf[2048], *buf = stackbuf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!PyBytes_Check(pfull)) goto done;
+        Py_ssize_t plen = PyBytes_GET_SIZE(pfull), cap = vllm_pickle_cap(plen, size);
+        if (cap > (Py_ssize_t)sizeof stackbuf && buf == stackbuf) {
+            buf = PyMem_Malloc(cap); /* the same size for every block: allocated once */
+            if (buf == NULL) {
+                buf = stackbuf;
+                PyErr_NoMemory();
+                goto error;
+            }
+        }
+        Py_ssize_t len = vllm_pickle_into(buf, PyBytes_AS_STRING(pfull), plen, tv + i * size, size);
+        unsigned char dg[32];
+        if (len >= 0) sha256(buf, (size_t)len, dg);
+        uint64_t h = 0, low = 0;
+        for (int k = 24; k < 32; k++) low = (low << 8) | dg[k];
+        if (len < 0 || !u64_of(PyList_GET_ITEM(hs, i), &h) || low != h) {
+            if (buf != stackbuf) PyMem_Free(buf);
+            goto done;
+        }
+        PyObject *d = PyBytes_FromStringAndSize((const char *)dg, 32);
+        if (d == NULL) {
+            if (buf != stackbuf) PyMem_Free(buf);
+            goto error;
+        }
+        PyList_SET_ITEM(digests, i, d);
+        pfull = d;
+    }
+    if (buf != stackbuf) PyMem_Free(buf);
+    index = PyObject_GetAttr(view, S_index);
+    if (index == NULL) goto error;
+    /* HashCheck.stored's effects, then RouterView.on_stored's (copies mode) */
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (PyDict_SetItem(full, PyList_GET_ITEM(hs, i), PyList_GET_ITEM(digests, i)) < 0) goto error;
+    PyObject *prev = parent;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *h = PyList_GET_ITEM(hs, i);
+        PyObject *rec = PyDict_GetItemWithError(live, h);
+        PyObject *nrec;
+        if (rec == NULL) {
+            if (PyErr_Occurred()) goto error;
+            nrec = PyTuple_Pack(4, one, prev, index, index);
+            if (nrec == NULL) goto error;
+            if (PyDict_SetItem(live, h, nrec) < 0 || (prev != Py_None && kids_inc(kids, prev) < 0)) {
+                Py_DECREF(nrec);
+                goto error;
+            }
+        } else {
+            if (!PyTuple_CheckExact(rec) || PyTuple_GET_SIZE(rec) != 4) {
+                PyErr_SetString(PyExc_TypeError, "vllm_event(): a live record is not a 4-tuple");
+                goto error;
+            }
+            PyObject *c = PyNumber_Add(PyTuple_GET_ITEM(rec, 0), one);
+            if (c == NULL) goto error;
+            nrec = PyTuple_Pack(4, c, PyTuple_GET_ITEM(rec, 1), index, index);
+            Py_DECREF(c);
+            if (nrec == NULL || PyDict_SetItem(live, h, nrec) < 0) {
+                Py_XDECREF(nrec);
+                goto error;
+            }
+        }
+        Py_DECREF(nrec);
+        prev = h;
+    }
+    PyObject *cb = PyObject_GetAttr(hcheck, S_checked_blocks);
+    PyObject *ncb = NULL;
+    if (cb != NULL) {
+        PyObject *k = PyLong_FromSsize_t(n);
+        ncb = k == NULL ? NULL : PyNumber_Add(cb, k);
+        Py_XDECREF(k);
+        Py_DECREF(cb);
+    }
+    if (ncb == NULL || PyObject_SetAttr(hcheck, S_checked_blocks, ncb) < 0) {
+        Py_XDECREF(ncb);
+        goto error;
+    }
+    Py_DECREF(ncb);
+    if (bump_index(view, index) < 0) goto error;
+    code = 1;
+    goto done;
+error:
+    code = -1;
+done:
+    Py_XDECREF(hs);
+    Py_XDECREF(parent);
+    Py_XDECREF(toks);
+    Py_XDECREF(bs);
+    Py_XDECREF(ek);
+    Py_XDECREF(live);
+    Py_XDECREF(kids);
+    Py_XDECREF(index);
+    Py_XDECREF(digests);
+    return code;
+}
+
+static long vllm_removed(PyObject *ctx, PyObject *ev, PyObject *tier, PyObject *fkey) {
+    PyObject *view = PyTuple_GET_ITEM(ctx, 0), *full_all = PyTuple_GET_ITEM(ctx, 2);
+    PyObject *pending = PyTuple_GET_ITEM(ctx, 3);
+    int strict = PyObject_IsTrue(PyTuple_GET_ITEM(ctx, 8));
+    long code = 0;
+    PyObject *hs = NULL, *live = NULL, *kids = NULL, *removed = NULL, *recent = NULL, *index = NULL, *mark = NULL;
+    if (strict < 0) goto error;
+    hs = PyObject_GetAttr(ev, S_block_hashes);
+    if (hs == NULL) goto error;
+    if (!u64_list(hs, 1)) goto done;
+    live = PyObject_GetAttr(tier, S_live);
+    kids = live == NULL ? NULL : PyObject_GetAttr(tier, S_kids);
+    removed = kids == NULL ? NULL : PyObject_GetAttr(tier, S_removed);
+    recent = removed == NULL ? NULL : PyObject_GetAttr(removed, S_cur);
+    if (recent == NULL) goto error;
+    if (!PyDict_CheckExact(live) || !PyDict_CheckExact(kids) || !PyDict_CheckExact(recent)) goto done;
+    Py_ssize_t n = PyList_GET_SIZE(hs);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *rec = PyDict_GetItemWithError(live, PyList_GET_ITEM(hs, i));
+        if (rec == NULL) {
+            if (PyErr_Occurred()) goto error;
+            goto done; /* not stored: the Python path reports it */
+        }
+        if (!PyTuple_CheckExact(rec) || PyTuple_GET_SIZE(rec) != 4 || !PyLong_CheckExact(PyTuple_GET_ITEM(rec, 0)))
+            goto done;
+    }
+    index = PyObject_GetAttr(view, S_index);
+    if (index == NULL) goto error;
+    mark = PyTuple_Pack(2, index, index);
+    if (mark == NULL) goto error;
+    int orphans = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *h = PyList_GET_ITEM(hs, i);
+        PyObject *rec = PyDict_GetItemWithError(live, h);
+        if (rec == NULL) goto error; /* checked above */
+        Py_INCREF(rec);
+        long copies = PyLong_AsLong(PyTuple_GET_ITEM(rec, 0));
+        if (copies == -1 && PyErr_Occurred()) {
+            Py_DECREF(rec);
+            goto error;
+        }
+        int r;
+        if (copies == 1) {
+            PyObject *p = PyTuple_GET_ITEM(rec, 1);
+            r = PyDict_DelItem(live, h) < 0 || PyDict_SetItem(recent, h, mark) < 0 ||
+                        (p != Py_None && kids_dec(kids, p) < 0)
+                    ? -1
+                    : 0;
+        } else {
+            PyObject *c = PyLong_FromLong(copies - 1);
+            PyObject *nrec = c == NULL ? NULL
+                                       : PyTuple_Pack(4, c, PyTuple_GET_ITEM(rec, 1), PyTuple_GET_ITEM(rec, 2),
+                                                      PyTuple_GET_ITEM(rec, 3));
+            Py_XDECREF(c);
+            r = nrec == NULL || PyDict_SetItem(live, h, nrec) < 0 ? -1 : 0;
+            Py_XDECREF(nrec);
+        }
+        Py_DECREF(rec);
+        if (r < 0) goto error;
+    }
+    /* the recent removals rotate when full, as on_removed leaves them */
+    PyObject *cap = PyObject_GetAttr(removed, S_cap);
+    Py_ssize_t c = cap == NULL ? -1 : PyLong_AsSsize_t(cap);
+    Py_XDECREF(cap);
+    if (c < 0) goto error;
+    if (PyDict_GET_SIZE(recent) >= c) {
+        PyObject *x = PyObject_CallMethodNoArgs(removed, S_rotate);
+        if (x == NULL) goto error;
+        Py_DECREF(x);
+    }
+    /* blocks gone (no longer live): orphans to report? */
+    for (Py_ssize_t i = 0; i < n && strict && !orphans; i++) {
+        PyObject *h = PyList_GET_ITEM(hs, i);
+        int still = PyDict_Contains(live, h);
+        if (still < 0) goto error;
+        if (still) continue;
+        PyObject *k = PyDict_GetItemWithError(kids, h);
+        if (k == NULL && PyErr_Occurred()) goto error;
+        if (k != NULL) {
+            int t = PyObject_IsTrue(k);
+            if (t < 0) goto error;
+            orphans = t;
+        }
+    }
+    if (orphans || PyObject_IsTrue(pending)) {
+        code = 3; /* the caller tells the hash check, reports, moves the index on */
+        goto done;
+    }
+    PyObject *full = PyDict_GetItemWithError(full_all, fkey);
+    if (full == NULL && PyErr_Occurred()) goto error;
+    if (full != NULL && PyDict_CheckExact(full) && PyDict_GET_SIZE(full)) {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *h = PyList_GET_ITEM(hs, i);
+            int still = PyDict_Contains(live, h);
+            if (still < 0) goto error;
+            if (still) continue;
+            PyObject *x = PyObject_CallMethodObjArgs(full, S_pop, h, Py_None, NULL);
+            if (x == NULL) goto error;
+            Py_DECREF(x);
+        }
+    }
+    if (bump_index(view, index) < 0) goto error;
+    code = 2;
+    goto done;
+error:
+    code = -1;
+done:
+    Py_XDECREF(hs);
+    Py_XDECREF(live);
+    Py_XDECREF(kids);
+    Py_XDECREF(removed);
+    Py_XDECREF(recent);
+    Py_XDECREF(index);
+    Py_XDECREF(mark);
+    return code;
+}
+
+/* vllm_event(ctx, ev, worker, dp) -> int: 0 not applied (nothing changed),
+ * 1 a Stored applied, 2 a Removed applied, 3 a Removed applied whose tail
+ * (HashCheck.gone, the orphan reports, the index) the caller runs.
+ * ctx: (view, sources, hash check's full, hash check's pending, anchored
+ * tiers or None, MEDIUM_TO_TIER, root digest (sha256), hash check, strict,
+ * stored types, removed types). */
+static PyObject *fv_vllm_event(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4 || !PyTuple_CheckExact(args[0]) || PyTuple_GET_SIZE(args[0]) != 11) {
+        PyErr_SetString(PyExc_TypeError, "vllm_event(ctx, ev, worker, dp): ctx a tuple of 11");
+        return NULL;
+    }
+    PyObject *ctx = args[0], *ev = args[1], *w = args[2], *dp = args[3];
+    PyObject *sources = PyTuple_GET_ITEM(ctx, 1), *full_all = PyTuple_GET_ITEM(ctx, 2);
+    PyObject *media = PyTuple_GET_ITEM(ctx, 5);
+    PyObject *stored_t = PyTuple_GET_ITEM(ctx, 9), *removed_t = PyTuple_GET_ITEM(ctx, 10);
+    if (!PyDict_CheckExact(sources) || !PyDict_CheckExact(full_all) || !PyDict_CheckExact(media) ||
+        !PyTuple_CheckExact(stored_t) || !PyTuple_CheckExact(removed_t)) {
+        PyErr_SetString(PyExc_TypeError, "vllm_event(): bad context");
+        return NULL;
+    }
+    int is_stored = PySequence_Contains(stored_t, (PyObject *)Py_TYPE(ev));
+    int is_removed = is_stored ? 0 : PySequence_Contains(removed_t, (PyObject *)Py_TYPE(ev));
+    if (is_stored < 0 || is_removed < 0) return NULL;
+    if (!is_stored && !is_removed) return PyLong_FromLong(0);
+    PyObject *tname = vllm_tier_of(ev, media);
+    if (tname == NULL) return PyErr_Occurred() ? NULL : PyLong_FromLong(0);
+    PyObject *tier = vllm_tier_obj(sources, w, dp, tname); /* borrowed */
+    if (tier == NULL) {
+        Py_DECREF(tname);
+        return PyErr_Occurred() ? NULL : PyLong_FromLong(0);
+    }
+    Py_INCREF(tier);
+    PyObject *fkey = PyTuple_Pack(3, w, dp, tname);
+    long code = -1;
+    if (fkey != NULL) code = is_stored ? vllm_stored(ctx, ev, tname, tier, fkey) : vllm_removed(ctx, ev, tier, fkey);
+    Py_XDECREF(fkey);
+    Py_DECREF(tier);
+    Py_DECREF(tname);
+    return code < 0 ? NULL : PyLong_FromLong(code);
+}
+
 static PyMethodDef methods[] = {
     {"stored", (PyCFunction)(void (*)(void))fv_stored, METH_FASTCALL, "apply a clean Dynamo Stored (see fastview.py)"},
     {"removed", (PyCFunction)(void (*)(void))fv_removed, METH_FASTCALL, "apply a clean Removed (see fastview.py)"},
     {"line", (PyCFunction)(void (*)(void))fv_line, METH_FASTCALL, "apply a clean decoded RouterEvent line"},
     {"take_chain_blocks", fv_take_chain_blocks, METH_NOARGS, "blocks line() chain-checked since the last call"},
+    {"vllm_event", (PyCFunction)(void (*)(void))fv_vllm_event, METH_FASTCALL, "apply a clean vLLM event"},
+    {"sha256", fv_sha256, METH_O, "SHA-256 digest of bytes"},
+    {"vllm_pickle", (PyCFunction)(void (*)(void))fv_vllm_pickle, METH_FASTCALL,
+     "pickle.dumps((parent, tuple(tokens), None), protocol=5), or None"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -505,5 +1067,14 @@ PyMODINIT_FUNC PyInit__kvspec_fastview(void) {
     INTERN(S_pending, "pending")
     INTERN(S_rotate, "rotate")
     INTERN(S_cap, "cap")
+    INTERN(S_parent_block_hash, "parent_block_hash")
+    INTERN(S_token_ids, "token_ids")
+    INTERN(S_block_size, "block_size")
+    INTERN(S_extra_keys, "extra_keys")
+    INTERN(S_medium, "medium")
+    INTERN(S_group_idx, "group_idx")
+    INTERN(S_digest, "digest")
+    INTERN(S_checked_blocks, "checked_blocks")
+    INTERN(S_pop, "pop")
     return PyModule_Create(&module);
 }

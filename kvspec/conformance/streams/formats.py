@@ -20,6 +20,7 @@ a record says so.
 
 from __future__ import annotations
 
+import binascii
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -635,6 +636,8 @@ class CaptureReader:
         dec = CAPTURE_DECODER.decode
         st = self.stats
         feed = self.feed
+        feed_fn = feed.feed
+        a2b = binascii.a2b_base64
         for first, lines, unterminated in iter_chunks(f, self.limit):
             for off, line in enumerate(lines):
                 lineno = first + off
@@ -646,8 +649,19 @@ class CaptureReader:
                 except (msgspec.DecodeError, RecursionError, ValueError) as e:
                     raise _json_error(e, lineno, lineno == unterminated) from None
                 st.records += 1
+                parts = rec.parts_b64
+                frames = None
+                if len(parts) == 3 and (rec.n_parts is None or rec.n_parts == 3):
+                    try:  # frames_of, inlined for the usual three frames
+                        frames = [
+                            a2b(parts[0], strict_mode=True),
+                            a2b(parts[1], strict_mode=True),
+                            a2b(parts[2], strict_mode=True),
+                        ]
+                    except (binascii.Error, ValueError):
+                        frames = None  # frames_of reports it
                 try:
-                    feed.feed(frames_of(rec), lineno, replayed=rec.replayed)
+                    feed_fn(frames if frames is not None else frames_of(rec), lineno, replayed=rec.replayed)
                 except WireError as e:
                     raise StreamError(str(e), f"line {lineno}") from None
         _copy_feed_stats(feed, st)

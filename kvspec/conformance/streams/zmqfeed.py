@@ -20,11 +20,13 @@ applies its events to the router view in order. The same object serves
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Any, cast
 
 from kvspec.reference.router_view import At, RouterView
 from kvspec.spec.codecs import (
+    MEDIUM_TO_TIER,
     REMOVED_TYPES,
     STORED_TYPES,
     VllmBatchDecoder,
@@ -37,7 +39,8 @@ from kvspec.spec.codecs import (
 from kvspec.spec.errors import WireError
 from kvspec.spec.rules import RuleId
 
-from .hashcheck import StoredMeta
+from . import fastview
+from .hashcheck import HashCheck, StoredMeta, _VllmScheme
 
 #: gaps remembered (to tell a late batch from a duplicate)
 MISSING_LIMIT = 65536
@@ -69,13 +72,25 @@ class ZmqFeed:
         worker_id: int = 0,
         mid_stream: bool = False,
         first_seq: int = 0,
+        native: bool = True,
     ) -> None:
         """``mid_stream``: the first message may carry any sequence number.
         A live watcher that sees a gap asks the publisher's replay socket
         first and feeds what it returns with ``replayed=True``: those batches
         fill the gap, and repeats of batches already received are dropped
-        without a finding."""
+        without a finding.
+
+        ``native``: clean events go through the C fast path
+        (``fastview.vllm_event``) when it is built and the view and hash
+        check are configured the way it assumes (copies counting, vLLM's
+        sha256 scheme learned or given, no timing or expected parents);
+        every other event, and every event that might break a rule, takes
+        the Python path below, which stays the reference
+        (tests/test_check_log_vllm_fused.py compares the two)."""
         self.view = view
+        self.native = native
+        self._ctx: tuple[Any, ...] | None = None
+        self._c_event: Callable[..., int] | None = None
         self.worker_id = worker_id
         self.mid_stream = mid_stream
         self.first_seq = first_seq
@@ -102,6 +117,20 @@ class ZmqFeed:
 
     def feed(self, frames: list[bytes], at: At = None, *, replayed: bool = False) -> int:
         """Check and apply one message; returns its sequence number."""
+        nxt = self.next_seq
+        if not replayed and nxt is not None and len(frames) == 3:
+            # the common case, inlined: the sequence due (what _check_sequence
+            # does with it, nothing else to check)
+            seq_b = frames[1]
+            if len(seq_b) == 8 and int.from_bytes(seq_b, "big", signed=True) == nxt:
+                st = self.stats
+                st.messages += 1
+                if len(st.topics) < 16:
+                    st.topics.add(frames[0])
+                st.last_seq = nxt
+                self.next_seq = nxt + 1
+                self.apply_payload(frames[2], at)
+                return nxt
         topic, seq, payload = self.split(frames)
         st = self.stats
         st.messages += 1
@@ -217,7 +246,24 @@ class ZmqFeed:
         view = self.view
         w = self.worker_id
         base = at if isinstance(at, int) else (at[0] if isinstance(at, tuple) and at else 0)
+        ctx = self._ctx if self._ctx is not None else self._native_ctx()
+        c_event = self._c_event
         for i, ev in enumerate(batch.events):
+            if ctx is not None and c_event is not None:
+                code = c_event(ctx, ev, w, dp)
+                if code == 1:
+                    st.stored += 1
+                    st.events += 1
+                    continue
+                if code == 2:
+                    st.removed += 1
+                    st.events += 1
+                    continue
+                if code == 3:  # applied; the hash check's state and the orphan reports are ours
+                    self._removed_tail(ev, w, dp, (base, i))
+                    st.removed += 1
+                    st.events += 1
+                    continue
             where = (base, i)
             if isinstance(ev, STORED_TYPES):
                 self._stored(ev, w, dp, where)
@@ -229,6 +275,64 @@ class ZmqFeed:
                 view.on_cleared(w, dp, "device", None, at=where)
                 st.cleared += 1
             st.events += 1
+
+    def _native_ctx(self) -> tuple[Any, ...] | None:
+        """The C fast path's context, once the configuration allows it (the
+        hash scheme may be learned a few events into the stream)."""
+        if not self.native:
+            return None
+        view = self.view
+        check = view.check
+        if (
+            view.mode != "copies"
+            or view.expect_dp_rank is not None
+            or view.expected_parents
+            or view._timing is not None
+            or type(check) is not HashCheck
+            or check.is_eagle
+            or not isinstance(check.scheme, _VllmScheme)
+            or check.scheme.algo != "sha256"
+        ):
+            return None
+        mod = fastview.module()
+        if mod is None:
+            self.native = False
+            return None
+        self._c_event = mod.vllm_event
+        self._ctx = (
+            view,
+            view.sources,
+            check.full,
+            check.pending,
+            view.anchored_tiers,
+            MEDIUM_TO_TIER,
+            check.scheme.none,
+            check,
+            view.strict,
+            STORED_TYPES,
+            REMOVED_TYPES,
+        )
+        return self._ctx
+
+    def _removed_tail(self, ev: VllmRemoved, w: int, dp: int, at: At) -> None:
+        """The end of a Removed the C path applied (code 3), as ``on_removed``
+        orders it: the hash check forgets the blocks gone, orphans are
+        reported, the index moves on."""
+        view = self.view
+        tname = vllm_tier(ev.medium, ev.group_idx)
+        tier = view.sources[(w, dp)].tiers[tname]
+        hs = cast(list[int], ev.block_hashes)
+        gone = [h for h in hs if h not in tier.live]
+        if gone:
+            if view.check is not None:
+                view.check.gone((w, dp, tname), gone)
+            if view.strict:
+                ref = ("removed", None, tname, None, hs, None, at)
+                for h in gone:
+                    n_orphans = tier.kids.get(h, 0)
+                    if n_orphans:
+                        view._orphaned(h, n_orphans, (w, dp), tname, tier, ref)
+        view.index += 1
 
     def _stored(self, ev: VllmStored, w: int, dp: int, at: At) -> None:
         if not ev.block_hashes:
