@@ -260,7 +260,7 @@ class ZmqFeed:
                     st.events += 1
                     continue
                 if code == 3:  # applied; the hash check's state and the orphan reports are ours
-                    self._removed_tail(ev, w, dp, (base, i))
+                    self._removed_tail(cast(VllmRemoved, ev), w, dp, (base, i))
                     st.removed += 1
                     st.events += 1
                     continue
