@@ -18,12 +18,14 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import struct
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+import xxhash
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -32,6 +34,7 @@ from kvspec.conformance.streams import fastview
 from kvspec.conformance.streams.check import Checker
 from kvspec.conformance.streams.formats import RouterReader, StreamError
 from kvspec.reference.router_view import RECENT_REMOVALS
+from kvspec.spec.hashing import SEED
 
 #: the conftest fixtures ``make_router_stream`` and ``corrupt_stream``
 MakeStream = Callable[..., list[dict[str, Any]]]
@@ -189,3 +192,17 @@ def test_an_unknown_corruption_is_refused(make_router_stream: MakeStream, corrup
     rng = random.Random(0)
     with pytest.raises(ValueError, match="unknown corruption 'unknwon_parent'"):
         corrupt_stream(rng, make_router_stream(rng, 5), "unknwon_parent")
+
+
+@settings(max_examples=500, deadline=None)
+@given(a=st.integers(0, 2**64 - 1), b=st.integers(0, 2**64 - 1), seed=st.sampled_from([SEED, 0, 1, 2**64 - 1]))
+def test_the_c_chain_hash_is_xxhashs(a: int, b: int, seed: int) -> None:
+    """The C part checks Dynamo's chain with its own XXH3-64 of the 16 bytes
+    (parent, tokens_hash); it must be the xxhash package's."""
+    mod = fastview.module()
+    if mod is None:
+        pytest.skip(f"the C extension is not built here: {fastview.status()}")
+    got = mod.xxh3_16(a, b, seed)
+    if got is None:
+        pytest.skip("no 128-bit integers in this C compiler: the chain goes through the xxhash package")
+    assert got == xxhash.xxh3_64_intdigest(struct.pack("<QQ", a, b), seed=seed)

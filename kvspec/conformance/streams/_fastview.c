@@ -16,8 +16,63 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#include <structmember.h>
 
 static PyObject *s_block_hash, *s_tokens_hash, *one;
+
+/* A field read from its slot: msgspec structs and slotted dataclasses keep
+ * each field in a member slot at a fixed offset, so after the first lookup
+ * per call site (cached with a reference to the type) a read is one load
+ * instead of a generic attribute lookup. Anything else, or an unset slot,
+ * goes through PyObject_GetAttr. Returns a new reference, NULL on error. */
+typedef struct {
+    PyTypeObject *type;
+    Py_ssize_t offset;
+} slot_cache;
+
+static PyObject *getf(PyObject *obj, PyObject *name, slot_cache *c) {
+    PyTypeObject *t = Py_TYPE(obj);
+    if (c->type != t) {
+        c->offset = -1;
+        PyObject *d = _PyType_Lookup(t, name); /* borrowed */
+        if (d != NULL && Py_IS_TYPE(d, &PyMemberDescr_Type)) {
+            PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+            if (m->type == T_OBJECT_EX || m->type == T_OBJECT) c->offset = m->offset;
+        }
+        Py_INCREF(t);
+        Py_XDECREF(c->type);
+        c->type = t;
+    }
+    if (c->offset >= 0) {
+        PyObject *v = *(PyObject **)((char *)obj + c->offset);
+        if (v != NULL) return Py_NewRef(v);
+    }
+    return PyObject_GetAttr(obj, name);
+}
+
+#define GETF(obj, name)                      \
+    ({                                       \
+        static slot_cache cache_ = {NULL, -1}; \
+        getf((obj), (name), &cache_);        \
+    })
+
+#ifdef __SIZEOF_INT128__
+/* XXH3-64 of 16 bytes (two little-endian u64: a, b) with a seed: the
+ * algorithm's 9-16 byte case. The two constants are words 3 ^ 4 and 5 ^ 6
+ * of XXH3's default secret; tests compare it with the xxhash package. */
+static uint64_t xxh3_16(uint64_t a, uint64_t b, uint64_t seed) {
+    uint64_t lo = a ^ (0x6782737bea4239b9ULL + seed);
+    uint64_t hi = b ^ (0xaf56bc3b0996523aULL - seed);
+    unsigned __int128 p = (unsigned __int128)lo * hi;
+    uint64_t acc = 16 + __builtin_bswap64(lo) + hi + ((uint64_t)p ^ (uint64_t)(p >> 64));
+    acc ^= acc >> 37;
+    acc *= 0x165667919E3779F9ULL;
+    return acc ^ (acc >> 32);
+}
+#define HAVE_XXH3_16 1
+#else
+#define HAVE_XXH3_16 0
+#endif
 
 /* kids[key] += 1 */
 static int kids_inc(PyObject *kids, PyObject *key) {
@@ -84,14 +139,16 @@ static PyObject *stored_core(PyObject *live, PyObject *kids, PyObject *parent, P
     }
     Py_ssize_t n = PyList_GET_SIZE(blocks);
     if (n == 0) Py_RETURN_FALSE;
+    int seed_ok = 0;
+    uint64_t seed_u = chain && PyLong_CheckExact(seed) ? as_u64(seed, &seed_ok) : 0;
     Py_ssize_t done = 0;
     PyObject *prev = parent;
     int clean = 1;
     for (Py_ssize_t i = 0; i < n && clean; i++) {
         PyObject *b = PyList_GET_ITEM(blocks, i);
-        PyObject *h = PyObject_GetAttr(b, s_block_hash);
+        PyObject *h = GETF(b, s_block_hash);
         if (h == NULL) goto error;
-        PyObject *th = PyObject_GetAttr(b, s_tokens_hash);
+        PyObject *th = GETF(b, s_tokens_hash);
         if (th == NULL) {
             Py_DECREF(h);
             goto error;
@@ -103,6 +160,10 @@ static PyObject *stored_core(PyObject *live, PyObject *kids, PyObject *parent, P
         } else if (chain) {
             if (prev == Py_None) {
                 clean = hu == thu;
+            } else if (HAVE_XXH3_16 && seed_ok) {
+#if HAVE_XXH3_16
+                clean = xxh3_16(prev_u, thu, seed_u) == hu;
+#endif
             } else {
                 unsigned char buf[16];
                 for (int k = 0; k < 8; k++) {
@@ -160,7 +221,7 @@ static PyObject *stored_core(PyObject *live, PyObject *kids, PyObject *parent, P
     int own = 0; /* whether prev is a reference this loop holds */
     for (Py_ssize_t i = 0; i < done; i++) {
         PyObject *b = PyList_GET_ITEM(blocks, i);
-        PyObject *h = PyObject_GetAttr(b, s_block_hash);
+        PyObject *h = GETF(b, s_block_hash);
         if (h == NULL || PyDict_DelItem(live, h) < 0 || (prev != Py_None && kids_dec(kids, prev) < 0)) {
             Py_XDECREF(h);
             if (own) Py_DECREF(prev);
@@ -285,20 +346,20 @@ static PyObject *fv_line(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     PyObject *tiers = NULL, *tier = NULL, *live = NULL, *kids = NULL, *index = NULL, *st = NULL, *rm = NULL;
     PyObject *res = NULL, *nid = NULL, *one_more = NULL, *nxt = NULL;
     int ok;
-    w = PyObject_GetAttr(m, S_worker_id);
+    w = GETF(m, S_worker_id);
     if (w == NULL) goto error;
     as_u64(w, &ok);
     if (!ok) goto done;
-    ev = PyObject_GetAttr(m, S_event);
+    ev = GETF(m, S_event);
     if (ev == NULL) goto error;
-    eid = PyObject_GetAttr(ev, S_event_id);
+    eid = GETF(ev, S_event_id);
     if (eid == NULL) goto error;
     as_u64(eid, &ok);
     if (!ok) goto done;
-    data = PyObject_GetAttr(ev, S_data);
+    data = GETF(ev, S_data);
     if (data == NULL) goto error;
     if ((PyObject *)Py_TYPE(data) != data_type) goto done;
-    dp = PyObject_GetAttr(ev, S_dp_rank);
+    dp = GETF(ev, S_dp_rank);
     if (dp == NULL) goto error;
     key = PyTuple_Pack(2, w, dp);
     if (key == NULL) goto error;
@@ -308,14 +369,14 @@ static PyObject *fv_line(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         goto done;
     }
     Py_INCREF(src);
-    nid = PyObject_GetAttr(src, S_next_id);
+    nid = GETF(src, S_next_id);
     if (nid == NULL) goto error;
     int same = PyObject_RichCompareBool(nid, eid, Py_EQ);
     if (same < 0) goto error;
     if (!same) goto done;
-    tname = PyObject_GetAttr(m, S_storage_tier);
+    tname = GETF(m, S_storage_tier);
     if (tname == NULL) goto error;
-    tiers = PyObject_GetAttr(src, S_tiers);
+    tiers = GETF(src, S_tiers);
     if (tiers == NULL) goto error;
     if (!PyDict_CheckExact(tiers)) goto done;
     tier = PyDict_GetItemWithError(tiers, tname); /* borrowed */
@@ -324,20 +385,20 @@ static PyObject *fv_line(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         goto done;
     }
     Py_INCREF(tier);
-    live = PyObject_GetAttr(tier, S_live);
+    live = GETF(tier, S_live);
     if (live == NULL) goto error;
-    kids = PyObject_GetAttr(tier, S_kids);
+    kids = GETF(tier, S_kids);
     if (kids == NULL) goto error;
-    index = PyObject_GetAttr(view, S_index);
+    index = GETF(view, S_index);
     if (index == NULL) goto error;
-    st = PyObject_GetAttr(data, S_stored);
+    st = GETF(data, S_stored);
     if (st == NULL) goto error;
-    rm = PyObject_GetAttr(data, S_removed);
+    rm = GETF(data, S_removed);
     if (rm == NULL) goto error;
     if (st != Py_None && rm == Py_None) {
-        PyObject *parent = PyObject_GetAttr(st, S_parent_hash);
+        PyObject *parent = GETF(st, S_parent_hash);
         if (parent == NULL) goto error;
-        PyObject *blocks = PyObject_GetAttr(st, S_blocks);
+        PyObject *blocks = GETF(st, S_blocks);
         if (blocks == NULL) {
             Py_DECREF(parent);
             goto error;
@@ -360,14 +421,14 @@ static PyObject *fv_line(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         if (chain && hcheck != Py_None) chain_blocks += n; /* handed over by take_chain_blocks() */
         code = 1;
     } else if (st == Py_None && rm != Py_None) {
-        PyObject *hs = PyObject_GetAttr(rm, S_block_hashes);
+        PyObject *hs = GETF(rm, S_block_hashes);
         if (hs == NULL) goto error;
-        PyObject *removed = PyObject_GetAttr(tier, S_removed);
+        PyObject *removed = GETF(tier, S_removed);
         if (removed == NULL) {
             Py_DECREF(hs);
             goto error;
         }
-        PyObject *cur = PyObject_GetAttr(removed, S_cur);
+        PyObject *cur = GETF(removed, S_cur);
         PyObject *mark = cur == NULL ? NULL : PyTuple_Pack(2, eid, index);
         if (mark == NULL) {
             Py_XDECREF(cur);
@@ -381,7 +442,7 @@ static PyObject *fv_line(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         long r = res == NULL ? -1 : PyLong_AsLong(res);
         if (r > 0) {
             /* the recent removals rotate when full, as on_removed leaves them */
-            PyObject *cap = PyObject_GetAttr(removed, S_cap);
+            PyObject *cap = GETF(removed, S_cap);
             Py_ssize_t c = cap == NULL ? -1 : PyLong_AsSsize_t(cap);
             Py_XDECREF(cap);
             if (c < 0) {
@@ -441,29 +502,10 @@ done:
     Py_XDECREF(res);
     Py_XDECREF(one_more);
     Py_XDECREF(nxt);
-    return PyLong_FromLong(code);
+    return code < 0 ? NULL : PyLong_FromLong(code);
 error:
-    code = -1;
-    Py_XDECREF(w);
-    Py_XDECREF(ev);
-    Py_XDECREF(eid);
-    Py_XDECREF(dp);
-    Py_XDECREF(data);
-    Py_XDECREF(key);
-    Py_XDECREF(src);
-    Py_XDECREF(nid);
-    Py_XDECREF(tname);
-    Py_XDECREF(tiers);
-    Py_XDECREF(tier);
-    Py_XDECREF(live);
-    Py_XDECREF(kids);
-    Py_XDECREF(index);
-    Py_XDECREF(st);
-    Py_XDECREF(rm);
-    Py_XDECREF(res);
-    Py_XDECREF(one_more);
-    Py_XDECREF(nxt);
-    return NULL;
+    code = -1; /* one exit for both: every reference above is released once */
+    goto done;
 }
 
 /* ------------------------------------------------------------ vLLM feeds
@@ -659,12 +701,12 @@ static PyObject *fv_sha256(PyObject *self, PyObject *arg) {
 /* the tier of a vLLM event (codecs.vllm_tier) for group 0; NULL (no error
  * set) for another group or an unknown medium: the Python path decides */
 static PyObject *vllm_tier_of(PyObject *ev, PyObject *media) {
-    PyObject *g = PyObject_GetAttr(ev, S_group_idx);
+    PyObject *g = GETF(ev, S_group_idx);
     if (g == NULL) return NULL;
     int zero = g == Py_None || (PyLong_CheckExact(g) && PyLong_AsLong(g) == 0);
     Py_DECREF(g);
     if (!zero) return NULL;
-    PyObject *m = PyObject_GetAttr(ev, S_medium);
+    PyObject *m = GETF(ev, S_medium);
     if (m == NULL) return NULL;
     PyObject *t = PyDict_GetItemWithError(media, m);
     Py_DECREF(m);
@@ -697,7 +739,7 @@ static PyObject *vllm_tier_obj(PyObject *sources, PyObject *w, PyObject *dp, PyO
     PyObject *src = PyDict_GetItemWithError(sources, key);
     Py_DECREF(key);
     if (src == NULL) return NULL;
-    PyObject *tiers = PyObject_GetAttr(src, S_tiers);
+    PyObject *tiers = GETF(src, S_tiers);
     if (tiers == NULL) return NULL;
     PyObject *tier = PyDict_CheckExact(tiers) ? PyDict_GetItemWithError(tiers, tname) : NULL;
     Py_DECREF(tiers);
@@ -719,16 +761,16 @@ static long vllm_stored(PyObject *ctx, PyObject *ev, PyObject *tname, PyObject *
     long code = 0;
     PyObject *hs = NULL, *parent = NULL, *toks = NULL, *bs = NULL, *ek = NULL, *live = NULL, *kids = NULL;
     PyObject *index = NULL, *digests = NULL;
-    hs = PyObject_GetAttr(ev, S_block_hashes);
+    hs = GETF(ev, S_block_hashes);
     if (hs == NULL) goto error;
     if (!u64_list(hs, 0)) goto done;
-    parent = PyObject_GetAttr(ev, S_parent_block_hash);
+    parent = GETF(ev, S_parent_block_hash);
     if (parent == NULL) goto error;
     uint64_t pv;
     if (parent != Py_None && !u64_of(parent, &pv)) goto done;
-    toks = PyObject_GetAttr(ev, S_token_ids);
-    bs = toks == NULL ? NULL : PyObject_GetAttr(ev, S_block_size);
-    ek = bs == NULL ? NULL : PyObject_GetAttr(ev, S_extra_keys);
+    toks = GETF(ev, S_token_ids);
+    bs = toks == NULL ? NULL : GETF(ev, S_block_size);
+    ek = bs == NULL ? NULL : GETF(ev, S_extra_keys);
     if (ek == NULL) goto error;
     Py_ssize_t n = PyList_GET_SIZE(hs);
     long size = PyLong_CheckExact(bs) ? PyLong_AsLong(bs) : -1;
@@ -739,8 +781,8 @@ static long vllm_stored(PyObject *ctx, PyObject *ev, PyObject *tname, PyObject *
         for (Py_ssize_t i = 0; i < PyList_GET_SIZE(ek); i++)
             if (PyList_GET_ITEM(ek, i) != Py_None) goto done;
     }
-    live = PyObject_GetAttr(tier, S_live);
-    kids = live == NULL ? NULL : PyObject_GetAttr(tier, S_kids);
+    live = GETF(tier, S_live);
+    kids = live == NULL ? NULL : GETF(tier, S_kids);
     if (kids == NULL) goto error;
     if (!PyDict_CheckExact(live) || !PyDict_CheckExact(kids)) goto done;
     PyObject *full = PyDict_GetItemWithError(full_all, fkey); /* borrowed */
@@ -800,7 +842,7 @@ static long vllm_stored(PyObject *ctx, PyObject *ev, PyObject *tname, PyObject *
         pfull = d;
     }
     if (buf != stackbuf) PyMem_Free(buf);
-    index = PyObject_GetAttr(view, S_index);
+    index = GETF(view, S_index);
     if (index == NULL) goto error;
     /* HashCheck.stored's effects, then RouterView.on_stored's (copies mode) */
     for (Py_ssize_t i = 0; i < n; i++)
@@ -835,7 +877,7 @@ static long vllm_stored(PyObject *ctx, PyObject *ev, PyObject *tname, PyObject *
         Py_DECREF(nrec);
         prev = h;
     }
-    PyObject *cb = PyObject_GetAttr(hcheck, S_checked_blocks);
+    PyObject *cb = GETF(hcheck, S_checked_blocks);
     PyObject *ncb = NULL;
     if (cb != NULL) {
         PyObject *k = PyLong_FromSsize_t(n);
@@ -873,13 +915,13 @@ static long vllm_removed(PyObject *ctx, PyObject *ev, PyObject *tier, PyObject *
     long code = 0;
     PyObject *hs = NULL, *live = NULL, *kids = NULL, *removed = NULL, *recent = NULL, *index = NULL, *mark = NULL;
     if (strict < 0) goto error;
-    hs = PyObject_GetAttr(ev, S_block_hashes);
+    hs = GETF(ev, S_block_hashes);
     if (hs == NULL) goto error;
     if (!u64_list(hs, 1)) goto done;
-    live = PyObject_GetAttr(tier, S_live);
-    kids = live == NULL ? NULL : PyObject_GetAttr(tier, S_kids);
-    removed = kids == NULL ? NULL : PyObject_GetAttr(tier, S_removed);
-    recent = removed == NULL ? NULL : PyObject_GetAttr(removed, S_cur);
+    live = GETF(tier, S_live);
+    kids = live == NULL ? NULL : GETF(tier, S_kids);
+    removed = kids == NULL ? NULL : GETF(tier, S_removed);
+    recent = removed == NULL ? NULL : GETF(removed, S_cur);
     if (recent == NULL) goto error;
     if (!PyDict_CheckExact(live) || !PyDict_CheckExact(kids) || !PyDict_CheckExact(recent)) goto done;
     Py_ssize_t n = PyList_GET_SIZE(hs);
@@ -892,7 +934,7 @@ static long vllm_removed(PyObject *ctx, PyObject *ev, PyObject *tier, PyObject *
         if (!PyTuple_CheckExact(rec) || PyTuple_GET_SIZE(rec) != 4 || !PyLong_CheckExact(PyTuple_GET_ITEM(rec, 0)))
             goto done;
     }
-    index = PyObject_GetAttr(view, S_index);
+    index = GETF(view, S_index);
     if (index == NULL) goto error;
     mark = PyTuple_Pack(2, index, index);
     if (mark == NULL) goto error;
@@ -927,7 +969,7 @@ static long vllm_removed(PyObject *ctx, PyObject *ev, PyObject *tier, PyObject *
         if (r < 0) goto error;
     }
     /* the recent removals rotate when full, as on_removed leaves them */
-    PyObject *cap = PyObject_GetAttr(removed, S_cap);
+    PyObject *cap = GETF(removed, S_cap);
     Py_ssize_t c = cap == NULL ? -1 : PyLong_AsSsize_t(cap);
     Py_XDECREF(cap);
     if (c < 0) goto error;
@@ -1024,6 +1066,30 @@ static PyObject *fv_vllm_event(PyObject *self, PyObject *const *args, Py_ssize_t
     return code < 0 ? NULL : PyLong_FromLong(code);
 }
 
+/* xxh3_16(a, b, seed) -> int: XXH3-64 of a and b as little-endian u64
+ * (Dynamo's chain step), or None where the compiler has no 128-bit ints
+ * (the chain then goes through the xxhash package); tests compare it */
+static PyObject *fv_xxh3_16(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "xxh3_16(a, b, seed)");
+        return NULL;
+    }
+    uint64_t v[3];
+    for (int i = 0; i < 3; i++) {
+        int ok;
+        v[i] = as_u64(args[i], &ok);
+        if (!ok) {
+            PyErr_SetString(PyExc_ValueError, "xxh3_16(): arguments are u64");
+            return NULL;
+        }
+    }
+#if HAVE_XXH3_16
+    return PyLong_FromUnsignedLongLong(xxh3_16(v[0], v[1], v[2]));
+#else
+    Py_RETURN_NONE;
+#endif
+}
+
 static PyMethodDef methods[] = {
     {"stored", (PyCFunction)(void (*)(void))fv_stored, METH_FASTCALL, "apply a clean Dynamo Stored (see fastview.py)"},
     {"removed", (PyCFunction)(void (*)(void))fv_removed, METH_FASTCALL, "apply a clean Removed (see fastview.py)"},
@@ -1031,6 +1097,7 @@ static PyMethodDef methods[] = {
     {"take_chain_blocks", fv_take_chain_blocks, METH_NOARGS, "blocks line() chain-checked since the last call"},
     {"vllm_event", (PyCFunction)(void (*)(void))fv_vllm_event, METH_FASTCALL, "apply a clean vLLM event"},
     {"sha256", fv_sha256, METH_O, "SHA-256 digest of bytes"},
+    {"xxh3_16", (PyCFunction)(void (*)(void))fv_xxh3_16, METH_FASTCALL, "XXH3-64 of two u64 with a seed"},
     {"vllm_pickle", (PyCFunction)(void (*)(void))fv_vllm_pickle, METH_FASTCALL,
      "pickle.dumps((parent, tuple(tokens), None), protocol=5), or None"},
     {NULL, NULL, 0, NULL},
