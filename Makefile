@@ -62,12 +62,14 @@ test: setup engines
 	$(BIN)/pytest conformance --impl=adapters/kvbm_port_rs --hypothesis-profile=$(HYPOTHESIS_PROFILE)
 	$(BIN)/pytest conformance --impl=adapters/paged_rust --hypothesis-profile=$(HYPOTHESIS_PROFILE)
 	$(BIN)/pytest conformance --impl=adapters/session_rust --hypothesis-profile=$(HYPOTHESIS_PROFILE)
+	$(BIN)/pytest conformance --impl=adapters/radix_rust --hypothesis-profile=$(HYPOTHESIS_PROFILE)
 	$(BIN)/pytest conformance --impl=adapters/vllm
 	$(BIN)/pytest conformance --impl=adapters/sglang
 	$(BIN)/kvspec mutants
 	$(BIN)/kvspec mutants --impl=adapters/manager_mutants
 	$(BIN)/kvspec mutants --impl=adapters/radix_mutants
 	$(BIN)/kvspec mutants --impl=adapters/paged_rust
+	$(BIN)/kvspec mutants --impl=adapters/radix_rust
 
 # the README's conformance matrix: the suite on each adapter (pinned seed, ci effort), kvspec report
 matrix: setup

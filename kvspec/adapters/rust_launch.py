@@ -1,8 +1,8 @@
 """Build and start a Rust port: ``python -m kvspec.adapters.rust_launch ADAPTER_DIR [ARGS...]``.
 
 The allocator ports (``adapters/paged_rust``, ``adapters/session_rust``) are
-single-file Rust programs (standard library only, plus the shared JSON reader
-``adapters/rust_common/json.rs``) built from source when the suite starts
+Rust programs (standard library only: ``main.rs``, the modules beside it, plus
+the shared JSON reader ``adapters/rust_common/json.rs``) built from source when the suite starts
 them: ``rustc`` compiles ``ADAPTER_DIR/main.rs`` into the build cache (the
 same folder C ports use, keyed by the sources and the compiler's version),
 and this process then becomes the port (``exec``), so the suite talks to the
@@ -39,7 +39,8 @@ def build(adapter_dir: Path) -> Path:
         raise RuntimeError("rustc not found on PATH: the Rust ports are built from source at start")
     version = subprocess.run([rustc, "--version"], capture_output=True, text=True, check=True).stdout
     key = hashlib.sha256(version.encode())
-    sources = [adapter_dir / "main.rs", *sorted(COMMON.glob("*.rs"))]
+    # every .rs beside main.rs (its modules) and the shared ones are part of the key
+    sources = [*sorted(adapter_dir.glob("*.rs")), *sorted(COMMON.glob("*.rs"))]
     for f in sources:
         key.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
     out = build_dir() / f"{adapter_dir.name}-{key.hexdigest()[:20]}"

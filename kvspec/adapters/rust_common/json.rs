@@ -1,6 +1,6 @@
 #![allow(dead_code)]
 //! A small JSON reader and writer for the kvspec JSON-lines protocol (std only).
-//! Integers are kept exact (i64); nothing else the protocol sends needs floats
+//! Integers are kept exact (i64 read, i64 or u64 written); nothing else the protocol sends needs floats
 //! beyond reading them.
 
 use std::collections::BTreeMap;
@@ -11,6 +11,8 @@ pub enum Json {
     Null,
     Bool(bool),
     Int(i64),
+    /// written only: an unsigned 64-bit integer (block hashes)
+    U64(u64),
     Float(f64),
     Str(String),
     Arr(Vec<Json>),
@@ -220,6 +222,9 @@ pub fn write(v: &Json, out: &mut String) {
         Json::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
         Json::Int(i) => {
             let _ = write!(out, "{i}");
+        }
+        Json::U64(u) => {
+            let _ = write!(out, "{u}");
         }
         Json::Float(f) => {
             let _ = write!(out, "{f}");
