@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import re
+import sys
 from pathlib import Path
 from typing import get_args
 
@@ -21,11 +22,14 @@ import pytest
 from kvspec.conformance import diff, request_check
 from kvspec.conformance.diff import counters_divergence, event_divergence, result_divergence
 from kvspec.reference import G1Model, LegacyModel, make_model
-from kvspec.reference.labels import StepLabels
+from kvspec.reference.labels import StepLabels, applied_rules
+from kvspec.reference.paged import PagedModel
+from kvspec.reference.radix import RadixModel
+from kvspec.reference.session import SessionModel
 from kvspec.reference.vllm_pool import VllmPoolModel
 from kvspec.spec.config import ManagerConfig, OffloadConfig
 from kvspec.spec.errors import InvalidOperation
-from kvspec.spec.rules import Concern, RuleId, RuleName, rule
+from kvspec.spec.rules import Concern, RuleId, RuleName, rid, rules_of
 from kvspec.spec.scenario import all_scenarios
 from kvspec.spec.wire import (
     Counters,
@@ -74,16 +78,9 @@ def test_rule_names_are_the_catalogue() -> None:
     assert list(get_args(RuleName)) == [r.value for r in RuleId]
 
 
-#: the allocator-level profiles (``paged``, ``session``) and the radix profile
-#: landed after the labels: their models (reference/paged.py, session.py,
-#: radix.py) do not label their steps yet, so their rules are exempt here until
-#: they do (no rule of another concern is)
-NOT_YET_LABELLED = {r.value for r in RuleId if rule(r).concern in (Concern.PAGED, Concern.SESSION, Concern.RADIX)}
-
-
 def test_every_rule_has_a_labelled_place_in_the_model() -> None:
     places = labelled_places()
-    missing = [r.value for r in RuleId if r.value not in places and r.value not in NOT_YET_LABELLED]
+    missing = [r.value for r in RuleId if r.value not in places]
     assert not missing, f"rules with no labelled place in kvspec/reference: {missing}"
 
     # and grep finds it: the line of each place holds the rule id as written
@@ -100,6 +97,19 @@ def test_every_rule_is_checked_by_a_test() -> None:
         if not any(pattern.search(t) for t in texts.values()):
             unchecked.append(r.value)
     assert not unchecked, f"rules no test, scenario or mutant names: {unchecked}"
+
+
+@pytest.mark.parametrize(
+    ("concern", "model"), [(Concern.PAGED, PagedModel), (Concern.SESSION, SessionModel), (Concern.RADIX, RadixModel)]
+)
+def test_the_untraced_models_label_a_method_for_each_of_their_rules(concern: Concern, model: type) -> None:
+    """The paged, session and radix models do not trace their steps; each
+    rule of their concern labels (``@applies``) a method of the model or of
+    its module, and the labels name no other concern's rule."""
+    module = sys.modules[model.__module__]
+    methods = [m for c in vars(module).values() if isinstance(c, type) for m in vars(c).values() if callable(m)]
+    labelled = {r for m in methods for r in applied_rules(m)}
+    assert labelled == {rid(r) for r in rules_of(concern)}, sorted(labelled ^ {rid(r) for r in rules_of(concern)})
 
 
 def _smt_guard_rules() -> set[RuleId]:

@@ -43,9 +43,9 @@ from kvspec.spec.manager_wire import (
     Pressure,
     Tier,
 )
-from kvspec.spec.rules import RuleId
+from kvspec.spec.rules import RuleId, rid
 
-R = RuleId
+from .labels import applies
 
 
 @dataclass
@@ -62,6 +62,7 @@ class Pool:
     def __post_init__(self) -> None:
         self.free = set(range(self.size))
 
+    @applies("PAGED-NO-REUSE", "PAGED-CONSERVE", "PAGED-REFCOUNT")
     def take(self) -> int:
         """A free block, with one holder and nothing written in it."""
         b = min(self.free)
@@ -70,6 +71,7 @@ class Pool:
         self.data[b] = [None] * self.block_size
         return b
 
+    @applies("PAGED-FREE", "PAGED-NO-REUSE", "PAGED-CONSERVE", "PAGED-REFCOUNT")
     def drop(self, b: int) -> bool:
         """One holder less; True when the block went back to the free set."""
         self.refs[b] -= 1
@@ -110,17 +112,18 @@ class PagedModel:
     def pool(self, tier: Tier) -> Pool:
         return self.device if tier == "device" else self.host
 
+    @applies("PAGED-VALIDATE")
     def _seq(self, name: str, *, tier: Tier | None = "device") -> Seq:
         s = self.seqs.get(name)
         if s is None:
-            raise InvalidOperation(R.PAGED_VALIDATE, f"no sequence {name!r}")
+            raise InvalidOperation(rid("PAGED-VALIDATE"), f"no sequence {name!r}")
         if tier is not None and s.tier != tier:
-            raise InvalidOperation(R.PAGED_VALIDATE, f"sequence {name!r} is in the {s.tier} pool, not {tier}")
+            raise InvalidOperation(rid("PAGED-VALIDATE"), f"sequence {name!r} is in the {s.tier} pool, not {tier}")
         return s
 
     def _new_name(self, name: str) -> None:
         if name in self.seqs:
-            raise InvalidOperation(R.PAGED_VALIDATE, f"sequence {name!r} already exists")
+            raise InvalidOperation(rid("PAGED-VALIDATE"), f"sequence {name!r} already exists")
 
     def _need(self, pool: Pool, n: int, rule: RuleId, what: str) -> None:
         if n > len(pool.free):
@@ -130,6 +133,7 @@ class PagedModel:
         held = {b for s in self.seqs.values() if s.tier == "device" for b in s.blocks}
         return any(b in held for b in blocks)
 
+    @applies("PAGED-PRESSURE")
     def pressure(self) -> Pressure:
         frac = len(self.device.free) / self.config.device_blocks
         if frac < self.config.critical_below:
@@ -144,21 +148,24 @@ class PagedModel:
         handler: Callable[..., int] = getattr(self, f"_op_{op.op}")
         return handler(op)
 
+    @applies("PAGED-EXTEND")
     def _op_allocate(self, op: PagedAllocate) -> int:
         self._new_name(op.seq)
         n = _ceil(op.tokens, self.bs)
-        self._need(self.device, n, R.PAGED_EXTEND, f"allocate {op.seq!r} ({op.tokens} tokens)")
+        self._need(self.device, n, rid("PAGED-EXTEND"), f"allocate {op.seq!r} ({op.tokens} tokens)")
         self.seqs[op.seq] = Seq("device", op.tokens, [self.device.take() for _ in range(n)])
         return n
 
+    @applies("PAGED-EXTEND")
     def _op_extend(self, op: PagedExtend) -> int:
         s = self._seq(op.seq)
         n = _ceil(s.tokens + op.tokens, self.bs) - len(s.blocks)
-        self._need(self.device, n, R.PAGED_EXTEND, f"extend {op.seq!r} by {op.tokens} tokens")
+        self._need(self.device, n, rid("PAGED-EXTEND"), f"extend {op.seq!r} by {op.tokens} tokens")
         s.blocks.extend(self.device.take() for _ in range(n))
         s.tokens += op.tokens
         return n
 
+    @applies("PAGED-SHARE", "PAGED-REFCOUNT")
     def _op_fork(self, op: PagedFork) -> int:
         src = self._seq(op.src)
         self._new_name(op.dst)
@@ -169,15 +176,18 @@ class PagedModel:
         self.seqs[op.dst] = Seq("device", min(src.tokens, n * self.bs), list(shared))
         return n
 
+    @applies("PAGED-COW")
     def _op_write(self, op: PagedWrite) -> int:
         s = self._seq(op.seq)
         if op.position >= s.tokens:
-            raise InvalidOperation(R.PAGED_VALIDATE, f"position {op.position} is past {op.seq!r}'s {s.tokens} tokens")
+            raise InvalidOperation(
+                rid("PAGED-VALIDATE"), f"position {op.position} is past {op.seq!r}'s {s.tokens} tokens"
+            )
         i, slot = divmod(op.position, self.bs)
         b = s.blocks[i]
         copied = 0
         if self.device.refs[b] > 1:
-            self._need(self.device, 1, R.PAGED_COW, f"copy-on-write of block {b} for {op.seq!r}")
+            self._need(self.device, 1, rid("PAGED-COW"), f"copy-on-write of block {b} for {op.seq!r}")
             nb = self.device.take()
             self.device.data[nb] = list(self.device.data[b])
             self.device.drop(b)
@@ -197,20 +207,23 @@ class PagedModel:
         s.blocks = moved
         return len(moved)
 
+    @applies("PAGED-SWAP")
     def _op_swap_out(self, op: PagedSwapOut) -> int:
         s = self._seq(op.seq)
-        self._need(self.host, len(s.blocks), R.PAGED_SWAP, f"swap out {op.seq!r}")
+        self._need(self.host, len(s.blocks), rid("PAGED-SWAP"), f"swap out {op.seq!r}")
         n = self._move(s, self.device, self.host)
         s.tier = "host"
         return n
 
+    @applies("PAGED-SWAP")
     def _op_swap_in(self, op: PagedSwapIn) -> int:
         s = self._seq(op.seq, tier="host")
-        self._need(self.device, len(s.blocks), R.PAGED_SWAP, f"swap in {op.seq!r}")
+        self._need(self.device, len(s.blocks), rid("PAGED-SWAP"), f"swap in {op.seq!r}")
         n = self._move(s, self.host, self.device)
         s.tier = "device"
         return n
 
+    @applies("PAGED-FREE")
     def _op_free(self, op: PagedFree) -> int:
         s = self._seq(op.seq, tier=None)
         pool = self.pool(s.tier)
@@ -224,20 +237,21 @@ class PagedModel:
         for b in self.prefixes.pop(key):
             self.device.drop(b)
 
+    @applies("PAGED-PREFIX-EVICT", "PAGED-REFCOUNT")
     def _op_store_prefix(self, op: PagedStorePrefix) -> int:
         s = self._seq(op.seq)
         if op.key in self.prefixes:
-            raise InvalidOperation(R.PAGED_VALIDATE, f"prefix {op.key!r} is already cached")
+            raise InvalidOperation(rid("PAGED-VALIDATE"), f"prefix {op.key!r} is already cached")
         if op.blocks > len(s.blocks):
-            raise InvalidOperation(R.PAGED_VALIDATE, f"{op.seq!r} has {len(s.blocks)} blocks, not {op.blocks}")
+            raise InvalidOperation(rid("PAGED-VALIDATE"), f"{op.seq!r} has {len(s.blocks)} blocks, not {op.blocks}")
         if self.config.max_prefixes == 0:
-            raise InvalidOperation(R.PAGED_VALIDATE, "the prefix cache is disabled (max_prefixes = 0)")
+            raise InvalidOperation(rid("PAGED-VALIDATE"), "the prefix cache is disabled (max_prefixes = 0)")
         evicted = 0
         if len(self.prefixes) >= self.config.max_prefixes:
             victims = self._evictable()
             if not victims:
                 raise InvalidOperation(
-                    R.PAGED_PREFIX_EVICT, f"prefix cache full ({len(self.prefixes)}) and every entry is in use"
+                    rid("PAGED-PREFIX-EVICT"), f"prefix cache full ({len(self.prefixes)}) and every entry is in use"
                 )
             self._evict(victims[0])
             evicted = 1
@@ -247,10 +261,11 @@ class PagedModel:
         self.prefixes[op.key] = list(blocks)
         return evicted
 
+    @applies("PAGED-PREFIX-EVICT", "PAGED-SHARE")
     def _op_match_prefix(self, op: PagedMatchPrefix) -> int:
         blocks = self.prefixes.get(op.key)
         if blocks is None:
-            raise InvalidOperation(R.PAGED_VALIDATE, f"no cached prefix {op.key!r}")
+            raise InvalidOperation(rid("PAGED-VALIDATE"), f"no cached prefix {op.key!r}")
         self._new_name(op.dst)
         for b in blocks:
             self.device.refs[b] += 1
@@ -258,6 +273,7 @@ class PagedModel:
         self.seqs[op.dst] = Seq("device", len(blocks) * self.bs, list(blocks))
         return len(blocks)
 
+    @applies("PAGED-PREFIX-EVICT")
     def _op_evict_prefixes(self, op: PagedEvictPrefixes) -> int:
         victims = self._evictable()[: op.count]
         for k in victims:

@@ -46,10 +46,10 @@ from kvspec.spec.radix_wire import (
     RadixSnapshot,
     RadixUnlock,
 )
-from kvspec.spec.rules import RuleId
+from kvspec.spec.rules import rid
 from kvspec.spec.wire import KvEvent, make_cleared, make_removed, make_stored
 
-R = RuleId
+from .labels import applies
 
 
 @dataclass(eq=False)
@@ -145,6 +145,7 @@ class RadixModel:
         return self.next_event_id - 1
 
     # ------------------------------------------------------ tree operations
+    @applies("RADIX-MATCH", "RADIX-SPLIT-SILENT")
     def _split(self, child: Node, n: int) -> Node:
         """Split ``child`` after its first ``n`` tokens; returns the new upper node
         (RADIX-MATCH). Publishes nothing (RADIX-SPLIT-SILENT)."""
@@ -163,6 +164,7 @@ class RadixModel:
         upper.children[self._child_key(child.tokens, 0)] = child
         return upper
 
+    @applies("RADIX-MATCH")
     def _match(self, key: list[int]) -> tuple[int, Node]:
         """Longest cached prefix of the page-aligned ``key``: its length and the
         node it ends at, splitting the node the match ends inside."""
@@ -190,6 +192,7 @@ class RadixModel:
             node = child
         return pos, node
 
+    @applies("RADIX-INSERT")
     def _insert(self, key: list[int], events: list[KvEvent]) -> tuple[int, Node]:
         """Cache the page-aligned ``key``: how much of it was cached, and its last node."""
         pos, node = self._walk(key)
@@ -206,6 +209,7 @@ class RadixModel:
             node = leaf
         return pos, node
 
+    @applies("RADIX-LOCK")
     def _lock(self, node: Node, delta: int) -> None:
         while node.parent is not None:
             node.lock_ref += delta
@@ -214,6 +218,7 @@ class RadixModel:
     def evictable_size(self) -> int:
         return sum(len(n.tokens) for n in self.nodes() if n.lock_ref == 0)
 
+    @applies("RADIX-EVICT-LRU", "RADIX-LOCKED-KEPT", "RADIX-REMOVE")
     def _evict(self, tokens: int, events: list[KvEvent]) -> int:
         """Evict unlocked leaves, least recently accessed first, until ``tokens``
         tokens are freed or none is left (RADIX-EVICT-LRU, RADIX-LOCKED-KEPT);
@@ -234,6 +239,7 @@ class RadixModel:
             events.append(make_removed(self._event_id(), removed))
         return evicted
 
+    @applies("RADIX-REMOVE")
     def _removed_pages(self, node: Node) -> list[int]:
         """The hashes a Removed names for an evicted node: all its pages (RADIX-REMOVE)."""
         return [s for s, _ in node.pages]
@@ -252,6 +258,7 @@ class RadixModel:
             return RadixOutcome(error=OpError(rule=str(e.rule), message=e.message), state=self.snapshot())
         return RadixOutcome(value=value, events=events, state=self.snapshot())
 
+    @applies("RADIX-VALIDATE", "RADIX-CAPACITY", "RADIX-LOCK", "RADIX-RESET")
     def _apply(self, op: RadixOp, events: list[KvEvent]) -> int:
         if isinstance(op, RadixMatch):
             return self._match(self._aligned(op.tokens))[0]
@@ -259,7 +266,7 @@ class RadixModel:
             key = self._aligned(op.tokens)
             if len(key) > self.free:
                 raise InvalidOperation(
-                    R.RADIX_CAPACITY, f"insert of {len(key)} tokens needs as many free slots; {self.free} are free"
+                    rid("RADIX-CAPACITY"), f"insert of {len(key)} tokens needs as many free slots; {self.free} are free"
                 )
             self.free -= len(key)
             cached, _ = self._insert(key, events)
@@ -267,7 +274,7 @@ class RadixModel:
             return cached
         if isinstance(op, RadixLock):
             if op.name in self.locks:
-                raise InvalidOperation(R.RADIX_VALIDATE, f"lock {op.name!r} is already held")
+                raise InvalidOperation(rid("RADIX-VALIDATE"), f"lock {op.name!r} is already held")
             n, node = self._match(self._aligned(op.tokens))
             self._lock(node, +1)
             self.locks[op.name] = node
@@ -275,7 +282,7 @@ class RadixModel:
         if isinstance(op, RadixUnlock):
             held = self.locks.pop(op.name, None)
             if held is None:
-                raise InvalidOperation(R.RADIX_VALIDATE, f"no lock {op.name!r} is held")
+                raise InvalidOperation(rid("RADIX-VALIDATE"), f"no lock {op.name!r} is held")
             self._lock(held, -1)
             return 0
         if isinstance(op, RadixEvict):
@@ -289,6 +296,7 @@ class RadixModel:
         assert isinstance(op, RadixRequest)
         return self._request(op, events)
 
+    @applies("RADIX-PREFIX-HIT", "RADIX-CAPACITY")
     def _request(self, op: RadixRequest, events: list[KvEvent]) -> int:
         """Match the prompt but its last token (RADIX-PREFIX-HIT), lock, take
         slots for the rest (evicting what is missing), insert prompt and output
@@ -300,7 +308,7 @@ class RadixModel:
         if need > self.free + self.evictable_size():
             self._lock(node, -1)
             raise InvalidOperation(
-                R.RADIX_CAPACITY,
+                rid("RADIX-CAPACITY"),
                 f"the request needs {need} slots; {self.free} are free and {self.evictable_size()} evictable",
             )
         if need > self.free:

@@ -37,9 +37,9 @@ from kvspec.spec.manager_wire import (
     SlotState,
     SlotView,
 )
-from kvspec.spec.rules import RuleId
+from kvspec.spec.rules import rid
 
-R = RuleId
+from .labels import applies
 
 
 @dataclass
@@ -63,11 +63,13 @@ class SessionModel:
 
     # ------------------------------------------------------------ helpers
 
+    @applies("SESSION-VALIDATE")
     def _slot(self, slot: int) -> Slot:
         if slot >= len(self.slots):
-            raise InvalidOperation(R.SESSION_VALIDATE, f"slot {slot} does not exist ({len(self.slots)} slots)")
+            raise InvalidOperation(rid("SESSION-VALIDATE"), f"slot {slot} does not exist ({len(self.slots)} slots)")
         return self.slots[slot]
 
+    @applies("SESSION-FENCE", "SESSION-LEASE")
     def _current(self, session: str, slot: int, generation: int) -> Slot | None:
         """The slot a handle names if the handle is current (None: fenced off);
         a current handle of another session is rejected."""
@@ -76,10 +78,11 @@ class SessionModel:
             return None
         if s.session != session:
             raise InvalidOperation(
-                R.SESSION_LEASE, f"handle ({slot}, {generation}) belongs to session {s.session!r}, not {session!r}"
+                rid("SESSION-LEASE"), f"handle ({slot}, {generation}) belongs to session {s.session!r}, not {session!r}"
             )
         return s
 
+    @applies("SESSION-RELEASE", "SESSION-FENCE")
     def _release(self, index: int) -> None:
         s = self.slots[index]
         if s.session is not None:
@@ -92,12 +95,13 @@ class SessionModel:
 
     # ------------------------------------------------------------ operations
 
+    @applies("SESSION-LEASE", "SESSION-LRU", "SESSION-CANDIDATE", "SESSION-FENCE")
     def admit(self, op: SessionAdmit) -> tuple[Admission | None, str | None]:
         """(admission, None) or (None, the rule of the refusal)."""
         key = op.session
         own = self.holder.get(key)
         if own is not None and self.slots[own].state == "leased":
-            return None, str(R.SESSION_LEASE)
+            return None, str(rid("SESSION-LEASE"))
         if own is not None and op.warm:
             s = self.slots[own]
             s.state = "leased"
@@ -118,7 +122,7 @@ class SessionModel:
             target = self.holder.pop(victim)
             clear = True
         else:
-            return None, str(R.SESSION_LRU)
+            return None, str(rid("SESSION-LRU"))
         s = self.slots[target]
         s.generation += 1
         s.state, s.session, s.tokens = "leased", key, []
@@ -126,6 +130,7 @@ class SessionModel:
         self.pending = [p for p in self.pending if p[0] != target]
         return Admission(slot=target, generation=s.generation, candidate="none", requires_clear=clear), None
 
+    @applies("SESSION-FENCE", "SESSION-RELEASE", "SESSION-LRU")
     def finalize(self, op: SessionFinalize) -> bool:
         s = self._current(op.session, op.slot, op.generation)
         if s is None:
@@ -139,12 +144,14 @@ class SessionModel:
             self._release(op.slot)
         return True
 
+    @applies("SESSION-RELEASE")
     def reset(self, op: SessionReset) -> bool:
         if self._current(op.session, op.slot, op.generation) is None:
             return False
         self._release(op.slot)
         return True
 
+    @applies("SESSION-RELEASE")
     def evict_all(self) -> None:
         for s in self.slots:
             s.state, s.session, s.tokens = "free", None, []
@@ -158,6 +165,7 @@ class SessionModel:
         self.pending.append((op.slot, op.generation))
         return True
 
+    @applies("SESSION-FENCE")
     def drain(self) -> list[tuple[int, int]]:
         taken = [(i, g) for i, g in self.pending if self.slots[i].generation == g and self.slots[i].state != "free"]
         self.pending = []
