@@ -6,7 +6,9 @@ and hashes), which do not grow with the bound at all.
 Each figure is the CPU time of the process that ran it (user + system, so
 comparable under load; wall time is printed beside it). The last line is the
 CPU time of the unbounded proofs of every invariant and lemma:
-``prove_scaling: VALUE s``.
+``prove_scaling: VALUE s``. The block-level profiles without offload
+(``--profile kvbm``, ``legacy``, ``atomic``; unbounded by construction) get
+one row each before it.
 
 Run from the repository root: ``python benchmarks/prove_scaling.py
 [--timeout SECONDS] [--slots 8,16,32,48]``.
@@ -39,6 +41,16 @@ from kvspec.reference.smt.unbounded import prove_unbounded
 rs = prove_unbounded(timeout_ms=300_000)
 print(json.dumps({r.property_id: [r.seconds, r.verdict] for r in rs}))
 """
+
+#: the block-level profiles without offload (kvspec prove --profile P): unbounded, proofs only
+_PROFILE = """
+import json, sys
+from kvspec.reference.smt.cli_profiles import _blocks
+from kvspec.reference.smt.profile_blocks import prove
+rs = prove(_blocks(sys.argv[1]))
+print(json.dumps({f"{r.invariant} @ {r.transition}": [r.seconds, r.verdict] for r in rs}))
+"""
+PROFILES = ("kvbm", "legacy", "atomic")
 
 
 def _run(code: str, args: list[str], timeout: float) -> tuple[dict[str, list] | None, float, float]:
@@ -81,6 +93,14 @@ def main() -> int:
     print(f"{'unbounded (any slots, any hashes)':<34}{cpu:>9.1f}s{wall:>9.1f}s  {verdict}")
     for k, (secs, v) in data.items():
         print(f"  {k:<32}{secs:>19.2f}s  {v}")
+    for prof in PROFILES:
+        pdata, pcpu, pwall = _run(_PROFILE, [prof], 1800.0)
+        pbad = ["timed out"] if pdata is None else [k for k, (_s, v) in pdata.items() if v != "proven"]
+        label = f"--profile {prof} (unbounded)"
+        print(
+            f"{label:<34}{pcpu:>9.1f}s{pwall:>9.1f}s  {'all proven' if not pbad else 'NOT proven: ' + ', '.join(pbad)}"
+        )
+        bad += pbad
     print(f"prove_scaling: {cpu:.2f} s")
     return 1 if bad else 0
 

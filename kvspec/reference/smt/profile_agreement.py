@@ -1,0 +1,314 @@
+# ruff: noqa: N803, N806  (S is a state, as in the rules' notation)
+"""The kvbm, legacy and atomic encodings against the Python model, operation by operation.
+
+A proof about an encoding that has drifted from the model proves nothing. So
+this runs sampled operations through the model (``reference/g1.py`` without
+offload, ``reference/legacy.py``) and, for each operation the model accepts,
+asks z3 whether the encoding can make the same move: from the model's
+pre-state (as an encoding state: registry, owners, announced marks, held
+partials, free counter, and the router's view built from the model's own
+events), the operation's steps (``use(begin)``, one per block, ``use(close)``;
+one per block for Deref, Destroy; Promote) with their victims left free must
+all be enabled and end in the model's post-state (the same fields, the
+censuses equal to the model's counters, nothing pending). ``sat`` means the
+model's behaviour is one the encoding allows, so what is proven about every
+behaviour of the encoding holds for the model. A mismatch names the
+operation.
+
+The eviction order is not part of the encodings (any inactive victim is
+allowed), so every policy of the model is run (lineage, lru, multi_lru,
+unordered for kvbm and atomic; lru for legacy).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import z3
+
+from kvspec.reference import make_model
+from kvspec.spec.config import ManagerConfig
+from kvspec.spec.errors import InvalidOperation
+from kvspec.spec.wire import Deref, Destroy, FullBlock, Operation, PartialBlock, Plh, Promote, Use
+
+from .cli_profiles import _blocks
+from .profile_blocks import CENSUS, IDLE, NONE, BState, Profile
+
+HASHES, UUIDS = 6, 3
+POLICIES: dict[str, tuple[str, ...]] = {
+    "kvbm": ("lineage", "lru", "multi_lru", "unordered"),
+    "atomic": ("lineage", "lru", "multi_lru", "unordered"),
+    "legacy": ("lru",),
+}
+
+
+def _plh(h: int) -> Plh:
+    """One fixed lineage hash per block hash (a root at position h): identities stay consistent."""
+    return Plh(hash=h, parent=None, position=h)
+
+
+def random_op(
+    rng: random.Random, profile: str, registered: set[int], held: list[FullBlock | PartialBlock]
+) -> Operation:
+    """A small operation over hashes 0..5 and uuids u0..u2, biased to what
+    finds bugs: Uses that name a block twice (kvbm: evicted, then registered
+    again in the same batch), Derefs and Destroys of what is held (the model
+    rejects some operations: they are skipped)."""
+    k = rng.random()
+    if k < 0.5:
+        refs: list[FullBlock | PartialBlock] = []
+        for _ in range(rng.randint(1, 4)):
+            if refs and rng.random() < 0.25:
+                refs.append(rng.choice(refs))
+            elif rng.random() < 0.8:
+                refs.append(FullBlock(full=rng.randrange(HASHES)))
+            else:
+                refs.append(PartialBlock(partial=f"u{rng.randrange(UUIDS)}"))
+        fulls = [r.full for r in refs if isinstance(r, FullBlock)]
+        parent = None
+        if profile != "legacy" and registered and rng.random() < 0.5:
+            parent = FullBlock(full=rng.choice(sorted(registered)))
+        return Use(blocks=refs, plhs=[_plh(h) for h in fulls], local_hashes=[h + 100 for h in fulls], parent=parent)
+    if k < 0.85:
+        n = rng.randint(1, 3)
+        if held and rng.random() < 0.8:
+            refs = rng.sample(held, min(n, len(held)))
+        else:
+            refs = [FullBlock(full=rng.randrange(HASHES)) for _ in range(n)]
+        if profile == "legacy" and rng.random() < 0.3:
+            return Destroy(blocks=refs)
+        return Deref(blocks=refs)
+    h = rng.randrange(HASHES)
+    above = rng.choice(sorted(registered)) if registered and rng.random() < 0.5 else None
+    return Promote(uuid=f"u{rng.randrange(UUIDS)}", seq_hash=h, parent_hash=above, local_hash=h + 100, plh=_plh(h))
+
+
+@dataclass
+class Abstract:
+    """The model's state as the encoding sees it, on hashes 0..5 and uuids 0..2."""
+
+    reg: dict[int, bool]
+    own: dict[int, int]
+    ann: dict[int, bool]
+    unann: dict[int, bool]
+    dev: dict[int, bool]
+    preg: dict[int, bool]
+    pown: dict[int, int]
+    free: int
+    counts: dict[str, int]
+
+
+def abstract(model: object, profile: str, dev: set[int], cap: int) -> Abstract:
+    hs, us = range(HASHES), range(UUIDS)
+    if profile == "legacy":
+        act: dict = model.active  # type: ignore[attr-defined]
+        ina = model.inactive  # type: ignore[attr-defined]
+        reg = {h: ("F", h) in act or ("F", h) in ina for h in hs}
+        own = {h: act.get(("F", h), 0) for h in hs}
+        preg = {u: ("P", f"u{u}") in act or ("P", f"u{u}") in ina for u in us}
+        pown = {u: act.get(("P", f"u{u}"), 0) for u in us}
+        counts = {
+            "act": sum(1 for h in hs if reg[h] and own[h] >= 1),
+            "inact": sum(1 for h in hs if reg[h] and own[h] == 0),
+            "pact": sum(1 for u in us if preg[u] and pown[u] >= 1),
+            "pinact": sum(1 for u in us if preg[u] and pown[u] == 0),
+        }
+        unann = {h: h in model.unannounced for h in hs}  # type: ignore[attr-defined]
+        return Abstract(reg, own, {h: False for h in hs}, unann, {h: h in dev for h in hs}, preg, pown, 0, counts)
+    blocks = model.blocks  # type: ignore[attr-defined]
+    reg = {h: h in blocks for h in hs}
+    own = {h: blocks[h].owners if h in blocks else 0 for h in hs}
+    ann = {h: blocks[h].announced if h in blocks else False for h in hs}
+    preg = {u: f"u{u}" in model.partial for u in us}  # type: ignore[attr-defined]
+    c = model.counters()  # type: ignore[attr-defined]
+    counts = {"act": c.active_blocks - sum(preg.values()), "inact": c.inactive_blocks, "part": sum(preg.values())}
+    return Abstract(
+        reg,
+        own,
+        ann,
+        {h: False for h in hs},
+        {h: h in dev for h in hs},
+        preg,
+        {u: 1 if preg[u] else 0 for u in us},
+        c.free_blocks,
+        counts,
+    )
+
+
+def encode(A: Abstract, cap: int) -> BState:
+    """A concrete encoding state, idle, equal to ``A``."""
+    S = BState.fresh("ag_")
+    a = {}
+    for k, arr in S.a.items():
+        dflt = z3.IntVal(0) if arr.range() == z3.IntSort() else z3.BoolVal(False)
+        val = z3.K(z3.IntSort(), dflt)
+        tables: dict[str, dict[int, bool] | dict[int, int]] = {
+            "reg": A.reg,
+            "own": A.own,
+            "ann": A.ann,
+            "unann": A.unann,
+            "dev": A.dev,
+            "preg": A.preg,
+            "pown": A.pown,
+        }
+        for i, x in tables.get(k, {}).items():
+            val = z3.Store(val, i, x)
+        a[k] = val
+    v = {
+        "cap": z3.IntVal(cap),
+        "free": z3.IntVal(A.free),
+        "phase": z3.IntVal(IDLE),
+        "anc": z3.IntVal(NONE),
+        "prev": z3.IntVal(NONE),
+        "gpar": z3.IntVal(NONE),
+        "gopen": z3.BoolVal(False),
+    }
+    c = {name: z3.IntVal(0) for name in CENSUS}
+    S = BState(a, v, c)
+    # the censuses are the counts of the state (computed, not trusted from the model)
+    for name, (kind, pred) in CENSUS.items():
+        rng = range(HASHES) if kind == "h" else range(UUIDS)
+        c[name] = z3.simplify(z3.Sum([z3.If(pred(S.rec(kind, z3.IntVal(i))), 1, 0) for i in rng]))
+    return BState(a, v, c)
+
+
+def _uid(ref: PartialBlock | str) -> int:
+    s = ref.partial if isinstance(ref, PartialBlock) else ref
+    return int(s[1:])
+
+
+def steps_of(profile: str, op: Operation, result_value: object) -> list[tuple[str, dict[str, int | None]]]:
+    """The encoding's steps for one accepted operation (victims left free)."""
+    out: list[tuple[str, dict[str, int | None]]] = []
+    if isinstance(op, Use):
+        parent = op.parent.full if isinstance(op.parent, FullBlock) else NONE
+        out.append(("use(begin)", {"p": parent}))
+        if profile == "atomic":
+            for r in op.blocks:
+                out.append(
+                    ("use(declare full)", {"h": r.full})
+                    if isinstance(r, FullBlock)
+                    else ("use(declare partial)", {"u": _uid(r)})
+                )
+            out.append(("use(check)", {}))
+            if result_value == 0:
+                return out
+            for r in op.blocks:
+                out.append(
+                    ("use(place full)", {"h": r.full})
+                    if isinstance(r, FullBlock)
+                    else ("use(place partial)", {"u": _uid(r)})
+                )
+        else:
+            for r in op.blocks:
+                out.append(
+                    ("use(full)", {"h": r.full}) if isinstance(r, FullBlock) else ("use(partial)", {"u": _uid(r)})
+                )
+        out.append(("use(close)", {}))
+    elif isinstance(op, Deref | Destroy):
+        kind = "deref" if isinstance(op, Deref) else "destroy"
+        for r in op.blocks:
+            out.append(
+                (f"{kind}(full)", {"h": r.full}) if isinstance(r, FullBlock) else (f"{kind}(partial)", {"u": _uid(r)})
+            )
+    elif isinstance(op, Promote):
+        out.append(
+            (
+                "promote",
+                {"u": _uid(op.uuid), "h": op.seq_hash, "p": op.parent_hash if op.parent_hash is not None else NONE},
+            )
+        )
+    return out
+
+
+def agrees(
+    prof: Profile,
+    pre: BState,
+    steps: list[tuple[str, dict[str, int | None]]],
+    post: Abstract,
+    tw: frozenset[str] = frozenset(),
+) -> bool:
+    """Can the encoding's steps, victims free, take ``pre`` to the model's ``post``?"""
+    S = pre
+    req: list[z3.BoolRef] = []
+    for n, (name, given) in enumerate(steps):
+        inp: dict[str, z3.ExprRef] = {
+            "h": z3.IntVal(0),
+            "u": z3.IntVal(0),
+            "p": z3.IntVal(NONE),
+            "v": z3.Int(f"ag_v{n}"),
+            "w": z3.Int(f"ag_w{n}"),
+            "vp": z3.Bool(f"ag_vp{n}"),
+        }
+        for k, x in given.items():
+            inp[k] = z3.IntVal(x if x is not None else NONE)
+        step = prof.transitions[name](S, inp, tw)
+        req += step.requires
+        req += [z3.And(inp["v"] >= 0, inp["v"] < HASHES, inp["w"] >= 0, inp["w"] < UUIDS)]
+        S = step.post
+    eq = [S.v["phase"] == IDLE]
+    for h in range(HASHES):
+        eq += [
+            S.a["reg"][h] == post.reg[h],
+            S.a["dev"][h] == post.dev[h],
+            z3.Not(S.a["new"][h]),
+            z3.Not(S.a["ev"][h]),
+        ]
+        if post.reg[h]:
+            eq.append(S.a["own"][h] == post.own[h])
+            if prof.name == "kvbm":
+                eq.append(S.a["ann"][h] == post.ann[h])
+        if prof.name == "legacy":
+            eq.append(S.a["unann"][h] == post.unann[h])
+    for u in range(UUIDS):
+        eq.append(S.a["preg"][u] == post.preg[u])
+        if prof.name == "legacy" and post.preg[u]:
+            eq.append(S.a["pown"][u] == post.pown[u])
+    if prof.name != "legacy":
+        eq.append(S.v["free"] == post.free)
+    eq += [S.c[k] == val for k, val in post.counts.items()]
+    s = z3.Solver()
+    s.set("timeout", 30_000)
+    s.add(*req, *eq)
+    return s.check() == z3.sat
+
+
+@dataclass
+class Report:
+    profile: str
+    checked: int
+    rejected: int
+    mismatches: list[str]
+
+
+def run_agreement(profile: str, ops: int = 40, seed: int = 0, tw: frozenset[str] = frozenset()) -> Report:
+    """``ops`` sampled operations per policy through the model and the encoding."""
+    prof = _blocks(profile)
+    rng = random.Random(seed)
+    checked = rejected = 0
+    bad: list[str] = []
+    for policy in POLICIES[profile]:
+        cap = rng.randint(2, 4)
+        model = make_model(ManagerConfig(profile=profile, capacity=cap, eviction=policy))  # type: ignore[arg-type]
+        dev: set[int] = set()
+        for _ in range(ops):
+            pre = abstract(model, profile, dev, cap)
+            held: list[FullBlock | PartialBlock] = [FullBlock(full=h) for h in range(HASHES) if pre.own[h] >= 1]
+            held += [PartialBlock(partial=f"u{u}") for u in range(UUIDS) if pre.preg[u] and pre.pown[u] >= 1]
+            op = random_op(rng, profile, {h for h in range(HASHES) if pre.reg[h]}, held)
+            try:
+                step = model.apply(op)
+            except InvalidOperation:
+                rejected += 1
+                continue
+            for ev in step.events:  # the router's device view, from the model's own events
+                if ev.kind == "stored":
+                    dev |= set(ev.hashes())
+                elif ev.kind == "removed":
+                    dev -= set(ev.hashes())
+            post = abstract(model, profile, dev, cap)
+            checked += 1
+            if not agrees(prof, encode(pre, cap), steps_of(profile, op, step.result.value), post, tw):
+                bad.append(f"{profile}/{policy}: {op!r}")
+    return Report(profile, checked, rejected, bad)
