@@ -150,3 +150,46 @@ def test_a_contract_is_broken_only_by_the_callers_last_operation(cid: str) -> No
     for op in ops:
         assert ls.step(op) == []
     assert ls.contract_breaks == [(len(ops) - 1, cid)]
+
+
+# ------------------------------------------- the seeded campaign's budget
+
+
+def test_the_unmutated_encoding_agrees_over_the_campaigns_budget() -> None:
+    """Every sequence of the budget (``agreement_campaign.plan``: each eviction
+    policy in turn) agrees, and every contract break falls on an operation the
+    caller flagged as misbehaving; the misbehaving caller does break contracts
+    within the budget (so the check has something to see)."""
+    from kvspec.reference.smt.agreement_campaign import plan, sequence
+
+    flagged = 0
+    for seed, policy in plan():
+        r = sequence(seed, policy)
+        assert not r.mismatches, f"sequence {seed} ({policy}): " + "\n".join(str(m) for m in r.mismatches)
+        assert not r.unflagged_breaks, f"sequence {seed} ({policy}): a well-behaved caller broke {r.unflagged_breaks}"
+        flagged += len(r.flagged_breaks)
+    assert flagged, "no misbehaving operation broke a contract within the budget"
+
+
+def _encoding_mutants() -> list[Any]:
+    from kvspec.reference.smt.encoding_mutants import ENCODING_MUTANTS
+
+    return ENCODING_MUTANTS
+
+
+@pytest.mark.parametrize("m", _encoding_mutants(), ids=lambda m: m.name)
+def test_each_encoding_mutant_is_caught_within_the_campaigns_budget(m: Any) -> None:
+    """The budget is enough: with the seeded encoding bug installed, a sequence
+    of ``plan(BUDGET)`` disagrees with the model (measured by
+    benchmarks/agreement_budget.py). Deterministic: the plan's seeds are fixed."""
+    from kvspec.reference.smt.agreement_campaign import BUDGET, first_failure
+
+    with m.installed():
+        r = first_failure()
+    assert r is not None, f"{m.name} ({m.kind}) was not caught in {BUDGET} sequences"
+    assert r.mismatches, f"{m.name}: caught only by a contract break, not by a disagreement"
+
+
+def test_the_encoding_mutants_cover_parents_and_recency() -> None:
+    kinds = {m.kind for m in _encoding_mutants()}
+    assert kinds == {"parent", "recency"}
