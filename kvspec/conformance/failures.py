@@ -23,3 +23,14 @@ class ConformanceFailure(AssertionError):
         self.report = report
         #: where it happened (the rule's site with nothing else known by default)
         self.site = replace(site, rule=self.rule) if site is not None else Site(self.rule)
+
+
+class CallerContractBroken(AssertionError):
+    """The driver broke caller contract ``contract`` (an ASSUME-* id): the
+    operations it sent are not those of a well-behaved caller, so the
+    implementation is not to blame (never matched against deviations)."""
+
+    def __init__(self, contract: str, report: str) -> None:
+        super().__init__(f"[{contract}] {report}")
+        self.contract = contract
+        self.report = report

@@ -32,6 +32,12 @@ against the manifest's scoped deviations (``kvspec.spec.deviations``):
   step of an adopted departure, INV-ROUTER-MATCH is its consequence and is
   recorded with it.
 
+``caller_contracts=True`` (the lockstep machine, a well-behaved caller by
+design) also evaluates the caller contracts the proofs assume
+(``reference/caller_contracts.py``, ASSUME-*) on the model's state before
+every operation the model accepts, and raises ``CallerContractBroken`` naming
+the contract's id: a bug of the traffic, not of the implementation.
+
 ``protocol_only=True`` keeps only the checks a router cares about: for
 implementations whose events may differ in detail from the model's but must
 still keep a router's view right.
@@ -44,6 +50,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from kvspec.reference import RouterView, make_model
+from kvspec.reference.caller_contracts import ContractBreak, broken_contracts, settle
+from kvspec.reference.g1 import G1Model
 from kvspec.reference.labels import StepLabels
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.deviations import Deviation, Site
@@ -55,7 +63,7 @@ from kvspec.spec.wire import Counters, ErrorInfo, KvEvent, Operation, StepOutcom
 from .coverage import Before, cover_step
 from .deviation_scope import site_of, step_conditions
 from .diff import Divergence
-from .failures import ConformanceFailure
+from .failures import CallerContractBroken, ConformanceFailure
 from .interface import Implementation
 from .lockstep_report import divergence_report, unfinished_note
 from .replay_file import write_replay
@@ -96,8 +104,12 @@ class Lockstep:
         event_token_ids: bool = True,
         deviations: Sequence[Deviation] = (),
         on_deviation: Callable[[int, Site], None] | None = None,
+        caller_contracts: bool = False,
     ) -> None:
         self.impl = impl
+        self.caller_contracts = caller_contracts
+        #: operations whose caller contracts were evaluated (every accepted one)
+        self.contracts_checked = 0
         self.event_token_ids = event_token_ids
         self.config = config
         self.adapter = adapter
@@ -153,6 +165,7 @@ class Lockstep:
     def step(self, op: Operation) -> StepOutcome:
         """Apply ``op`` to both sides and check; returns the model's outcome."""
         before = Before.of(self.model, op, self.before)
+        breaks = self._contract_breaks(op)
         try:
             actual = self.impl.step(op)
         except AdapterError as e:
@@ -162,6 +175,11 @@ class Lockstep:
         self.ops.append(op)
         self.expected.append(expected)
         self.actual.append(actual)
+        if breaks is not None and expected.error is None:
+            self.contracts_checked += 1
+            breaks = settle(breaks, expected.result.status if expected.result is not None else "ok")
+            if breaks:
+                raise CallerContractBroken(breaks[0].id, self._contract_report(breaks))
         self.before = expected.counters
         adopted = False
         for div in self.checker.divergences(op, expected, actual, before.counters, self.model, self.labels):
@@ -181,6 +199,24 @@ class Lockstep:
             self.stream.adopt(self.model)
         cover_step(self.coverage, op, expected, before, offload=self.config.offload is not None)
         return expected
+
+    def _contract_breaks(self, op: Operation) -> list[ContractBreak] | None:
+        """The caller contracts ``op`` breaks in the model's state before it
+        (None: not evaluated, off or not a G1 model)."""
+        if not self.caller_contracts or not isinstance(self.model, G1Model):
+            return None
+        return broken_contracts(self.model, op)
+
+    def _contract_report(self, breaks: list[ContractBreak]) -> str:
+        i = len(self.ops) - 1
+        lines = [f"step {i} ({self.ops[-1].op}): " + "; ".join(str(b) for b in breaks)]
+        lines.append(
+            "the lockstep's traffic is meant to keep every caller contract (spec/SPEC.md, 'Caller contracts'):"
+            " a bug of the suite's traffic, not of the implementation"
+        )
+        start = max(0, i - 5)
+        lines += [f"  {k}: {o.model_dump_json(exclude_none=True)}" for k, o in enumerate(self.ops[start:], start)]
+        return "\n".join(lines)
 
     def site_of(self, div: Divergence, op: Operation, expected: StepOutcome, actual: StepOutcome) -> Site:
         """Where ``div`` happened, with the named conditions that hold for it."""

@@ -299,6 +299,7 @@ class LockstepMachine(RuleGroup, RuleBasedStateMachine, register=False):
             event_token_ids=caps.event_token_ids,
             deviations=s.manifest.deviations,
             on_deviation=s.record_deviation,
+            caller_contracts=True,  # the traffic is a well-behaved caller: check it is
         )
         self.traffic = Traffic(config, partial_blocks=caps.partial_blocks, promote=caps.promote)
 

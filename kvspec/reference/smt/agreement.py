@@ -13,7 +13,10 @@ operation:
   encoding's operation is not valid, with the same rule id, and the encoding
   then keeps its state;
 - INV-ANCHOR: the router view flags PARENT-ANCHOR exactly when the
-  encoding's operation-level anchor check fails.
+  encoding's operation-level anchor check fails;
+- the caller contracts: the ASSUME-* ids the encoding's step finds broken are
+  those ``reference/caller_contracts.py`` finds on the model (the statement
+  the conformance lockstep checks its traffic with).
 
 The encoding's successor is computed from its own concrete state with
 canonical choices (lowest free slot; the LRU victim) and must satisfy every
@@ -31,6 +34,7 @@ from typing import Any, Literal
 
 import z3
 
+from kvspec.reference.caller_contracts import broken_contracts, settle
 from kvspec.reference.g1 import G1Model
 from kvspec.reference.router_view import RouterView
 from kvspec.spec.config import ManagerConfig, OffloadConfig
@@ -346,6 +350,7 @@ class Lockstep:
                 victims.append(v)
             return v
 
+        said = broken_contracts(self.model, op)  # the model-side statement of the contracts
         self.model._pick_victim = recording  # type: ignore[method-assign]
         model_error: InvalidOperation | None = None
         try:
@@ -365,7 +370,13 @@ class Lockstep:
         for c in out.constraints:
             if not concrete_eval(c):
                 diff("the encoding's choice satisfies its rule", True, str(z3.simplify(c))[:200])
-        self.contract_breaks += [(i, cid) for cid, c in out.contracts.items() if not concrete_eval(c)]
+        broken = sorted(cid for cid, c in out.contracts.items() if not concrete_eval(c))
+        self.contract_breaks += [(i, cid) for cid in broken]
+        diff(
+            "caller contracts broken (reference/caller_contracts.py == the encoding's)",
+            sorted(b.id for b in settle(said, step.result.status or "ok")),
+            broken,
+        )
         if forward and isinstance(op, Tick):
             self.now = op.now_ms
         post = ConcreteState.from_terms(out.post)

@@ -1,0 +1,116 @@
+"""The caller contracts (ASSUME-*), evaluated on the reference model.
+
+The z3 proofs of INV-ANCHOR and its two swap-in lemmas assume that the
+caller (the scheduler) keeps two contracts (spec/SPEC.md, "Caller
+contracts"; ``reference/smt/contracts.py`` gives each a witness that only a
+misbehaving caller breaks it). The model does not enforce them: an
+operation that breaks one is still accepted. This module states them on the
+model's state, so that a driver meant to be a well-behaved caller (the
+conformance lockstep machine) can check, on every step, that it is one; a
+break is reported under the contract's own id.
+
+They are stated at operation level, on the state before the operation:
+
+- ASSUME-PARENT-REGISTERED: a Use of full blocks or a Promote names as
+  parent the root or a block registered in G1 (active or inactive);
+- ASSUME-SWAPIN-PARENT-HELD: a swap-in that schedules a job (status
+  ``scheduled``: it reserved slots) names as parent the root or an active
+  block, and a Deref does not drop the last owner of a block that is the
+  parent of a swap-in in flight.
+
+The encoding states the first per full block of a Use, against the anchor
+the batch has reached; under the offload tier (the profile the proofs
+cover) an eviction stops the batch, so the named parent is still registered
+at every block the Use places and the two statements agree. The agreement
+campaign (``reference/smt/agreement.py``) compares this module's verdict with
+the encoding's on every operation, well-behaved or not.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from kvspec.spec.wire import Deref, FullBlock, Operation, Promote, SwapIn, Use
+
+from .g1 import G1Model
+
+ASSUME_PARENT_REGISTERED = "ASSUME-PARENT-REGISTERED"
+ASSUME_SWAPIN_PARENT_HELD = "ASSUME-SWAPIN-PARENT-HELD"
+#: every caller contract (the ids of ``reference/smt/contracts.py``'s CONTRACTS)
+CONTRACT_IDS = (ASSUME_PARENT_REGISTERED, ASSUME_SWAPIN_PARENT_HELD)
+
+
+@dataclass(frozen=True)
+class ContractBreak:
+    """Operation ``op`` breaks contract ``id``: ``what`` says how."""
+
+    id: str
+    what: str
+    #: a swap-in's: broken only if the swap-in schedules a job (``settle``)
+    if_scheduled: bool = False
+
+    def __str__(self) -> str:
+        return f"[{self.id}] {self.what}"
+
+
+def broken_contracts(model: G1Model, op: Operation) -> list[ContractBreak]:
+    """The caller contracts ``op`` breaks in ``model``'s current state (call
+    it before applying ``op``, then ``settle`` with the outcome). Applies to
+    the kvbm profile; other profiles and operations have no caller
+    contract, and give []."""
+    if model.config.profile != "kvbm":
+        return []
+    out: list[ContractBreak] = []
+    if isinstance(op, Use) and isinstance(op.parent, FullBlock):
+        if any(isinstance(b, FullBlock) for b in op.blocks) and op.parent.full not in model.registered():
+            out.append(
+                ContractBreak(ASSUME_PARENT_REGISTERED, f"the Use names parent {op.parent.full}, not registered in G1")
+            )
+    elif isinstance(op, Promote) and op.parent_hash is not None:
+        if op.parent_hash not in model.registered():
+            out.append(
+                ContractBreak(
+                    ASSUME_PARENT_REGISTERED, f"the Promote names parent {op.parent_hash}, not registered in G1"
+                )
+            )
+    elif isinstance(op, SwapIn) and op.parent is not None:
+        if model.owners().get(op.parent, 0) < 1:
+            out.append(
+                ContractBreak(
+                    ASSUME_SWAPIN_PARENT_HELD,
+                    f"the swap-in names parent {op.parent}, not an active block",
+                    if_scheduled=True,
+                )
+            )
+    elif isinstance(op, Deref):
+        anchors = {job.parent for _at, job in model.onboards() if job.parent is not None}
+        dropped = Counter(b.full for b in op.blocks if isinstance(b, FullBlock))
+        owners = model.owners()
+        for h in sorted(anchors & set(dropped)):
+            if owners.get(h, 0) - dropped[h] < 1:
+                out.append(
+                    ContractBreak(
+                        ASSUME_SWAPIN_PARENT_HELD,
+                        f"the Deref drops the last owner of block {h}, the parent of a swap-in in flight",
+                    )
+                )
+    return out
+
+
+def settle(breaks: list[ContractBreak], status: str | None) -> list[ContractBreak]:
+    """The breaks that stand once the operation's result status is known
+    (None: the model rejected it, and a rejected operation breaks nothing)."""
+    if status is None:
+        return []
+    return [b for b in breaks if not b.if_scheduled or status == "scheduled"]
+
+
+__all__ = [
+    "ASSUME_PARENT_REGISTERED",
+    "ASSUME_SWAPIN_PARENT_HELD",
+    "CONTRACT_IDS",
+    "ContractBreak",
+    "broken_contracts",
+    "settle",
+]

@@ -1,0 +1,86 @@
+"""The caller contracts (ASSUME-*) stated on the model, and the lockstep's hook.
+
+``reference/caller_contracts.py`` states the contracts the proofs assume on
+the model's state; the conformance lockstep evaluates them on every step of
+its traffic (a well-behaved caller by design) and reports a break under its
+ASSUME-* id. The statement is bound to the encoding's by the agreement
+campaign (tests/test_smt_agreement.py compares both on every operation);
+here: the same ids as the encoding's, each contract's witness breaks it at
+its last operation and nowhere before, and the lockstep's hook reports it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kvspec.adapters.reference.adapter import ReferenceImplementation
+from kvspec.conformance.failures import CallerContractBroken
+from kvspec.conformance.lockstep import Lockstep
+from kvspec.conformance.manifest import load_manifest, resolve_adapter_dir
+from kvspec.reference.caller_contracts import CONTRACT_IDS, broken_contracts, settle
+from kvspec.reference.g1 import G1Model
+from kvspec.reference.smt.contracts import CONTRACTS
+from kvspec.spec.errors import InvalidOperation
+
+MANIFEST = load_manifest(resolve_adapter_dir("adapters/reference"))
+
+
+def test_the_model_side_names_the_encodings_contracts() -> None:
+    assert set(CONTRACT_IDS) == set(CONTRACTS)
+
+
+def _verdicts(universe: Any, ops: list[Any]) -> list[list[str]]:
+    """The contracts each operation breaks, as the model-side statement says."""
+    m = G1Model(universe.config())
+    out: list[list[str]] = []
+    for op in ops:
+        said = broken_contracts(m, op)
+        try:
+            status: str | None = m.apply(op).result.status
+        except InvalidOperation:
+            status = None
+        out.append([b.id for b in settle(said, status)])
+    return out
+
+
+@pytest.mark.parametrize("cid", sorted(CONTRACTS))
+def test_each_contracts_witness_breaks_it_only_at_its_last_operation(cid: str) -> None:
+    universe, ops = CONTRACTS[cid].witness()
+    assert _verdicts(universe, ops) == [[] for _ in ops[:-1]] + [[cid]]
+
+
+@pytest.mark.parametrize("cid", sorted(CONTRACTS))
+def test_the_lockstep_reports_a_broken_contract_by_its_id(cid: str) -> None:
+    universe, ops = CONTRACTS[cid].witness()
+    config = universe.config()
+    checked = Lockstep(ReferenceImplementation(config, MANIFEST), config, adapter="reference", caller_contracts=True)
+    for op in ops[:-1]:
+        checked.step(op)
+    with pytest.raises(CallerContractBroken) as exc:
+        checked.step(ops[-1])
+    assert exc.value.contract == cid
+    assert str(exc.value).startswith(f"[{cid}]")
+    assert f"step {len(ops) - 1}" in exc.value.report
+    assert checked.contracts_checked == len(ops)
+    # the same operations without the hook: the implementation is not to blame
+    plain = Lockstep(ReferenceImplementation(config, MANIFEST), config, adapter="reference")
+    for op in ops:
+        plain.step(op)
+    assert plain.contracts_checked == 0
+
+
+def test_a_swap_in_that_schedules_nothing_breaks_no_contract() -> None:
+    """A swap-in naming a parent it does not hold, with nothing of its blocks
+    in G2 (no hits): no job, nothing to anchor (the encoding requires the
+    contract only of a reservation)."""
+    from kvspec.reference.smt.agreement import Universe, swap_in_op
+
+    u = Universe(2, (-1, 0), 1, "lineage")
+    m = G1Model(u.config())
+    op = swap_in_op(u, [1], 0)
+    said = broken_contracts(m, op)
+    assert [b.id for b in said] == ["ASSUME-SWAPIN-PARENT-HELD"]
+    assert m.apply(op).result.status == "no_hits"
+    assert settle(said, "no_hits") == []
