@@ -22,9 +22,10 @@ derandomised and keep none by design (issue 17: their verdict must be the
 same on every machine and every run, and a stored example would make it
 depend on history), so naming a database with them is a usage error rather
 than something silently ignored. ``smoke`` keeps none unless one is named.
-With ``--hypothesis-seed`` the generated examples are the seed's, but the
-database's examples still replay first: a seeded run with a shared database
-is reproducible with the same database contents only.
+With ``--hypothesis-seed`` Hypothesis neither reads nor writes any example
+database (its ``run_engine`` drops the database key of a test run under a
+forced seed), so a seeded run is reproducible from the seed alone and a named
+database is not used; the header says so.
 """
 
 from __future__ import annotations
@@ -124,6 +125,8 @@ def describe(config: pytest.Config, effort: str, *, seeded: bool) -> str | None:
     if is_deterministic(effort):
         return None
     spec = config.getoption("--kvspec-example-db", None)
+    if spec and seeded:
+        return f"kvspec example database: {spec} NOT USED: Hypothesis keeps no database under --hypothesis-seed"
     if spec:
         return f"kvspec example database: {spec} (shared; its examples replay first)"
     if keeps_database(effort, seeded=seeded):
