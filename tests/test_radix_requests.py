@@ -7,16 +7,31 @@ faithful run must pass and a run with one bug must fail under its rule.
 
 from __future__ import annotations
 
+import itertools
 import random
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from kvspec.adapters import rust_mocker
 from kvspec.adapters.radix_mutants.bugs import BUGS
 from kvspec.conformance.failures import ConformanceFailure
-from kvspec.conformance.radix_requests import check_radix_sequential, outputs_from_events
+from kvspec.conformance.manifest import load_manifest
+from kvspec.conformance.radix_requests import (
+    Flow,
+    FlowModel,
+    check_radix_run,
+    check_radix_sequential,
+    outputs_from_events,
+)
+from kvspec.conformance.request_check import Finding, RunCheck
 from kvspec.conformance.request_interface import RequestOutcome
-from kvspec.reference.radix import RadixModel
+from kvspec.conformance.workloads import Workload, setup_of
+from kvspec.reference.radix import Node, RadixModel
+from kvspec.reference.requests import RequestSpec
 from kvspec.spec.radix_wire import RadixConfig, RadixRequest
+from kvspec.spec.wire import KvEvent
 
 
 def _run(model: RadixModel, n: int, seed: int) -> tuple[list[list[int]], list[RequestOutcome]]:
@@ -59,3 +74,106 @@ def test_outputs_come_from_the_stored_pages() -> None:
     out = model.step(RadixRequest(prompt=[1, 2, 3], output=[50, 51, 52, 53]))
     # prompt + output[:-1] = 6 tokens, 3 pages: 50, 51, 52 cached; 53 never computed
     assert outputs_from_events([1, 2, 3], 4, out.events, 2) == [50, 51, 52, 0]
+
+
+# ------------------------------------------------------------ the whole-run check and its followed departures
+
+SGLANG_VARIANT = load_manifest(Path(rust_mocker.__file__).parent, "sglang")
+MOCKER_FLOW = Flow(in_parts=True, last_token=True, leaf_suffix=True, extend_leaf=True)
+
+
+def _flow_run(
+    model: RadixModel, blocks: int, page: int, seed: int, n: int = 14
+) -> tuple[Workload, list[RequestOutcome]]:
+    """A run of ``model`` shaped as the mocker publishes it (events numbered
+    from 1), with outputs drawn at random as an engine generates them."""
+    rnd = random.Random(seed)
+    system = [7, 7, 8, 9, 7, 8, 9, 9]
+    reqs, outcomes = [], []
+    ids = itertools.count(1)
+    for _ in range(n):
+        prompt = system[: rnd.randint(1, 8)] + [rnd.randint(1, 3) for _ in range(rnd.randint(0, 6))]
+        output = [rnd.randint(100, 10**6) for _ in range(rnd.randint(1, 6))]
+        out = model.step(RadixRequest(prompt=prompt, output=output))
+        if out.error is not None:
+            continue
+        events = [e.model_copy(update={"event_id": next(ids)}) for e in out.events]
+        reqs.append(RequestSpec(prompt=prompt, max_tokens=len(output)))
+        outcomes.append(RequestOutcome(cached_tokens=None, output_tokens=len(output), events=events))
+    return Workload(setup=setup_of(blocks, page), requests=reqs), outcomes
+
+
+def _undeclared(check: RunCheck) -> list[Finding]:
+    return [f for f in check.findings if SGLANG_VARIANT.deviation_for(f.site()) is None]
+
+
+@pytest.mark.parametrize("page", [1, 2, 4])
+def test_the_mockers_flow_is_followed_and_declared(page: int) -> None:
+    """A run with the mocker's departures (the checker's own Flow model, numbered
+    from 1) passes but for findings the sglang variant's scoped deviations cover."""
+    blocks = 40 // page
+    w, outcomes = _flow_run(
+        FlowModel(RadixConfig(page_size=page, capacity=blocks * page), MOCKER_FLOW), blocks, page, 3
+    )
+    assert any(e.kind == "removed" for o in outcomes for e in o.events), "the run must evict"
+    check = check_radix_run(w, outcomes)
+    assert {c for f in check.findings for c in f.conditions} >= {"event_ids_from_1", "request_inserts_in_parts"}
+    assert _undeclared(check) == [], [f.report() for f in _undeclared(check)]
+    assert sum(check.exercised.values()) > 0
+
+
+def test_the_spec_model_passes_whole_runs() -> None:
+    w, outcomes = _flow_run(RadixModel(RadixConfig(page_size=2, capacity=40)), 20, 2, 5)
+    outcomes = [
+        o.model_copy(update={"events": [e.model_copy(update={"event_id": e.event_id - 1}) for e in o.events]})
+        for o in outcomes
+    ]
+    assert check_radix_run(w, outcomes).findings == []
+
+
+class _EvictNewest(FlowModel):
+    """The mocker's flow with one bug: the most recently used leaf is evicted."""
+
+    def nodes(self) -> Iterator[Node]:
+        return iter(sorted(super().nodes(), key=lambda n: -n.last_access))
+
+    def _evict(self, tokens: int, events: list[KvEvent]) -> int:
+        saved = {n: n.last_access for n in super().nodes()}
+        for n in saved:
+            n.last_access = -n.last_access
+        try:
+            return super()._evict(tokens, events)
+        finally:
+            for n, t in saved.items():
+                n.last_access = t
+
+
+def _drop_last_decode_stored(outcomes: list[RequestOutcome]) -> list[RequestOutcome]:
+    """The mocker's flow with one bug: the first request with two Stored loses its last one."""
+    out, done = [], False
+    for o in outcomes:
+        stored = [i for i, e in enumerate(o.events) if e.kind == "stored"]
+        if not done and len(stored) >= 2:
+            o = o.model_copy(update={"events": [e for i, e in enumerate(o.events) if i != stored[-1]]})
+            done = True
+        out.append(o)
+    assert done
+    ids = itertools.count(1)  # ids stay contiguous: the bug is the missing page, not a gap
+    return [
+        o.model_copy(update={"events": [e.model_copy(update={"event_id": next(ids)}) for e in o.events]}) for o in out
+    ]
+
+
+@pytest.mark.parametrize("bug", ["evict_newest", "drop_decode_stored"])
+def test_a_bug_in_the_mockers_flow_is_not_hidden_by_its_deviations(bug: str) -> None:
+    """Declared, scoped departures do not waive a bug of the same flow: the
+    finding falls outside every deviation of the sglang variant."""
+    config = RadixConfig(page_size=2, capacity=40)
+    if bug == "evict_newest":
+        w, outcomes = _flow_run(_EvictNewest(config, MOCKER_FLOW), 20, 2, 3)
+    else:
+        w, outcomes = _flow_run(FlowModel(config, MOCKER_FLOW), 20, 2, 3)
+        outcomes = _drop_last_decode_stored(outcomes)
+    bad = _undeclared(check_radix_run(w, outcomes))
+    assert bad, f"{bug} was not caught"
+    assert bad[0].rule in {"RADIX-EVICT-LRU", "RADIX-REMOVE", "RADIX-INSERT", "PARENT-ANCHOR", "REMOVE-EXACT"}

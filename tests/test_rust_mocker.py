@@ -239,7 +239,7 @@ def test_a_request_the_pool_cannot_hold_is_refused_and_the_engine_stays_usable()
 
 @needs_wheel
 def test_an_engine_that_does_not_start_is_an_adapter_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(setup: object, backend: str = "vllm") -> dict[str, object]:
+    def broken(setup: object, backend: str = "vllm", token_ids: bool = False) -> dict[str, object]:
         return {"num_gpu_blocks": 8, "block_size": 4, "native_host_offload": {"num_host_blocks": 4}}
 
     monkeypatch.setattr(rm, "engine_config", broken)  # host tier without kv_cache_bytes_per_token

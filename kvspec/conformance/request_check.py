@@ -116,6 +116,8 @@ class Finding:
     detail: str = ""
     #: the named conditions the checker established for this finding
     conditions: frozenset[str] = frozenset()
+    #: the profile the run was checked against
+    profile: str = "vllm"
 
     def site(self) -> Site:
         """The finding as a deviation scope sees it (request level: no
@@ -125,7 +127,7 @@ class Finding:
             conds.add("host_tier")
         if self.workload.concurrent:
             conds.add("concurrent_run")
-        return Site(rule=self.rule, conditions=frozenset(conds), profile="vllm")
+        return Site(rule=self.rule, conditions=frozenset(conds), profile=self.profile)
 
     def size(self) -> int:
         return sum(len(r.prompt) + r.max_tokens for r in self.workload.requests)

@@ -21,6 +21,7 @@ from pathlib import Path
 from kvspec.spec.errors import AdapterError, ConfigError
 
 from .manifest import Manifest, load_impl
+from .radix_requests import check_radix_run
 from .request_check import RunCheck, check_run
 from .requests_api import open_request_implementation
 from .workloads import FORMAT, Workload, load_workload
@@ -40,16 +41,17 @@ def is_request_workload(path: Path) -> bool:
 
 
 def run_workload(manifest: Manifest, adapter_dir: Path, workload: Workload) -> RunCheck:
-    """Start the implementation, run the workload, close it, check the run."""
+    """Start the implementation, run the workload, close it, check the run
+    (against the radix profile for a radix adapter, ``radix_requests``)."""
     impl = open_request_implementation(manifest, adapter_dir, workload.setup)
     try:
-        if workload.concurrent:
-            result = impl.run_concurrent(workload.requests)
-            return check_run(workload, result, manifest.capabilities.tiers)
-        outcomes = impl.run_sequential(workload.requests)
+        reqs = workload.requests
+        result = impl.run_concurrent(reqs) if workload.concurrent else impl.run_sequential(reqs)
     finally:
         impl.close()
-    return check_run(workload, outcomes, manifest.capabilities.tiers)
+    if manifest.request_profile() == "radix":
+        return check_radix_run(workload, result)
+    return check_run(workload, result, manifest.capabilities.tiers)
 
 
 def replay_files(files: list[Path], impl: str = DEFAULT_IMPL) -> int:

@@ -34,6 +34,20 @@ RADIX_RULES = (
     "REMOVE-EXACT",
     "REMOVE-NO-ORPHAN",
 )
+
+
+def _require_tree_operations(manifest: Manifest) -> None:
+    """Skip unless the adapter runs the radix profile operation by operation
+    (``start.radix``); a request-only one is checked by the radix request
+    layer (test_requests.py, ``test_radix_request_*``)."""
+    require_profile(manifest, "radix")
+    if not manifest.start.radix:
+        pytest.skip(
+            f"adapter {manifest.name!r} takes requests only (no start.radix for tree operations):"
+            " the radix request layer checks it (test_requests.py, test_radix_request_*)"
+        )
+
+
 #: what the fixed request workload exercises
 REQUEST_RULES = ("RADIX-PREFIX-HIT", "RADIX-EVICT-LRU", "RADIX-INSERT", "RADIX-CAPACITY", "RADIX-REMOVE")
 
@@ -43,7 +57,7 @@ REQUEST_RULES = ("RADIX-PREFIX-HIT", "RADIX-EVICT-LRU", "RADIX-INSERT", "RADIX-C
 def test_radix_golden(
     path: Path, scenario: Any, kvspec_manifest: Manifest, kvspec_adapter_dir: Path, kvspec_record_rule: Any
 ) -> None:
-    require_profile(kvspec_manifest, "radix")
+    _require_tree_operations(kvspec_manifest)
     with open_or_skip(open_radix, kvspec_manifest, kvspec_adapter_dir, scenario.config) as impl:
         run_golden(scenario, impl)
     record_rules(kvspec_record_rule, scenario.rules)
@@ -54,7 +68,7 @@ def test_radix_lockstep(
     kvspec_manifest: Manifest, kvspec_adapter_dir: Path, kvspec_record_rule: Any, kvspec_settings: settings
 ) -> None:
     """Values, errors, events, the tree, lock counts and sizes equal the model's at every step."""
-    require_profile(kvspec_manifest, "radix")
+    _require_tree_operations(kvspec_manifest)
     open_or_skip(open_radix, kvspec_manifest, kvspec_adapter_dir, RadixConfig()).close()  # skips when unavailable
 
     @cheap_op_settings(kvspec_settings)
@@ -76,7 +90,7 @@ def test_radix_requests(
 ) -> None:
     """A fixed request workload on a pool a third of its size: shared system
     prompts, multi-turn follow-ups that extend earlier answers, evictions."""
-    require_profile(kvspec_manifest, "radix")
+    _require_tree_operations(kvspec_manifest)
     config = RadixConfig(page_size=page_size, capacity=48)
     system = [7, 7, 8, 9, 7, 8, 9, 9]
     reqs: list[RadixRequest] = []

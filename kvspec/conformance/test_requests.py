@@ -1,7 +1,10 @@
 """The request-level layer: workloads of requests against any adapter that takes them.
 
-It runs for every adapter declaring ``request_level`` (and the ``vllm``
-profile): in-process ones such as ``adapters/reference_requests`` (the
+It runs for every adapter declaring ``request_level``, checked against its
+profile: the ``vllm`` pool's layer (``request_check``) or, for an adapter
+whose profile is ``radix`` (Dynamo's mocker with its SGLang-style backend),
+the radix tree's (``radix_requests.check_radix_run``, its own rules and
+tests ``test_radix_request_*``). The vllm layer runs for in-process ones such as ``adapters/reference_requests`` (the
 reference model's request driver) and ``adapters/rust_mocker`` (the Dynamo
 mocker wheel), and subprocess or C ABI ones through the request-level
 messages of protocol version 2 (``adapters/reference_jsonl``,
@@ -39,6 +42,7 @@ from hypothesis import Phase, given, settings
 from kvspec.conformance.failures import ConformanceFailure
 from kvspec.conformance.manifest import Manifest
 from kvspec.conformance.plugin import replay_run
+from kvspec.conformance.radix_requests import RADIX_LAYER_RULES
 from kvspec.conformance.request_check import LAYER_RULES, Finding
 from kvspec.conformance.request_replay import run_workload
 from kvspec.conformance.requests_api import ImplementationUnavailableError
@@ -133,15 +137,21 @@ def _explore(manifest: Manifest, adapter_dir: Path, effort: settings) -> Explora
     return exp
 
 
-@pytest.fixture(scope="session")
-def request_exploration(
-    kvspec_manifest: Manifest, kvspec_adapter_dir: Path, pytestconfig: pytest.Config, kvspec_settings: settings
+def _session_exploration(
+    profile: str,
+    kvspec_manifest: Manifest,
+    kvspec_adapter_dir: Path,
+    pytestconfig: pytest.Config,
+    kvspec_settings: settings,
 ) -> Exploration:
+    """The session's exploration for the layer of ``profile`` (the vllm pool's
+    or the radix tree's: ``request_replay.run_workload`` picks the check by
+    the manifest's profile)."""
     caps = kvspec_manifest.capabilities
     if not caps.request_level:
         pytest.skip(f"adapter {kvspec_manifest.name!r} does not declare capability request_level")
-    if "vllm" not in kvspec_manifest.supported_profiles():
-        pytest.skip(f"adapter {kvspec_manifest.name!r} does not declare capability profile:vllm")
+    if kvspec_manifest.request_profile() != profile:
+        pytest.skip(f"adapter {kvspec_manifest.name!r} does not take requests under profile:{profile}")
     try:
         exp = _explore(kvspec_manifest, kvspec_adapter_dir, kvspec_settings)
         reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
@@ -149,7 +159,8 @@ def request_exploration(
         if reporter is not None and capture is not None:
             with capture.global_and_fixture_disabled():
                 reporter.write_line(
-                    f"\nkvspec request-level: {exp.runs} runs ({exp.seeds} seeds and findings) in {exp.seconds:.1f} s;"
+                    f"\nkvspec request-level ({profile}): {exp.runs} runs ({exp.seeds} seeds and findings)"
+                    f" in {exp.seconds:.1f} s;"
                     f" rules found broken: {', '.join(sorted(map(str, exp.findings))) or 'none'};"
                     " declared deviations observed: "
                     f"{', '.join(sorted({str(f.rule) for f in exp.declared.values()})) or 'none'}"
@@ -159,6 +170,20 @@ def request_exploration(
         pytest.skip(f"adapter {kvspec_manifest.name!r} cannot run here: {e}")
     except AdapterError as e:
         pytest.fail(f"adapter {kvspec_manifest.name!r} failed during the request-level runs:\n{e}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def request_exploration(
+    kvspec_manifest: Manifest, kvspec_adapter_dir: Path, pytestconfig: pytest.Config, kvspec_settings: settings
+) -> Exploration:
+    return _session_exploration("vllm", kvspec_manifest, kvspec_adapter_dir, pytestconfig, kvspec_settings)
+
+
+@pytest.fixture(scope="session")
+def radix_request_exploration(
+    kvspec_manifest: Manifest, kvspec_adapter_dir: Path, pytestconfig: pytest.Config, kvspec_settings: settings
+) -> Exploration:
+    return _session_exploration("radix", kvspec_manifest, kvspec_adapter_dir, pytestconfig, kvspec_settings)
 
 
 def _write_replay(request: pytest.FixtureRequest, finding: Finding) -> Path | None:
@@ -192,7 +217,38 @@ def test_request_level_rule(
     kvspec_record_rule: Any,
     kvspec_record_deviation: Any,
 ) -> None:
-    exp = request_exploration
+    _report_rule(rule, request_exploration, request, kvspec_record_rule, kvspec_record_deviation)
+
+
+@pytest.mark.kvspec_rules()
+@pytest.mark.kvspec_requires("request_level")
+def test_radix_request_exploration_ran(radix_request_exploration: Exploration) -> None:
+    """The radix exploration ran workloads and exercised the layer's rules."""
+    assert radix_request_exploration.runs > 0
+    assert sum(radix_request_exploration.exercised.values()) > 0
+
+
+@pytest.mark.kvspec_rules()
+@pytest.mark.kvspec_requires("request_level")
+@pytest.mark.parametrize("rule", RADIX_LAYER_RULES, ids=str)
+def test_radix_request_rule(
+    rule: RuleId,
+    radix_request_exploration: Exploration,
+    request: pytest.FixtureRequest,
+    kvspec_record_rule: Any,
+    kvspec_record_deviation: Any,
+) -> None:
+    """Each rule of the radix request layer (``conformance.radix_requests``), as the vllm one's."""
+    _report_rule(rule, radix_request_exploration, request, kvspec_record_rule, kvspec_record_deviation)
+
+
+def _report_rule(
+    rule: RuleId,
+    exp: Exploration,
+    request: pytest.FixtureRequest,
+    kvspec_record_rule: Any,
+    kvspec_record_deviation: Any,
+) -> None:
     n = exp.exercised.get(rule, 0)
     finding = exp.findings.get(rule)
     declared = {i: f for i, f in exp.declared.items() if f.rule == rule}

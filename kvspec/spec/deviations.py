@@ -116,7 +116,59 @@ CONDITIONS: dict[str, Condition] = _conditions(
         "the request that did not generate max_tokens never finished at all: the engine kept it without "
         "progress (no token, no event) until the adapter gave up on it (finish 'stalled', request level; in a "
         "sequential run the requests after it are not sent and are reported stalled too)",
-        frozenset({R.USE_CAPACITY}),
+        frozenset({R.USE_CAPACITY, R.RADIX_CAPACITY}),
+    ),
+    Condition(
+        "request_inserts_in_parts",
+        "radix profile, request level: the engine runs a request as a scheduler does, not as one insert: prefill "
+        "allocates the prompt's pages (evicting what the free slots lack) and caches its whole pages, then each "
+        "decode token that starts a page allocates one (evicting) and each page decode completes is cached, each "
+        "part its own insert and Stored (pages found cached give their slots back, the prompt's once the first "
+        "decode page is reserved); with the model running the request so (events compared with consecutive ones "
+        "of a kind merged, as an event plane batches them), the run gets past the request that differed "
+        "(sequential runs; the checker goes on comparing so)",
+        frozenset({R.RADIX_INSERT}),
+    ),
+    Condition(
+        "evicts_leaf_suffix",
+        "radix profile, request level: an eviction that needs fewer pages than the least recently used leaf holds "
+        "removes only that leaf's newest pages (newest first) and keeps the rest of the leaf, where the profile "
+        "evicts whole leaves; with the model evicting so, the run gets past the request that differed "
+        "(sequential runs; the checker goes on comparing with the model doing so)",
+        frozenset({R.RADIX_REMOVE}),
+    ),
+    Condition(
+        "insert_extends_leaf",
+        "radix profile, request level: pages an insert adds right after a leaf join that leaf's node instead of "
+        "hanging under it as a new node (the Stored still names only the new pages), which shows in what later "
+        "evictions take and in which order; with the model inserting so, the run gets past the request that "
+        "differed (sequential runs; the checker goes on comparing with the model doing so)",
+        frozenset({R.RADIX_INSERT}),
+    ),
+    Condition(
+        "split_keeps_access_time",
+        "radix profile, request level: the lower half of a node a match splits keeps its old access time (the "
+        "profile stamps every node a match passes, the split one included), which shows in which leaf later "
+        "evictions take; with the model doing so, the run gets past the request that differed (sequential runs; "
+        "the checker goes on comparing with the model doing so)",
+        frozenset({R.RADIX_MATCH}),
+    ),
+    Condition(
+        "eviction_elsewhere_in_request",
+        "radix profile, request level: a request evicts exactly the pages the model evicts, in the same order, "
+        "but publishes an eviction at another point between the request's Stored parts than the model's "
+        "page-by-page allocation puts it; with the request's Removed pages compared as one Removed before its "
+        "Stored events, the run gets past the request that differed (sequential runs; the checker goes on "
+        "comparing so)",
+        frozenset({R.RADIX_EVICT_LRU}),
+    ),
+    Condition(
+        "request_caches_last_token",
+        "radix profile, request level: the engine caches a request's last output token too (the model never "
+        "computes its KV, so never caches it): with the model taking a slot for it and caching it like every "
+        "other token, the run gets past the request that differed (sequential runs; the checker goes on "
+        "comparing with the model doing so)",
+        frozenset({R.RADIX_INSERT}),
     ),
     Condition(
         "last_token_over_pool",

@@ -292,5 +292,10 @@ class Manifest(Wire):
         failure is not declared, whatever other scopes its rule has)."""
         return next((d for d in self.deviations if d.covers(site)), None)
 
+    def request_profile(self) -> ProfileName:
+        """The profile request workloads are checked against: ``radix`` for an
+        adapter whose own profile is ``radix``, else ``vllm``."""
+        return "radix" if self.profile == "radix" else "vllm"
+
     def supported_profiles(self) -> list[ProfileName]:
         return list(dict.fromkeys([self.profile, *self.capabilities.profiles]))

@@ -53,7 +53,7 @@ from kvspec.conformance.transport.process import (
 from kvspec.reference.requests import PoolSetup, RequestSpec
 from kvspec.spec.codecs import from_router_event
 from kvspec.spec.errors import AdapterError, ConfigError, WireError
-from kvspec.spec.wire import KvEvent
+from kvspec.spec.wire import KvEvent, Stored
 
 WHEEL = "ai-dynamo-runtime"
 TESTED_VERSION = "1.6.1"
@@ -120,7 +120,9 @@ def child_argv() -> list[str]:
 BACKENDS: dict[str | None, str] = {None: "vllm", "sglang": "sglang", "trtllm": "trtllm"}
 
 
-def engine_config(setup: PoolSetup, backend: str = "vllm") -> dict[str, Any]:
+def engine_config(setup: PoolSetup, backend: str = "vllm", token_ids: bool = False) -> dict[str, Any]:
+    """The mocker's ``engine`` section; ``token_ids`` turns on the events'
+    token ids (``emit_kv_token_ids``, which needs ``emit_kv_events``)."""
     engine: dict[str, Any] = {
         "backend": backend,
         "num_gpu_blocks": setup.manager.capacity,
@@ -131,7 +133,43 @@ def engine_config(setup: PoolSetup, backend: str = "vllm") -> dict[str, Any]:
     if setup.host_blocks is not None:
         engine["kv_cache_bytes_per_token"] = KV_BYTES_PER_TOKEN
         engine["native_host_offload"] = {"num_host_blocks": setup.host_blocks}
+    if token_ids:
+        engine["emit_kv_events"] = True
+        engine["emit_kv_token_ids"] = True
     return engine
+
+
+def attach_token_ids(events: Sequence[KvEvent], raw: Any, block_size: int) -> list[KvEvent]:
+    """The event plane's events with each Stored's token ids, taken block by
+    block from the raw publisher's BlockStored events (the two streams carry
+    the same events, batched differently: the event plane coalesces a run of
+    them into one; the raw one names the tokens). A block hash names its
+    tokens (it chains over them), so the join is by block hash. Raises
+    WireError for a raw event that cannot be read or a stored block no raw
+    event names."""
+    if raw is None and not any(isinstance(ev.data, Stored) for ev in events):
+        raw = []  # a request the worker never sent (after a stall) has no streams at all
+    if not isinstance(raw, list):
+        raise WireError("raw_events must be a list")
+    tokens: dict[int, list[int]] = {}
+    for r in raw:
+        if not isinstance(r, dict) or r.get("type") != "BlockStored":
+            continue
+        hashes, toks = r.get("block_hashes"), r.get("token_ids")
+        if not isinstance(hashes, list) or not isinstance(toks, list) or len(toks) != len(hashes) * block_size:
+            raise WireError(f"raw BlockStored with {len(toks or [])} token ids for its blocks: {str(r)[:200]}")
+        for i, h in enumerate(hashes):
+            tokens[h] = toks[i * block_size : (i + 1) * block_size]
+    out: list[KvEvent] = []
+    for ev in events:
+        if isinstance(ev.data, Stored):
+            missing = [b.block_hash for b in ev.data.stored.blocks if b.block_hash not in tokens]
+            if missing:
+                raise WireError(f"no raw BlockStored names the tokens of blocks {missing} of {ev.brief()}")
+            pages = [tokens[b.block_hash] for b in ev.data.stored.blocks]
+            ev = KvEvent.model_validate({**ev.model_dump(), "block_token_ids": pages})
+        out.append(ev)
+    return out
 
 
 def decode_event(raw: Any) -> tuple[int, KvEvent]:
@@ -174,6 +212,8 @@ class RustMocker(RequestImplementation):
             )
         self.version = version
         self.worker_id: int | None = None
+        #: join the raw publisher's token ids to the Stored events
+        self.token_ids = manifest.capabilities.event_token_ids
         self._tmp = tempfile.mkdtemp(prefix="kvspec-rust-mocker-")
         env = dict(os.environ)
         env.update(_LOOPBACK_ENV)
@@ -186,7 +226,8 @@ class RustMocker(RequestImplementation):
             started = self._ask(
                 {
                     "op": "start",
-                    "engine": engine_config(setup, backend),
+                    "engine": engine_config(setup, backend, token_ids=self.token_ids),
+                    "token_ids": self.token_ids,
                     "namespace": f"kvspec{uuid.uuid4().hex[:12]}",
                     "block_size": setup.manager.block_size,
                     "num_gpu_blocks": setup.manager.capacity,
@@ -246,7 +287,16 @@ class RustMocker(RequestImplementation):
         child.drain_stderr(0.2)
         return AdapterError(message, stderr_tail=child.stderr_tail()[-4000:], exit_status=child.returncode)
 
-    def _events(self, raws: Any, where: str) -> list[KvEvent]:
+    def _events(self, raws: Any, where: str, reply: dict[str, Any] | None = None) -> list[KvEvent]:
+        out = self._plane_events(raws, where)
+        if not self.token_ids or reply is None:
+            return out
+        try:
+            return attach_token_ids(out, reply.get("raw_events"), self.setup.manager.block_size)
+        except WireError as e:
+            raise self._failure(f"{where}: the token ids of the raw event stream: {e}") from None
+
+    def _plane_events(self, raws: Any, where: str) -> list[KvEvent]:
         if not isinstance(raws, list):
             raise self._failure(f"{where}: events must be a list")
         out: list[KvEvent] = []
@@ -303,7 +353,7 @@ class RustMocker(RequestImplementation):
             if reply.get("ok") != "request" or reply.get("index") != i:
                 raise self._failure(f"expected the outcome of request {i}, got {str(reply)[:200]}")
             self._check_problems(reply, f"request {i}")
-            out.append(self._outcome(reply, self._events(reply.get("events"), f"request {i}")))
+            out.append(self._outcome(reply, self._events(reply.get("events"), f"request {i}", reply)))
         done = self._recv(per_request, "the end of the run")
         if done.get("ok") != "done":
             raise self._failure(f"expected the end of the run, got {str(done)[:200]}")
@@ -317,7 +367,7 @@ class RustMocker(RequestImplementation):
         if reply.get("ok") != "concurrent" or not isinstance(reply.get("outcomes"), list):
             raise self._failure(f"expected a concurrent outcome, got {str(reply)[:200]}")
         self._check_problems(reply, "the concurrent run")
-        events = self._events(reply.get("events"), "the concurrent run")
+        events = self._events(reply.get("events"), "the concurrent run", reply)
         return ConcurrentRun(outcomes=[self._outcome(o, []) for o in reply["outcomes"]], events=events)
 
     def close(self) -> None:

@@ -12,7 +12,7 @@ It speaks JSON lines on stdin/stdout (the parent, ``adapter.py``, validates
 every reply); stdout carries nothing else (the runtime logs to stderr).
 
     {"op": "start", "engine": {...}, "namespace": NS, "block_size": B,
-     "num_gpu_blocks": N}                    -> {"ok": "started", ...}
+     "num_gpu_blocks": N, "token_ids": BOOL} -> {"ok": "started", ...}
     {"op": "run", "mode": "sequential" | "concurrent", "requests": [...],
      "quiesce_ms": Q, "request_timeout_s": T, "max_settle_s": S}
         sequential -> one {"ok": "request", ...} per request, then {"ok": "done"}
@@ -28,6 +28,12 @@ about a millisecond; after it, rarely, by a few), and there is no end marker,
 so a request is over when its response has completed *and* no event arrived
 for ``quiesce_ms``; ``max_settle_s`` bounds that wait. Lost envelopes are
 detected through the envelope sequence numbers (contiguous from 0).
+
+Token ids: the event plane's Stored blocks carry hashes only. With
+``"token_ids": true`` the engine also runs its raw publisher
+(``zmq_kv_events_port``, vLLM's event format, ``emit_kv_token_ids`` on),
+which names each stored block's tokens; every reply then carries that
+stream as ``raw_events`` and the parent joins the two by block hashes.
 """
 
 from __future__ import annotations
@@ -56,9 +62,14 @@ def reply(obj: dict[str, Any]) -> None:
 
 
 class EventCollector:
-    """A ZMQ SUB on the kv-events channel, drained by one thread."""
+    """A ZMQ SUB on the kv-events channel, drained by one thread.
 
-    def __init__(self, endpoint: str) -> None:
+    ``raw``: the endpoint is the engine's raw publisher (``zmq_kv_events_port``),
+    which speaks vLLM's KV event format (frames: topic, 8-byte sequence, one
+    msgpack batch ``[ts, events, dp_rank]``) and, with ``emit_kv_token_ids``,
+    carries each stored block's token ids, which the event plane does not."""
+
+    def __init__(self, endpoint: str, raw: bool = False) -> None:
         import zmq
 
         self._zmq = zmq
@@ -68,6 +79,7 @@ class EventCollector:
         self.sub.setsockopt(zmq.SUBSCRIBE, b"")
         self.monitor = self.sub.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
         self.sub.connect(endpoint)
+        self.raw = raw
         self.lock = threading.Lock()
         self.events: list[dict[str, Any]] = []
         self.problems: list[str] = []
@@ -88,6 +100,8 @@ class EventCollector:
     def _decode(self, frames: list[bytes]) -> list[dict[str, Any]]:
         import msgpack
 
+        if self.raw:
+            return self._decode_raw(frames)
         last = frames[-1]
         if len(last) < 5:
             raise ValueError(f"envelope of {len(last)} bytes is shorter than its 5-byte header")
@@ -103,6 +117,20 @@ class EventCollector:
         if not isinstance(payload, list):
             raise ValueError(f"envelope payload is {type(payload).__name__}, not a list of events")
         return payload
+
+    def _decode_raw(self, frames: list[bytes]) -> list[dict[str, Any]]:
+        import msgpack
+
+        if len(frames) != 3 or len(frames[1]) != 8:
+            raise ValueError(f"raw KV event message of {len(frames)} frames, expected topic, sequence, payload")
+        seq = int.from_bytes(frames[1], "big")
+        if seq != self.next_sequence:
+            self.problems.append(f"raw event sequence {seq} where {self.next_sequence} was due (events lost)")
+        self.next_sequence = seq + 1
+        batch = msgpack.unpackb(frames[2], raw=False, strict_map_key=False)
+        if not isinstance(batch, list) or len(batch) < 2 or not isinstance(batch[1], list):
+            raise ValueError("raw KV event payload is not a [ts, events, ...] batch")
+        return [e for e in batch[1] if isinstance(e, dict)]
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -147,6 +175,8 @@ class Mocker:
         self.client: Any = None
         self.serve: Any = None
         self.collector: EventCollector | None = None
+        #: the raw publisher's events (token ids), when the start asked for them
+        self.raw: EventCollector | None = None
         #: when the last output token arrived (stall detection in concurrent runs)
         self.progress_at = 0.0
 
@@ -158,7 +188,11 @@ class Mocker:
 
         ns = msg["namespace"]
         self.rt = DistributedRuntime(asyncio.get_running_loop(), "file", "tcp", event_plane="zmq")
-        cfg = _normalize_mocker_config({"engine": msg["engine"], "dynamo": {"enable_local_indexer": True}})
+        dyn: dict[str, Any] = {"enable_local_indexer": True}
+        raw_port = _free_port() if msg.get("token_ids") else None
+        if raw_port is not None:
+            dyn["zmq_kv_events_port"] = raw_port
+        cfg = _normalize_mocker_config({"engine": msg["engine"], "dynamo": dyn})
         rc = ModelRuntimeConfig()
         rc.total_kv_blocks = int(msg["num_gpu_blocks"])
         rc.enable_local_indexer = True
@@ -191,6 +225,11 @@ class Mocker:
         self.collector.start()
         if not self.collector.wait_connected(5.0):
             raise TimeoutError(f"could not connect to the event publisher at {endpoint_addr}")
+        if raw_port is not None:
+            self.raw = EventCollector(f"tcp://127.0.0.1:{raw_port}", raw=True)
+            self.raw.start()
+            if not self.raw.wait_connected(5.0):
+                raise TimeoutError(f"could not connect to the raw event publisher on port {raw_port}")
         await asyncio.sleep(0.05)  # the subscription reaches the publisher (PUB/SUB slow joiner)
         return {
             "ok": "started",
@@ -268,6 +307,8 @@ class Mocker:
         max_settle = msg.get("max_settle_s", 5.0)
         timeout = msg.get("request_timeout_s", 20.0)
         self.collector.take()  # nothing may be pending; anything left is reported below
+        if self.raw is not None:
+            self.raw.take()
         # A run can stall (the engine keeps a request it never finishes): once
         # no token and no event arrived for stall_s, the requests still open
         # are reported with finish "stalled" (the checker sees a request that
@@ -293,16 +334,14 @@ class Mocker:
                     )
                     return
                 stalled = out["finish"] == "stalled"
-                settled = await self.collector.settle(quiet, max_settle)
-                events, problems = self.collector.take()
-                if not settled:
-                    problems.append(f"events kept arriving for {max_settle} s after request {i} completed")
+                events, raw, problems = await self._collect(quiet, max_settle, f"request {i} completed")
                 reply(
                     {
                         "ok": "request",
                         "index": i,
                         **out,
                         "events": events,
+                        **raw,
                         "problems": problems,
                         "elapsed_ms": round((time.monotonic() - t0) * 1000, 3),
                     }
@@ -314,11 +353,27 @@ class Mocker:
         except TimeoutError:
             reply({"error": f"a concurrent request did not complete within {timeout} s", "stage": "request"})
             return
+        events, raw, problems = await self._collect(quiet, max_settle, "the requests completed")
+        reply({"ok": "concurrent", "outcomes": list(outs), "events": events, **raw, "problems": problems})
+
+    async def _collect(
+        self, quiet: float, max_settle: float, after: str
+    ) -> tuple[list[dict[str, Any]], dict[str, Any], list[str]]:
+        """The events (and the raw publisher's, as ``{"raw_events": [...]}``
+        when it is on) once both streams are quiet."""
+        assert self.collector is not None
         settled = await self.collector.settle(quiet, max_settle)
+        if self.raw is not None:
+            settled = await self.raw.settle(quiet, max_settle) and settled
         events, problems = self.collector.take()
+        raw: dict[str, Any] = {}
+        if self.raw is not None:
+            raw_events, raw_problems = self.raw.take()
+            raw["raw_events"] = raw_events
+            problems += raw_problems
         if not settled:
-            problems.append(f"events kept arriving for {max_settle} s after the requests completed")
-        reply({"ok": "concurrent", "outcomes": list(outs), "events": events, "problems": problems})
+            problems.append(f"events kept arriving for {max_settle} s after {after}")
+        return events, raw, problems
 
 
 async def main() -> None:
@@ -353,6 +408,17 @@ async def main() -> None:
         else:
             reply({"error": f"unknown op {op!r}", "stage": "protocol"})
     _exit(0)
+
+
+def _free_port() -> int:
+    """A loopback TCP port nothing listens on now (the raw publisher binds it;
+    in the adapter's own network namespace every port is free anyway)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
 
 
 def _exit(status: int) -> None:
