@@ -1,7 +1,9 @@
 """How the z3 proofs scale: the bounded proofs at 8, 16, 32 and 48 slots
 (1.5 block hashes per slot), each run in its own process with a time limit,
 then the unbounded proofs (``kvspec prove --unbounded``: any number of slots
-and hashes), which do not grow with the bound at all.
+and hashes), which do not grow with the bound at all. Between them, the
+operation-level proofs (whole Use, Deref, Promote, SwapIn and Tick, every
+batch shape up to N blocks; bounded) at their default bound and one larger.
 
 Each figure is the CPU time of the process that ran it (user + system, so
 comparable under load; wall time is printed beside it). The last line is the
@@ -41,6 +43,18 @@ from kvspec.reference.smt.unbounded import prove_unbounded
 rs = prove_unbounded(timeout_ms=300_000)
 print(json.dumps({r.property_id: [r.seconds, r.verdict] for r in rs}))
 """
+
+#: operation level (kvspec prove's 'operation:' rows): whole operations, batches of every shape up to N blocks
+_OPERATIONS = """
+import json, sys
+from kvspec.reference.smt.operations_prove import prove_operations
+from kvspec.reference.smt.universe import Bound
+n, h, b = (int(x) for x in sys.argv[1:4])
+rs = prove_operations(Bound(n, h), b)
+print(json.dumps({f"{r.property_id} @ {r.operation}": [r.seconds, "proven" if r.proven else "not proven"] for r in rs}))
+"""
+#: (slots, hashes, blocks per batch) of the operation-level rows: the default, and a longer batch
+OPERATION_BOUNDS = ((3, 5, 3), (4, 6, 4))
 
 #: the block-level profiles without offload (kvspec prove --profile P): unbounded, proofs only
 _PROFILE = """
@@ -84,6 +98,15 @@ def main() -> int:
             continue
         bad = [k for k, (_s, v) in data.items() if v != "proven"]
         print(f"{label:<34}{cpu:>9.1f}s{wall:>9.1f}s  {'all proven' if not bad else 'NOT proven: ' + ', '.join(bad)}")
+    for n, h, b in OPERATION_BOUNDS:
+        odata, ocpu, owall = _run(_OPERATIONS, [str(n), str(h), str(b)], a.timeout)
+        label = f"operation level, {n} slots, {h} hashes, batches <= {b}"
+        if odata is None:
+            print(f"{label:<34}{'>' + format(ocpu, '.1f'):>10}{owall:>9.1f}s  timed out after {a.timeout:.0f}s")
+            continue
+        obad = [k for k, (_s, v) in odata.items() if v != "proven"]
+        verdict = "all proven" if not obad else "NOT proven: " + ", ".join(obad)
+        print(f"{label:<34}{ocpu:>9.1f}s{owall:>9.1f}s  {verdict}")
     data, cpu, wall = _run(_UNBOUNDED, [], 1800.0)
     if data is None:
         print("unbounded: timed out", file=sys.stderr)
