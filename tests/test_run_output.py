@@ -150,3 +150,45 @@ def test_progress_lines_are_rate_limited_and_count_examples_and_rules() -> None:
         f"kvspec progress 0:01:10: test 1 of 3 (test_lockstep[kvbm]), 1,200 examples, 34,000 steps, "
         f"1 of {len(RULES)} rules covered"
     ]
+
+
+def test_the_header_names_the_protocol_version_the_handshake_chose(tmp_path: Path) -> None:
+    """Once the adapter has started (once per run, before the tests), the
+    protocol line is completed with the version its handshake chose."""
+    import subprocess
+
+    root = SUITE.parent.parent
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(SUITE / "test_golden.py"),
+            f"--impl={root / 'adapters' / 'reference_jsonl'}",
+            "-k",
+            "evict",
+            f"--kvspec-dir={tmp_path}",
+            "-p",
+            "no:cacheprovider",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("kvspec protocol:")]
+    assert lines[0].startswith("kvspec protocol: kind subprocess, protocol versions")  # the header: offered
+    assert re.fullmatch(r"kvspec protocol: JSON lines protocol version \d+ \(chosen in the handshake\)", lines[1])
+    assert len(lines) == 2
+
+
+def test_negotiated_finds_the_version_through_wrappers() -> None:
+    from types import SimpleNamespace as Ns
+
+    from kvspec.conformance.startup import negotiated
+
+    assert negotiated(object()) is None  # in process: nothing negotiated
+    assert negotiated(Ns(ready=Ns(protocol=3))) == "JSON lines protocol version 3 (chosen in the handshake)"
+    assert negotiated(Ns(_host=Ns(ready=Ns(protocol=2)))) == "JSON lines protocol version 2 (chosen in the handshake)"
+    assert negotiated(Ns(_session=Ns(lib=Ns(version=2)))).startswith("C ABI version 2")

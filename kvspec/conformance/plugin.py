@@ -381,13 +381,22 @@ def _fail_fast_at_start(st: _KvspecState, config: pytest.Config) -> None:
         )
     if config.getoption("collectonly", False) or xdist_support.controller_probed(config):
         return
-    from .startup import probe
+    from .startup import start_once
 
     assert st.adapter_dir is not None
-    problem = probe(st.manifest, st.adapter_dir)
+    problem, agreed = start_once(st.manifest, st.adapter_dir)
     if problem is not None:
         st.error = problem  # the results file says why nothing ran
         raise pytest.UsageError(problem)
+    _show_negotiated(config, agreed)
+
+
+def _show_negotiated(config: pytest.Config, agreed: str | None) -> None:
+    """Complete the header's protocol line once the adapter has started (the
+    header is printed before anything starts, so it can only say what is offered)."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if agreed is not None and reporter is not None and not xdist_support.is_worker(config):
+        reporter.write_line(f"kvspec protocol: {agreed}")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -409,10 +418,12 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     if st.manifest is None:
         problem = f"kvspec: cannot load the adapter: {st.error}\n  hint: see spec/ADAPTERS.md for the manifest format"
     else:
-        from .startup import probe
+        from .startup import start_once
 
         assert st.adapter_dir is not None
-        problem = probe(st.manifest, st.adapter_dir)
+        problem, agreed = start_once(st.manifest, st.adapter_dir)
+        if problem is None:
+            _show_negotiated(config, agreed)
     if problem is not None:
         st.error = st.error or problem
         if results is not None:

@@ -48,7 +48,33 @@ def _hint(manifest: Manifest, adapter_dir: Path, error: str) -> str:
     return f"check {adapter_dir / 'manifest.toml'} against spec/ADAPTERS.md"
 
 
-def _start_and_close(manifest: Manifest, adapter_dir: Path) -> None:
+def negotiated(impl: object) -> str | None:
+    """What the started implementation and kvspec agreed on: the JSON-lines
+    protocol version its handshake chose (``ready.protocol``; a C library in a
+    host process speaks it through the host), or the C ABI version of a
+    library loaded in process. None: nothing was negotiated (kind python)."""
+    seen: set[int] = set()
+    todo = [impl]
+    while todo:
+        obj = todo.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        ready = getattr(obj, "ready", None)
+        version = getattr(ready, "protocol", None)
+        if isinstance(version, int):
+            return f"JSON lines protocol version {version} (chosen in the handshake)"
+        lib = getattr(getattr(obj, "_session", None), "lib", None)
+        abi = getattr(lib, "version", None)
+        if isinstance(abi, int):
+            return f"C ABI version {abi} (kvspec_abi_version of the library, loaded in process)"
+        # wrappers (a C library's host process, request-level adapters) hold the session one level down
+        todo += [v for k in ("_host", "_impl", "impl", "inner", "_inner") if (v := getattr(obj, k, None)) is not None]
+    return None
+
+
+def _start_and_close(manifest: Manifest, adapter_dir: Path) -> str | None:
+    """Start the implementation as the tests will, close it; what was negotiated."""
     caps = manifest.capabilities
     profile = manifest.profile if manifest.profile in _BLOCK_PROFILES else None
     if caps.block_level and profile is not None and manifest.kind != "request":
@@ -56,28 +82,42 @@ def _start_and_close(manifest: Manifest, adapter_dir: Path) -> None:
 
         eviction = "lru" if profile in ("legacy", "vllm") else (caps.policies[0] if caps.policies else "lineage")
         config = ManagerConfig(profile=profile, capacity=8, eviction=eviction)
-        open_implementation(manifest, adapter_dir, config).close()
-        return
+        impl = open_implementation(manifest, adapter_dir, config)
+        try:
+            return negotiated(impl)
+        finally:
+            impl.close()
     if caps.request_level:
         from kvspec.reference.requests import PoolSetup
 
         from .requests_api import open_request_implementation
 
         setup = PoolSetup(manager=ManagerConfig(profile="vllm", capacity=8, eviction="lru"))
-        open_request_implementation(manifest, adapter_dir, setup).close()
+        req = open_request_implementation(manifest, adapter_dir, setup)
+        try:
+            return negotiated(req)
+        finally:
+            req.close()
+    return None
 
 
-def probe(manifest: Manifest, adapter_dir: Path) -> str | None:
-    """None when the implementation starts and closes (or says it cannot run
-    here); otherwise one message naming what failed, with a hint."""
+def start_once(manifest: Manifest, adapter_dir: Path) -> tuple[str | None, str | None]:
+    """(problem, negotiated): problem is None when the implementation starts
+    and closes (or says it cannot run here), else one message naming what
+    failed, with a hint; negotiated is what ``negotiated`` found (None: no
+    wire protocol, or the implementation did not start)."""
     try:
-        _start_and_close(manifest, adapter_dir)
+        return None, _start_and_close(manifest, adapter_dir)
     except ImplementationUnavailableError:
-        return None
+        return None, None
     except (KvSpecError, OSError, ImportError, ValueError, RuntimeError, TimeoutError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         return (
             f"kvspec: the implementation {manifest.name!r} ({manifest.kind}, {adapter_dir}) did not start: "
             f"{type(e).__name__}: {first}\n  hint: {_hint(manifest, adapter_dir, str(e))}"
-        )
-    return None
+        ), None
+
+
+def probe(manifest: Manifest, adapter_dir: Path) -> str | None:
+    """``start_once``'s problem alone."""
+    return start_once(manifest, adapter_dir)[0]
