@@ -78,6 +78,13 @@ class RuleId(StrEnum):
     INV_ATOMIC_ANCHOR = "INV-ATOMIC-ANCHOR"
     INV_PAGED_REFS = "INV-PAGED-REFS"
     INV_SESSION_FENCE = "INV-SESSION-FENCE"
+    INV_RADIX_TREE = "INV-RADIX-TREE"
+    INV_RADIX_ANCHOR = "INV-RADIX-ANCHOR"
+    INV_RADIX_NO_DUP = "INV-RADIX-NO-DUP"
+    INV_RADIX_RUN = "INV-RADIX-RUN"
+    INV_RADIX_LOCKS = "INV-RADIX-LOCKS"
+    INV_RADIX_ROUTER = "INV-RADIX-ROUTER"
+    INV_RADIX_CAPACITY = "INV-RADIX-CAPACITY"
     # -- the paged allocator (profile paged) --------------------------------
     PAGED_VALIDATE = "PAGED-VALIDATE"
     PAGED_CONSERVE = "PAGED-CONSERVE"
@@ -205,6 +212,19 @@ RULES: dict[RuleId, Rule] = {
         Rule(RuleId.INV_ATOMIC_ANCHOR, _I, "atomic: every Stored's parent is the block before it, held by the router"),
         Rule(RuleId.INV_PAGED_REFS, _I, "paged: pools conserve blocks and every reference count equals its holders"),
         Rule(RuleId.INV_SESSION_FENCE, _I, "session: a handle of an older generation never matches a slot"),
+        Rule(RuleId.INV_RADIX_TREE, _I, "radix: the live pages form one tree under the root, without cycles"),
+        Rule(
+            RuleId.INV_RADIX_ANCHOR, _I, "radix: the parent page of every live page is live: every Stored is anchored"
+        ),
+        Rule(
+            RuleId.INV_RADIX_NO_DUP, _I, "radix: no two live pages share a parent and tokens: no page is stored twice"
+        ),
+        Rule(
+            RuleId.INV_RADIX_RUN, _I, "radix: a node's run never branches inside; a page under the root starts a node"
+        ),
+        Rule(RuleId.INV_RADIX_LOCKS, _I, "radix: a page's lock count is the held locks ending at or below it"),
+        Rule(RuleId.INV_RADIX_ROUTER, _I, "radix: the router counts every live page once and no other page"),
+        Rule(RuleId.INV_RADIX_CAPACITY, _I, "radix: free slots are never negative and free + cached pages = capacity"),
         Rule(RuleId.PAGED_VALIDATE, _PG, "paged: a malformed operation is rejected before any state changes"),
         Rule(RuleId.PAGED_CONSERVE, _PG, "paged: free + in-use blocks = the pool's size, per pool"),
         Rule(RuleId.PAGED_REFCOUNT, _PG, "paged: a block's reference count equals its holders"),
@@ -316,6 +336,13 @@ RuleName = Literal[
     "INV-ATOMIC-ANCHOR",
     "INV-PAGED-REFS",
     "INV-SESSION-FENCE",
+    "INV-RADIX-TREE",
+    "INV-RADIX-ANCHOR",
+    "INV-RADIX-NO-DUP",
+    "INV-RADIX-RUN",
+    "INV-RADIX-LOCKS",
+    "INV-RADIX-ROUTER",
+    "INV-RADIX-CAPACITY",
     "PAGED-VALIDATE",
     "PAGED-CONSERVE",
     "PAGED-REFCOUNT",
