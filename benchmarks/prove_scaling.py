@@ -3,7 +3,9 @@
 then the unbounded proofs (``kvspec prove --unbounded``: any number of slots
 and hashes), which do not grow with the bound at all. Between them, the
 operation-level proofs (whole Use, Deref, Promote, SwapIn and Tick, every
-batch shape up to N blocks; bounded) at their default bound and one larger.
+batch shape up to N blocks; bounded) at their default bound and one larger,
+and the radix profile's bounded proofs (``--profile radix``) at 4, 5 and 6
+page slots, 2 locks (``--radix-pages``).
 
 Each figure is the CPU time of the process that ran it (user + system, so
 comparable under load; wall time is printed beside it). The last line is the
@@ -27,6 +29,16 @@ import sys
 import time
 
 SLOTS = (8, 16, 32, 48)
+#: page slots of the radix profile's bounded proofs (2 lock handles each)
+RADIX_PAGES = (4, 5, 6)
+
+_RADIX = """
+import json, sys
+from kvspec.reference.smt.profile_radix import prove_radix
+from kvspec.reference.smt.radix_encoding import RadixBound
+rs = prove_radix(RadixBound(pages=int(sys.argv[1]), handles=2))
+print(json.dumps({r.property_id: [r.seconds, r.verdict] for r in rs}))
+"""
 
 _CHILD = """
 import json, sys
@@ -87,6 +99,11 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--timeout", type=float, default=600.0, help="per bounded run, seconds (default %(default)s)")
     p.add_argument("--slots", default=",".join(map(str, SLOTS)), help="slot counts (default %(default)s)")
+    p.add_argument(
+        "--radix-pages",
+        default=",".join(map(str, RADIX_PAGES)),
+        help="page slots of the radix profile's proofs, 2 locks each ('' to skip; default %(default)s)",
+    )
     a = p.parse_args()
     print(f"load average: {os.getloadavg()[0]:.1f} (1 min), {os.cpu_count()} cores")
     print(f"{'run':<34}{'CPU':>10}{'wall':>10}  result")
@@ -107,6 +124,17 @@ def main() -> int:
         obad = [k for k, (_s, v) in odata.items() if v != "proven"]
         verdict = "all proven" if not obad else "NOT proven: " + ", ".join(obad)
         print(f"{label:<34}{ocpu:>9.1f}s{owall:>9.1f}s  {verdict}")
+    radix_bad: list[str] = []
+    for n in [int(x) for x in a.radix_pages.split(",") if x]:
+        rdata, rcpu, rwall = _run(_RADIX, [str(n)], a.timeout)
+        label = f"radix, {n} pages, 2 locks"
+        if rdata is None:
+            print(f"{label:<34}{'>' + format(rcpu, '.1f'):>10}{rwall:>9.1f}s  timed out after {a.timeout:.0f}s")
+            continue
+        rbad = [k for k, (_s, v) in rdata.items() if v != "proven"]
+        radix_bad += rbad
+        verdict = "all proven" if not rbad else "NOT proven: " + ", ".join(rbad)
+        print(f"{label:<34}{rcpu:>9.1f}s{rwall:>9.1f}s  {verdict}")
     data, cpu, wall = _run(_UNBOUNDED, [], 1800.0)
     if data is None:
         print("unbounded: timed out", file=sys.stderr)
@@ -125,7 +153,7 @@ def main() -> int:
         )
         bad += pbad
     print(f"prove_scaling: {cpu:.2f} s")
-    return 1 if bad else 0
+    return 1 if bad or radix_bad else 0
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from .invariants import ALL_PROPERTIES, INVARIANTS, by_id
 from .mutants import MUTANTS, mutant
 from .narrowing import check_cases
 from .operations_cli import add_operation_arguments, check_operation_arguments, run_operation_rows
+from .profile_radix import MUTANTS as RADIX_MUTANTS
 from .prover import Result, check_enabled, check_rules_reachable, contract_free, default_applier, prove
 from .universe import DEFAULT_BOUND, Bound
 
@@ -49,9 +50,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--mutant",
-        choices=[m.name for m in MUTANTS] + sorted(set(block_mutants()) - {m.name for m in MUTANTS}),
+        choices=[m.name for m in MUTANTS]
+        + sorted(set(block_mutants()) - {m.name for m in MUTANTS})
+        + sorted(RADIX_MUTANTS),
         help="prove against a broken variant of the rules (expect a counterexample); with --profile"
-        " kvbm, legacy or atomic, one of that profile's mutants",
+        " kvbm, legacy, atomic or radix, one of that profile's mutants",
     )
     p.add_argument(
         "--profile",
@@ -73,8 +76,9 @@ def _pad(cols: list[str], free: set[str] | None) -> list[str]:
 
 #: the profiles with an encoding: kvbm with an offload tier (the INV-* rows),
 #: the allocator-level profiles (smt/paged.py, smt/session.py), vllm copy counting (smt/profile_vllm.py)
-#: and the block-level profiles without offload (smt/profile_kvbm.py, profile_legacy.py, profile_atomic.py)
-PROFILES = ("kvbm-offload", "paged", "session", "vllm", "kvbm", "legacy", "atomic")
+#: the block-level profiles without offload (smt/profile_kvbm.py, profile_legacy.py, profile_atomic.py)
+#: and the radix tree (smt/profile_radix.py)
+PROFILES = ("kvbm-offload", "paged", "session", "vllm", "kvbm", "legacy", "atomic", "radix")
 NOT_ENCODED: tuple[str, ...] = ()
 
 
@@ -98,6 +102,16 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    if profile == "radix" or args.mutant in RADIX_MUTANTS:
+        if args.mutant and (profile != "radix" or args.mutant not in RADIX_MUTANTS):
+            which = (
+                "is not a mutant of the radix profile" if profile == "radix" else "is a radix mutant (--profile radix)"
+            )
+            print(f"kvspec prove: {args.mutant} {which}", file=sys.stderr)
+            return 2
+        from .cli_radix import run_radix
+
+        return run_radix(args.mutant)
     if profile in BLOCK_PROFILES:
         from .cli_profiles import run_blocks
 
