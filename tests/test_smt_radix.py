@@ -20,13 +20,23 @@ SMALL = RadixBound(pages=4, handles=2)
 
 
 def test_every_radix_invariant_of_the_catalogue_is_encoded() -> None:
+    assert set(EXPECTED_BREAKS) == set(MUTANTS)
     catalogue = {str(r.id) for r in RULES.values() if r.concern == Concern.INVARIANT}
     assert {c for c in catalogue if c.startswith("INV-RADIX-")} == {str(i) for i in INVARIANTS}
 
 
 def test_all_proven_at_a_small_bound() -> None:
     results = prove_radix(SMALL)
-    assert [r.property_id for r in results] == [*map(str, INVARIANTS), LEMMA_ID]
+    assert [r.property_id for r in results] == [
+        "INV-RADIX-TREE",
+        "INV-RADIX-ANCHOR",
+        "INV-RADIX-NO-DUP",
+        "INV-RADIX-RUN",
+        "INV-RADIX-LOCKS",
+        "INV-RADIX-ROUTER",
+        "INV-RADIX-CAPACITY",
+        LEMMA_ID,
+    ]
     assert [r.property_id for r in results if r.verdict != "proven"] == []
 
 
@@ -58,9 +68,26 @@ def test_the_invariants_are_not_trivially_true() -> None:
         assert s.check() == z3.sat, name
 
 
+#: each mutant and the invariant its counterexample breaks
+EXPECTED_BREAKS = {
+    "evict-locked": "INV-RADIX-LOCKS",
+    "evict-inner": "INV-RADIX-ANCHOR",
+    "insert-restores-page": "INV-RADIX-NO-DUP",
+    "insert-republishes-prefix": "INV-RADIX-ROUTER",
+    "leaf-under-run": "INV-RADIX-RUN",
+    "insert-takes-no-slot": "INV-RADIX-CAPACITY",
+    "split-publishes": "INV-RADIX-ROUTER",
+    "split-forgets-parent": "INV-RADIX-TREE",
+    "lock-node-only": "INV-RADIX-LOCKS",
+    "reset-keeps-locks": "INV-RADIX-LOCKS",
+    "reset-without-clear": "INV-RADIX-ROUTER",
+}
+
+
 @pytest.mark.parametrize("name", sorted(MUTANTS))
 def test_every_mutant_is_refuted_with_a_counterexample(name: str) -> None:
     m = MUTANTS[name]
+    assert m.breaks == EXPECTED_BREAKS[name]
     cx = refute(name, SMALL)
     assert cx is not None, f"{name} not refuted"
     assert cx.invariant == m.breaks and f"{m.breaks} fails after {m.step}(" in cx.text

@@ -46,6 +46,7 @@ from typing import cast
 import z3
 
 from kvspec.spec.rules import RuleId as R
+from kvspec.spec.rules import rid
 
 ROOT = -1
 
@@ -262,13 +263,13 @@ def inv_capacity(S: RState) -> z3.BoolRef:
 
 
 INVARIANTS: dict[str, Callable[[RState], z3.BoolRef]] = {
-    R.INV_RADIX_TREE: inv_tree,
-    R.INV_RADIX_ANCHOR: inv_anchor,
-    R.INV_RADIX_NO_DUP: inv_no_dup,
-    R.INV_RADIX_RUN: inv_run,
-    R.INV_RADIX_LOCKS: inv_locks,
-    R.INV_RADIX_ROUTER: inv_router,
-    R.INV_RADIX_CAPACITY: inv_capacity,
+    rid("INV-RADIX-TREE"): inv_tree,
+    rid("INV-RADIX-ANCHOR"): inv_anchor,
+    rid("INV-RADIX-NO-DUP"): inv_no_dup,
+    rid("INV-RADIX-RUN"): inv_run,
+    rid("INV-RADIX-LOCKS"): inv_locks,
+    rid("INV-RADIX-ROUTER"): inv_router,
+    rid("INV-RADIX-CAPACITY"): inv_capacity,
 }
 
 
