@@ -125,7 +125,8 @@ def test_agreement_replays_a_split_lock_and_request_by_hand() -> None:
 
 @pytest.mark.parametrize("name", sorted(n for n, m in MUTANTS.items() if m.agreement))
 def test_the_agreement_catches_every_mutant_that_changes_a_successor(name: str) -> None:
-    assert catches(name, sequences=20) is not None
+    found = catches(name, sequences=20)
+    assert found is not None and 1 <= found.operations <= 240
 
 
 def test_a_guard_the_model_needs_is_caught_by_the_agreement(monkeypatch: pytest.MonkeyPatch) -> None:

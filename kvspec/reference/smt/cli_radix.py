@@ -80,9 +80,9 @@ def run_radix(mutant: str | None = None, bound: RadixBound = DEFAULT_BOUND) -> i
         cx = refute(name, bound)
         scope = m.breaks
         if m.agreement:
-            caught = catches(name, sequences=AGREEMENT_SEQUENCES) is not None
-            scope += ", agreement catches it" if caught else ", AGREEMENT MISSES IT"
-            if not caught:
+            caught = catches(name, sequences=AGREEMENT_SEQUENCES)
+            scope += f", agreement: op {caught.operations}" if caught else ", AGREEMENT MISSES IT"
+            if caught is None:
                 problems.append(f"the agreement check does not catch the radix mutant {name}")
         print(
             _row([f"  refutes {name}", "refuted" if cx else "NOT REFUTED", scope, f"{time.perf_counter() - t1:.2f}s"])

@@ -56,6 +56,9 @@ NAMES = ("a", "b")
 class Disagreement(AssertionError):
     """The encoding and the model differ; the message says where."""
 
+    #: operations run when it was found (set by ``check_agreement``)
+    operations: int = 0
+
 
 @dataclass
 class Concrete:
@@ -324,16 +327,21 @@ def check_agreement(
     for i in range(sequences):
         r = Replayer(page=1 + i % 2, pages=rng.randint(4, 8), tw=tw)
         for op in sample_ops(rng, length):
-            r.apply(op)
+            try:
+                r.apply(op)
+            except Disagreement as e:
+                e.operations = ops + 1
+                raise
             ops += 1
         steps += sum(1 for t in r.trace if not t.startswith("--"))
     return AgreementRun(sequences, ops, steps)
 
 
-def catches(mutant: str, sequences: int = 40, seed: int = 0) -> str | None:
-    """The disagreement the sampled sequences find with a mutant's encoding (None: not caught)."""
+def catches(mutant: str, sequences: int = 40, seed: int = 0) -> Disagreement | None:
+    """The disagreement the sampled sequences find with a mutant's encoding
+    (None: not caught); its ``operations`` say how many it took."""
     try:
         check_agreement(sequences=sequences, seed=seed, tw=frozenset({mutant}))
     except Disagreement as e:
-        return str(e).splitlines()[0]
+        return e
     return None
