@@ -84,3 +84,17 @@ def test_a_swap_in_that_schedules_nothing_breaks_no_contract() -> None:
     assert [b.id for b in said] == ["ASSUME-SWAPIN-PARENT-HELD"]
     assert m.apply(op).result.status == "no_hits"
     assert settle(said, "no_hits") == []
+
+
+def test_only_the_offload_profile_has_caller_contracts() -> None:
+    """The contracts are those the kvbm-with-offload proofs assume; without an
+    offload tier a Use naming a parent that is not registered breaks none
+    (the lockstep's traffic does send such Uses there)."""
+    from kvspec.reference.smt.agreement import Universe, use_op
+    from kvspec.spec.config import ManagerConfig
+
+    u = Universe(2, (-1, 0), 1, "lineage")
+    op = use_op(u, [1], parent=0)
+    assert [b.id for b in broken_contracts(G1Model(u.config()), op)] == ["ASSUME-PARENT-REGISTERED"]
+    plain = ManagerConfig(profile="kvbm", capacity=2, eviction="lineage")
+    assert broken_contracts(G1Model(plain), op) == []

@@ -57,9 +57,12 @@ class ContractBreak:
 def broken_contracts(model: G1Model, op: Operation) -> list[ContractBreak]:
     """The caller contracts ``op`` breaks in ``model``'s current state (call
     it before applying ``op``, then ``settle`` with the outcome). Applies to
-    the kvbm profile; other profiles and operations have no caller
-    contract, and give []."""
-    if model.config.profile != "kvbm":
+    the kvbm profile with an offload tier, the one whose proofs assume the
+    contracts; elsewhere it gives []. (Without an offload tier the lockstep's
+    traffic does name parents that are no longer registered: a Use anchored
+    to a block evicted since, which is how it reaches the kvbm mocker's known
+    PARENT-ANCHOR break; that profile's proofs assume no contract.)"""
+    if model.config.profile != "kvbm" or model.config.offload is None:
         return []
     out: list[ContractBreak] = []
     if isinstance(op, Use) and isinstance(op.parent, FullBlock):
