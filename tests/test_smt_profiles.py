@@ -47,6 +47,7 @@ def test_block_profile_proves_its_invariants_and_refutes_every_mutant(
         ("kvbm", "close-keeps-announced", "use(close) (INV-KVBM-ANNOUNCED)"),
         ("legacy", "fail-forgets-unannounced", "use(close) (INV-LEGACY-ANNOUNCED)"),
         ("atomic", "check-counts-pinned", "use(check) (INV-ATOMIC-NO-HALF)"),
+        ("atomic", "contract-dropped", "use(begin) (INV-ATOMIC-ANCHOR)"),
     ],
 )
 def test_block_profile_mutant_is_caught_where_it_breaks(
@@ -55,6 +56,7 @@ def test_block_profile_mutant_is_caught_where_it_breaks(
     assert main(["--profile", profile, "--mutant", name]) == 1
     out = capsys.readouterr().out
     assert "NOT proven" in out
+    assert f"SANITY-{profile.upper()}" in out  # the sanity checks run in --mutant mode too
     assert f"counterexample (finite instance): {where}" in out
 
 

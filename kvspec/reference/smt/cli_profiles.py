@@ -110,13 +110,8 @@ def run_blocks(profile: str, mutant: str | None = None) -> int:
             label, scope = inv, f"initial + {len(mine) - 1} transitions"
         print(_row([label, "unbounded proven" if not bad else "NOT proven", scope, f"{secs:.2f}s"]))
         problems += [f"{inv} not proven at {t}" for t in bad]
-    if mutant:
-        where = refute_blocks(prof, mutant)
-        print(f"counterexample (finite instance): {where}" if where else "no finite counterexample found")
-        print(f"total {time.perf_counter() - t0:.2f}s")
-        return 1 if problems or where else 0
     t1 = time.perf_counter()
-    found = sanity_blocks(prof)
+    found = sanity_blocks(prof, tw)
     problems += found
     print(
         _row(
@@ -128,6 +123,13 @@ def run_blocks(profile: str, mutant: str | None = None) -> int:
             ]
         )
     )
+    if mutant:  # the sanity checks run on the mutant too: a narrowed guard shows here
+        for p in found:
+            print(f"sanity (mutant): {p}")
+        where = refute_blocks(prof, mutant)
+        print(f"counterexample (finite instance): {where}" if where else "no finite counterexample found")
+        print(f"total {time.perf_counter() - t0:.2f}s")
+        return 1 if problems or where else 0
     for name, (rule, _what) in prof.mutants.items():
         t1 = time.perf_counter()
         where = refute_blocks(prof, name)

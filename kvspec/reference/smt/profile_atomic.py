@@ -54,6 +54,8 @@ def begin(S: BState, i: dict[str, z3.ExprRef], tw: frozenset[str]) -> BStep:
     post = S.but(phase=z3.IntVal(DECLARE), anc=p, prev=p, gpar=z3.IntVal(NONE), gopen=z3.BoolVal(False))
     # ASSUME-PARENT-REGISTERED: the caller's parent is none or a registered block
     contract = z3.Or(p == NONE, z3.And(p >= 0, S.a["reg"][p]))
+    if "contract-dropped" in tw:
+        contract = p >= NONE
     step = BStep("use(begin)", S, post, [S.v["phase"] == IDLE, contract])
     step.rules = {"USE-VALIDATE": z3.BoolVal(True), "PARENT-ANCHOR (caller parent)": p >= 0}
     return step
@@ -203,7 +205,8 @@ def promote(S: BState, i: dict[str, z3.ExprRef], tw: frozenset[str]) -> BStep:
     """As in kvbm; its Stored names the caller's parent (ASSUME-PARENT-REGISTERED)."""
     step = kv.promote(S, i, tw)
     p = i["p"]
-    step.requires.append(z3.Or(p == NONE, z3.And(p >= 0, S.a["reg"][p])))
+    if "contract-dropped" not in tw:
+        step.requires.append(z3.Or(p == NONE, z3.And(p >= 0, S.a["reg"][p])))
     step.obligations = {"INV-ATOMIC-ANCHOR": [z3.Implies(z3.Not(S.a["reg"][i["h"]]), z3.Or(p == NONE, S.a["dev"][p]))]}
     return step
 
@@ -305,6 +308,10 @@ PROFILE = Profile(
         "check-counts-pinned": ("USE-CAPACITY", "the capacity check counts the batch's own pinned hits as evictable"),
         "hit-keeps-group": ("PARENT-ANCHOR", "a reused block does not close the Stored group (kvbm's single Stored)"),
         "deref-partial-keeps-slot": ("DEREF-PARTIAL", "a released partial block's slot is not given back to free"),
+        "contract-dropped": (
+            "ASSUME-PARENT-REGISTERED",
+            "a caller may name an unregistered parent (shows the contract is needed for the anchor)",
+        ),
     },
     unreachable=("use(place stuck)",),
 )

@@ -311,16 +311,16 @@ def finite_check(
     return s.check()
 
 
-def sanity(prof: Profile) -> list[str]:
+def sanity(prof: Profile, tw: frozenset[str] = frozenset()) -> list[str]:
     """Non-vacuity: every transition, and every rule guard of it, is enabled in
     a finite state satisfying the whole hypothesis; the unreachable ones are not."""
     problems = []
     for name in prof.transitions:
-        probe, _ = base(prof, name, BState.fresh("probe_"), inputs("probe_"), frozenset(), "probe_")
+        probe, _ = base(prof, name, BState.fresh("probe_"), inputs("probe_"), tw, "probe_")
         for rule in [None, *probe.rules]:
 
             def build(S: BState, name: str = name, rule: str | None = rule) -> list[z3.BoolRef]:
-                step, hyp = base(prof, name, S, inputs(), frozenset(), "fi_")
+                step, hyp = base(prof, name, S, inputs(), tw, "fi_")
                 return hyp + ([step.rules[rule]] if rule else [])
 
             r = finite_check(build)
