@@ -30,7 +30,7 @@ import z3
 from kvspec.reference import make_model
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.errors import InvalidOperation
-from kvspec.spec.wire import Deref, Destroy, FullBlock, Operation, PartialBlock, Plh, Promote, Use
+from kvspec.spec.wire import Deref, Destroy, FullBlock, KvEvent, Operation, PartialBlock, Plh, Promote, Stored, Use
 
 from .cli_profiles import _blocks
 from .profile_blocks import CENSUS, IDLE, NONE, BState, Profile
@@ -228,10 +228,14 @@ def agrees(
     steps: list[tuple[str, dict[str, int | None]]],
     post: Abstract,
     tw: frozenset[str] = frozenset(),
+    parents: list[int] | None = None,
 ) -> bool:
-    """Can the encoding's steps, victims free, take ``pre`` to the model's ``post``?"""
+    """Can the encoding's steps, victims free, take ``pre`` to the model's
+    ``post``? With ``parents`` (atomic), the Stored events the steps publish
+    must also name exactly those parents, in order."""
     S = pre
     req: list[z3.BoolRef] = []
+    emitted: list[tuple[z3.BoolRef, z3.ExprRef]] = []
     for n, (name, given) in enumerate(steps):
         inp: dict[str, z3.ExprRef] = {
             "h": z3.IntVal(0),
@@ -245,6 +249,7 @@ def agrees(
             inp[k] = z3.IntVal(x if x is not None else NONE)
         step = prof.transitions[name](S, inp, tw)
         req += step.requires
+        emitted += step.stored
         req += [z3.And(inp["v"] >= 0, inp["v"] < HASHES, inp["w"] >= 0, inp["w"] < UUIDS)]
         S = step.post
     eq = [S.v["phase"] == IDLE]
@@ -268,10 +273,25 @@ def agrees(
     if prof.name != "legacy":
         eq.append(S.v["free"] == post.free)
     eq += [S.c[k] == val for k, val in post.counts.items()]
+    if parents is not None:  # the published Stored events, in order, name the model's parents
+        idx: z3.ArithRef = z3.IntVal(0)
+        for when, par in emitted:
+            at = z3.IntVal(NONE - 1)
+            for pos, want in enumerate(parents):
+                at = z3.If(idx == pos, z3.IntVal(want), at)
+            eq.append(z3.Implies(when, z3.And(idx < len(parents), par == at)))
+            idx = idx + z3.If(when, 1, 0)
+        eq.append(idx == len(parents))
     s = z3.Solver()
     s.set("timeout", 30_000)
     s.add(*req, *eq)
     return s.check() == z3.sat
+
+
+def _parent(ev: KvEvent) -> int:
+    data = ev.data
+    assert isinstance(data, Stored)
+    return data.stored.parent_hash if data.stored.parent_hash is not None else NONE
 
 
 @dataclass
@@ -309,6 +329,9 @@ def run_agreement(profile: str, ops: int = 40, seed: int = 0, tw: frozenset[str]
                     dev -= set(ev.hashes())
             post = abstract(model, profile, dev, cap)
             checked += 1
-            if not agrees(prof, encode(pre, cap), steps_of(profile, op, step.result.value), post, tw):
+            parents = None
+            if profile == "atomic" and isinstance(op, Use):
+                parents = [_parent(ev) for ev in step.events if ev.kind == "stored"]
+            if not agrees(prof, encode(pre, cap), steps_of(profile, op, step.result.value), post, tw, parents):
                 bad.append(f"{profile}/{policy}: {op!r}")
     return Report(profile, checked, rejected, bad)

@@ -151,6 +151,8 @@ def place_full(S: BState, i: dict[str, z3.ExprRef], tw: frozenset[str]) -> BStep
         [S.v["phase"] == PLACE, h >= 0, a["inb"][h], z3.Implies(z3.Not(reg), z3.And(room, *choice))],
     )
     step.obligations = {"INV-ATOMIC-ANCHOR": [z3.Implies(reg, ob) for ob in hit_ob]}
+    if hit_ob:
+        step.stored = [(z3.And(reg, S.v["gopen"]), S.v["anc"])]
     step.rules = {
         "USE-HIT-ACTIVE": z3.And(reg, z3.Not(a["pin"][h])),
         "USE-HIT-INACTIVE (pinned)": z3.And(reg, a["pin"][h]),
@@ -196,6 +198,7 @@ def close(S: BState, i: dict[str, z3.ExprRef], tw: frozenset[str]) -> BStep:
     T = T.but(dev=z3.Lambda([x], z3.And(T.a["dev"][x], z3.Not(a["ev"][x]))), ev=K_FALSE, phase=z3.IntVal(IDLE))
     step = BStep("use(close)", S, T, [S.v["phase"] == PLACE, done])
     step.obligations = {"INV-ATOMIC-ANCHOR": ob}
+    step.stored = [(S.v["gopen"], S.v["anc"])]
     h = i["h"]
     step.rules = {"STORE-NEW-ONLY": z3.And(S.v["gopen"], a["new"][h]), "REMOVE-EXACT": a["ev"][h]}
     return step

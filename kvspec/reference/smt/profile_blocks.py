@@ -152,6 +152,8 @@ class BStep:
     rules: dict[str, z3.BoolRef] = field(default_factory=dict)
     #: invariant id -> obligations about the step itself (e.g. a Stored's parent when emitted)
     obligations: dict[str, list[z3.BoolRef]] = field(default_factory=dict)
+    #: the Stored events the step publishes, as (when, parent) in order (atomic; for the agreement check)
+    stored: list[tuple[z3.BoolRef, z3.ExprRef]] = field(default_factory=list)
 
 
 #: a transition: (pre-state, inputs, the mutants in force) -> step
