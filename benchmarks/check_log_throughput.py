@@ -19,7 +19,8 @@ For each, in the same run: the whole command (a fresh ``python -m kvspec.cli
 check-log`` process, median of --repeat runs, peak memory), also with the C
 fast paths off (``KVSPEC_FASTVIEW=0``: the pure Python path, for machines
 without a C compiler), its start-up alone (the same command on the stream's
-first line), the decode floor
+first line; every command runs with its bytecode cached, as an installed
+kvspec does), the decode floor
 (msgspec's untyped decoder over every line, and for the capture the base64
 and msgpack decoding of every payload), and for the Dynamo stream the wheel's
 ``RadixTree.apply_event`` over the same events (its first --radix-events,
@@ -193,17 +194,27 @@ print('BENCH ' + json.dumps({'code': code, 'cpu': ru.ru_utime + ru.ru_stime, 'hw
 """
 
 
+#: the children run as an installed kvspec does, with compiled bytecode
+#: cached (in the cache folder: ``PYTHONDONTWRITEBYTECODE``, set on some
+#: development machines, would otherwise make every run compile kvspec anew)
+PYCACHE: Path | None = None
+
+
 def run_command(path: Path, repeat: int, env: dict[str, str] | None = None) -> tuple[float, float, float]:
     """Median wall seconds and CPU seconds of the whole command (a fresh
     process each run), and its peak resident memory in MB (VmHWM)."""
     walls, cpus, peak = [], [], 0.0
+    child_env = {**os.environ, **(env or {})}
+    if PYCACHE is not None:
+        child_env.pop("PYTHONDONTWRITEBYTECODE", None)
+        child_env["PYTHONPYCACHEPREFIX"] = str(PYCACHE)
     for _ in range(repeat):
         t = time.perf_counter()
         r = subprocess.run(
             [sys.executable, "-c", _CHILD, "check-log", str(path), "--quiet"],
             capture_output=True,
             text=True,
-            env=None if env is None else {**os.environ, **env},
+            env=child_env,
         )
         walls.append(time.perf_counter() - t)
         line = next((x for x in r.stderr.splitlines() if x.startswith("BENCH ")), None)
@@ -287,8 +298,12 @@ def main() -> None:
     print(f"C fast paths: {fastview.status()}")
     off = {"KVSPEC_FASTVIEW": "0"}
     n, vn = args.events, args.vllm_events
+    global PYCACHE
+    PYCACHE = args.cache_dir / "pycache"
     with tempfile.TemporaryDirectory() as tmp:
-        # the commands first, while this process is small
+        # the commands first, while this process is small; one run first to
+        # fill the bytecode cache
+        run_command(first_line(dyn, Path(tmp, "warm.jsonl")), 1)
         _, start_cpu, _ = run_command(first_line(dyn, Path(tmp, "one.jsonl")), args.repeat)
         _, vstart_cpu, _ = run_command(first_line(vll, Path(tmp, "one.zmq.jsonl")), args.repeat)
     cmd_s, cmd_cpu, peak = run_command(dyn, args.repeat)
