@@ -2,8 +2,11 @@
 
 ``_fastview.c`` applies a clean Dynamo Stored or Removed to the router
 view's dicts several times faster than the Python loops of
-``formats._fused_stored``/``_fused_removed``, with the same semantics (they
-remain the reference and the fall-back). It is a CPython extension compiled
+``formats._fused_stored``/``_fused_removed`` (``line``), and a clean vLLM
+BlockStored or BlockRemoved with its sha256 block hashes recomputed faster
+than ``ZmqFeed._stored``/``_removed`` and ``HashCheck`` (``vllm_event``),
+with the same semantics (the Python code remains the reference and the
+fall-back). It is a CPython extension compiled
 with the machine's C compiler (``$CC``, ``cc`` or ``gcc``, as the C
 adapters are) into kvspec's build directory, keyed by the source, the
 interpreter and the compiler flags, so it is built once per machine and
