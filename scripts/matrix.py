@@ -38,6 +38,7 @@ ADAPTERS = (
     "sglang",
     "paged_rust",
     "session_rust",
+    "radix_rust",
 )
 BEGIN, END = "<!-- matrix:begin -->", "<!-- matrix:end -->"
 

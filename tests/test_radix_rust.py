@@ -61,3 +61,11 @@ def test_every_bug_of_the_port_is_a_declared_variant_naming_a_rule() -> None:
         assert v.rule is not None and v.rule in known and str(v.rule).startswith("RADIX-"), v
         assert f'bugs.on("{v.name}")' in source, f"variant {v.name} changes nothing in main.rs"
     assert 5 <= len(in_source) <= 8
+
+
+@pytest.mark.parametrize("adapter", ["adapters/radix_rust", "adapters/reference_jsonl"])
+def test_protocol_4_children_run_the_tree_operation_tests(adapter: str) -> None:
+    """A subprocess radix adapter has no start.radix; the suite must not take it for a request-only one."""
+    from kvspec.conformance.test_radix import _require_tree_operations
+
+    _require_tree_operations(load_manifest(resolve_adapter_dir(adapter)))  # would raise Skipped

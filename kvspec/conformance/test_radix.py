@@ -38,12 +38,13 @@ RADIX_RULES = (
 
 def _require_tree_operations(manifest: Manifest) -> None:
     """Skip unless the adapter runs the radix profile operation by operation
-    (``start.radix``); a request-only one is checked by the radix request
-    layer (test_requests.py, ``test_radix_request_*``)."""
+    (``start.radix`` in process, or a ``subprocess`` child over protocol
+    version 4); a request-only one is checked by the radix request layer
+    (test_requests.py, ``test_radix_request_*``)."""
     require_profile(manifest, "radix")
-    if not manifest.start.radix:
+    if not manifest.start.radix and manifest.kind != "subprocess":
         pytest.skip(
-            f"adapter {manifest.name!r} takes requests only (no start.radix for tree operations):"
+            f"adapter {manifest.name!r} takes requests only (no start.radix, not a protocol-4 child):"
             " the radix request layer checks it (test_requests.py, test_radix_request_*)"
         )
 
