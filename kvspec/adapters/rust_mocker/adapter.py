@@ -25,18 +25,17 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.metadata
-import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from kvspec.adapters.engine_worker import EngineWorker
 from kvspec.conformance.manifest import Manifest
 from kvspec.conformance.requests_api import (
     ConcurrentRun,
@@ -44,12 +43,7 @@ from kvspec.conformance.requests_api import (
     RequestImplementation,
     RequestOutcome,
 )
-from kvspec.conformance.transport.process import (
-    ChildExitedError,
-    ChildProcess,
-    ChildTimeoutError,
-    LineTooLongError,
-)
+from kvspec.conformance.transport.process import ChildProcess
 from kvspec.reference.requests import PoolSetup, RequestSpec
 from kvspec.spec.codecs import from_router_event
 from kvspec.spec.errors import AdapterError, ConfigError, WireError
@@ -220,9 +214,17 @@ class RustMocker(RequestImplementation):
         env["DYN_FILE_KV"] = os.path.join(self._tmp, "kv")
         env.setdefault("DYN_LOG", "error")
         env["PYTHONUNBUFFERED"] = "1"
-        self.child: ChildProcess | None = None
+        self.worker: EngineWorker | None = None
         try:
-            self.child = ChildProcess(child_argv(), env=env, cwd=self._tmp)
+            self.worker = EngineWorker(
+                child_argv(),
+                name="the mocker",
+                engine="the mocker",
+                env=env,
+                max_reply_bytes=MAX_REPLY_BYTES,
+                cwd=self._tmp,
+                close_grace_s=1.0,
+            )
             started = self._ask(
                 {
                     "op": "start",
@@ -243,49 +245,30 @@ class RustMocker(RequestImplementation):
             self.close()
             raise AdapterError(f"the mocker did not start: {started}")
         self.startup_s = float(started.get("startup_s", 0.0))
-        self.child_pid = self.child.pid
+        self.child_pid = self.worker.child.pid
+
+    @property
+    def child(self) -> ChildProcess | None:
+        """The worker's process (None once closed)."""
+        return self.worker.child if self.worker is not None else None
 
     # ------------------------------------------------------------ transport
+    def _w(self) -> EngineWorker:
+        if self.worker is None:
+            raise AdapterError("the mocker is closed")
+        return self.worker
+
     def _send(self, msg: dict[str, Any]) -> None:
-        assert self.child is not None
-        try:
-            self.child.write((json.dumps(msg) + "\n").encode(), time.monotonic() + 10)
-        except (ChildExitedError, ChildTimeoutError) as e:
-            raise self._failure(f"could not send {msg.get('op')!r} to the mocker: {e}") from None
+        self._w().send(msg)
 
     def _recv(self, timeout_s: float, what: str) -> dict[str, Any]:
-        assert self.child is not None
-        try:
-            line = self.child.read_line(time.monotonic() + timeout_s, MAX_REPLY_BYTES)
-        except ChildTimeoutError:
-            raise self._failure(f"the mocker did not answer {what} within {timeout_s:.0f} s") from None
-        except ChildExitedError:
-            self.child.wait_exit(1.0)
-            raise self._failure(f"the mocker exited during {what}") from None
-        except LineTooLongError as e:
-            raise self._failure(f"the mocker's reply to {what} is too long ({e.size} bytes)") from None
-        try:
-            reply = json.loads(line)
-        except ValueError:
-            raise self._failure(
-                f"the mocker wrote something that is not a JSON line during {what}: {line[:200]!r}"
-            ) from None
-        if not isinstance(reply, dict):
-            raise self._failure(f"the mocker's reply to {what} is not an object: {line[:200]!r}")
-        if "error" in reply:
-            raise self._failure(f"the mocker reported an error during {reply.get('stage', what)}: {reply['error']}")
-        return reply
+        return self._w().recv(timeout_s, what)
 
     def _ask(self, msg: dict[str, Any], timeout_s: float, what: str) -> dict[str, Any]:
-        self._send(msg)
-        return self._recv(timeout_s, what)
+        return self._w().ask(msg, timeout_s, what)
 
     def _failure(self, message: str) -> AdapterError:
-        child = self.child
-        if child is None:
-            return AdapterError(message)
-        child.drain_stderr(0.2)
-        return AdapterError(message, stderr_tail=child.stderr_tail()[-4000:], exit_status=child.returncode)
+        return self.worker.failure(message) if self.worker is not None else AdapterError(message)
 
     def _events(self, raws: Any, where: str, reply: dict[str, Any] | None = None) -> list[KvEvent]:
         out = self._plane_events(raws, where)
@@ -343,8 +326,6 @@ class RustMocker(RequestImplementation):
 
     # ------------------------------------------------------------ runs
     def run_sequential(self, requests: Sequence[RequestSpec]) -> list[RequestOutcome]:
-        if self.child is None:
-            raise AdapterError("the mocker is closed")
         self._send(self._run_message("sequential", requests))
         per_request = self.manifest.start.timeout_s + 10
         out: list[RequestOutcome] = []
@@ -360,8 +341,6 @@ class RustMocker(RequestImplementation):
         return out
 
     def run_concurrent(self, requests: Sequence[RequestSpec]) -> ConcurrentRun:
-        if self.child is None:
-            raise AdapterError("the mocker is closed")
         self._send(self._run_message("concurrent", requests))
         reply = self._recv(self.manifest.start.timeout_s * max(1, len(requests)) + 10, "a concurrent run")
         if reply.get("ok") != "concurrent" or not isinstance(reply.get("outcomes"), list):
@@ -371,9 +350,9 @@ class RustMocker(RequestImplementation):
         return ConcurrentRun(outcomes=[self._outcome(o, []) for o in reply["outcomes"]], events=events)
 
     def close(self) -> None:
-        child, self.child = self.child, None
-        if child is not None:
-            child.close(grace_s=1.0, term_s=1.0)
+        worker, self.worker = self.worker, None
+        if worker is not None:
+            worker.close()
         with contextlib.suppress(OSError):
             shutil.rmtree(self._tmp, ignore_errors=True)
 

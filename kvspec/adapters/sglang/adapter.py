@@ -36,16 +36,14 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
-import json
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
+from kvspec.adapters.engine_worker import EngineWorker, SharedWorker
 from kvspec.conformance.radix_interface import RadixImplementation
 from kvspec.conformance.request_interface import ImplementationUnavailableError
-from kvspec.conformance.transport.process import ChildExitedError, ChildProcess, ChildTimeoutError, LineTooLongError
 from kvspec.spec.errors import AdapterError
 from kvspec.spec.hashing import local_block_hash, sequence_hash, sglang_event_hash, sglang_page_digests
 from kvspec.spec.manager_wire import OpError
@@ -73,59 +71,26 @@ def require_sglang() -> str:
     return version
 
 
-class SglangWorker:
-    """The child process that imports SGLang (one per test run, reused)."""
-
-    def __init__(self) -> None:
-        env = dict(os.environ)
-        env["PYTHONUNBUFFERED"] = "1"
-        env.setdefault("SGLANG_LOGGING_LEVEL", "WARNING")
-        self.child = ChildProcess([sys.executable, "-m", "kvspec.adapters.sglang.worker"], env=env)
-
-    @property
-    def alive(self) -> bool:
-        return self.child.alive() and not self.child.closed
-
-    def ask(self, msg: dict[str, Any], timeout_s: float, what: str) -> dict[str, Any]:
-        try:
-            self.child.write((json.dumps(msg) + "\n").encode(), time.monotonic() + 10)
-            line = self.child.read_line(time.monotonic() + timeout_s, MAX_REPLY_BYTES)
-        except ChildTimeoutError:
-            raise self.failure(f"the SGLang worker did not answer {what} within {timeout_s:.0f} s") from None
-        except ChildExitedError:
-            self.child.wait_exit(1.0)
-            raise self.failure(f"the SGLang worker exited during {what}") from None
-        except LineTooLongError as e:
-            raise self.failure(f"the SGLang worker's reply to {what} is too long ({e.size} bytes)") from None
-        try:
-            reply = json.loads(line)
-        except ValueError:
-            raise self.failure(
-                f"the SGLang worker wrote a line that is not JSON during {what}: {line[:200]!r}"
-            ) from None
-        if not isinstance(reply, dict):
-            raise self.failure(f"the SGLang worker's reply to {what} is not an object")
-        if "error" in reply:
-            raise self.failure(f"SGLang failed during {what}: {reply['error']}\n{reply.get('trace', '')}")
-        return reply
-
-    def failure(self, message: str) -> AdapterError:
-        self.child.drain_stderr(0.2)
-        return AdapterError(message, stderr_tail=self.child.stderr_tail()[-4000:], exit_status=self.child.returncode)
-
-    def close(self) -> None:
-        self.child.close(grace_s=2.0, term_s=1.0)
+def start_worker() -> EngineWorker:
+    """The child process that imports SGLang (``worker.py``)."""
+    env = dict(os.environ)
+    env["PYTHONUNBUFFERED"] = "1"
+    env.setdefault("SGLANG_LOGGING_LEVEL", "WARNING")
+    return EngineWorker(
+        [sys.executable, "-m", "kvspec.adapters.sglang.worker"],
+        name="the SGLang worker",
+        engine="SGLang",
+        env=env,
+        max_reply_bytes=MAX_REPLY_BYTES,
+    )
 
 
-_WORKER: SglangWorker | None = None
+_WORKER = SharedWorker(start_worker)
 
 
-def shared_worker() -> SglangWorker:
+def shared_worker() -> EngineWorker:
     """The run's SGLang worker, started on first use (and again if it died)."""
-    global _WORKER
-    if _WORKER is None or not _WORKER.alive:
-        _WORKER = SglangWorker()
-    return _WORKER
+    return _WORKER.get()
 
 
 class PageHashes:

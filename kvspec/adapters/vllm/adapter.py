@@ -37,14 +37,13 @@ from __future__ import annotations
 import base64
 import importlib.metadata
 import importlib.util
-import json
 import os
 import sys
-import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from kvspec.adapters.engine_worker import EngineWorker, SharedWorker
 from kvspec.conformance.manifest import Manifest
 from kvspec.conformance.requests_api import (
     ConcurrentRun,
@@ -52,7 +51,6 @@ from kvspec.conformance.requests_api import (
     RequestImplementation,
     RequestOutcome,
 )
-from kvspec.conformance.transport.process import ChildExitedError, ChildProcess, ChildTimeoutError, LineTooLongError
 from kvspec.reference.requests import PoolSetup, RequestSpec
 from kvspec.spec.codecs import from_vllm_batch
 from kvspec.spec.errors import AdapterError, ConfigError, WireError
@@ -84,67 +82,29 @@ def require_vllm() -> str:
 # ------------------------------------------------------------------ worker
 
 
-class VllmWorker:
-    """The child process that imports vLLM (one per test run, reused)."""
+class VllmWorker(EngineWorker):
+    """The child process that imports vLLM (``worker.py``)."""
 
-    def __init__(self, startup_timeout_s: float) -> None:
+    def __init__(self) -> None:
         env = dict(os.environ)
         env["PYTHONUNBUFFERED"] = "1"
-        self.child = ChildProcess([sys.executable, "-m", "kvspec.adapters.vllm.worker"], env=env)
-        self.startup_timeout_s = startup_timeout_s
+        super().__init__(
+            [sys.executable, "-m", "kvspec.adapters.vllm.worker"],
+            name="the vLLM worker",
+            engine="vLLM",
+            env=env,
+            max_reply_bytes=MAX_REPLY_BYTES,
+        )
+        #: the first open in a worker also pays vLLM's import
         self.opened_once = False
 
-    @property
-    def alive(self) -> bool:
-        return self.child.alive() and not self.child.closed
 
-    def send(self, msg: dict[str, Any]) -> None:
-        try:
-            self.child.write((json.dumps(msg) + "\n").encode(), time.monotonic() + 10)
-        except (ChildExitedError, ChildTimeoutError) as e:
-            raise self.failure(f"could not send {msg.get('op')!r} to the vLLM worker: {e}") from None
-
-    def recv(self, timeout_s: float, what: str) -> dict[str, Any]:
-        try:
-            line = self.child.read_line(time.monotonic() + timeout_s, MAX_REPLY_BYTES)
-        except ChildTimeoutError:
-            raise self.failure(f"the vLLM worker did not answer {what} within {timeout_s:.0f} s") from None
-        except ChildExitedError:
-            self.child.wait_exit(1.0)
-            raise self.failure(f"the vLLM worker exited during {what}") from None
-        except LineTooLongError as e:
-            raise self.failure(f"the vLLM worker's reply to {what} is too long ({e.size} bytes)") from None
-        try:
-            reply = json.loads(line)
-        except ValueError:
-            raise self.failure(f"the vLLM worker wrote a line that is not JSON during {what}: {line[:200]!r}") from None
-        if not isinstance(reply, dict):
-            raise self.failure(f"the vLLM worker's reply to {what} is not an object")
-        if "error" in reply:
-            raise self.failure(f"vLLM failed during {what}: {reply['error']}\n{reply.get('trace', '')}")
-        return reply
-
-    def ask(self, msg: dict[str, Any], timeout_s: float, what: str) -> dict[str, Any]:
-        self.send(msg)
-        return self.recv(timeout_s, what)
-
-    def failure(self, message: str) -> AdapterError:
-        self.child.drain_stderr(0.2)
-        return AdapterError(message, stderr_tail=self.child.stderr_tail()[-4000:], exit_status=self.child.returncode)
-
-    def close(self) -> None:
-        self.child.close(grace_s=2.0, term_s=1.0)
+_WORKER = SharedWorker(VllmWorker)
 
 
-_WORKER: VllmWorker | None = None
-
-
-def shared_worker(startup_timeout_s: float) -> VllmWorker:
+def shared_worker() -> VllmWorker:
     """The run's vLLM worker, started on first use (and again if it died)."""
-    global _WORKER
-    if _WORKER is None or not _WORKER.alive:
-        _WORKER = VllmWorker(startup_timeout_s)
-    return _WORKER
+    return _WORKER.get()
 
 
 # ------------------------------------------------------------------ events
@@ -261,7 +221,7 @@ class VllmKvCacheManager(RequestImplementation):
         self.hashes = HashMap(setup.manager.block_size)
         self.next_id = 0
         self.preemptions = 0
-        self.worker: VllmWorker | None = shared_worker(manifest.start.startup_timeout_s)
+        self.worker: VllmWorker | None = shared_worker()
         first = not self.worker.opened_once
         reply = self.worker.ask(
             {
