@@ -29,7 +29,7 @@ import pytest
 from kvspec.adapters.reference_jsonl.server import Server
 from kvspec.conformance.manifest import load_manifest, resolve_adapter_dir
 from kvspec.conformance.radix_check import BASES
-from kvspec.conformance.radix_interface import open_radix
+from kvspec.conformance.radix_open import open_radix
 from kvspec.conformance.transport.jsonl import reuse_children
 from kvspec.conformance.transport.radix import JsonlRadix, _RadixSession, radix_manager_config
 from kvspec.reference.radix import RadixModel

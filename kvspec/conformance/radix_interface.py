@@ -8,19 +8,16 @@ its factory in the manifest's ``start.radix`` (``module:factory``, called as
 ``factory(config, manifest, adapter_dir)``, plus ``variant=NAME`` when a
 variant is selected); a ``kind = "subprocess"`` adapter without one is a
 child process speaking protocol version 4 (``transport/radix.py``). Like
-``manager_interface`` it depends on the spec alone (the transport is
-imported only when a child is started).
+``manager_interface`` it depends on the spec alone: starting an
+implementation is ``radix_open.open_radix``, a layer above both this
+interface and the transport.
 """
 
 from __future__ import annotations
 
-import importlib
 from abc import ABC, abstractmethod
-from pathlib import Path
 from types import TracebackType
 
-from kvspec.spec.errors import ConfigError
-from kvspec.spec.manifest import Manifest
 from kvspec.spec.radix_wire import RadixConfig, RadixOp, RadixOutcome
 
 
@@ -41,22 +38,3 @@ class RadixImplementation(ABC):
 
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
-
-
-def open_radix(manifest: Manifest, adapter_dir: Path, config: RadixConfig) -> RadixImplementation:
-    """Start the radix cache a manifest describes, configured with ``config``."""
-    target = manifest.start.radix
-    if not target and manifest.kind == "subprocess":
-        from .transport.radix import JsonlRadix
-
-        return JsonlRadix(manifest, adapter_dir, config)
-    if not target or ":" not in target:
-        raise ConfigError(
-            f"{manifest.name}: a radix adapter names its factory in start.radix = 'module:factory' "
-            "or is kind 'subprocess' (protocol version 4)"
-        )
-    mod_name, _, attr = target.partition(":")
-    factory = getattr(importlib.import_module(mod_name), attr)
-    extra = {"variant": manifest.variant} if manifest.variant else {}
-    impl: RadixImplementation = factory(config, manifest, adapter_dir, **extra)
-    return impl

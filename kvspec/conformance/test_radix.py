@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from kvspec.conformance.manifest import Manifest
 from kvspec.conformance.profile_suite import cheap_op_settings, open_or_skip, record_rules, require_profile
 from kvspec.conformance.radix_check import RadixLockstep, radix_configs, radix_ops, run_golden
-from kvspec.conformance.radix_interface import open_radix
+from kvspec.conformance.radix_open import open_radix
 from kvspec.spec.radix_wire import RADIX_OP_ADAPTER, RadixConfig, RadixRequest, radix_scenarios
 from kvspec.spec.rules import Concern, rules_of
 
