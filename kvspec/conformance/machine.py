@@ -335,7 +335,7 @@ class LockstepMachine(RuleGroup, RuleBasedStateMachine, register=False):
         assert self.check is not None
         before = self.check.before
         try:
-            expected = self.check.step(planned.op)
+            expected = self.check.step(planned.op, contracts=not planned.unheld_anchor)
         except AdapterError as e:
             self._halt(e)
             raise _Halted from e

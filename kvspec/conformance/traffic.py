@@ -208,6 +208,12 @@ class Planned:
     commit: Callable[[StepOutcome, Counters], None]
     #: the rule id the operation must be rejected with (invalid traffic)
     expect_error: RuleId | None = None
+    #: a Use anchored with ``parent`` to a block its request does not hold
+    #: (a suffix request's base): a real scheduler holds its prefix, this
+    #: traffic does not, so the base may have been evicted since. Such a Use
+    #: is outside the caller contracts the proofs assume
+    #: (ASSUME-PARENT-REGISTERED), and the lockstep does not check them on it.
+    unheld_anchor: bool = False
 
 
 INVALID_KINDS: dict[str, tuple[RuleId, tuple[str, ...]]] = {
@@ -358,7 +364,8 @@ class Traffic:
             return None
         uuid = self._uuid() if partial else None
         op = self._use(pending, req.meta, req.anchor(), uuid)
-        return Planned(op, "extend", self._placed(req, op, len(pending), uuid))
+        unheld = req.held == 0 and req.base is not None
+        return Planned(op, "extend", self._placed(req, op, len(pending), uuid), unheld_anchor=unheld)
 
     def promote(self, req: Request, choice: int) -> Planned:
         """The request's partial block filled: it becomes a full block (an
@@ -425,7 +432,8 @@ class Traffic:
             return None
         uuid = self._uuid() if partial else None
         op = self._use(req.path, req.meta, req.base, uuid)
-        return Planned(op, "readmit", self._placed(req, op, len(req.path), uuid))
+        unheld = req.base is not None
+        return Planned(op, "readmit", self._placed(req, op, len(req.path), uuid), unheld_anchor=unheld)
 
     def suffix(self, base: Node, choices: Sequence[int], partial: bool, meta: int) -> Planned:
         """A request whose prefix is cached but not held by it (another
@@ -438,7 +446,7 @@ class Traffic:
         self.requests.append(req)
         uuid = self._uuid() if partial else None
         op = self._use(nodes, req.meta, base, uuid)
-        return Planned(op, "suffix", self._placed(req, op, len(nodes), uuid))
+        return Planned(op, "suffix", self._placed(req, op, len(nodes), uuid), unheld_anchor=True)
 
     def gapped(self, target: Node, partial: bool, meta: int) -> Planned:
         """A request whose path (root to ``target``) runs through blocks the
