@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvspec.conformance.manifest import load_manifest, resolve_adapter_dir
-from kvspec.conformance.radix_check import radix_configs, radix_ops, resolve_keys
+from kvspec.conformance.radix_check import radix_configs, radix_ops
 from kvspec.reference.radix import RadixModel
 from kvspec.spec.hashing import block_hashes
 from kvspec.spec.radix_wire import RADIX_OP_ADAPTER, RadixConfig, RadixOutcome, RadixSnapshot
@@ -39,7 +39,7 @@ def test_model_invariants(config: RadixConfig, ops: list[dict[str, object]]) -> 
     node's ancestor chain is counted; evictable + protected = cached tokens."""
     m = RadixModel(config)
     for raw in ops:
-        m.step(RADIX_OP_ADAPTER.validate_python(resolve_keys(raw, m)))
+        m.step(RADIX_OP_ADAPTER.validate_python(raw))
         cached = 0
         for path, pages in _paths(m):
             assert len(path) % config.page_size == 0

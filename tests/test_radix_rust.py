@@ -11,12 +11,9 @@ from __future__ import annotations
 
 import re
 import shutil
-from pathlib import Path
-from typing import Any
 
 import pytest
 
-import kvspec.conformance as conformance_pkg
 from kvspec.conformance.manifest import load_manifest, resolve_adapter_dir
 from kvspec.conformance.radix_open import open_radix
 from kvspec.conformance.transport.jsonl import reuse_children
@@ -30,7 +27,6 @@ pytestmark = [
 ]
 
 DIR = resolve_adapter_dir("adapters/radix_rust")
-SUITE = Path(conformance_pkg.__file__).parent
 
 
 @pytest.mark.parametrize("pages", [(1, 2, 3, 4, 5, 8), (16, 33, 60, 64)], ids=["short", "long"])
@@ -73,37 +69,3 @@ def test_protocol_4_children_run_the_tree_operation_tests(adapter: str) -> None:
     from kvspec.conformance.test_radix import _require_tree_operations
 
     _require_tree_operations(load_manifest(resolve_adapter_dir(adapter)))  # would raise Skipped
-
-
-#: the variants no golden needed to catch: random lockstep traffic alone must
-#: (three of them got past it before its keys were drawn near the cached paths,
-#: conformance/radix_check.py ``_near_keys``)
-TRAFFIC_ALONE = ("split_upper_unlocked", "lock_skips_leaf_status", "common_not_page_aligned", "lru_by_creation")
-#: known misattribution: when the wrong leaf goes first, the random traffic's
-#: first difference is the Removed itself, which the checker files under
-#: RADIX-REMOVE (the golden leaf_first_lru names RADIX-EVICT-LRU)
-ALSO_NAMED = {"lru_by_creation": "RADIX-REMOVE"}
-LOCKSTEP_ONLY = (str(SUITE / "test_radix.py"), "-q", "-k", "test_radix_lockstep", "--hypothesis-seed=1")
-
-
-@pytest.fixture(scope="module")
-def one_home(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """One working dir for the child runs below, so the port is compiled once."""
-    return {"KVSPEC_HOME": str(tmp_path_factory.mktemp("kvspec-home"))}
-
-
-@pytest.mark.parametrize("variant", TRAFFIC_ALONE)
-def test_random_traffic_alone_catches_the_variant(variant: str, child_pytest: Any, one_home: dict[str, str]) -> None:
-    """With every golden deselected and a fixed seed, the radix lockstep test
-    fails on the variant under the variant's own rule."""
-    code, out = child_pytest(*LOCKSTEP_ONLY, f"--impl={DIR}/{variant}", env=one_home)
-    rule = next(v.rule for v in load_manifest(DIR).variants if v.name == variant)
-    named = [r for r in (rule, ALSO_NAMED.get(variant)) if r is not None]
-    assert code == 1 and any(f"[{r}]" in out for r in named), out[-3000:]
-
-
-def test_random_traffic_alone_passes_the_port(child_pytest: Any, one_home: dict[str, str]) -> None:
-    """The same run on the port without a variant passes (the kills above are
-    the variants' bugs, not the traffic's)."""
-    code, out = child_pytest(*LOCKSTEP_ONLY, f"--impl={DIR}", env=one_home)
-    assert code == 0, out[-3000:]

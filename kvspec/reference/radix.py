@@ -120,15 +120,6 @@ class RadixModel:
             yield n
             stack.extend(n.children.values())
 
-    def path_tokens(self, node: Node) -> list[int]:
-        """The tokens from the root to the end of ``node`` (what a key must
-        start with to walk through it)."""
-        runs: list[list[int]] = []
-        while node.parent is not None:
-            runs.append(node.tokens)
-            node = node.parent
-        return [t for run in reversed(runs) for t in run]
-
     def path_len(self, node: Node) -> int:
         n = 0
         while node.parent is not None:
