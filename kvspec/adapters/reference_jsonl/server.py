@@ -231,31 +231,18 @@ class Server:
 
     def _manager_request(self, manager: ModelManager, line: bytes) -> str | None:
         """Answer one line of an allocator-level session (version 3)."""
-        try:
-            req = ManagerRequest.model_validate_json(line)
-        except ValidationError as e:
-            try:
-                obj = json.loads(line)
-            except (json.JSONDecodeError, UnicodeDecodeError) as je:
-                self.error(None, "malformed_request", f"not valid JSON: {je}")
-                return None
-            if isinstance(obj, dict) and obj.get("type") in ("bye", "hello"):
-                return str(obj["type"])
-            self.error(obj.get("id") if isinstance(obj, dict) else None, "malformed_request", _brief(e))
-            return None
-        try:
-            outcome = manager.step(req.op)
-        except Exception as e:  # a model bug, not a spec verdict
-            traceback.print_exc()
-            self.error(req.id, "internal_error", f"{type(e).__name__}: {e}")
-            return None
-        self.send(b'{"id":%d,"outcome":%s}' % (req.id, outcome.model_dump_json().encode()))
-        return None
+        return self._op_request(ManagerRequest, manager.step, line)
 
     def _radix_request(self, model: RadixModel, line: bytes) -> str | None:
         """Answer one line of a radix session (version 4)."""
+        return self._op_request(RadixOpRequest, model.step, line)
+
+    def _op_request(self, request: type[ManagerRequest] | type[RadixOpRequest], step: Any, line: bytes) -> str | None:
+        """One ``{"id", "op"}`` line of a version 3 or 4 session: parse it as
+        ``request``, apply its operation with ``step`` and answer the outcome
+        (or the error); a ``bye`` or ``hello`` line is returned to the loop."""
         try:
-            req = RadixOpRequest.model_validate_json(line)
+            req = request.model_validate_json(line)
         except ValidationError as e:
             try:
                 obj = json.loads(line)
@@ -267,7 +254,7 @@ class Server:
             self.error(obj.get("id") if isinstance(obj, dict) else None, "malformed_request", _brief(e))
             return None
         try:
-            outcome = model.step(req.op)
+            outcome = step(req.op)
         except Exception as e:  # a model bug, not a spec verdict
             traceback.print_exc()
             self.error(req.id, "internal_error", f"{type(e).__name__}: {e}")

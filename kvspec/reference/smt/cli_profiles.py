@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
+from functools import partial
 
 from .profile_blocks import Profile
 from .profile_blocks import prove as prove_blocks
@@ -16,6 +18,18 @@ WIDTHS = [44, 18, 50, 9]
 
 def _row(cols: list[str]) -> str:
     return "  ".join(c.ljust(w) for c, w in zip(cols, WIDTHS, strict=True)).rstrip()
+
+
+def _refute_row(profile: str, name: str, rule: str, refute_it: Callable[[], str | None], problems: list[str]) -> None:
+    """Refute one mutant (``refute_it`` gives where its counterexample is, or
+    None), print its row and file a problem if it was not refuted."""
+    t1 = time.perf_counter()
+    where = refute_it()
+    verdict = "refuted" if where else "NOT REFUTED"
+    scope = f"{rule} at {where}" if where else rule
+    print(_row([f"  refutes {name}", verdict, scope, f"{time.perf_counter() - t1:.2f}s"]))
+    if where is None:
+        problems.append(f"the {profile} mutant {name} was not refuted")
 
 
 def run_vllm() -> int:
@@ -36,20 +50,7 @@ def run_vllm() -> int:
     problems += found
     print(_row(["SANITY-VLLM", "ok" if not found else "FAILED", "finite models", f"{time.perf_counter() - t1:.2f}s"]))
     for name, rule in MUTANTS.items():
-        t1 = time.perf_counter()
-        where = refute(name)
-        print(
-            _row(
-                [
-                    f"  refutes {name}",
-                    "refuted" if where else "NOT REFUTED",
-                    f"{rule} at {where}" if where else rule,
-                    f"{time.perf_counter() - t1:.2f}s",
-                ]
-            )
-        )
-        if where is None:
-            problems.append(f"the vllm mutant {name} was not refuted")
+        _refute_row("vllm", name, rule, partial(refute, name), problems)
     for p in problems:
         print(f"sanity check failed: {p}")
     return 1 if problems else 0
@@ -131,20 +132,7 @@ def run_blocks(profile: str, mutant: str | None = None) -> int:
         print(f"total {time.perf_counter() - t0:.2f}s")
         return 1 if problems or where else 0
     for name, (rule, _what) in prof.mutants.items():
-        t1 = time.perf_counter()
-        where = refute_blocks(prof, name)
-        print(
-            _row(
-                [
-                    f"  refutes {name}",
-                    "refuted" if where else "NOT REFUTED",
-                    f"{rule} at {where}" if where else rule,
-                    f"{time.perf_counter() - t1:.2f}s",
-                ]
-            )
-        )
-        if where is None:
-            problems.append(f"the {profile} mutant {name} was not refuted")
+        _refute_row(profile, name, rule, partial(refute_blocks, prof, name), problems)
     print(f"total {time.perf_counter() - t0:.2f}s")
     for p in problems:
         print(f"sanity check failed: {p}")
