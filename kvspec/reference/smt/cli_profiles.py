@@ -51,9 +51,36 @@ def run_vllm() -> int:
     print(_row(["SANITY-VLLM", "ok" if not found else "FAILED", "finite models", f"{time.perf_counter() - t1:.2f}s"]))
     for name, rule in MUTANTS.items():
         _refute_row("vllm", name, rule, partial(refute, name), problems)
+    problems += _vllm_ops()
     for p in problems:
         print(f"sanity check failed: {p}")
     return 1 if problems else 0
+
+
+def _vllm_ops() -> list[str]:
+    """The operation-level rows (``profile_vllm_ops``): a Use as begin / hits /
+    check / one step per fresh block / close, so batches of every length."""
+    from . import profile_vllm_ops as ops
+
+    print("operation level: a whole Use (any length) with its Removed and its Stored's parent; Deref, Promote, Reset")
+    problems: list[str] = []
+    proofs = ops.prove_ops()
+    for prop in dict.fromkeys(p.prop for p in proofs):
+        mine = [p for p in proofs if p.prop == prop]
+        bad = [p.transition for p in mine if p.verdict != "proven"]
+        scope = "any state of the invariants" if "never" in prop else f"initial + {len(mine) - 1} steps"
+        secs = f"{sum(p.seconds for p in mine):.2f}s"
+        print(_row([f"operation: {prop}", "unbounded proven" if not bad else "NOT proven", scope, secs]))
+        problems += [f"{prop} not proven at operation step {t}" for t in bad]
+    t1 = time.perf_counter()
+    found = ops.sanity()
+    problems += found
+    print(
+        _row(["SANITY-VLLM-OPS", "ok" if not found else "FAILED", "finite models", f"{time.perf_counter() - t1:.2f}s"])
+    )
+    for name, (rule, _what) in ops.MUTANTS.items():
+        _refute_row("vllm", f"op:{name}", rule, partial(ops.refute, name), problems)
+    return problems
 
 
 def _blocks(profile: str) -> Profile:

@@ -1,0 +1,54 @@
+"""The vllm profile at operation level (``reference/smt/profile_vllm_ops.py``):
+a whole Use of any length with its assembled Removed and Stored (and the
+Stored's parent), Deref, Promote, Reset; sanity on finite pools; mutants."""
+
+from __future__ import annotations
+
+import pytest
+import z3
+
+from kvspec.reference.smt import profile_vllm_ops as ops
+
+
+def test_every_property_is_proven_for_every_step_of_an_operation() -> None:
+    proofs = ops.prove_ops()
+    assert {p.verdict for p in proofs} == {"proven"}, [p for p in proofs if p.verdict != "proven"]
+    props = {str(p.prop) for p in proofs}
+    assert props == {"INV-VLLM-COPIES", "PARENT-ANCHOR", "USE-CAPACITY", "USE-CAPACITY (never: stuck)"}
+    for prop in ("INV-VLLM-COPIES", "PARENT-ANCHOR", "USE-CAPACITY"):
+        steps = {p.transition for p in proofs if p.prop == prop}
+        assert steps == {"initial state", *ops.TRANSITIONS}
+
+
+def test_sanity_every_step_and_rule_guard_has_a_finite_model() -> None:
+    assert ops.sanity() == []
+
+
+def test_sanity_catches_a_narrowed_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A contract slipped into a step whose guard it does not change (a hit
+    only on an owned copy) makes the VLLM-PREFIX-HIT case unreachable: the
+    proofs still pass, the sanity check does not."""
+    real = ops.hit
+
+    def narrowed(pre: ops.OState, inp: dict[str, z3.ExprRef], tw: frozenset[str]) -> ops.OStep:
+        step = real(pre, inp, tw)
+        step.requires.append(pre.own[inp["b"]] >= 1)
+        return step
+
+    monkeypatch.setitem(ops.TRANSITIONS, "use(hit)", narrowed)
+    assert {p.verdict for p in ops.prove_ops() if p.transition == "use(hit)"} == {"proven"}
+    assert ops.sanity(only=("use(hit)",)) == ["vllm use(hit): rule VLLM-PREFIX-HIT never fires"]
+
+
+@pytest.mark.parametrize(
+    ("mutant", "where"),
+    [
+        ("parent-moves", "use(new) (PARENT-ANCHOR)"),
+        ("store-new-only", "use(new) (INV-VLLM-COPIES)"),
+        ("remove-last-only", "use(new) (INV-VLLM-COPIES)"),
+        ("check-before-pins", "use(check) (USE-CAPACITY)"),
+        ("contract-registered-only", "use(begin) (PARENT-ANCHOR)"),
+    ],
+)
+def test_each_operation_mutant_is_refuted_where_it_breaks(mutant: str, where: str) -> None:
+    assert ops.refute(mutant) == where
