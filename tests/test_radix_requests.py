@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import random
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -177,3 +178,57 @@ def test_a_bug_in_the_mockers_flow_is_not_hidden_by_its_deviations(bug: str) -> 
     bad = _undeclared(check_radix_run(w, outcomes))
     assert bad, f"{bug} was not caught"
     assert bad[0].rule in {"RADIX-EVICT-LRU", "RADIX-REMOVE", "RADIX-INSERT", "PARENT-ANCHOR", "REMOVE-EXACT"}
+
+
+#: the prompts of findings/sglang/eviction_moment.jsonl (7 pages of 2 tokens); request 4's
+#: prompt is wholly cached, its last page a leaf past the match
+_LATE_PROMPTS = [[41, 6, 23, 20], [83], [41, 6, 23, 20], [10, 1, 1, 11, 99, 60], [41, 6, 23, 20], [83]]
+_LATE_OUTPUTS = [[501, 502, 503, 504], [511, 512, 513], [521, 522, 523], [531, 532, 533], [541, 542, 543, 544], [551]]
+
+
+def _late_run(flow: Flow) -> tuple[Workload, list[RequestOutcome]]:
+    """The eviction_moment workload run by the checker's model with ``flow`` (ids from 1)."""
+    model = FlowModel(RadixConfig(page_size=2, capacity=14), flow)
+    ids = itertools.count(1)
+    outcomes = []
+    for prompt, output in zip(_LATE_PROMPTS, _LATE_OUTPUTS, strict=True):
+        out = model.step(RadixRequest(prompt=prompt, output=output))
+        assert out.error is None
+        events = [e.model_copy(update={"event_id": next(ids)}) for e in out.events]
+        outcomes.append(RequestOutcome(cached_tokens=None, output_tokens=len(output), events=events))
+    reqs = [RequestSpec(prompt=p, max_tokens=len(o)) for p, o in zip(_LATE_PROMPTS, _LATE_OUTPUTS, strict=True)]
+    return Workload(setup=setup_of(7, 2), requests=reqs), outcomes
+
+
+def test_a_prompt_cached_after_the_first_decode_page_is_followed_and_declared() -> None:
+    """The mocker's late prompt insert (its first decode page evicts the prompt's own
+    cached last page, unannounced) is followed under its condition, and nothing else is found."""
+    flow = replace(MOCKER_FLOW, late_prompt=True, extend_leaf=False)
+    w, outcomes = _late_run(flow)
+    plain = _late_run(replace(flow, late_prompt=False))[1]
+    assert [e.kind for e in outcomes[4].events] != [e.kind for e in plain[4].events], "request 4 must differ"
+    check = check_radix_run(w, outcomes)
+    assert "prompt_cached_after_first_decode_page" in {c for f in check.findings for c in f.conditions}
+    assert _undeclared(check) == [], [f.report() for f in _undeclared(check)]
+
+
+def test_an_eviction_published_elsewhere_is_not_waived() -> None:
+    """A hand-written bug in that area: request 3 (no prompt page cached) publishes its
+    first decode page's eviction, same page, after that page's Stored instead of before
+    it: the pages and their order are the model's (the scope this condition replaced,
+    eviction_elsewhere_in_request, waived that), but nothing of the prompt is cached past
+    its match, so the late prompt insert cannot explain it: found, outside every deviation."""
+    w, outcomes = _late_run(replace(MOCKER_FLOW, extend_leaf=False))
+    ev = outcomes[3].events
+    kinds = [e.kind for e in ev]
+    assert kinds[:4] == ["removed", "stored", "removed", "stored"], [e.brief() for e in ev]
+    swapped = [
+        *ev[:2],
+        ev[3].model_copy(update={"event_id": ev[2].event_id}),
+        ev[2].model_copy(update={"event_id": ev[3].event_id}),
+        *ev[4:],
+    ]
+    outcomes[3] = outcomes[3].model_copy(update={"events": swapped})
+    bad = _undeclared(check_radix_run(w, outcomes))
+    assert bad, "the moved eviction was waived"
+    assert bad[0].rule in {"RADIX-EVICT-LRU", "RADIX-INSERT"} and bad[0].request == 3, bad[0].report()

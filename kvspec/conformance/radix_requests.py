@@ -54,14 +54,18 @@ way (``event_ids_from_1``). The options (``FlowModel``):
 - ``split_keeps_time`` (``split_keeps_access_time``, RADIX-MATCH): the
   lower half of a node a match splits keeps its old access time (SGLang
   stamps every node the match passes, the split one included);
-- ``evict_moment`` (``eviction_elsewhere_in_request``, RADIX-EVICT-LRU): a
-  request evicts the same pages in the same order as the model, but
-  publishes an eviction at another point between its parts (compared with
-  all its Removed pages as one Removed first: ``removed_first``).
+- ``late_prompt`` (``prompt_cached_after_first_decode_page``,
+  RADIX-EVICT-LRU): the prompt's new pages are announced when prefill
+  allocates them, but the tree takes the prompt (and the request's lock moves
+  down its path) only after the first decode page is reserved, so that
+  reservation's eviction may take the prompt's own cached pages past the
+  match (the request holds copies of them: their eviction and their return
+  are not announced) and otherwise takes another leaf than the model's.
 """
 
 from __future__ import annotations
 
+import copy
 import itertools
 from collections import Counter
 from collections.abc import Sequence
@@ -144,7 +148,7 @@ class Flow:
     leaf_suffix: bool = False
     extend_leaf: bool = False
     split_keeps_time: bool = False
-    evict_moment: bool = False
+    late_prompt: bool = False
 
 
 #: each Flow option: its named condition and the rule its departure is filed under
@@ -154,7 +158,7 @@ FLOW_OPTIONS: dict[str, tuple[str, RuleId]] = {
     "leaf_suffix": ("evicts_leaf_suffix", R.RADIX_REMOVE),
     "extend_leaf": ("insert_extends_leaf", R.RADIX_INSERT),
     "split_keeps_time": ("split_keeps_access_time", R.RADIX_MATCH),
-    "evict_moment": ("eviction_elsewhere_in_request", R.RADIX_EVICT_LRU),
+    "late_prompt": ("prompt_cached_after_first_decode_page", R.RADIX_EVICT_LRU),
 }
 
 
@@ -241,6 +245,22 @@ class FlowModel(RadixModel):
             events.append(make_removed(self._event_id(), removed))
         return evicted
 
+    def _path_hashes(self, key: list[int]) -> set[int]:
+        """The hashes of the cached pages along the page-aligned ``key`` (the tree untouched)."""
+        out: set[int] = set()
+        node, pos = self.root, 0
+        while pos < len(key):
+            child = node.children.get(self._child_key(key, pos))
+            if child is None:
+                break
+            n = self._common(child.tokens, key, pos)
+            out.update(s for s, _ in child.pages[: n // self.page])
+            pos += n
+            if n < len(child.tokens):
+                break
+            node = child
+        return out
+
     def _request(self, op: RadixRequest, events: list[KvEvent]) -> int:
         if not (self.flow.in_parts or self.flow.last_token):
             return super()._request(op, events)
@@ -287,6 +307,8 @@ class FlowModel(RadixModel):
 
         dups = 0  # slots of pages found cached already, not given back yet
 
+        silent: set[int] = set()  # own prompt pages evicted while the request holds their copies
+
         def insert(end: int) -> None:
             nonlocal held, pending, done, dups
             before = len(events)
@@ -301,12 +323,38 @@ class FlowModel(RadixModel):
 
         allocate(prompt_pages)
         allocated = (cached // page + prompt_pages) * page
-        if prefill // page * page > cached:
+        late = self.flow.late_prompt and prefill < len(seq) and prefill // page * page > cached
+        if late:
+            # ``late_prompt``: the prompt's new pages are announced now, but the tree
+            # takes them (and the lock moves down) only after the first decode page is
+            # reserved: the Stored events come from a copy of the model
+            shadow = copy.deepcopy(self)
+            shadow._insert(key[: prefill // page * page], events)
+            self.next_event_id = shadow.next_event_id
+        elif prefill // page * page > cached:
             insert(prefill // page * page)
         for t in range(prefill, len(seq)):
             if t >= allocated:
-                allocate(1)
+                if late and t == prefill:
+                    # the request locks only its match: the eviction may take the
+                    # prompt's cached pages past it, which the request holds copies of,
+                    # so neither their eviction nor their return is announced
+                    own = self._path_hashes(key[: prefill // page * page])
+                    before = len(events)
+                    allocate(1)
+                    gone = {
+                        h for e in events[before:] if isinstance(e.data, Removed) for h in e.data.removed.block_hashes
+                    }
+                    silent.update(gone & own)
+                    if silent:
+                        events[before:] = _without_hashes(events[before:], silent)
+                else:
+                    allocate(1)
                 allocated += page
+            if late and t == prefill:
+                before = len(events)
+                insert(prefill // page * page)
+                del events[before:]  # announced at prefill (or silent)
             if t == prefill or dups:  # prefill ends after the first decode page is reserved
                 self.free += dups
                 dups = 0
@@ -364,8 +412,6 @@ def check_radix_sequential(
                 )
             after = {s for n in model.nodes() for s, _ in n.pages}
             got_e, want_e = [_without_id(e) for e in got.events], [_without_id(e) for e in want.events]
-            if flow.evict_moment:  # which pages and in which order, not when within the request
-                got_e, want_e = removed_first(got_e), removed_first(want_e)
             if flow.in_parts:  # how the parts' events were batched is the publisher's business
                 got_e, want_e = coalesce(got_e), coalesce(want_e)
             check_events(op, got_e, want_e, locked, nodes, after)
@@ -381,12 +427,39 @@ def check_radix_sequential(
     return model
 
 
-def removed_first(events: Sequence[KvEvent]) -> list[KvEvent]:
-    """One request's events with all its Removed pages, in their order, as
-    one Removed before the rest (``evict_moment``)."""
-    removed = [h for ev in events if isinstance(ev.data, Removed) for h in ev.data.removed.block_hashes]
-    rest = [ev for ev in events if not isinstance(ev.data, Removed)]
-    return [make_removed(0, removed), *rest] if removed else rest
+def _without_hashes(events: Sequence[KvEvent], hashes: set[int]) -> list[KvEvent]:
+    """``events`` without the pages ``hashes`` names (``late_prompt``: pages whose
+    other copy stays, so that the engine announces neither their eviction nor their
+    return); an event left with no page goes."""
+    out: list[KvEvent] = []
+    for ev in events:
+        if isinstance(ev.data, Removed):
+            keep = [h for h in ev.data.removed.block_hashes if h not in hashes]
+            if keep:
+                out.append(make_removed(ev.event_id, keep, dp_rank=ev.dp_rank, tier=ev.storage_tier))
+        elif isinstance(ev.data, Stored):
+            blocks = ev.data.stored.blocks
+            drop = 0
+            while drop < len(blocks) and blocks[drop].block_hash in hashes:
+                drop += 1
+            if drop == 0:
+                out.append(ev)
+            elif drop < len(blocks):
+                toks = ev.block_token_ids[drop:] if ev.block_token_ids is not None else None
+                out.append(
+                    make_stored(
+                        ev.event_id,
+                        [b.block_hash for b in blocks[drop:]],
+                        [b.tokens_hash for b in blocks[drop:]],
+                        blocks[drop - 1].block_hash,
+                        dp_rank=ev.dp_rank,
+                        tier=ev.storage_tier,
+                        token_ids=toks,
+                    )
+                )
+        else:
+            out.append(ev)
+    return out
 
 
 def coalesce(events: Sequence[KvEvent]) -> list[KvEvent]:

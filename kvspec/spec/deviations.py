@@ -154,12 +154,13 @@ CONDITIONS: dict[str, Condition] = _conditions(
         frozenset({R.RADIX_MATCH}),
     ),
     Condition(
-        "eviction_elsewhere_in_request",
-        "radix profile, request level: a request evicts exactly the pages the model evicts, in the same order, "
-        "but publishes an eviction at another point between the request's Stored parts than the model's "
-        "page-by-page allocation puts it; with the request's Removed pages compared as one Removed before its "
-        "Stored events, the run gets past the request that differed (sequential runs; the checker goes on "
-        "comparing so)",
+        "prompt_cached_after_first_decode_page",
+        "radix profile, request level: the engine announces a request's new prompt pages when prefill allocates "
+        "them but puts the prompt in its tree (moving the request's lock down the prompt's path) only after it has "
+        "reserved the first decode page, so that reservation's eviction may take the prompt's own cached pages "
+        "past the match, unannounced (the request holds copies of them, which the tree takes back unannounced), "
+        "or another leaf than the model's; with the model running the request so, the run gets past the request "
+        "that differed (sequential runs; the checker goes on comparing with the model doing so)",
         frozenset({R.RADIX_EVICT_LRU}),
     ),
     Condition(
