@@ -27,7 +27,7 @@ from kvspec.conformance.radix_requests import (
     outputs_from_events,
 )
 from kvspec.conformance.request_check import Finding, RunCheck
-from kvspec.conformance.request_interface import RequestOutcome
+from kvspec.conformance.request_interface import STALLED, RequestOutcome
 from kvspec.conformance.workloads import Workload, setup_of
 from kvspec.reference.radix import Node, RadixModel
 from kvspec.reference.requests import RequestSpec
@@ -232,3 +232,19 @@ def test_an_eviction_published_elsewhere_is_not_waived() -> None:
     bad = _undeclared(check_radix_run(w, outcomes))
     assert bad, "the moved eviction was waived"
     assert bad[0].rule in {"RADIX-EVICT-LRU", "RADIX-INSERT"} and bad[0].request == 3, bad[0].report()
+
+
+@pytest.mark.parametrize(("max_tokens", "declared"), [(9, True), (3, False)])
+def test_a_stall_is_declared_only_where_the_admission_bound_refuses(max_tokens: int, declared: bool) -> None:
+    """RADIX-CAPACITY's scope in a sequential run: a 6-token prompt on a fresh pool of
+    14 slots in pages of 2 with max_tokens 9 (6 + 9 >= 14: the mocker's prefill
+    admission never lets it in, the model runs it in 14 slots) stalls under the
+    declared deviation; the same request with max_tokens 3 stalling is a bug, found
+    outside every deviation."""
+    w = Workload(setup=setup_of(7, 2), requests=[RequestSpec(prompt=[5, 6, 7, 8, 9, 10], max_tokens=max_tokens)])
+    stalled = [RequestOutcome(cached_tokens=None, output_tokens=0, events=[], finish=STALLED)]
+    check = check_radix_run(w, stalled)
+    capacity = [f for f in check.findings if f.rule == "RADIX-CAPACITY"]
+    assert capacity and "request_stalled" in capacity[0].conditions
+    assert ("prefill_admission_refused" in capacity[0].conditions) is declared
+    assert (_undeclared(check) == []) is declared, [f.report() for f in _undeclared(check)]

@@ -612,7 +612,7 @@ def check_radix_run(workload: Workload, result: Sequence[RequestOutcome] | Concu
     if isinstance(result, ConcurrentRun):
         _check_concurrent(workload, events, outcomes, first, out)
         return out
-    _, followed, failure, count = follow_run(
+    flow, followed, failure, count = follow_run(
         radix_config(workload), [r.prompt for r in workload.requests], outcomes, first
     )
     out.exercised.update(count)
@@ -632,6 +632,9 @@ def check_radix_run(workload: Workload, result: Sequence[RequestOutcome] | Concu
         )
     if failure is not None:
         head, _, detail = failure.report.partition("\n")
+        conditions = failure.site.conditions
+        if "request_stalled" in conditions and admission_refuses(workload, outcomes, flow, failure.request):
+            conditions = conditions | {"prefill_admission_refused"}
         out.add(
             Finding(
                 failure.rule,
@@ -639,11 +642,32 @@ def check_radix_run(workload: Workload, result: Sequence[RequestOutcome] | Concu
                 workload,
                 request=failure.request,
                 detail=detail,
-                conditions=failure.site.conditions,
+                conditions=conditions,
                 profile="radix",
             )
         )
     return out
+
+
+def admission_refuses(workload: Workload, outcomes: Sequence[RequestOutcome], flow: Flow, stalled: int) -> bool:
+    """Condition ``prefill_admission_refused``: replaying the requests before
+    ``stalled`` with ``flow``, its prompt past the hit (the prompt but its last
+    token, cut to pages, that is cached), rounded up to whole pages, plus its
+    max_tokens is at least the free and evictable slots then: an SGLang-style
+    prefill admission (the new tokens and the whole output budget must stay
+    under what is left) never lets it in, and in a sequential run nothing frees."""
+    config = radix_config(workload)
+    model = FlowModel(config, flow)
+    for req, got in zip(workload.requests[:stalled], outcomes[:stalled], strict=True):
+        n_out = max(1, got.output_tokens)
+        output = outputs_from_events(req.prompt, n_out, got.events, config.page_size, last_token=flow.last_token)
+        if model.step(RadixRequest(prompt=list(req.prompt), output=output)).error is not None:
+            return False
+    req = workload.requests[stalled]
+    page = config.page_size
+    hit = len(model._path_hashes(model._hit_key(list(req.prompt)))) * page
+    charged = -(-(len(req.prompt) - hit) // page) * page + req.max_tokens
+    return charged >= model.free + model.evictable_size()
 
 
 def _check_concurrent(
@@ -671,7 +695,7 @@ def _check_concurrent(
                     f"a request that fits the pool alone ended with {o.finish!r} instead of generating its tokens",
                     workload,
                     request=i,
-                    conditions=frozenset({"request_stalled"}) if o.finish == STALLED else frozenset(),
+                    conditions=frozenset({"request_stalled", "concurrent_run"}) if o.finish == STALLED else frozenset(),
                     profile="radix",
                 )
             )

@@ -164,6 +164,15 @@ CONDITIONS: dict[str, Condition] = _conditions(
         frozenset({R.RADIX_EVICT_LRU}),
     ),
     Condition(
+        "prefill_admission_refused",
+        "radix profile, request level, sequential runs: the request that stalled is one an SGLang-style prefill "
+        "admission never lets in: with the run before it replayed on the model, its prompt past the hit (the "
+        "prompt but its last token, cut to pages, that is cached), rounded up to whole pages, plus its max_tokens "
+        "is at least the free plus evictable slots at that point, though the model (which charges the tokens a "
+        "request caches, not its whole output budget on top of a page-rounded prompt) runs it",
+        frozenset({R.RADIX_CAPACITY}),
+    ),
+    Condition(
         "request_caches_last_token",
         "radix profile, request level: the engine caches a request's last output token too (the model never "
         "computes its KV, so never caches it): with the model taking a slot for it and caching it like every "
