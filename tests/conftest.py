@@ -1,12 +1,14 @@
 """Fixtures shared by the tests.
 
-- For the end-to-end tests that run the suite as a port author would: an
-  adapter written outside the tree (the reference, except that it never
-  publishes a Removed, so every run has a failure to show) and child
-  processes of pytest and of the ``kvspec`` command that import it.
-- For the differential tests of ``kvspec check-log``: generated Dynamo
-  router streams (prefix forests with Dynamo's hash chain) and named ways
-  to corrupt them.
+- For the end-to-end tests that run the suite as a port author would:
+  adapters written outside the tree (the reference as it is, or broken in
+  one way: it never publishes a Removed, so every run has a failure to show;
+  it does not start; it fails on its first operation) and child processes
+  of pytest and of the ``kvspec`` command that import them.
+- For the differential tests of ``kvspec check-log``: one run of its
+  checker over a file through a given reader, generated Dynamo router
+  streams (prefix forests with Dynamo's hash chain) and named ways to
+  corrupt them.
 
 They are fixtures rather than an imported module because the tests are
 collected with ``--import-mode=importlib`` and no package: a test module
@@ -15,6 +17,7 @@ cannot import a sibling, but every test sees this file's fixtures.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import random
@@ -27,10 +30,14 @@ from typing import Any
 
 import pytest
 
+from kvspec.conformance.check_log import add_arguments
+from kvspec.conformance.streams.check import Checker
+from kvspec.conformance.streams.formats import StreamError
 from kvspec.spec.hashing import chain
 
-#: the module the adapter's manifest starts (``drops_removed_adapter:open_drops_removed``)
-DROPS_REMOVED_MODULE = """
+#: the module of the probe adapters (``probe_adapter:FACTORY``): the reference
+#: as it is, or broken in one way each
+PROBE_MODULE = """
 from kvspec.adapters.reference.adapter import ReferenceImplementation
 from kvspec.spec.wire import StepOutcome
 
@@ -42,8 +49,25 @@ class DropsRemoved(ReferenceImplementation):
         return StepOutcome.model_construct(**{**out.__dict__, "events": kept})
 
 
+class FailsOnUse(ReferenceImplementation):
+    def step(self, op):
+        raise RuntimeError("the engine crashed on its first operation")
+
+
+def open_plain(config, manifest, adapter_dir):
+    return ReferenceImplementation(config, manifest)
+
+
 def open_drops_removed(config, manifest, adapter_dir):
     return DropsRemoved(config, manifest)
+
+
+def open_broken(config, manifest, adapter_dir):
+    raise RuntimeError("the engine does not start")
+
+
+def open_fails_on_use(config, manifest, adapter_dir):
+    return FailsOnUse(config, manifest)
 """
 
 
@@ -62,32 +86,56 @@ def _run(argv: list[str], cwd: Path, tmp: Path, timeout: float, env: dict[str, s
     return proc.returncode, proc.stdout + proc.stderr
 
 
-@pytest.fixture
-def drops_removed_adapter(tmp_path: Path) -> Callable[[str], Path]:
-    """Write the adapter to ``tmp_path/NAME`` (a kvbm-profile manifest with the
-    lineage and lru policies) and its module next to it; return the folder."""
+#: what ``probe_adapter`` makes: ``make(name, factory=..., folder=..., profiles=...,
+#: policies=..., capabilities=..., deviations=...)`` -> the adapter folder
+MakeProbe = Callable[..., Path]
 
-    def make(name: str) -> Path:
-        (tmp_path / "drops_removed_adapter.py").write_text(DROPS_REMOVED_MODULE)
-        folder = tmp_path / name
-        folder.mkdir()
-        (folder / "manifest.toml").write_text(
-            textwrap.dedent(
-                f"""
-                name = "{name}"
-                kind = "python"
-                profile = "kvbm"
-                [start]
-                python = "drops_removed_adapter:open_drops_removed"
-                [capabilities]
-                profiles = ["kvbm"]
-                policies = ["lineage", "lru"]
-                """
-            )
+
+@pytest.fixture
+def probe_adapter(tmp_path: Path) -> MakeProbe:
+    """Write an adapter to ``tmp_path/FOLDER`` (default: its ``name``) whose
+    manifest starts ``probe_adapter:FACTORY`` (``PROBE_MODULE``, written next
+    to it) under the kvbm profile with the given ``profiles`` and ``policies``;
+    ``capabilities`` adds lines to ``[capabilities]`` and ``deviations`` is
+    appended as it is. Return the folder."""
+
+    def make(
+        name: str,
+        factory: str = "open_drops_removed",
+        *,
+        folder: str | None = None,
+        profiles: Sequence[str] = ("kvbm",),
+        policies: Sequence[str] = ("lineage", "lru"),
+        capabilities: str = "",
+        deviations: str = "",
+    ) -> Path:
+        (tmp_path / "probe_adapter.py").write_text(PROBE_MODULE)
+        path = tmp_path / (folder or name)
+        path.mkdir()
+        manifest = textwrap.dedent(
+            f"""
+            name = "{name}"
+            kind = "python"
+            profile = "kvbm"
+            [start]
+            python = "probe_adapter:{factory}"
+            [capabilities]
+            profiles = {json.dumps(list(profiles))}
+            policies = {json.dumps(list(policies))}
+            """
         )
-        return folder
+        (path / "manifest.toml").write_text(manifest + (capabilities + "\n" if capabilities else "") + deviations)
+        return path
 
     return make
+
+
+@pytest.fixture
+def drops_removed_adapter(probe_adapter: MakeProbe) -> Callable[[str], Path]:
+    """The reference that never publishes a Removed, as adapter ``name`` in
+    ``tmp_path/name`` (a kvbm-profile manifest with the lineage and lru
+    policies), so that every run has a failure to show; return the folder."""
+    return lambda name: probe_adapter(name)
 
 
 @pytest.fixture
@@ -252,3 +300,56 @@ def make_router_stream() -> Callable[..., list[dict[str, Any]]]:
 def corrupt_stream() -> Callable[[random.Random, list[dict[str, Any]], str], list[dict[str, Any]]]:
     """``corrupt_router_stream`` (session-scoped, so Hypothesis tests may take it)."""
     return corrupt_router_stream
+
+
+#: what ``check_log_run`` gives: ``run(path, fmt, opts, reader_for)`` ->
+#: (outcome, checker, reader)
+CheckLogRun = Callable[[Path, str, Sequence[str], Callable[[Checker], Any]], tuple[dict[str, Any], Checker, Any]]
+
+
+def _check_log_run(
+    path: Path, fmt: str, opts: Sequence[str], reader_for: Callable[[Checker], Any]
+) -> tuple[dict[str, Any], Checker, Any]:
+    """Run the checker of ``kvspec check-log`` (input format ``fmt``, options
+    ``opts``, quiet) over ``path`` through the reader ``reader_for(checker)``
+    makes. Return what two paths of a differential test must leave alike
+    (the stream error if any, findings, counts, the view's counts, index and
+    per-source state: next event id, each tier's live blocks, children and
+    recent removals), with the checker and the reader for what a test
+    compares besides."""
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    checker = Checker(parser.parse_args([str(path), "--quiet", *opts]), fmt, where=str(path))
+    reader = reader_for(checker)
+    error = None
+    try:
+        with path.open("rb") as f:
+            reader.run(f, checker.view)
+    except StreamError as e:
+        error = str(e)
+    view = checker.view
+    state = {
+        str(src): {
+            "next_id": s.next_id,
+            "tiers": {
+                name: (dict(t.live), dict(t.kids), dict(t.removed.cur), dict(t.removed.old))
+                for name, t in s.tiers.items()
+            },
+        }
+        for src, s in view.sources.items()
+    }
+    outcome = {
+        "error": error,
+        "findings": checker.findings,
+        "counts": dict(checker.counts),
+        "view_counts": dict(view.counts),
+        "index": view.index,
+        "state": state,
+    }
+    return outcome, checker, reader
+
+
+@pytest.fixture(scope="session")
+def check_log_run() -> CheckLogRun:
+    """``_check_log_run`` (session-scoped, so Hypothesis tests may take it)."""
+    return _check_log_run

@@ -32,13 +32,14 @@ from hypothesis import strategies as st
 from kvspec.conformance.check_log import add_arguments
 from kvspec.conformance.streams import fastview
 from kvspec.conformance.streams.check import Checker
-from kvspec.conformance.streams.formats import RouterReader, StreamError
+from kvspec.conformance.streams.formats import RouterReader
 from kvspec.reference.router_view import RECENT_REMOVALS
 from kvspec.spec.hashing import SEED
 
-#: the conftest fixtures ``make_router_stream`` and ``corrupt_stream``
+#: the conftest fixtures ``make_router_stream``, ``corrupt_stream`` and ``check_log_run``
 MakeStream = Callable[..., list[dict[str, Any]]]
 Corrupt = Callable[[random.Random, list[dict[str, Any]], str], list[dict[str, Any]]]
+CheckLogRun = Callable[..., tuple[dict[str, Any], Checker, Any]]
 
 CORRUPTIONS = [
     "none",
@@ -62,49 +63,28 @@ CORRUPTIONS = [
 OPTIONS = [[], ["--hash-scheme", "none"], ["--anchor-tiers", "device"], ["--counting", "copies"]]
 
 
-def run(path: Path, opts: list[str], fused: bool, native: bool = False) -> dict[str, Any]:
+def run(check_log_run: CheckLogRun, path: Path, opts: list[str], fused: bool, native: bool = False) -> dict[str, Any]:
     """Everything a run leaves behind: findings, counts, stats, error, view state."""
-    parser = argparse.ArgumentParser()
-    add_arguments(parser)
-    args = parser.parse_args([str(path), "--quiet", *opts])
-    checker = Checker(args, "router", where=str(path))
-    reader = RouterReader(checker.warn, fused=fused, native=native)
-    error = None
-    try:
-        with path.open("rb") as f:
-            reader.run(f, checker.view)
-    except StreamError as e:
-        error = str(e)
-    view = checker.view
-    state = {
-        str(src): {
-            "next_id": s.next_id,
-            "tiers": {
-                name: (dict(t.live), dict(t.kids), dict(t.removed.cur), dict(t.removed.old))
-                for name, t in s.tiers.items()
-            },
-        }
-        for src, s in view.sources.items()
-    }
+    outcome, checker, reader = check_log_run(
+        path, "router", opts, lambda c: RouterReader(c.warn, fused=fused, native=native)
+    )
+    rs = reader.stats
     return {
-        "error": error,
-        "findings": checker.findings,
-        "counts": dict(checker.counts),
-        "view_counts": dict(view.counts),
-        "stats": (reader.stats.records, reader.stats.stored, reader.stats.removed, reader.stats.cleared),
-        "index": view.index,
+        **outcome,
+        "stats": (rs.records, rs.stored, rs.removed, rs.cleared),
         "hash_blocks": (checker.hashes.checked_blocks, checker.hashes.chain_blocks),
-        "state": state,
     }
 
 
-def compare(tmp_path: Path, events: list[dict[str, Any]], options: list[list[str]] = OPTIONS) -> None:
+def compare(
+    check_log_run: CheckLogRun, tmp_path: Path, events: list[dict[str, Any]], options: list[list[str]] = OPTIONS
+) -> None:
     path = tmp_path / "s.jsonl"
     path.write_text("".join(json.dumps(e) + "\n" for e in events))
     for opts in options:
-        reference = run(path, opts, False)
+        reference = run(check_log_run, path, opts, False)
         for native in (False, True):
-            fused = run(path, opts, True, native)
+            fused = run(check_log_run, path, opts, True, native)
             for k in reference:
                 assert fused[k] == reference[k], (opts, "C" if native else "Python", k)
 
@@ -114,15 +94,21 @@ def compare(tmp_path: Path, events: list[dict[str, Any]], options: list[list[str
 )
 @given(seed=st.integers(0, 2**32 - 1), how=st.sampled_from(CORRUPTIONS), n=st.integers(2, 40))
 def test_fused_reader_matches_the_reference_path(
-    tmp_path: Path, make_router_stream: MakeStream, corrupt_stream: Corrupt, seed: int, how: str, n: int
+    tmp_path: Path,
+    check_log_run: CheckLogRun,
+    make_router_stream: MakeStream,
+    corrupt_stream: Corrupt,
+    seed: int,
+    how: str,
+    n: int,
 ) -> None:
     rng = random.Random(seed)
-    compare(tmp_path, corrupt_stream(rng, make_router_stream(rng, n), how))
+    compare(check_log_run, tmp_path, corrupt_stream(rng, make_router_stream(rng, n), how))
 
 
 @pytest.mark.parametrize("how", ["none", "unknown_removed", "orphan"])
 def test_long_streams_rotate_the_recent_removals_alike(
-    tmp_path: Path, make_router_stream: MakeStream, corrupt_stream: Corrupt, how: str
+    tmp_path: Path, check_log_run: CheckLogRun, make_router_stream: MakeStream, corrupt_stream: Corrupt, how: str
 ) -> None:
     """Past RECENT_REMOVALS removals in a tier the view's memory of recent
     removals rotates; both paths rotate it at the same event."""
@@ -130,12 +116,12 @@ def test_long_streams_rotate_the_recent_removals_alike(
     events = corrupt_stream(rng, make_router_stream(rng, 12_000, one_source=True), how)
     removed = sum(len(e["event"]["data"]["removed"]["block_hashes"]) for e in events if "removed" in e["event"]["data"])
     assert removed > 2 * RECENT_REMOVALS
-    compare(tmp_path, events, [[]])
+    compare(check_log_run, tmp_path, events, [[]])
 
 
 @pytest.mark.parametrize("how", CORRUPTIONS)
 def test_every_corruption_is_found_by_both_paths(
-    tmp_path: Path, make_router_stream: MakeStream, corrupt_stream: Corrupt, how: str
+    tmp_path: Path, check_log_run: CheckLogRun, make_router_stream: MakeStream, corrupt_stream: Corrupt, how: str
 ) -> None:
     """Each corruption, on a stream long enough to carry it, gives findings
     or an error (so the comparison above is not only between clean runs),
@@ -143,9 +129,9 @@ def test_every_corruption_is_found_by_both_paths(
     rng = random.Random(how)
     for _ in range(20):
         events = corrupt_stream(rng, make_router_stream(rng, 30), how)
-        compare(tmp_path, events)
+        compare(check_log_run, tmp_path, events)
         path = tmp_path / "s.jsonl"
-        res = run(path, [], True)
+        res = run(check_log_run, path, [], True)
         if how == "none":
             assert res["error"] is None and not res["counts"], res
         elif res["error"] is not None or res["counts"]:

@@ -21,6 +21,7 @@ import hashlib
 import json
 import pickle
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ from hypothesis import strategies as st
 from kvspec.conformance.check_log import add_arguments
 from kvspec.conformance.streams import fastview
 from kvspec.conformance.streams.check import Checker
-from kvspec.conformance.streams.formats import CaptureReader, StreamError
+from kvspec.conformance.streams.formats import CaptureReader
 from kvspec.conformance.streams.zmqfeed import ZmqFeed
 from kvspec.reference.router_view import RECENT_REMOVALS
 from kvspec.spec.hashing import vllm_block_hash, vllm_external, vllm_hash_fn, vllm_none_hash
@@ -58,6 +59,8 @@ OPTIONS: list[list[str]] = [[], ["--anchor-tiers", "device"], ["--hash-scheme", 
 BS = 4
 FN = vllm_hash_fn("sha256")
 NONE = vllm_none_hash("sha256")
+#: the conftest fixture ``check_log_run``
+CheckLogRun = Callable[..., tuple[dict[str, Any], Checker, Any]]
 
 
 def c_module() -> Any:
@@ -203,52 +206,31 @@ def _h(h: Any) -> Any:
     return bytes.fromhex(h["bytes"]) if isinstance(h, dict) else h
 
 
-def run(path: Path, opts: list[str], native: bool) -> dict[str, Any]:
+def run(check_log_run: CheckLogRun, path: Path, opts: list[str], native: bool) -> dict[str, Any]:
     """Everything a run leaves behind: findings, counts, stats, error, view and hash-check state."""
-    parser = argparse.ArgumentParser()
-    add_arguments(parser)
-    args = parser.parse_args([str(path), "--quiet", *opts])
-    checker = Checker(args, "zmq", where=str(path))
-    feed = ZmqFeed(checker.view, native=native)
-    reader = CaptureReader(feed)
-    error = None
-    try:
-        with path.open("rb") as f:
-            reader.run(f, checker.view)
-    except StreamError as e:
-        error = str(e)
-    view = checker.view
-    state = {
-        str(src): {
-            name: (dict(t.live), dict(t.kids), dict(t.removed.cur), dict(t.removed.old)) for name, t in s.tiers.items()
-        }
-        for src, s in view.sources.items()
-    }
-    fs = feed.stats
+    outcome, checker, reader = check_log_run(path, "zmq", opts, lambda c: CaptureReader(ZmqFeed(c.view, native=native)))
+    feed, fs = reader.feed, reader.feed.stats
     return {
-        "error": error,
-        "findings": checker.findings,
-        "counts": dict(checker.counts),
-        "view_counts": dict(view.counts),
+        **outcome,
         "stats": (reader.stats.records, fs.events, fs.stored, fs.removed, fs.cleared, fs.lost, fs.duplicates, fs.late),
-        "index": view.index,
         "hashes": (
             checker.hashes.checked_blocks,
             checker.hashes.learned,
             {str(k): v for k, v in checker.hashes.full.items()},
         ),
-        "state": state,
         "native_used": feed._ctx is not None,
     }
 
 
-def compare(tmp_path: Path, text: str, options: list[list[str]] = OPTIONS) -> dict[str, Any]:
+def compare(
+    check_log_run: CheckLogRun, tmp_path: Path, text: str, options: list[list[str]] = OPTIONS
+) -> dict[str, Any]:
     path = tmp_path / "c.zmq.jsonl"
     path.write_text(text)
     first: dict[str, Any] = {}
     for opts in options:
-        reference = run(path, opts, False)
-        fast = run(path, opts, True)
+        reference = run(check_log_run, path, opts, False)
+        fast = run(check_log_run, path, opts, True)
         for k in reference:
             if k != "native_used":
                 assert fast[k] == reference[k], (opts, k)
@@ -261,14 +243,16 @@ def compare(tmp_path: Path, text: str, options: list[list[str]] = OPTIONS) -> di
     max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
 )
 @given(seed=st.integers(0, 2**32 - 1), how=st.sampled_from(CORRUPTIONS), n=st.integers(2, 40))
-def test_fast_path_matches_the_python_path(tmp_path: Path, seed: int, how: str, n: int) -> None:
+def test_fast_path_matches_the_python_path(
+    tmp_path: Path, check_log_run: CheckLogRun, seed: int, how: str, n: int
+) -> None:
     c_module()
     rng = random.Random(seed)
-    compare(tmp_path, capture(rng, corrupt(rng, valid_batches(rng, n), how), how))
+    compare(check_log_run, tmp_path, capture(rng, corrupt(rng, valid_batches(rng, n), how), how))
 
 
 @pytest.mark.parametrize("how", CORRUPTIONS)
-def test_every_corruption_is_found_by_both_paths(tmp_path: Path, how: str) -> None:
+def test_every_corruption_is_found_by_both_paths(tmp_path: Path, check_log_run: CheckLogRun, how: str) -> None:
     """Each corruption gives findings or an error on some stream (so the
     comparison is not only between clean runs), the same on both paths; a
     clean stream gives none and runs on the fast path."""
@@ -276,7 +260,7 @@ def test_every_corruption_is_found_by_both_paths(tmp_path: Path, how: str) -> No
     rng = random.Random(how)
     for _ in range(20):
         batches = corrupt(rng, valid_batches(rng, 30), how)
-        res = compare(tmp_path, capture(rng, batches, how))
+        res = compare(check_log_run, tmp_path, capture(rng, batches, how))
         if how == "none":
             assert res["error"] is None and not res["counts"], res
             assert res["native_used"]
@@ -342,7 +326,7 @@ def test_the_c_sha256_is_hashlibs(data: bytes) -> None:
 
 
 @pytest.mark.parametrize("how", ["none", "unknown_removed"])
-def test_long_captures_rotate_the_recent_removals_alike(tmp_path: Path, how: str) -> None:
+def test_long_captures_rotate_the_recent_removals_alike(tmp_path: Path, check_log_run: CheckLogRun, how: str) -> None:
     """Past RECENT_REMOVALS removals in a tier the view's memory of recent
     removals rotates; both paths rotate it at the same event."""
     c_module()
@@ -350,4 +334,4 @@ def test_long_captures_rotate_the_recent_removals_alike(tmp_path: Path, how: str
     batches = corrupt(rng, valid_batches(rng, 14_000), how)
     removed = sum(len(e["block_hashes"]) for b in batches for e in b if e["type"] == "BlockRemoved")
     assert removed > 2 * RECENT_REMOVALS
-    compare(tmp_path, capture(rng, batches, how), [[]])
+    compare(check_log_run, tmp_path, capture(rng, batches, how), [[]])

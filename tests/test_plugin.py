@@ -2,79 +2,52 @@
 scope covers into expected failures (and only those), a declared deviation
 nothing observes fails the session as an unexpected pass, and a missing
 capability is a named skip. Each case runs the golden-scenario module in a
-child pytest against a small adapter written here. And the plugin stays out
-of other projects: inert without ``--impl`` or a conformance test, it leaves
-Hypothesis's own defaults alone."""
+child pytest against a small adapter (the probe adapters of tests/conftest.py).
+And the plugin stays out of other projects: inert without ``--impl`` or a
+conformance test, it leaves Hypothesis's own defaults alone."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
-import textwrap
+from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 import kvspec.conformance as conformance_pkg
 
 GOLDEN = Path(conformance_pkg.__file__).parent / "test_golden.py"
 
-ADAPTER_MODULE = '''
-from kvspec.adapters.reference.adapter import ReferenceImplementation
-from kvspec.spec.wire import StepOutcome
+#: the probe adapters' manifest here: three profiles, every policy
+PROFILES = ("kvbm", "atomic", "legacy")
+POLICIES = ("lineage", "lru", "multi_lru", "unordered")
+
+#: ``golden(factory, deviations="", capabilities="")`` -> (exit code, output)
+Golden = Callable[..., tuple[int, str]]
 
 
-class DropsRemoved(ReferenceImplementation):
-    """The reference, except that it never publishes a Removed."""
+@pytest.fixture
+def golden(probe_adapter: Callable[..., Path], child_pytest: Callable[..., tuple[int, str]]) -> Golden:
+    """The golden-scenario module in a child pytest against the conftest's
+    probe adapter ``factory`` (``open_plain``: the reference,
+    ``open_drops_removed``: it never publishes a Removed) with the given
+    manifest additions; its exit code and output."""
 
-    def step(self, op):
-        out = super().step(op)
-        kept = [e for e in out.events if e.kind != "removed"]
-        return StepOutcome.model_construct(**{**out.__dict__, "events": kept})
-
-
-def open_plain(config, manifest, adapter_dir):
-    return ReferenceImplementation(config, manifest)
-
-
-def open_drops_removed(config, manifest, adapter_dir):
-    return DropsRemoved(config, manifest)
-'''
-
-
-def make_adapter(tmp: Path, factory: str, deviations: str = "", capabilities: str = "") -> Path:
-    (tmp / "plugin_probe_adapter.py").write_text(ADAPTER_MODULE)
-    folder = tmp / "adapter"
-    folder.mkdir()
-    (folder / "manifest.toml").write_text(
-        textwrap.dedent(
-            f"""
-            name = "probe"
-            kind = "python"
-            profile = "kvbm"
-            [start]
-            python = "plugin_probe_adapter:{factory}"
-            [capabilities]
-            profiles = ["kvbm", "atomic", "legacy"]
-            policies = ["lineage", "lru", "multi_lru", "unordered"]
-            {capabilities}
-            """
+    def run(factory: str, deviations: str = "", capabilities: str = "") -> tuple[int, str]:
+        folder = probe_adapter(
+            "probe",
+            factory,
+            folder="adapter",
+            profiles=PROFILES,
+            policies=POLICIES,
+            capabilities=capabilities,
+            deviations=deviations,
         )
-        + deviations
-    )
-    return folder
+        return child_pytest(str(GOLDEN), f"--impl={folder}", "-q", "-rxs", replay_dir=False)
 
-
-def run_suite(tmp: Path, adapter: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
-    env["PYTHONPATH"] = str(tmp) + os.pathsep + env.get("PYTHONPATH", "")
-    return subprocess.run(
-        [sys.executable, "-m", "pytest", str(GOLDEN), f"--impl={adapter}", "-q", "-p", "no:cacheprovider", "-rxs"],
-        cwd=tmp,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return run
 
 
 DEVIATION = """
@@ -93,46 +66,46 @@ reason = "probe: only derefs"
 """
 
 
-def test_undeclared_break_fails_with_its_rule(tmp_path: Path) -> None:
-    proc = run_suite(tmp_path, make_adapter(tmp_path, "open_drops_removed"))
-    assert proc.returncode == 1, proc.stdout[-2000:]
-    assert "[REMOVE-EXACT]" in proc.stdout
+def test_undeclared_break_fails_with_its_rule(golden: Golden) -> None:
+    code, out = golden("open_drops_removed")
+    assert code == 1, out[-2000:]
+    assert "[REMOVE-EXACT]" in out
 
 
-def test_declared_deviation_turns_its_failures_into_xfails(tmp_path: Path) -> None:
-    proc = run_suite(tmp_path, make_adapter(tmp_path, "open_drops_removed", DEVIATION))
-    assert proc.returncode == 0, proc.stdout[-3000:]
-    assert "xfailed" in proc.stdout
-    assert "expected deviation REMOVE-EXACT (scope all): probe: never publishes Removed" in proc.stdout
-    assert "REMOVE-EXACT               observed" in proc.stdout
+def test_declared_deviation_turns_its_failures_into_xfails(golden: Golden) -> None:
+    code, out = golden("open_drops_removed", DEVIATION)
+    assert code == 0, out[-3000:]
+    assert "xfailed" in out
+    assert "expected deviation REMOVE-EXACT (scope all): probe: never publishes Removed" in out
+    assert "REMOVE-EXACT               observed" in out
 
 
-def test_declared_deviation_never_observed_is_an_unexpected_pass(tmp_path: Path) -> None:
-    proc = run_suite(tmp_path, make_adapter(tmp_path, "open_plain", DEVIATION))
-    assert proc.returncode == 1, proc.stdout[-2000:]
-    assert "UNEXPECTED PASS: deviation REMOVE-EXACT" in proc.stdout
-    assert "remove it from the manifest" in proc.stdout
+def test_declared_deviation_never_observed_is_an_unexpected_pass(golden: Golden) -> None:
+    code, out = golden("open_plain", DEVIATION)
+    assert code == 1, out[-2000:]
+    assert "UNEXPECTED PASS: deviation REMOVE-EXACT" in out
+    assert "remove it from the manifest" in out
 
 
-def test_missing_capability_is_a_named_skip(tmp_path: Path) -> None:
-    proc = run_suite(tmp_path, make_adapter(tmp_path, "open_plain", capabilities="offload = false\nswap_in = false"))
-    assert proc.returncode == 0, proc.stdout[-2000:]
-    assert "does not declare capability offload" in proc.stdout
+def test_missing_capability_is_a_named_skip(golden: Golden) -> None:
+    code, out = golden("open_plain", capabilities="offload = false\nswap_in = false")
+    assert code == 0, out[-2000:]
+    assert "does not declare capability offload" in out
 
 
-def test_a_failure_outside_the_deviations_scope_fails(tmp_path: Path) -> None:
-    proc = run_suite(tmp_path, make_adapter(tmp_path, "open_drops_removed", NARROW))
-    assert proc.returncode == 1, proc.stdout[-2000:]
-    assert "[REMOVE-EXACT]" in proc.stdout
-    assert "REMOVE-EXACT is declared, but not here: REMOVE-EXACT; scenario" in proc.stdout
-    assert "operation use" in proc.stdout
+def test_a_failure_outside_the_deviations_scope_fails(golden: Golden) -> None:
+    code, out = golden("open_drops_removed", NARROW)
+    assert code == 1, out[-2000:]
+    assert "[REMOVE-EXACT]" in out
+    assert "REMOVE-EXACT is declared, but not here: REMOVE-EXACT; scenario" in out
+    assert "operation use" in out
 
 
-def test_an_unscoped_deviation_is_a_clear_error(tmp_path: Path) -> None:
+def test_an_unscoped_deviation_is_a_clear_error(golden: Golden) -> None:
     unscoped = DEVIATION.replace('scope = "all"\n', "")
-    proc = run_suite(tmp_path, make_adapter(tmp_path, "open_plain", unscoped))
-    assert proc.returncode == 4  # a usage error: the run stops before any test
-    assert (proc.stdout + proc.stderr).count("deviation REMOVE-EXACT has no scope") == 1
+    code, out = golden("open_plain", unscoped)
+    assert code == 4  # a usage error: the run stops before any test
+    assert out.count("deviation REMOVE-EXACT has no scope") == 1
 
 
 UNRELATED_TEST = """
@@ -206,27 +179,25 @@ def test_empty_marker_records_anything(kvspec_record_rule):
 """
 
 
-def _run_marked(tmp_path: Path, body: str) -> subprocess.CompletedProcess[str]:
+def _run_marked(tmp_path: Path, child_pytest: Callable[..., tuple[int, str]], body: str) -> tuple[int, str]:
     (tmp_path / "test_marked.py").write_text(body)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
-    return subprocess.run(
-        [sys.executable, "-m", "pytest", "test_marked.py", "--impl=adapters/reference", "-q", "-p", "no:cacheprovider"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    return child_pytest("test_marked.py", "--impl=adapters/reference", "-q", replay_dir=False)
+
+
+def test_kvspec_rules_lists_the_rules_a_test_may_report(
+    tmp_path: Path, child_pytest: Callable[..., tuple[int, str]]
+) -> None:
+    code, out = _run_marked(tmp_path, child_pytest, MARKED)
+    assert code == 1, out[-2000:]
+    assert "2 passed" in out and "1 failed" in out
+    assert "test_records_a_rule_it_does_not_list exercised EVENT-ID, which its kvspec_rules marker" in out
+
+
+def test_kvspec_rules_with_an_unknown_rule_is_a_usage_error(
+    tmp_path: Path, child_pytest: Callable[..., tuple[int, str]]
+) -> None:
+    code, out = _run_marked(
+        tmp_path, child_pytest, MARKED.replace('kvspec_rules("USE-NEW")', 'kvspec_rules("USE-NEWW")', 1)
     )
-
-
-def test_kvspec_rules_lists_the_rules_a_test_may_report(tmp_path: Path) -> None:
-    proc = _run_marked(tmp_path, MARKED)
-    assert proc.returncode == 1, proc.stdout[-2000:]
-    assert "2 passed" in proc.stdout and "1 failed" in proc.stdout
-    assert "test_records_a_rule_it_does_not_list exercised EVENT-ID, which its kvspec_rules marker" in proc.stdout
-
-
-def test_kvspec_rules_with_an_unknown_rule_is_a_usage_error(tmp_path: Path) -> None:
-    proc = _run_marked(tmp_path, MARKED.replace('kvspec_rules("USE-NEW")', 'kvspec_rules("USE-NEWW")', 1))
-    assert proc.returncode == 4, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert "kvspec_rules names unknown rule ids USE-NEWW" in proc.stdout + proc.stderr
+    assert code == 4, out[-4000:]
+    assert "kvspec_rules names unknown rule ids USE-NEWW" in out

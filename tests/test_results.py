@@ -5,17 +5,16 @@ the declared deviations with their scope and whether they were observed, the
 failures with their replay files, the capabilities and the spec version.
 
 The suite cases run real child pytest sessions against a small adapter
-written here (the reference, or the reference that never publishes a
-Removed)."""
+(the probe adapters of tests/conftest.py: the reference, or the reference
+that never publishes a Removed, does not start or fails on its first
+operation)."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import textwrap
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,39 +27,6 @@ from kvspec.spec.rules import RULES
 SUITE = Path(conformance_pkg.__file__).parent
 DYNAMO = Path(__file__).parent / "data" / "dynamo-1.6.1-mocker-device.router.jsonl"
 
-ADAPTER_MODULE = """
-from kvspec.adapters.reference.adapter import ReferenceImplementation
-from kvspec.spec.wire import StepOutcome
-
-
-class DropsRemoved(ReferenceImplementation):
-    def step(self, op):
-        out = super().step(op)
-        kept = [e for e in out.events if e.kind != "removed"]
-        return StepOutcome.model_construct(**{**out.__dict__, "events": kept})
-
-
-def open_plain(config, manifest, adapter_dir):
-    return ReferenceImplementation(config, manifest)
-
-
-def open_drops_removed(config, manifest, adapter_dir):
-    return DropsRemoved(config, manifest)
-
-
-def open_broken(config, manifest, adapter_dir):
-    raise RuntimeError("the engine does not start")
-
-
-class FailsOnUse(ReferenceImplementation):
-    def step(self, op):
-        raise RuntimeError("the engine crashed on its first operation")
-
-
-def open_fails_on_use(config, manifest, adapter_dir):
-    return FailsOnUse(config, manifest)
-"""
-
 DEVIATION = """
 [[deviations]]
 rule = "REMOVE-EXACT"
@@ -69,64 +35,49 @@ scope = "all"
 profile = "kvbm"
 """
 
+#: ``probe(factory, deviations="")`` -> the adapter folder
+Probe = Callable[..., Path]
+#: ``suite(adapter, *test_modules, extra=())`` -> (exit code, results document)
+Suite = Callable[..., tuple[int, dict[str, Any]]]
 
-def make_adapter(tmp: Path, factory: str, deviations: str = "") -> Path:
-    (tmp / "results_probe_adapter.py").write_text(ADAPTER_MODULE)
-    folder = tmp / "adapter"
-    folder.mkdir()
-    (folder / "manifest.toml").write_text(
-        textwrap.dedent(
-            f"""
-            name = "probe"
-            kind = "python"
-            profile = "kvbm"
-            [start]
-            python = "results_probe_adapter:{factory}"
-            [capabilities]
-            profiles = ["kvbm"]
-            policies = ["lineage", "lru"]
-            offload = false
-            swap_in = false
-            """
-        )
-        + deviations
+
+@pytest.fixture
+def probe(probe_adapter: Callable[..., Path]) -> Probe:
+    """The conftest's probe adapter ``factory`` (``open_plain``,
+    ``open_drops_removed``, ``open_broken``, ``open_fails_on_use``) as adapter
+    "probe" in ``tmp_path/adapter``: kvbm profile, lineage and lru policies, no
+    offload, the given deviations."""
+    return lambda factory, deviations="": probe_adapter(
+        "probe", factory, folder="adapter", capabilities="offload = false\nswap_in = false", deviations=deviations
     )
-    return folder
 
 
-def run_suite(tmp: Path, adapter: Path, *tests: str, extra: tuple[str, ...] = ()) -> tuple[int, dict]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
-    env["PYTHONPATH"] = str(tmp) + os.pathsep + env.get("PYTHONPATH", "")
-    out = tmp / "out" / "results.json"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
+@pytest.fixture
+def suite(tmp_path: Path, child_pytest: Callable[..., tuple[int, str]]) -> Suite:
+    """The given conformance modules in a child pytest against ``adapter``
+    (seed 1, results to ``tmp_path/out/results.json``): its exit code and the
+    results document, which must exist and validate."""
+
+    def run(adapter: Path, *tests: str, extra: tuple[str, ...] = ()) -> tuple[int, dict[str, Any]]:
+        out = tmp_path / "out" / "results.json"
+        code, output = child_pytest(
             *(str(SUITE / t) for t in tests),
             f"--impl={adapter}",
             f"--kvspec-results={out}",
-            f"--kvspec-replay-dir={tmp / 'replays'}",
             "-q",
-            "-p",
-            "no:cacheprovider",
             "--hypothesis-seed=1",
             *extra,
-        ],
-        cwd=tmp,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert out.is_file(), proc.stdout[-3000:] + proc.stderr[-2000:]
-    doc = json.loads(out.read_text())
-    load_results(out)  # and it validates
-    return proc.returncode, doc
+        )
+        assert out.is_file(), output[-5000:]
+        doc = json.loads(out.read_text())
+        load_results(out)  # and it validates
+        return code, doc
+
+    return run
 
 
-def test_a_clean_run_says_per_rule_what_it_exercised_and_what_does_not_apply(tmp_path: Path) -> None:
-    code, doc = run_suite(tmp_path, make_adapter(tmp_path, "open_plain"), "test_golden.py")
+def test_a_clean_run_says_per_rule_what_it_exercised_and_what_does_not_apply(probe: Probe, suite: Suite) -> None:
+    code, doc = suite(probe("open_plain"), "test_golden.py")
     assert code == 0
     assert doc["format"] == RESULTS_FORMAT and doc["tool"] == "pytest conformance"
     assert doc["status"] == "clean" and doc["exit_code"] == 0
@@ -146,10 +97,8 @@ def test_a_clean_run_says_per_rule_what_it_exercised_and_what_does_not_apply(tmp
     assert doc["counts"]["passed"] > 0 and doc["counts"]["skipped"] > 0
 
 
-def test_a_failure_names_its_rule_and_replay_file(tmp_path: Path) -> None:
-    code, doc = run_suite(
-        tmp_path, make_adapter(tmp_path, "open_drops_removed"), "test_stateful.py", extra=("-k", "lockstep and kvbm")
-    )
+def test_a_failure_names_its_rule_and_replay_file(tmp_path: Path, probe: Probe, suite: Suite) -> None:
+    code, doc = suite(probe("open_drops_removed"), "test_stateful.py", extra=("-k", "lockstep and kvbm"))
     assert code == 1
     assert doc["status"] == "findings"
     r = doc["rules"]["REMOVE-EXACT"]
@@ -162,10 +111,9 @@ def test_a_failure_names_its_rule_and_replay_file(tmp_path: Path) -> None:
     assert doc["rules"]["USE-NEW"]["status"] == "pass"
 
 
-def test_a_declared_deviation_is_reported_with_its_scope_and_observation(tmp_path: Path) -> None:
-    code, doc = run_suite(
-        tmp_path,
-        make_adapter(tmp_path, "open_drops_removed", DEVIATION),
+def test_a_declared_deviation_is_reported_with_its_scope_and_observation(probe: Probe, suite: Suite) -> None:
+    code, doc = suite(
+        probe("open_drops_removed", DEVIATION),
         "test_golden.py",
     )
     assert code == 0
@@ -178,8 +126,8 @@ def test_a_declared_deviation_is_reported_with_its_scope_and_observation(tmp_pat
     assert doc["failures"] == []
 
 
-def test_a_declared_deviation_not_observed_is_in_the_results(tmp_path: Path) -> None:
-    code, doc = run_suite(tmp_path, make_adapter(tmp_path, "open_plain", DEVIATION), "test_golden.py")
+def test_a_declared_deviation_not_observed_is_in_the_results(probe: Probe, suite: Suite) -> None:
+    code, doc = suite(probe("open_plain", DEVIATION), "test_golden.py")
     assert code == 1  # the plugin's unexpected pass
     assert doc["status"] == "findings"
     (dev,) = doc["deviations"]
@@ -187,19 +135,19 @@ def test_a_declared_deviation_not_observed_is_in_the_results(tmp_path: Path) -> 
     assert doc["rules"]["REMOVE-EXACT"]["note"] == "declared but not observed"
 
 
-def test_an_engine_that_does_not_start_is_an_error_saying_why(tmp_path: Path) -> None:
+def test_an_engine_that_does_not_start_is_an_error_saying_why(probe: Probe, suite: Suite) -> None:
     """The plugin starts the implementation once before the tests
     (conformance/startup.py): a start that fails ends the run as a usage
     error, and the results say why and that no rule was exercised."""
-    code, doc = run_suite(tmp_path, make_adapter(tmp_path, "open_broken"), "test_golden.py")
+    code, doc = suite(probe("open_broken"), "test_golden.py")
     assert code == 4 and doc["status"] == "error"
     assert "the engine does not start" in doc["error"]
     assert doc["failures"] == []
     assert doc["rules"]["USE-NEW"]["status"] == "not_exercised"
 
 
-def test_rules_whose_tests_error_out_are_not_exercised_saying_so(tmp_path: Path) -> None:
-    code, doc = run_suite(tmp_path, make_adapter(tmp_path, "open_fails_on_use"), "test_golden.py")
+def test_rules_whose_tests_error_out_are_not_exercised_saying_so(probe: Probe, suite: Suite) -> None:
+    code, doc = suite(probe("open_fails_on_use"), "test_golden.py")
     assert code == 1 and doc["status"] == "findings"
     assert doc["failures"] and all(f["rule"] is None for f in doc["failures"])
     assert "crashed on its first operation" in doc["failures"][0]["message"]
@@ -207,11 +155,11 @@ def test_rules_whose_tests_error_out_are_not_exercised_saying_so(tmp_path: Path)
     assert r["status"] == "not_exercised" and r["note"].startswith(ERRORED)
 
 
-def test_an_adapter_that_cannot_load_still_writes_results(tmp_path: Path) -> None:
+def test_an_adapter_that_cannot_load_still_writes_results(tmp_path: Path, suite: Suite) -> None:
     folder = tmp_path / "adapter"
     folder.mkdir()
     (folder / "manifest.toml").write_text("name = 3\n")
-    _, doc = run_suite(tmp_path, folder, "test_golden.py")
+    _, doc = suite(folder, "test_golden.py")
     assert doc["status"] == "error" and "invalid manifest" in doc["error"]
 
 

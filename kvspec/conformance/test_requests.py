@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,10 @@ from kvspec.conformance.requests_api import ImplementationUnavailableError
 from kvspec.conformance.workloads import Workload, load_workloads, seed_workloads, workloads
 from kvspec.spec.errors import AdapterError
 from kvspec.spec.rules import RuleId
+
+#: every test here is a conformance test of the request level; the rules each
+#: one reports are named by what the exploration exercised
+pytestmark = [pytest.mark.kvspec_rules(), pytest.mark.kvspec_requires("request_level")]
 
 
 class UndeclaredFindingError(Exception):
@@ -199,47 +204,41 @@ def _write_replay(request: pytest.FixtureRequest, finding: Finding) -> Path | No
     return path
 
 
-@pytest.mark.kvspec_rules()
-@pytest.mark.kvspec_requires("request_level")
+def _assert_ran(exp: Exploration) -> None:
+    assert exp.runs > 0
+    assert sum(exp.exercised.values()) > 0
+
+
+#: the ``report_rule`` fixture: ``report_rule(rule, exploration)``
+ReportRule = Callable[[RuleId, Exploration], None]
+
+
+@pytest.fixture
+def report_rule(request: pytest.FixtureRequest, kvspec_record_rule: Any, kvspec_record_deviation: Any) -> ReportRule:
+    """``report_rule(rule, exploration)``: the verdict of one rule of a layer
+    (``_report_rule``), recorded for this test."""
+    return lambda rule, exp: _report_rule(rule, exp, request, kvspec_record_rule, kvspec_record_deviation)
+
+
 def test_request_level_exploration_ran(request_exploration: Exploration) -> None:
     """The exploration ran workloads and exercised the layer's rules."""
-    assert request_exploration.runs > 0
-    assert sum(request_exploration.exercised.values()) > 0
+    _assert_ran(request_exploration)
 
 
-@pytest.mark.kvspec_rules()
-@pytest.mark.kvspec_requires("request_level")
 @pytest.mark.parametrize("rule", LAYER_RULES, ids=str)
-def test_request_level_rule(
-    rule: RuleId,
-    request_exploration: Exploration,
-    request: pytest.FixtureRequest,
-    kvspec_record_rule: Any,
-    kvspec_record_deviation: Any,
-) -> None:
-    _report_rule(rule, request_exploration, request, kvspec_record_rule, kvspec_record_deviation)
+def test_request_level_rule(rule: RuleId, request_exploration: Exploration, report_rule: ReportRule) -> None:
+    report_rule(rule, request_exploration)
 
 
-@pytest.mark.kvspec_rules()
-@pytest.mark.kvspec_requires("request_level")
 def test_radix_request_exploration_ran(radix_request_exploration: Exploration) -> None:
     """The radix exploration ran workloads and exercised the layer's rules."""
-    assert radix_request_exploration.runs > 0
-    assert sum(radix_request_exploration.exercised.values()) > 0
+    _assert_ran(radix_request_exploration)
 
 
-@pytest.mark.kvspec_rules()
-@pytest.mark.kvspec_requires("request_level")
 @pytest.mark.parametrize("rule", RADIX_LAYER_RULES, ids=str)
-def test_radix_request_rule(
-    rule: RuleId,
-    radix_request_exploration: Exploration,
-    request: pytest.FixtureRequest,
-    kvspec_record_rule: Any,
-    kvspec_record_deviation: Any,
-) -> None:
+def test_radix_request_rule(rule: RuleId, radix_request_exploration: Exploration, report_rule: ReportRule) -> None:
     """Each rule of the radix request layer (``conformance.radix_requests``), as the vllm one's."""
-    _report_rule(rule, radix_request_exploration, request, kvspec_record_rule, kvspec_record_deviation)
+    report_rule(rule, radix_request_exploration)
 
 
 def _report_rule(
