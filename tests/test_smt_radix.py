@@ -78,6 +78,7 @@ EXPECTED_BREAKS = {
     "insert-takes-no-slot": "INV-RADIX-CAPACITY",
     "split-publishes": "INV-RADIX-ROUTER",
     "split-forgets-parent": "INV-RADIX-TREE",
+    "split-forgets-lock": "INV-RADIX-LOCKS",
     "lock-node-only": "INV-RADIX-LOCKS",
     "reset-keeps-locks": "INV-RADIX-LOCKS",
     "reset-without-clear": "INV-RADIX-ROUTER",
@@ -106,7 +107,7 @@ def test_sanity_runs_in_mutant_mode_too() -> None:
 
 def test_encoding_agrees_with_the_model_on_sampled_sequences() -> None:
     run = check_agreement(sequences=8, length=12, seed=1)
-    assert run.operations == 96 and run.steps > run.operations
+    assert run.operations == 120 and run.steps > run.operations  # 8 sequences and 2 aimed at locked splits
 
 
 def test_agreement_replays_a_split_lock_and_request_by_hand() -> None:
@@ -126,7 +127,7 @@ def test_agreement_replays_a_split_lock_and_request_by_hand() -> None:
 @pytest.mark.parametrize("name", sorted(n for n, m in MUTANTS.items() if m.agreement))
 def test_the_agreement_catches_every_mutant_that_changes_a_successor(name: str) -> None:
     found = catches(name, sequences=20)
-    assert found is not None and 1 <= found.operations <= 240
+    assert found is not None and 1 <= found.operations <= 300  # 20 sequences and 5 aimed ones
 
 
 def test_a_guard_the_model_needs_is_caught_by_the_agreement(monkeypatch: pytest.MonkeyPatch) -> None:

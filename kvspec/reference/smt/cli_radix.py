@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 
 from .profile_radix import DEFAULT_BOUND, LEMMA_ID, MUTANTS, RadixProof, prove_radix, refute, sanity
+from .profile_radix_ops import op_rows
 from .radix_agreement import Disagreement, catches, check_agreement
 from .radix_encoding import RadixBound
 
@@ -89,6 +90,7 @@ def run_radix(mutant: str | None = None, bound: RadixBound = DEFAULT_BOUND) -> i
         )
         if cx is None:
             problems.append(f"the radix mutant {name} was not refuted")
+    problems += op_rows(_row)
     for r in bad:
         problems.append(f"{r.property_id} {r.verdict} at {', '.join(r.failed_at) or '?'}")
     for p in problems:

@@ -110,6 +110,13 @@ MUTANTS: dict[str, RadixMutant] = {
             "a split leaves the lower half under the old parent, skipping the new upper node",
         ),
         RadixMutant(
+            "split-forgets-lock",
+            R.RADIX_MATCH,
+            "split",
+            R.INV_RADIX_LOCKS,
+            "a split leaves the new upper node unlocked (its pages' lock counts 0)",
+        ),
+        RadixMutant(
             "lock-node-only", R.RADIX_LOCK, "lock", R.INV_RADIX_LOCKS, "lock counts the end page, not its path"
         ),
         RadixMutant("reset-keeps-locks", R.RADIX_RESET, "reset", R.INV_RADIX_LOCKS, "reset keeps the held locks"),

@@ -312,6 +312,14 @@ def choice(name: str) -> z3.ArithRef:
     return z3.Int(f"in_{name}")
 
 
+def _upper_half(S: RState, p: z3.ArithRef, x: int) -> z3.BoolRef:
+    """Page ``x`` is in the node ``p`` continues, above ``p``: on the path from
+    ``p``'s parent up to the node's first page, no node start below ``x``."""
+    par = parent_of(S, p)
+    below = [z3.Implies(z3.And(is_anc(S, par, y), S.anc[y][x]), z3.Not(S.head[y])) for y in range(S.n) if y != x]
+    return z3.And(is_anc(S, par, x), *below)
+
+
 def split(S: RState, tw: frozenset[str]) -> Step:
     """RADIX-MATCH: a walk that ends inside a node splits it before page ``p``
     (``p`` starts the lower half). RADIX-SPLIT-SILENT: nothing is published."""
@@ -319,6 +327,8 @@ def split(S: RState, tw: frozenset[str]) -> Step:
     post = replace(S, head=_set(S.head, p, z3.BoolVal(True)))
     if "split-publishes" in tw:
         post = replace(post, pub=_set(S.pub, p, sel_i(S.pub, p, 0) + 1))
+    if "split-forgets-lock" in tw:  # the new upper node starts unlocked
+        post = replace(post, lock=tuple(z3.If(_upper_half(S, p, x), 0, v) for x, v in enumerate(S.lock)))
     if "split-forgets-parent" in tw:
         post = replace(post, pp=_set(S.pp, p, parent_of(S, parent_of(S, p))))
     step = Step("split", S, post, [in_slots(S, p), live_at(S, p), z3.Not(sel_b(S.head, p, True))])

@@ -1,0 +1,93 @@
+# ruff: noqa: N803, N806  (S is a state, as in the encoding)
+"""The radix profile at operation level (``reference/smt/profile_radix_ops.py``):
+every INV-RADIX-* kept by whole operations, each operation made of enabled
+steps, its events right, every operation and case possible, every operation
+mutant refuted. A small bound keeps it quick (the CLI runs the default)."""
+
+from __future__ import annotations
+
+import pytest
+import z3
+
+from kvspec.reference.smt import radix_operations
+from kvspec.reference.smt.profile_radix import MUTANTS
+from kvspec.reference.smt.profile_radix_ops import (
+    EVENTS_ROW,
+    OP_MUTANTS,
+    STEPS_ROW,
+    build,
+    obligations,
+    prove_ops,
+    refute_op,
+    sanity_ops,
+)
+from kvspec.reference.smt.radix_encoding import INVARIANTS, ROOT, RState
+from kvspec.reference.smt.radix_operations import OPERATIONS, OpBound, OpTransition
+
+#: 4 page slots, 2 locks, keys of 2 pages, evictions of 2 nodes of 2 pages
+SMALL = OpBound(pages=4, handles=2, key=2, batch=2, node=2)
+
+
+def test_every_operation_keeps_every_invariant_with_its_steps_and_events() -> None:
+    results = prove_ops(SMALL)
+    rows = {str(i) for i in INVARIANTS} | {STEPS_ROW, EVENTS_ROW}
+    assert {(r.op, r.property_id) for r in results} == {(o, p) for o in OPERATIONS for p in rows}
+    assert [(r.op, r.property_id) for r in results if r.verdict != "proven"] == []
+
+
+def test_every_operation_and_case_is_possible() -> None:
+    assert sanity_ops(SMALL) == []
+
+
+def test_a_narrowed_operation_fails_the_sanity_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An insert quietly restricted to keys the tree has no page of still keeps
+    every invariant; the case check is what notices."""
+    real = radix_operations.op_insert
+
+    def narrowed(S: RState, b: OpBound, tw: frozenset[str]) -> OpTransition:
+        op = real(S, b, tw)
+        op.requires.append(z3.Int("i_got") == 0)
+        return op
+
+    monkeypatch.setitem(radix_operations.OPERATIONS, "insert", narrowed)
+    assert all(r.verdict == "proven" for r in prove_ops(SMALL, ops=("insert",)))
+    found = sanity_ops(SMALL, ops=("insert",))
+    assert "radix operation insert: the case 'everything cached: no Stored' is never possible" in found
+
+
+@pytest.mark.parametrize("name", sorted(OP_MUTANTS))
+def test_every_operation_mutant_is_refuted(name: str) -> None:
+    m = OP_MUTANTS[name]
+    text = refute_op(name, SMALL)
+    assert text is not None, f"{name} not refuted"
+    assert f"{m.breaks} fails after the operation {m.op}:" in text and "before:" in text and "after:" in text
+    # the unbroken operation keeps that row from every state: the failure is the mutant's
+    t = build(m.op, SMALL)
+    s = z3.Solver()
+    s.add(t.pre.cap >= 0, *radix_encoding_invariants(t.pre), *t.requires, z3.Not(obligations(t)[m.breaks]))
+    assert s.check() == z3.unsat
+
+
+def radix_encoding_invariants(S: RState) -> list[z3.BoolRef]:
+    return [f(S) for f in INVARIANTS.values()]
+
+
+def test_the_step_mutant_split_forgets_lock_is_also_a_step_mutant() -> None:
+    """It breaks the split step the model's agreement replays, so it is caught there too."""
+    assert MUTANTS["split-forgets-lock"].agreement and MUTANTS["split-forgets-lock"].step == "split"
+
+
+def test_the_stored_parent_is_the_page_the_leaf_hangs_under() -> None:
+    """A concrete insert: a key of two pages whose first is cached under the root
+    hangs one page under it; the Stored's parent row pins that page."""
+    t = build("insert", SMALL)
+    S = t.pre
+    s = z3.Solver()
+    s.add(S.cap >= 0, *radix_encoding_invariants(S), *t.requires)
+    s.add(z3.Int("i_len") == 2, z3.Int("i_got") == 1, z3.Sum([z3.If(x, 1, 0) for x in S.live]) == 1)
+    assert s.check() == z3.sat
+    m = s.model()
+    w1, q2 = m.eval(z3.Int("i_w1")).as_long(), m.eval(z3.Int("i_q2")).as_long()
+    assert m.eval(S.pp[w1]).as_long() == ROOT
+    assert m.eval(t.post.pp[q2]).as_long() == w1 and z3.is_true(m.eval(t.post.live[q2]))
+    assert m.eval(t.post.pub[q2]).as_long() == 1 and m.eval(t.post.pub[w1]).as_long() == 1
