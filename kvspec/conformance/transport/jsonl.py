@@ -334,9 +334,20 @@ class JsonlImplementation(Implementation):
 
     # ------------------------------------------------------------- handshake
 
+    def _hello(self) -> bytes:
+        """The hello line, without its newline: every version this session can run."""
+        return encode_hello(self.config, self.engine)
+
+    def _wrong_version(self, chosen: int) -> str | None:
+        """Why the version the ready chose is not one the hello offered, or None."""
+        offered = offered_versions(self.engine)
+        if chosen in offered:
+            return None
+        return f"chose protocol version {chosen}, which the parent did not offer (offered {list(offered)})"
+
     def _handshake(self, deadline: float) -> Ready:
         limit = self.manifest.start.startup_timeout_s
-        self._write(encode_hello(self.config, self.engine) + b"\n", deadline, "during the handshake", limit)
+        self._write(self._hello() + b"\n", deadline, "during the handshake", limit)
         raw = self._read(deadline, "to hello (the handshake)", limit)
         obj = self._decode(raw, "to hello")
         kind = obj.get("type")
@@ -350,11 +361,9 @@ class JsonlImplementation(Implementation):
         if kind != "ready":
             raise self._fail(f"answered hello with {kind!r} instead of 'ready' or 'refused': {excerpt(raw)}")
         ready: Ready = self._validate(Ready, obj, raw, "to hello")
-        offered = offered_versions(self.engine)
-        if ready.protocol not in offered:
-            raise self._fail(
-                f"chose protocol version {ready.protocol}, which the parent did not offer (offered {list(offered)})"
-            )
+        wrong = self._wrong_version(ready.protocol)
+        if wrong is not None:
+            raise self._fail(wrong)
         if ready.profile != self.config.profile:
             raise self._fail(f"runs profile {ready.profile!r} but was configured with {self.config.profile!r}")
         missing = capability_mismatches(self.manifest.capabilities, ready.capabilities)

@@ -18,10 +18,10 @@ from pathlib import Path
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.manager_wire import ManagerConfigKind, ManagerOp, ManagerOutcome, PagedConfig, PagedOutcome
 from kvspec.spec.manifest import Manifest
-from kvspec.spec.protocol import MANAGER_VERSION, Hello, ManagerOutcomeReply, Ready, Refused
+from kvspec.spec.protocol import MANAGER_VERSION, Hello, ManagerOutcomeReply
 
 from ..manager_interface import ManagerImplementation
-from .jsonl import AdapterProtocolError, JsonlImplementation, capability_mismatches, excerpt
+from .jsonl import JsonlImplementation
 
 
 def manager_config(config: ManagerConfigKind) -> ManagerConfig:
@@ -45,31 +45,10 @@ class SingleVersionSession(JsonlImplementation):
         """The hello line, without its newline."""
         raise NotImplementedError
 
-    def _handshake(self, deadline: float) -> Ready:
-        limit = self.manifest.start.startup_timeout_s
-        self._write(self._hello() + b"\n", deadline, "during the handshake", limit)
-        raw = self._read(deadline, "to hello (the handshake)", limit)
-        obj = self._decode(raw, "to hello")
-        if obj.get("type") == "refused":
-            refused: Refused = self._validate(Refused, obj, raw, "to hello")
-            raise self._fail(
-                f"refused the handshake ({refused.error.code}): {refused.error.message}",
-                cls=AdapterProtocolError,
-                code=refused.error.code,
-            )
-        if obj.get("type") != "ready":
-            raise self._fail(f"answered hello with {obj.get('type')!r} instead of 'ready' or 'refused': {excerpt(raw)}")
-        ready: Ready = self._validate(Ready, obj, raw, "to hello")
-        if ready.protocol != self.version:
-            raise self._fail(f"chose protocol version {ready.protocol}; {self.what} offers only {self.version}")
-        if ready.profile != self.config.profile:
-            raise self._fail(f"runs profile {ready.profile!r} but was configured with {self.config.profile!r}")
-        missing = capability_mismatches(self.manifest.capabilities, ready.capabilities)
-        if missing:
-            raise self._fail(
-                f"manifest.toml declares capabilities the adapter's handshake does not: {', '.join(missing)}"
-            )
-        return ready
+    def _wrong_version(self, chosen: int) -> str | None:
+        if chosen == self.version:
+            return None
+        return f"chose protocol version {chosen}; {self.what} offers only {self.version}"
 
 
 class _ManagerSession(SingleVersionSession):
