@@ -18,7 +18,9 @@ the event counts, so later runs start at once.
 For each, in the same run: the whole command (a fresh ``python -m kvspec.cli
 check-log`` process, median of --repeat runs, peak memory), also with the C
 fast paths off (``KVSPEC_FASTVIEW=0``: the pure Python path, for machines
-without a C compiler), its start-up alone (the same command on the stream's
+without a C compiler) and for Dynamo with the C reader of whole lines off
+(``KVSPEC_FASTVIEW_RAW=0``: msgspec decodes each line, C applies it), its
+start-up alone (the same command on the stream's
 first line; every command runs with its bytecode cached, as an installed
 kvspec does), the decode floor
 (msgspec's untyped decoder over every line, and for the capture the base64
@@ -308,6 +310,7 @@ def main() -> None:
         _, vstart_cpu, _ = run_command(first_line(vll, Path(tmp, "one.zmq.jsonl")), args.repeat)
     cmd_s, cmd_cpu, peak = run_command(dyn, args.repeat)
     py_s, py_cpu, _ = run_command(dyn, args.repeat, off)
+    dl_s, dl_cpu, _ = run_command(dyn, args.repeat, {"KVSPEC_FASTVIEW_RAW": "0"})
     vcmd_s, vcmd_cpu, vpeak = run_command(vll, args.repeat)
     vpy_s, vpy_cpu, _ = run_command(vll, args.repeat, off)
     floor_s, floor_cpu = decode_floor(dyn, False, args.repeat)
@@ -315,6 +318,7 @@ def main() -> None:
     rt = radix(dyn, args.radix_events)
     rows = [
         ("dynamo", "check-log, whole command (every check on)", n / cmd_s, n / cmd_cpu),
+        ("dynamo", "check-log, C per decoded line (..._RAW=0)", n / dl_s, n / dl_cpu),
         ("dynamo", "check-log, pure Python path (KVSPEC_FASTVIEW=0)", n / py_s, n / py_cpu),
         ("dynamo", "decode floor: msgspec untyped, every line", n / floor_s, n / floor_cpu),
     ]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import re
 import struct
 import tempfile
 from collections.abc import Callable
@@ -30,7 +31,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kvspec.conformance.check_log import add_arguments
-from kvspec.conformance.streams import fastview
+from kvspec.conformance.streams import fastview, formats
 from kvspec.conformance.streams.check import Checker
 from kvspec.conformance.streams.formats import RouterReader
 from kvspec.reference.router_view import RECENT_REMOVALS
@@ -63,10 +64,12 @@ CORRUPTIONS = [
 OPTIONS = [[], ["--hash-scheme", "none"], ["--anchor-tiers", "device"], ["--counting", "copies"]]
 
 
-def run(check_log_run: CheckLogRun, path: Path, opts: list[str], fused: bool, native: bool = False) -> dict[str, Any]:
+def run(
+    check_log_run: CheckLogRun, path: Path, opts: list[str], fused: bool, native: bool = False, raw: bool = False
+) -> dict[str, Any]:
     """Everything a run leaves behind: findings, counts, stats, error, view state."""
     outcome, checker, reader = check_log_run(
-        path, "router", opts, lambda c: RouterReader(c.warn, fused=fused, native=native)
+        path, "router", opts, lambda c: RouterReader(c.warn, fused=fused, native=native, raw=raw)
     )
     rs = reader.stats
     return {
@@ -76,17 +79,25 @@ def run(check_log_run: CheckLogRun, path: Path, opts: list[str], fused: bool, na
     }
 
 
+#: the fused paths beside the reference: (name, native, raw)
+PATHS = [("Python", False, False), ("C per decoded line", True, False), ("C reading the lines", True, True)]
+
+
+def compare_file(check_log_run: CheckLogRun, path: Path, options: list[list[str]] = OPTIONS) -> None:
+    for opts in options:
+        reference = run(check_log_run, path, opts, False)
+        for name, native, raw in PATHS:
+            fused = run(check_log_run, path, opts, True, native, raw)
+            for k in reference:
+                assert fused[k] == reference[k], (opts, name, k)
+
+
 def compare(
     check_log_run: CheckLogRun, tmp_path: Path, events: list[dict[str, Any]], options: list[list[str]] = OPTIONS
 ) -> None:
     path = tmp_path / "s.jsonl"
     path.write_text("".join(json.dumps(e) + "\n" for e in events))
-    for opts in options:
-        reference = run(check_log_run, path, opts, False)
-        for native in (False, True):
-            fused = run(check_log_run, path, opts, True, native)
-            for k in reference:
-                assert fused[k] == reference[k], (opts, "C" if native else "Python", k)
+    compare_file(check_log_run, path, options)
 
 
 @settings(
@@ -148,8 +159,8 @@ def test_the_c_extension_is_built() -> None:
     assert fastview.status() == "C"
 
 
-@pytest.mark.parametrize("native", [False, True])
-def test_the_fused_path_is_taken(make_router_stream: MakeStream, native: bool) -> None:
+@pytest.mark.parametrize(("native", "raw"), [(False, False), (True, False), (True, True)])
+def test_the_fused_path_is_taken(make_router_stream: MakeStream, native: bool, raw: bool) -> None:
     """A clean stream runs fused: the reference methods are not called."""
     rng = random.Random(5)
     events = make_router_stream(rng, 200)
@@ -164,10 +175,26 @@ def test_the_fused_path_is_taken(make_router_stream: MakeStream, native: bool) -
         on_stored, on_removed = view.on_stored, view.on_removed
         view.on_stored = lambda *a, **k: (calls.append("s"), on_stored(*a, **k))[1]  # type: ignore[method-assign]
         view.on_removed = lambda *a, **k: (calls.append("r"), on_removed(*a, **k))[1]  # type: ignore[method-assign]
-        reader = RouterReader(checker.warn, native=native)
-        with path.open("rb") as f:
-            reader.run(f, view)
+        reader = RouterReader(checker.warn, native=native, raw=raw)
+        decoded = []
+        real = formats.ROUTER_DECODER
+
+        class Counting:
+            def decode(self, line: bytes) -> Any:
+                decoded.append(line)
+                return real.decode(line)
+
+        formats.ROUTER_DECODER = Counting()  # type: ignore[assignment]
+        try:
+            with path.open("rb") as f:
+                reader.run(f, view)
+        finally:
+            formats.ROUTER_DECODER = real
         assert not checker.counts
+        if raw and fastview.module() is not None:  # the C reader took the lines: msgspec decoded only the first ones
+            assert len(decoded) == len(calls), (len(decoded), len(calls))
+        else:
+            assert len(decoded) == 200
         # only each source's and tier's first event goes the reference way
         assert len(calls) <= len({(e["worker_id"], e["event"]["dp_rank"], e["storage_tier"]) for e in events})
         assert reader.stats.stored + reader.stats.removed == 200
@@ -192,3 +219,112 @@ def test_the_c_chain_hash_is_xxhashs(a: int, b: int, seed: int) -> None:
     if got is None:
         pytest.skip("no 128-bit integers in this C compiler: the chain goes through the xxhash package")
     assert got == xxhash.xxh3_64_intdigest(struct.pack("<QQ", a, b), seed=seed)
+
+
+#: changes to one line's text, each one the C line reader either does not
+#: take (the line goes the reference way) or must read exactly as msgspec
+#: does: (name, pattern, replacement), applied to the first match
+TEXT_MUTATIONS: list[tuple[str, str, str]] = [
+    ("spaces", r'":', '" :\t'),
+    ("spaces_after_comma", r",", " ,  "),
+    ("leading_space", r"^", "  "),
+    ("crlf", r"$", "\r"),
+    ("unknown_top", r"^\{", '{"extra": 1, '),
+    ("unknown_block", r'\{"block_hash"', '{"lora_name": null, "block_hash"'),
+    ("escaped_key", r'"worker_id"', r'"worker\\u005fid"'),
+    ("escaped_block_key", r'"tokens_hash"', r'"tokens\\u005fhash"'),
+    ("float", r'"event_id": (\d+)', r'"event_id": \1.0'),
+    ("exponent", r'"tokens_hash": (\d+)', r'"tokens_hash": \1e0'),
+    ("negative", r'"block_hash": (\d+)', r'"block_hash": -\1'),
+    ("leading_zero", r'"event_id": (\d+)', r'"event_id": 0\1'),
+    ("above_u64", r'"tokens_hash": \d+', '"tokens_hash": 18446744073709551616'),
+    ("u64_max", r'"tokens_hash": \d+', '"tokens_hash": 18446744073709551615'),
+    ("huge", r'"block_hash": \d+', '"block_hash": 123456789012345678901234567890'),
+    ("string_number", r'"event_id": (\d+)', r'"event_id": "\1"'),
+    ("bool_hash", r'"block_hash": \d+', '"block_hash": true'),
+    ("dup_key", r'"event_id": (\d+)', r'"event_id": \1, "event_id": \1'),
+    ("dup_tier", r'"storage_tier": ("\w+")', r'"storage_tier": \1, "storage_tier": "device"'),
+    ("cleared", r'"data": \{.*\}, "dp_rank"', '"data": "cleared", "dp_rank"'),
+    ("null_removed", r'"stored": \{', '"removed": null, "stored": {'),
+    ("both", r'"stored": \{', '"removed": {"block_hashes": [1]}, "stored": {'),
+    ("residency_null", r'"residency_domain": "worker"', '"residency_domain": null'),
+    ("residency_text", r'"residency_domain": "worker"', '"residency_domain": "w\u00f6rker"'),
+    ("residency_escape", r'"residency_domain": "worker"', r'"residency_domain": "wor\\nker"'),
+    ("no_residency", r'"residency_domain": "worker", ', ""),
+    ("no_tier", r'"storage_tier": "\w+", ', ""),
+    ("unknown_tier", r'"storage_tier": "\w+"', '"storage_tier": "gpu"'),
+    ("no_dp_rank", r', "dp_rank": 0', ""),
+    ("dp_above_u32", r'"dp_rank": \d+', '"dp_rank": 4294967296'),
+    ("mm_extra", r'"mm_extra_info": null', '"mm_extra_info": {"mm_objects": []}'),
+    ("start_position", r'"start_position": null', '"start_position": 5'),
+    ("start_above_u32", r'"start_position": null', '"start_position": 4294967296'),
+    ("no_start", r', "start_position": null', ""),
+    ("no_parent_key", r'"parent_hash": null, ', ""),
+    ("empty_blocks", r'"blocks": \[.*\]', '"blocks": []'),
+    ("empty_removed", r'"block_hashes": \[.*\]', '"block_hashes": []'),
+    ("trailing", r"$", " x"),
+    ("trailing_brace", r"$", "}"),
+    ("truncated", r".{7}$", ""),
+    ("missing_comma", r', "dp_rank"', ' "dp_rank"'),
+    ("blank_line", r"^", "\n  \n"),
+    ("not_utf8", r'"residency_domain": "worker"', '"residency_domain": "w\udcffrker"'),
+]
+
+
+def _write(path: Path, lines: list[str]) -> None:
+    path.write_bytes("".join(line + "\n" for line in lines).encode("utf-8", "surrogateescape"))
+
+
+@settings(
+    max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    muts=st.lists(st.sampled_from(TEXT_MUTATIONS), min_size=1, max_size=3),
+    compact=st.booleans(),
+    n=st.integers(2, 30),
+)
+def test_the_c_line_reader_reads_every_text_as_msgspec_does(
+    tmp_path: Path,
+    check_log_run: CheckLogRun,
+    make_router_stream: MakeStream,
+    seed: int,
+    muts: list[tuple[str, str, str]],
+    compact: bool,
+    n: int,
+) -> None:
+    """Lines written in other ways (Dynamo's compact form or with spaces,
+    keys in any order) and lines changed in ways the C reader of whole lines
+    must refuse or read right (escapes, numbers with a sign, fraction,
+    exponent or leading zero, out of range, duplicate keys, unknown fields,
+    a Cleared, other text, truncation): every path gives the reference's
+    findings, counts, error and state."""
+    rng = random.Random(seed)
+    events = make_router_stream(rng, n)
+    if rng.random() < 0.5:  # keys in another order
+        events = [dict(rng.sample(list(e.items()), len(e))) for e in events]
+    lines = [json.dumps(e) for e in events]
+    for _name, pattern, repl in muts:
+        i = rng.randrange(len(lines))
+        lines[i] = re.sub(pattern, repl, lines[i], count=1)
+    if compact:
+        lines = [line.replace('", "', '","').replace(": ", ":").replace(", ", ",") for line in lines]
+    path = tmp_path / "m.jsonl"
+    _write(path, lines)
+    compare_file(check_log_run, path, [[], ["--hash-scheme", "none"]])
+
+
+@pytest.mark.parametrize(("name", "pattern", "repl"), TEXT_MUTATIONS, ids=[m[0] for m in TEXT_MUTATIONS])
+def test_each_text_mutation_changes_a_line(
+    tmp_path: Path, check_log_run: CheckLogRun, make_router_stream: MakeStream, name: str, pattern: str, repl: str
+) -> None:
+    """Each mutation above matches the generated lines (a pattern that never
+    matches would test nothing), and every path agrees on the result."""
+    rng = random.Random(name)
+    events = make_router_stream(rng, 40, one_source=True)
+    lines = [json.dumps(e) for e in events]
+    changed = [re.sub(pattern, repl, line, count=1) for line in lines]
+    assert any(a != b for a, b in zip(lines, changed, strict=True)), name
+    path = tmp_path / "m.jsonl"
+    _write(path, changed)
+    compare_file(check_log_run, path, [[]])

@@ -1066,6 +1066,610 @@ static PyObject *fv_vllm_event(PyObject *self, PyObject *const *args, Py_ssize_t
     return code < 0 ? NULL : PyLong_FromLong(code);
 }
 
+/* ------------------------------------------------------- raw Dynamo lines
+ *
+ * lines(ctx, lines, start) reads RouterEvent JSON lines itself, without
+ * building a decoded object: lines[start:] are parsed here for the shape
+ * Dynamo publishes (the fields of codecs.RouterEventMsg in any order, plain
+ * unsigned integers, null or escape-free ASCII strings) and each clean Stored
+ * or Removed is applied to the view's dicts exactly as line() applies its
+ * decoded form. It stops at the first line it does not take whole - any other
+ * shape or value (an unknown field, a duplicate key, a number with a sign,
+ * fraction or exponent, an escape, non-ASCII text, a blank line, a Cleared),
+ * or an event line() would not apply (an unknown source or tier, an event id
+ * not due, a parent not stored, a hash off its chain, a block stored twice,
+ * a block not stored, a Removed whose tail Python runs) - with that line
+ * untouched, and returns (index of that line, Stored applied, Removed
+ * applied); the caller runs its own path for that line and calls again
+ * after it. So every line this function does not understand goes through
+ * the reference path: it can only make lines faster, never judge one.
+ * ctx: (sources, anchored_tiers or None, chain, hash check or None, view,
+ * seed, strict).
+ */
+
+#define RAW_MAX_BLOCKS 256
+#define RAW_MAX_REMOVED 64
+#define N_TIERS 5
+static const char *const tier_names[N_TIERS] = {"device", "host_pinned", "disk", "external", "remote"};
+static PyObject *tier_objs[N_TIERS];
+
+typedef struct {
+    const unsigned char *p, *end;
+} rcur;
+
+typedef struct {
+    uint64_t w, eid, dp, parent;
+    int tier, kind, has_parent; /* kind 1: Stored, 2: Removed */
+    Py_ssize_t n;
+    uint64_t h[RAW_MAX_BLOCKS], th[RAW_MAX_BLOCKS];
+} rawev;
+
+static inline void r_ws(rcur *c) {
+    while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\r' || *c->p == '\n')) c->p++;
+}
+
+static inline int r_ch(rcur *c, unsigned char ch) {
+    r_ws(c);
+    if (c->p < c->end && *c->p == ch) {
+        c->p++;
+        return 1;
+    }
+    return 0;
+}
+
+/* an unsigned JSON integer that fits in 64 bits: digits only, no leading zero,
+ * not followed by a fraction or an exponent */
+static int r_u64(rcur *c, uint64_t *out) {
+    r_ws(c);
+    const unsigned char *p = c->p, *end = c->end;
+    if (p >= end || (unsigned)(*p - '0') > 9) return 0;
+    if (*p == '0' && p + 1 < end && (unsigned)(p[1] - '0') <= 9) return 0;
+    const unsigned char *stop = end - p > 19 ? p + 19 : end; /* 19 digits cannot overflow */
+    uint64_t v = 0;
+    unsigned d;
+    while (p < stop && (d = (unsigned)(*p - '0')) <= 9) {
+        v = v * 10 + d;
+        p++;
+    }
+    if (p < end && (d = (unsigned)(*p - '0')) <= 9) { /* a 20th digit */
+        if (v > (UINT64_MAX - d) / 10) return 0;
+        v = v * 10 + d;
+        p++;
+        if (p < end && (unsigned)(*p - '0') <= 9) return 0;
+    }
+    if (p < end && (*p == '.' || *p == 'e' || *p == 'E')) return 0;
+    c->p = p;
+    *out = v;
+    return 1;
+}
+
+static int r_null(rcur *c) {
+    r_ws(c);
+    if (c->end - c->p >= 4 && memcmp(c->p, "null", 4) == 0) {
+        c->p += 4;
+        return 1;
+    }
+    return 0;
+}
+
+/* a string of printable ASCII without escapes; *s, *n: its text */
+static int r_str(rcur *c, const unsigned char **s, Py_ssize_t *n) {
+    if (!r_ch(c, '"')) return 0;
+    const unsigned char *p = c->p;
+    while (p < c->end && *p != '"') {
+        if (*p < 0x20 || *p >= 0x7f || *p == '\\') return 0;
+        p++;
+    }
+    if (p >= c->end) return 0;
+    *s = c->p;
+    *n = p - c->p;
+    c->p = p + 1;
+    return 1;
+}
+
+/* one of names, as a JSON string written without escapes (a name written
+ * otherwise is not recognised: the line then goes the reference way); the
+ * index of the name, -1 otherwise */
+static int r_name(rcur *c, const char *const *names, int count) {
+    if (!r_ch(c, '"')) return -1;
+    const unsigned char *p = c->p;
+    Py_ssize_t room = c->end - p;
+    for (int i = 0; i < count; i++) {
+        size_t n = strlen(names[i]); /* a few bytes */
+        if ((Py_ssize_t)n < room && p[n] == '"' && memcmp(p, names[i], n) == 0) {
+            c->p = p + n + 1;
+            return i;
+        }
+    }
+    return -1;
+}
+
+/* a key and its colon; returns the index of the key in names, -1 otherwise */
+static int r_key(rcur *c, const char *const *names, int count) {
+    int k = r_name(c, names, count);
+    return k >= 0 && r_ch(c, ':') ? k : -1;
+}
+
+/* after a member: 1 another follows, 0 the object ends, -1 neither */
+static int r_next(rcur *c, unsigned char close) {
+    if (r_ch(c, ',')) return 1;
+    if (r_ch(c, close)) return 0;
+    return -1;
+}
+
+static const char *const block_keys[] = {"block_hash", "tokens_hash", "mm_extra_info"};
+
+static int r_block(rcur *c, rawev *e) {
+    if (!r_ch(c, '{') || e->n >= RAW_MAX_BLOCKS) return 0;
+    unsigned seen = 0;
+    uint64_t h = 0, th = 0;
+    for (;;) {
+        int k = r_key(c, block_keys, 3);
+        if (k < 0 || (seen & (1u << k))) return 0;
+        seen |= 1u << k;
+        if (k == 0 ? !r_u64(c, &h) : k == 1 ? !r_u64(c, &th) : !r_null(c)) return 0;
+        int nx = r_next(c, '}');
+        if (nx < 0) return 0;
+        if (nx == 0) break;
+    }
+    if ((seen & 3u) != 3u) return 0;
+    e->h[e->n] = h;
+    e->th[e->n] = th;
+    e->n++;
+    return 1;
+}
+
+static const char *const stored_keys[] = {"blocks", "parent_hash", "start_position"};
+
+static int r_stored(rcur *c, rawev *e) {
+    if (!r_ch(c, '{')) return 0;
+    unsigned seen = 0;
+    for (;;) {
+        int k = r_key(c, stored_keys, 3);
+        if (k < 0 || (seen & (1u << k))) return 0;
+        seen |= 1u << k;
+        if (k == 0) {
+            if (!r_ch(c, '[')) return 0;
+            if (r_ch(c, ']')) return 0; /* no blocks: the reference path reports it */
+            for (;;) {
+                if (!r_block(c, e)) return 0;
+                int nx = r_next(c, ']');
+                if (nx < 0) return 0;
+                if (nx == 0) break;
+            }
+        } else if (k == 1) {
+            if (r_null(c))
+                e->has_parent = 0;
+            else if (r_u64(c, &e->parent))
+                e->has_parent = 1;
+            else
+                return 0;
+        } else {
+            uint64_t sp;
+            if (!r_null(c) && !(r_u64(c, &sp) && sp <= 0xffffffffULL)) return 0;
+        }
+        int nx = r_next(c, '}');
+        if (nx < 0) return 0;
+        if (nx == 0) break;
+    }
+    return (seen & 1u) != 0;
+}
+
+static const char *const removed_keys[] = {"block_hashes"};
+
+static int r_removed(rcur *c, rawev *e) {
+    if (!r_ch(c, '{') || r_key(c, removed_keys, 1) != 0 || !r_ch(c, '[') || r_ch(c, ']')) return 0;
+    for (;;) {
+        if (e->n >= RAW_MAX_REMOVED || !r_u64(c, &e->h[e->n])) return 0;
+        e->n++;
+        int nx = r_next(c, ']');
+        if (nx < 0) return 0;
+        if (nx == 0) break;
+    }
+    return r_ch(c, '}');
+}
+
+static const char *const data_keys[] = {"stored", "removed"};
+
+static int r_data(rcur *c, rawev *e) {
+    if (!r_ch(c, '{')) return 0; /* "cleared" and anything else: the reference path */
+    int k = r_key(c, data_keys, 2);
+    if (k < 0) return 0;
+    e->kind = k + 1;
+    if (k == 0 ? !r_stored(c, e) : !r_removed(c, e)) return 0;
+    return r_ch(c, '}'); /* only one of stored and removed */
+}
+
+static const char *const event_keys[] = {"event_id", "data", "dp_rank"};
+
+static int r_event(rcur *c, rawev *e) {
+    if (!r_ch(c, '{')) return 0;
+    unsigned seen = 0;
+    e->dp = 0;
+    for (;;) {
+        int k = r_key(c, event_keys, 3);
+        if (k < 0 || (seen & (1u << k))) return 0;
+        seen |= 1u << k;
+        if (k == 0 ? !r_u64(c, &e->eid) : k == 1 ? !r_data(c, e) : !(r_u64(c, &e->dp) && e->dp <= 0xffffffffULL))
+            return 0;
+        int nx = r_next(c, '}');
+        if (nx < 0) return 0;
+        if (nx == 0) break;
+    }
+    return (seen & 3u) == 3u;
+}
+
+static const char *const router_keys[] = {"worker_id", "storage_tier", "residency_domain", "event"};
+
+/* one RouterEvent line into e; 0 when it is not of the shape taken here */
+static int r_line(const unsigned char *s, Py_ssize_t len, rawev *e) {
+    rcur c = {s, s + len};
+    e->n = 0;
+    e->kind = 0;
+    e->has_parent = 0;
+    e->tier = 0; /* "device", the default */
+    if (!r_ch(&c, '{')) return 0;
+    unsigned seen = 0;
+    for (;;) {
+        int k = r_key(&c, router_keys, 4);
+        if (k < 0 || (seen & (1u << k))) return 0;
+        seen |= 1u << k;
+        if (k == 0) {
+            if (!r_u64(&c, &e->w)) return 0;
+        } else if (k == 1) {
+            e->tier = r_name(&c, tier_names, N_TIERS);
+            if (e->tier < 0) return 0;
+        } else if (k == 2) {
+            const unsigned char *t;
+            Py_ssize_t n;
+            if (!r_null(&c) && !r_str(&c, &t, &n)) return 0;
+        } else if (!r_event(&c, e)) {
+            return 0;
+        }
+        int nx = r_next(&c, '}');
+        if (nx < 0) return 0;
+        if (nx == 0) break;
+    }
+    r_ws(&c);
+    return c.p == c.end && (seen & 9u) == 9u;
+}
+
+/* the objects an event of one (worker, dp rank, tier) works on, kept while
+ * consecutive lines name the same one (nothing but this function runs
+ * between them, and it never adds or replaces sources or tiers) */
+typedef struct {
+    int valid;
+    uint64_t w, dp;
+    int tier;
+    PyObject *src, *live, *kids, *removed; /* new references */
+    int anchored;
+} rawkey;
+
+static void rawkey_clear(rawkey *k) {
+    Py_CLEAR(k->src);
+    Py_CLEAR(k->live);
+    Py_CLEAR(k->kids);
+    Py_CLEAR(k->removed);
+    k->valid = 0;
+}
+
+/* 1 found, 0 no such source or tier (the reference path's business), -1 error */
+static int rawkey_find(rawkey *k, const rawev *e, PyObject *sources, PyObject *anchored_tiers) {
+    if (k->valid && k->w == e->w && k->dp == e->dp && k->tier == e->tier) return 1;
+    rawkey_clear(k);
+    PyObject *wo = PyLong_FromUnsignedLongLong(e->w), *dpo = PyLong_FromUnsignedLongLong(e->dp);
+    PyObject *key = (wo && dpo) ? PyTuple_Pack(2, wo, dpo) : NULL;
+    Py_XDECREF(wo);
+    Py_XDECREF(dpo);
+    if (key == NULL) return -1;
+    PyObject *src = PyDict_GetItemWithError(sources, key); /* borrowed */
+    Py_DECREF(key);
+    if (src == NULL) return PyErr_Occurred() ? -1 : 0;
+    Py_INCREF(src);
+    k->src = src;
+    PyObject *tiers = GETF(src, S_tiers);
+    if (tiers == NULL) return -1;
+    int r = 0;
+    if (PyDict_CheckExact(tiers)) {
+        PyObject *tname = tier_objs[e->tier];
+        PyObject *tier = PyDict_GetItemWithError(tiers, tname); /* borrowed */
+        if (tier == NULL) {
+            r = PyErr_Occurred() ? -1 : 0;
+        } else {
+            Py_INCREF(tier);
+            k->live = GETF(tier, S_live);
+            k->kids = k->live ? GETF(tier, S_kids) : NULL;
+            k->removed = k->kids ? GETF(tier, S_removed) : NULL;
+            Py_DECREF(tier);
+            if (k->removed == NULL) {
+                r = -1;
+            } else if (!PyDict_CheckExact(k->live) || !PyDict_CheckExact(k->kids)) {
+                r = 0;
+            } else {
+                k->anchored = 1;
+                if (anchored_tiers != Py_None) k->anchored = PySequence_Contains(anchored_tiers, tname);
+                r = k->anchored < 0 ? -1 : 1;
+            }
+        }
+    }
+    Py_DECREF(tiers);
+    if (r != 1) {
+        rawkey_clear(k);
+        return r;
+    }
+    k->valid = 1;
+    k->w = e->w;
+    k->dp = e->dp;
+    k->tier = e->tier;
+    return 1;
+}
+
+/* a clean Stored applied as stored_core applies it: 1 applied, 0 not clean
+ * (nothing changed), -1 error. Every block is checked before any is stored,
+ * which is stored_core's insert-then-roll-back without the roll-back. */
+static int raw_stored(const rawev *e, rawkey *k, PyObject *eid, PyObject *index, int chain, uint64_t seed) {
+    PyObject *live = k->live, *kids = k->kids;
+    PyObject *hobj[RAW_MAX_BLOCKS];
+    PyObject *parent = Py_None;
+    Py_ssize_t made = 0;
+    int r = 0;
+    Py_INCREF(Py_None);
+    if (e->has_parent) {
+        Py_DECREF(Py_None);
+        parent = PyLong_FromUnsignedLongLong(e->parent);
+        if (parent == NULL) return -1;
+        if (k->anchored) {
+            int c = PyDict_Contains(live, parent);
+            if (c <= 0) {
+                r = c;
+                goto out;
+            }
+        }
+    }
+    uint64_t prev = e->parent;
+    for (Py_ssize_t i = 0; i < e->n; i++) {
+        uint64_t h = e->h[i];
+        if (chain) {
+#if HAVE_XXH3_16
+            if (i == 0 && !e->has_parent ? h != e->th[i] : xxh3_16(prev, e->th[i], seed) != h) goto out;
+#else
+            goto out;
+#endif
+        }
+        for (Py_ssize_t j = 0; j < i; j++)
+            if (e->h[j] == h) goto out; /* named twice: the reference reports it */
+        PyObject *ho = PyLong_FromUnsignedLongLong(h);
+        if (ho == NULL) {
+            r = -1;
+            goto out;
+        }
+        hobj[made++] = ho;
+        int c = PyDict_Contains(live, ho);
+        if (c != 0) {
+            r = c < 0 ? -1 : 0;
+            goto out;
+        }
+        prev = h;
+    }
+    PyObject *p = parent;
+    for (Py_ssize_t i = 0; i < e->n; i++) {
+        PyObject *rec = PyTuple_Pack(4, one, p, eid, index);
+        if (rec != NULL) PyObject_GC_UnTrack(rec); /* ints and None only: the collector need not visit it */
+        if (rec == NULL || PyDict_SetItem(live, hobj[i], rec) < 0 || (p != Py_None && kids_inc(kids, p) < 0)) {
+            Py_XDECREF(rec);
+            r = -1;
+            goto out;
+        }
+        Py_DECREF(rec);
+        p = hobj[i];
+    }
+    r = 1;
+out:
+    for (Py_ssize_t i = 0; i < made; i++) Py_DECREF(hobj[i]);
+    Py_DECREF(parent);
+    return r;
+}
+
+/* a clean Removed applied as removed_core applies it, when it would be code 2
+ * in line() (no tail for Python to run: with strict, no removed block keeps a
+ * stored child once the event's blocks are gone): 1 applied, 0 not taken
+ * (nothing changed), -1 error */
+static int raw_removed(const rawev *e, rawkey *k, PyObject *eid, PyObject *index, int strict) {
+    PyObject *live = k->live, *kids = k->kids;
+    PyObject *hobj[RAW_MAX_REMOVED];
+    uint64_t par[RAW_MAX_REMOVED];
+    char has_par[RAW_MAX_REMOVED];
+    Py_ssize_t made = 0;
+    int r = 0;
+    PyObject *cur = NULL, *mark = NULL;
+    for (Py_ssize_t i = 0; i < e->n; i++) {
+        for (Py_ssize_t j = 0; j < i; j++)
+            if (e->h[j] == e->h[i]) goto out;
+        PyObject *ho = PyLong_FromUnsignedLongLong(e->h[i]);
+        if (ho == NULL) {
+            r = -1;
+            goto out;
+        }
+        hobj[made++] = ho;
+        PyObject *rec = PyDict_GetItemWithError(live, ho); /* borrowed */
+        if (rec == NULL) {
+            r = PyErr_Occurred() ? -1 : 0;
+            goto out;
+        }
+        if (!PyTuple_CheckExact(rec) || PyTuple_GET_SIZE(rec) < 2) goto out;
+        PyObject *p = PyTuple_GET_ITEM(rec, 1);
+        has_par[i] = p != Py_None;
+        if (has_par[i] && !u64_of(p, &par[i])) goto out;
+    }
+    if (strict) { /* a block left with stored children: Python reports the orphans */
+        for (Py_ssize_t i = 0; i < e->n; i++) {
+            PyObject *n = PyDict_GetItemWithError(kids, hobj[i]);
+            if (n == NULL) {
+                if (PyErr_Occurred()) {
+                    r = -1;
+                    goto out;
+                }
+                continue;
+            }
+            if (!PyLong_CheckExact(n)) goto out;
+            long K = PyLong_AsLong(n);
+            if (K == -1 && PyErr_Occurred()) {
+                r = -1;
+                goto out;
+            }
+            long gone = 0;
+            for (Py_ssize_t j = 0; j < e->n; j++) gone += has_par[j] && par[j] == e->h[i];
+            if (K > gone) goto out;
+        }
+    }
+    cur = GETF(k->removed, S_cur);
+    mark = cur ? PyTuple_Pack(2, eid, index) : NULL;
+    if (mark != NULL) PyObject_GC_UnTrack(mark); /* two ints */
+    if (mark == NULL || !PyDict_CheckExact(cur)) {
+        r = mark == NULL ? -1 : 0;
+        goto out;
+    }
+    for (Py_ssize_t i = 0; i < e->n; i++) {
+        PyObject *rec = PyDict_GetItemWithError(live, hobj[i]);
+        if (rec == NULL) {
+            r = -1; /* checked above: cannot happen */
+            goto out;
+        }
+        Py_INCREF(rec);
+        if (PyDict_DelItem(live, hobj[i]) < 0 || PyDict_SetItem(cur, hobj[i], mark) < 0) {
+            Py_DECREF(rec);
+            r = -1;
+            goto out;
+        }
+        PyObject *p = PyTuple_GET_ITEM(rec, 1);
+        if (p != Py_None && kids_dec(kids, p) < 0) {
+            Py_DECREF(rec);
+            r = -1;
+            goto out;
+        }
+        Py_DECREF(rec);
+    }
+    /* the recent removals rotate when full, as on_removed leaves them */
+    PyObject *cap = GETF(k->removed, S_cap);
+    Py_ssize_t cp = cap == NULL ? -1 : PyLong_AsSsize_t(cap);
+    Py_XDECREF(cap);
+    if (cp < 0) {
+        r = -1;
+        goto out;
+    }
+    if (PyDict_GET_SIZE(cur) >= cp) {
+        PyObject *x = PyObject_CallMethodNoArgs(k->removed, S_rotate);
+        if (x == NULL) {
+            r = -1;
+            goto out;
+        }
+        Py_DECREF(x);
+    }
+    r = 1;
+out:
+    for (Py_ssize_t i = 0; i < made; i++) Py_DECREF(hobj[i]);
+    Py_XDECREF(cur);
+    Py_XDECREF(mark);
+    return r;
+}
+
+static PyObject *fv_lines(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyTuple_CheckExact(args[0]) || PyTuple_GET_SIZE(args[0]) != 7 || !PyList_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "lines(ctx, lines, start): ctx a tuple of 7, lines a list");
+        return NULL;
+    }
+    PyObject *ctx = args[0], *lines = args[1];
+    Py_ssize_t start = PyLong_AsSsize_t(args[2]);
+    if (start == -1 && PyErr_Occurred()) return NULL;
+    PyObject *sources = PyTuple_GET_ITEM(ctx, 0), *anchored_tiers = PyTuple_GET_ITEM(ctx, 1);
+    int chain = PyObject_IsTrue(PyTuple_GET_ITEM(ctx, 2));
+    PyObject *hcheck = PyTuple_GET_ITEM(ctx, 3), *view = PyTuple_GET_ITEM(ctx, 4);
+    int seed_ok;
+    uint64_t seed = as_u64(PyTuple_GET_ITEM(ctx, 5), &seed_ok);
+    int strict = PyObject_IsTrue(PyTuple_GET_ITEM(ctx, 6));
+    if (chain < 0 || strict < 0 || !seed_ok || !PyDict_CheckExact(sources)) {
+        PyErr_SetString(PyExc_TypeError, "lines(): bad context");
+        return NULL;
+    }
+    /* line() hands a Removed to Python when the hash check keeps per-block
+     * state; that does not change while only this function runs */
+    int removals = 1;
+    if (hcheck != Py_None) {
+        for (int k = 0; k < 2 && removals; k++) {
+            PyObject *d = PyObject_GetAttr(hcheck, k == 0 ? S_full : S_pending);
+            if (d == NULL) return NULL;
+            int t = PyObject_IsTrue(d);
+            Py_DECREF(d);
+            if (t < 0) return NULL;
+            if (t) removals = 0;
+        }
+    }
+    PyObject *index_o = PyObject_GetAttr(view, S_index);
+    if (index_o == NULL) return NULL;
+    Py_ssize_t n_lines = PyList_GET_SIZE(lines), i = start < 0 ? 0 : start;
+    long long n_stored = 0, n_removed = 0;
+    Py_ssize_t chained = 0;
+    rawkey key = {0};
+    int err = 0;
+    static rawev e; /* the GIL is held throughout: one at a time */
+    for (; i < n_lines; i++) {
+        PyObject *line = PyList_GET_ITEM(lines, i);
+        if (!PyBytes_CheckExact(line) ||
+            !r_line((const unsigned char *)PyBytes_AS_STRING(line), PyBytes_GET_SIZE(line), &e))
+            break;
+        if (e.kind == 2 && !removals) break;
+        int f = rawkey_find(&key, &e, sources, anchored_tiers);
+        if (f <= 0) {
+            err = f < 0;
+            break;
+        }
+        PyObject *nid = GETF(key.src, S_next_id);
+        if (nid == NULL) {
+            err = 1;
+            break;
+        }
+        int ok;
+        uint64_t due = PyLong_CheckExact(nid) ? as_u64(nid, &ok) : (ok = 0);
+        Py_DECREF(nid);
+        if (!ok || due != e.eid) break;
+        PyObject *eid = PyLong_FromUnsignedLongLong(e.eid);
+        if (eid == NULL) {
+            err = 1;
+            break;
+        }
+        int r = e.kind == 1 ? raw_stored(&e, &key, eid, index_o, chain, seed)
+                            : raw_removed(&e, &key, eid, index_o, strict);
+        if (r == 1) {
+            /* the source's next id and the view's index, as on_stored/on_removed leave them */
+            PyObject *nxt = PyNumber_Add(eid, one);
+            if (nxt == NULL || PyObject_SetAttr(key.src, S_next_id, nxt) < 0) r = -1;
+            Py_XDECREF(nxt);
+            nxt = r == 1 ? PyNumber_Add(index_o, one) : NULL;
+            if (nxt == NULL)
+                r = -1;
+            else
+                Py_SETREF(index_o, nxt);
+        }
+        Py_DECREF(eid);
+        if (r <= 0) {
+            err = r < 0;
+            break;
+        }
+        if (e.kind == 1) {
+            n_stored++;
+            if (chain && hcheck != Py_None) chained += e.n;
+        } else {
+            n_removed++;
+        }
+    }
+    rawkey_clear(&key);
+    chain_blocks += chained; /* handed over by take_chain_blocks(), as line() does */
+    if (PyObject_SetAttr(view, S_index, index_o) < 0) err = 1;
+    Py_DECREF(index_o);
+    if (err) return NULL;
+    return Py_BuildValue("(nLL)", i, n_stored, n_removed);
+}
+
 /* xxh3_16(a, b, seed) -> int: XXH3-64 of a and b as little-endian u64
  * (Dynamo's chain step), or None where the compiler has no 128-bit ints
  * (the chain then goes through the xxhash package); tests compare it */
@@ -1094,6 +1698,7 @@ static PyMethodDef methods[] = {
     {"stored", (PyCFunction)(void (*)(void))fv_stored, METH_FASTCALL, "apply a clean Dynamo Stored (see fastview.py)"},
     {"removed", (PyCFunction)(void (*)(void))fv_removed, METH_FASTCALL, "apply a clean Removed (see fastview.py)"},
     {"line", (PyCFunction)(void (*)(void))fv_line, METH_FASTCALL, "apply a clean decoded RouterEvent line"},
+    {"lines", (PyCFunction)(void (*)(void))fv_lines, METH_FASTCALL, "apply clean RouterEvent JSON lines read here"},
     {"take_chain_blocks", fv_take_chain_blocks, METH_NOARGS, "blocks line() chain-checked since the last call"},
     {"vllm_event", (PyCFunction)(void (*)(void))fv_vllm_event, METH_FASTCALL, "apply a clean vLLM event"},
     {"sha256", fv_sha256, METH_O, "SHA-256 digest of bytes"},
@@ -1143,5 +1748,6 @@ PyMODINIT_FUNC PyInit__kvspec_fastview(void) {
     INTERN(S_digest, "digest")
     INTERN(S_checked_blocks, "checked_blocks")
     INTERN(S_pop, "pop")
+    for (int i = 0; i < N_TIERS; i++) INTERN(tier_objs[i], tier_names[i])
     return PyModule_Create(&module);
 }

@@ -2,7 +2,9 @@
 
 ``_fastview.c`` applies a clean Dynamo Stored or Removed to the router
 view's dicts several times faster than the Python loops of
-``formats._fused_stored``/``_fused_removed`` (``line``), and a clean vLLM
+``formats._fused_stored``/``_fused_removed`` (``line``; ``lines`` also
+reads the RouterEvent JSON text itself, skipping the decoded object, for the
+lines of the shape Dynamo writes), and a clean vLLM
 BlockStored or BlockRemoved with its sha256 block hashes recomputed faster
 than ``ZmqFeed._stored``/``_removed`` and ``HashCheck`` (``vllm_event``),
 with the same semantics (the Python code remains the reference and the

@@ -21,6 +21,7 @@ a record says so.
 from __future__ import annotations
 
 import binascii
+import os
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -155,9 +156,10 @@ def iter_chunks(f: IO[bytes], limit: int) -> Iterator[tuple[int, list[bytes], in
             pending, pending_len = [], 0
         lines = chunk.split(b"\n")
         rest = lines.pop()
-        for i, line in enumerate(lines):
-            if len(line) > limit:
-                raise StreamError(f"longer than {limit} bytes (--max-record-bytes)", f"line {lineno + i}")
+        if len(chunk) > limit:  # otherwise no line in it can be longer
+            for i, line in enumerate(lines):
+                if len(line) > limit:
+                    raise StreamError(f"longer than {limit} bytes (--max-record-bytes)", f"line {lineno + i}")
         yield lineno, lines, 0
         lineno += len(lines)
         if rest:
@@ -198,15 +200,31 @@ class RouterReader:
     view configured otherwise, goes through the view's own methods, which
     remain the reference: the fused path changes no state before it knows the
     event is clean, so both give the same findings (tests/test_check_log_fused.py
-    runs them side by side on valid and corrupted streams)."""
+    runs them side by side on valid and corrupted streams).
+
+    With the C extension (``fastview``) a third path comes first: its
+    ``lines()`` reads the JSON text of each line itself, without a decoded
+    object, and applies the clean Stored and Removed it understands (``raw``;
+    ``KVSPEC_FASTVIEW_RAW=0`` turns it off). It stops at the first line of
+    any other shape or that might break a rule, which then goes the ways
+    above; the tests run every path on valid, corrupted and oddly written
+    lines."""
 
     def __init__(
-        self, warn: Callable[[str], None], limit: int = MAX_RECORD_BYTES, *, fused: bool = True, native: bool = True
+        self,
+        warn: Callable[[str], None],
+        limit: int = MAX_RECORD_BYTES,
+        *,
+        fused: bool = True,
+        native: bool = True,
+        raw: bool | None = None,
     ) -> None:
         self.warn = warn
         self.limit = limit
         self.fused = fused
         self.native = native
+        # KVSPEC_FASTVIEW_RAW=0: C per decoded line only (the benchmark compares both)
+        self.raw = os.environ.get("KVSPEC_FASTVIEW_RAW", "1") != "0" if raw is None else raw
         self.unknown: set[str] = set()
         self.stats = ReadStats()
 
@@ -305,11 +323,26 @@ class RouterReader:
         if native is not None:
             native.take_chain_blocks()  # zero, whatever an interrupted run left
         ctx = (sources, anchored, chain, hcheck, view, xxh, seed, EventDataMsg, strict)
+        # the C reader of whole lines (fastview lines()): it applies the clean
+        # lines it understands and stops at the first other one, which takes
+        # the path below; then it goes on after that line
+        c_lines = native.lines if native is not None and self.raw else None
+        rctx = (sources, anchored, chain, hcheck, view, seed, strict)
         try:
             for first, lines, unterminated in iter_chunks(f, self.limit):
-                lineno = first - 1
-                for line in lines:
-                    lineno += 1
+                i = 0
+                n_lines = len(lines)
+                while i < n_lines:
+                    if c_lines is not None:
+                        i, ns, nr = c_lines(rctx, lines, i)
+                        records += ns + nr
+                        n_stored += ns
+                        n_removed += nr
+                        if i >= n_lines:
+                            break
+                    line = lines[i]
+                    lineno = first + i
+                    i += 1
                     if not line or line.isspace():
                         continue
                     try:
