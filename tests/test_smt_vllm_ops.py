@@ -52,3 +52,21 @@ def test_sanity_catches_a_narrowed_step(monkeypatch: pytest.MonkeyPatch) -> None
 )
 def test_each_operation_mutant_is_refuted_where_it_breaks(mutant: str, where: str) -> None:
     assert ops.refute(mutant) == where
+
+
+def test_prove_with_an_operation_mutant_shows_its_counterexample(capsys: pytest.CaptureFixture[str]) -> None:
+    from kvspec.reference.smt.cli_prove import main
+
+    assert main(["--profile", "vllm", "--mutant", "check-before-pins"]) == 1
+    out = capsys.readouterr().out
+    assert "NOT proven: USE-CAPACITY at use(check)" in out
+    assert "counterexample (finite pool): use(check) (USE-CAPACITY)" in out
+
+
+def test_prove_vllm_refuses_another_profiles_mutant(capsys: pytest.CaptureFixture[str]) -> None:
+    from kvspec.reference.smt.cli_prove import main
+
+    assert main(["--profile", "vllm", "--mutant", "no-pin"]) == 2
+    assert "the vllm profile has no mutant 'no-pin'" in capsys.readouterr().err
+    assert main(["--mutant", "parent-moves"]) == 2
+    assert "parent-moves is a mutant of --profile vllm" in capsys.readouterr().err

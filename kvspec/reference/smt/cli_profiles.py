@@ -32,9 +32,12 @@ def _refute_row(profile: str, name: str, rule: str, refute_it: Callable[[], str 
         problems.append(f"the {profile} mutant {name} was not refuted")
 
 
-def run_vllm() -> int:
+def run_vllm(mutant: str | None = None) -> int:
     """INV-VLLM-COPIES for any pool size and hashes, its sanity check, and one
-    refuted mutant per copy rule. Exit 1 on any failure."""
+    refuted mutant per copy rule; then the operation level. Exit 1 on any
+    failure. With ``mutant``: the proofs of that broken variant."""
+    if mutant is not None:
+        return _vllm_mutant(mutant)
     print("kvspec prove --profile vllm: copy counting, any pool size, any number of block hashes")
     print(_row(["invariant", "result", "scope", "time"]))
     print(_row(["-" * w for w in WIDTHS]))
@@ -81,6 +84,38 @@ def _vllm_ops() -> list[str]:
     for name, (rule, _what) in ops.MUTANTS.items():
         _refute_row("vllm", f"op:{name}", rule, partial(ops.refute, name), problems)
     return problems
+
+
+def _vllm_mutant(mutant: str) -> int:
+    """The vllm proofs (step and operation level, whichever has ``mutant``)
+    and the operation-level sanity check with the mutant in force; exit 1
+    when it is caught (a proof fails, a sanity check fails or a finite
+    counterexample exists), 2 when no level has it."""
+    from . import profile_vllm_ops as ops
+
+    if mutant not in MUTANTS and mutant not in ops.MUTANTS:
+        names = ", ".join(dict.fromkeys([*MUTANTS, *ops.MUTANTS]))
+        print(f"kvspec prove: the vllm profile has no mutant {mutant!r}; its mutants: {names}", file=sys.stderr)
+        return 2
+    tw = frozenset({mutant})
+    caught = False
+    if mutant in MUTANTS:
+        bad = [p.transition for p in prove_vllm(tw) if p.verdict != "proven"]
+        print(f"MUTANT {mutant} (step level, breaks {MUTANTS[mutant]})")
+        print(f"step level: INV-VLLM-COPIES {'NOT proven at ' + ', '.join(bad) if bad else 'proven'}")
+        caught |= bool(bad)
+    if mutant in ops.MUTANTS:
+        rule, what = ops.MUTANTS[mutant]
+        print(f"MUTANT {mutant} (operation level): {what} (breaks {rule})")
+        bad = [f"{p.prop} at {p.transition}" for p in ops.prove_ops(tw) if p.verdict != "proven"]
+        print(f"operation level: {'NOT proven: ' + '; '.join(bad) if bad else 'every property proven'}")
+        found = ops.sanity(tw)  # the sanity checks run on the mutant too: a narrowed guard shows here
+        for p in found:
+            print(f"sanity (mutant): {p}")
+        where = ops.refute(mutant)
+        print(f"counterexample (finite pool): {where}" if where else "no finite counterexample found")
+        caught |= bool(bad or found or where)
+    return 1 if caught else 0
 
 
 def _blocks(profile: str) -> Profile:

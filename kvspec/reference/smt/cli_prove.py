@@ -19,6 +19,8 @@ from .mutants import MUTANTS, mutant
 from .narrowing import check_cases
 from .operations_cli import add_operation_arguments, check_operation_arguments, run_operation_rows
 from .profile_radix import MUTANTS as RADIX_MUTANTS
+from .profile_vllm import MUTANTS as VLLM_MUTANTS
+from .profile_vllm_ops import MUTANTS as VLLM_OP_MUTANTS
 from .prover import Result, check_enabled, check_rules_reachable, contract_free, default_applier, prove
 from .universe import DEFAULT_BOUND, Bound
 
@@ -52,9 +54,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--mutant",
         choices=[m.name for m in MUTANTS]
         + sorted(set(block_mutants()) - {m.name for m in MUTANTS})
-        + sorted(RADIX_MUTANTS),
+        + sorted(RADIX_MUTANTS)
+        + sorted((set(VLLM_MUTANTS) | set(VLLM_OP_MUTANTS)) - set(block_mutants()) - set(RADIX_MUTANTS)),
         help="prove against a broken variant of the rules (expect a counterexample); with --profile"
-        " kvbm, legacy, atomic or radix, one of that profile's mutants",
+        " kvbm, legacy, atomic, radix or vllm, one of that profile's mutants",
     )
     p.add_argument(
         "--profile",
@@ -102,6 +105,10 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    if profile == "vllm":
+        from .cli_profiles import run_vllm
+
+        return run_vllm(args.mutant)
     if profile == "radix" or args.mutant in RADIX_MUTANTS:
         if args.mutant and (profile != "radix" or args.mutant not in RADIX_MUTANTS):
             which = (
@@ -116,16 +123,15 @@ def run(args: argparse.Namespace) -> int:
         from .cli_profiles import run_blocks
 
         return run_blocks(profile, args.mutant)
+    if args.mutant and args.mutant not in {m.name for m in MUTANTS} and args.mutant not in block_mutants():
+        print(f"kvspec prove: {args.mutant} is a mutant of --profile vllm", file=sys.stderr)
+        return 2
     if args.mutant and args.mutant not in {m.name for m in MUTANTS}:
         print(
             f"kvspec prove: {args.mutant} is a mutant of --profile {'/'.join(block_mutants()[args.mutant])}",
             file=sys.stderr,
         )
         return 2
-    if profile == "vllm":
-        from .cli_profiles import run_vllm
-
-        return run_vllm()
     if profile in ("paged", "session"):
         from .managers_prove import prove_managers
 
