@@ -118,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
             return 2
         from .cli_radix import run_radix
 
-        return run_radix(args.mutant)
+        return run_radix(args.mutant, unbounded=getattr(args, "unbounded", False), timeout_s=args.timeout)
     if profile in BLOCK_PROFILES:
         from .cli_profiles import run_blocks
 

@@ -29,7 +29,16 @@ def _row(cols: list[str]) -> str:
     return "  ".join(c.ljust(w) for c, w in zip(cols, WIDTHS, strict=True)).rstrip()
 
 
-def run_radix(mutant: str | None = None, bound: RadixBound = DEFAULT_BOUND) -> int:
+def run_radix(
+    mutant: str | None = None,
+    bound: RadixBound = DEFAULT_BOUND,
+    unbounded: bool = False,
+    timeout_s: float | None = None,
+) -> int:
+    if unbounded:
+        from .cli_radix_unbounded import run_radix_unbounded
+
+        return run_radix_unbounded(mutant, timeout_s)
     tw = frozenset({mutant}) if mutant else frozenset()
     print(f"kvspec prove --profile radix: SGLang-style radix tree at page level, every state of {bound}")
     if mutant:
