@@ -5,6 +5,8 @@
   one way: it never publishes a Removed, so every run has a failure to show;
   it does not start; it fails on its first operation) and child processes
   of pytest and of the ``kvspec`` command that import them.
+- For the packaging tests: kvspec's wheel, built once a session from the
+  committed tree plus the working copy's changes.
 - For the differential tests of ``kvspec check-log``: one run of its
   checker over a file through a given reader, generated Dynamo router
   streams (prefix forests with Dynamo's hash chain) and named ways to
@@ -21,6 +23,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -69,6 +72,9 @@ def open_broken(config, manifest, adapter_dir):
 def open_fails_on_use(config, manifest, adapter_dir):
     return FailsOnUse(config, manifest)
 """
+
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def child_env(tmp: Path) -> dict[str, str]:
@@ -353,3 +359,28 @@ def _check_log_run(
 def check_log_run() -> CheckLogRun:
     """``_check_log_run`` (session-scoped, so Hypothesis tests may take it)."""
     return _check_log_run
+
+
+@pytest.fixture(scope="session")
+def built_wheel(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """kvspec's wheel, built once a session from a copy of the files git
+    tracks as the working copy has them (in a copy: setuptools writes build/
+    next to the sources); return it and the build's output."""
+    src = tmp_path_factory.mktemp("src")
+    listed = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    for rel in listed:
+        dest = src / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if (ROOT / rel).is_symlink():
+            dest.symlink_to(os.readlink(ROOT / rel))
+        elif (ROOT / rel).is_file():
+            shutil.copy2(ROOT / rel, dest)
+    out = tmp_path_factory.mktemp("wheel")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(out), str(src)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return next(out.glob("kvspec-*.whl")), proc.stdout + proc.stderr

@@ -51,27 +51,10 @@ def test_the_workflow_runs_the_script_and_uploads_what_it_writes() -> None:
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def wheel(built_wheel: tuple[Path, str]) -> Path:
     """kvspec's wheel, built from the committed tree plus the working copy's
-    changes (as test_packaging does, in a copy: setuptools writes build/)."""
-    src = tmp_path_factory.mktemp("src")
-    listed = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
-    for rel in listed:
-        dest = src / rel
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        if (ROOT / rel).is_symlink():
-            dest.symlink_to(os.readlink(ROOT / rel))
-        elif (ROOT / rel).is_file():
-            shutil.copy2(ROOT / rel, dest)
-    out = tmp_path_factory.mktemp("wheel")
-    proc = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(src)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return next(out.glob("kvspec-*.whl"))
+    changes (tests/conftest.py's ``built_wheel``, shared with test_packaging)."""
+    return built_wheel[0]
 
 
 def _venv_with_dependencies(repo: Path) -> Path:

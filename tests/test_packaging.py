@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import shutil
 import subprocess
 import sys
 import tomllib
@@ -19,10 +18,6 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "kvspec"
 #: the architecture's four layers: top-level links into the one package
 LAYERS = ("spec", "reference", "conformance", "adapters")
-
-
-def _listed_in_repo() -> set[str]:
-    return set(subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split())
 
 
 def test_top_level_layers_are_links_into_the_package() -> None:
@@ -56,27 +51,9 @@ def test_nothing_generic_is_importable_at_top_level() -> None:
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """Build the wheel from a copy of the committed tree in a temporary folder
-    (setuptools writes build/ next to the sources); return it and the build's
-    output."""
-    src = tmp_path_factory.mktemp("src")
-    for rel in _listed_in_repo():
-        dest = src / rel
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        if (ROOT / rel).is_symlink():
-            dest.symlink_to(os.readlink(ROOT / rel))
-        elif (ROOT / rel).is_file():
-            shutil.copy2(ROOT / rel, dest)
-    out = tmp_path_factory.mktemp("wheel")
-    proc = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(out), str(src)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return next(out.glob("kvspec-*.whl")), proc.stdout + proc.stderr
+def built(built_wheel: tuple[Path, str]) -> tuple[Path, str]:
+    """The wheel and its build's output (tests/conftest.py's ``built_wheel``)."""
+    return built_wheel
 
 
 @pytest.fixture(scope="module")
