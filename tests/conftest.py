@@ -5,6 +5,8 @@
   one way: it never publishes a Removed, so every run has a failure to show;
   it does not start; it fails on its first operation) and child processes
   of pytest and of the ``kvspec`` command that import them.
+- For the tests that build an adapter's C library: a fresh build folder
+  for each test module (``build_env``).
 - For the packaging tests: kvspec's wheel, built once a session from the
   committed tree plus the working copy's changes.
 - For the differential tests of ``kvspec check-log``: one run of its
@@ -27,7 +29,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -384,3 +386,13 @@ def built_wheel(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return next(out.glob("kvspec-*.whl")), proc.stdout + proc.stderr
+
+
+@pytest.fixture(scope="module")
+def build_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Builds of this test module go to a fresh folder (``KVSPEC_BUILD_DIR``),
+    so each module builds its C library from the sources it tests."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("KVSPEC_BUILD_DIR", str(tmp_path_factory.mktemp("kvspec-build")))
+    yield
+    mp.undo()

@@ -54,15 +54,6 @@ CONFIG = ManagerConfig(capacity=4, block_size=2, eviction="lru", dp_rank=3)
 
 
 @pytest.fixture(scope="module")
-def build_env(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """Build into a fresh cache directory for this module."""
-    mp = pytest.MonkeyPatch()
-    mp.setenv("KVSPEC_BUILD_DIR", str(tmp_path_factory.mktemp("kvspec-build")))
-    yield
-    mp.undo()
-
-
-@pytest.fixture(scope="module")
 def manifest() -> Manifest:
     return load_manifest(PORT)
 

@@ -56,14 +56,6 @@ ENGINE = EngineConfig(host_blocks=4)
 
 
 @pytest.fixture(scope="module")
-def build_env(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    mp = pytest.MonkeyPatch()
-    mp.setenv("KVSPEC_BUILD_DIR", str(tmp_path_factory.mktemp("kvspec-build")))
-    yield
-    mp.undo()
-
-
-@pytest.fixture(scope="module")
 def manifest() -> Manifest:
     return load_manifest(PORT)
 
