@@ -8,6 +8,9 @@ import pytest
 
 from kvspec.reference.smt import profile_vllm_agreement as ag
 from kvspec.reference.smt.profile_vllm_ops import MUTANTS
+from kvspec.reference.vllm_pool import VllmPoolModel
+from kvspec.spec.config import ManagerConfig
+from kvspec.spec.wire import Deref, FullBlock, Plh, Use
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -27,3 +30,20 @@ def test_every_agreement_mutant_is_an_encoding_mutant_of_its_kind() -> None:
 def test_each_encoding_mutant_is_caught_within_the_budget(mutant: str, seed: int) -> None:
     at, _ = ag.first_mismatch(seed, ag.BUDGET, frozenset({mutant}))
     assert at is not None, f"{mutant} not caught in {ag.BUDGET} operations at seed {seed}"
+
+
+def test_witness_a_parent_only_registered_is_removed_before_the_stored_that_names_it() -> None:
+    """Why PARENT-ANCHOR needs the caller's parent held, not only registered
+    (the mutant contract-registered-only): the model accepts a Use whose
+    parent is a cached copy with no owner, evicts that copy for the Use's
+    own block, and publishes its Removed before the Stored that names it.
+    The agreement check counts that operation as the caller's break, not a
+    comparison."""
+    m = ag.Mirror(VllmPoolModel(ManagerConfig(profile="vllm", capacity=1, block_size=4, eviction="lru")))
+    assert ag.compare(m, Use(blocks=[FullBlock(full=1)], plhs=[Plh(hash=1, parent=None, position=0)])) == "ok"
+    assert ag.compare(m, Deref(blocks=[FullBlock(full=1)])) == "ok"
+    child = Use(blocks=[FullBlock(full=2)], plhs=[Plh(hash=2, parent=1, position=1)], parent=FullBlock(full=1))
+    seen = len(m.model.event_labels)
+    assert ag.compare(m, child) == "skipped"
+    assert m.router[1] == 0 and m.router[2] == 1  # the router saw 1 go, then 2 stored under 1
+    assert len(m.model.event_labels) == seen + 2  # a Removed (of 1) and a Stored (of 2, parent 1)
