@@ -9,33 +9,15 @@ these children test the transport and the request-level driver, not a pool.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
-import time
+
+from broken_io import OUT, read, send, sleep_forever
 
 MODE = sys.argv[1]
-OUT = sys.stdout.buffer
 COUNTERS = {"active_blocks": 0, "active_refs": 0, "inactive_blocks": 0, "free_blocks": 4}
-
-
-def send(obj: object) -> None:
-    OUT.write(json.dumps(obj).encode() + b"\n")
-    OUT.flush()
-
-
-def read() -> dict:
-    line = sys.stdin.buffer.readline()
-    if not line:
-        sys.exit(0)
-    return json.loads(line)
-
-
-def sleep_forever() -> None:
-    while True:
-        time.sleep(3600)
 
 
 def outcome(rid: int, **kw: object) -> dict:
