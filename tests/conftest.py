@@ -7,6 +7,8 @@
   of pytest and of the ``kvspec`` command that import them.
 - For the tests that build an adapter's C library: a fresh build folder
   for each test module (``build_env``).
+- For the protocol tests: a PROTOCOL.md example replayed against the
+  reference JSON-lines server (``server_answers_as_documented``).
 - For the packaging tests: kvspec's wheel, built once a session from the
   committed tree plus the working copy's changes.
 - For the differential tests of ``kvspec check-log``: one run of its
@@ -22,6 +24,7 @@ cannot import a sibling, but every test sees this file's fixtures.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import random
@@ -35,6 +38,7 @@ from typing import Any
 
 import pytest
 
+from kvspec.adapters.reference_jsonl.server import Server
 from kvspec.conformance.check_log import add_arguments
 from kvspec.conformance.streams.check import Checker
 from kvspec.conformance.streams.formats import StreamError
@@ -396,3 +400,28 @@ def build_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     mp.setenv("KVSPEC_BUILD_DIR", str(tmp_path_factory.mktemp("kvspec-build")))
     yield
     mp.undo()
+
+
+def _server_answers_as_documented(lines: Sequence[tuple[str, str]]) -> None:
+    """Send the ``→`` lines of a PROTOCOL.md example to the reference
+    JSON-lines server (in process) and assert that it answers exactly the
+    ``←`` lines, the capabilities of a ready aside (they follow
+    adapters/reference/manifest.toml)."""
+    sent = [line for d, line in lines if d == "→"]
+    documented = [line for d, line in lines if d == "←"]
+    wfile = io.BytesIO()
+    Server(io.BytesIO(("\n".join(sent) + "\n").encode()), wfile).serve()
+    answered = wfile.getvalue().decode().splitlines()
+    assert len(answered) == len(documented), answered
+    for doc, got in zip(documented, answered, strict=True):
+        d, g = json.loads(doc), json.loads(got)
+        if d.get("type") == "ready":
+            d.pop("capabilities")
+            g.pop("capabilities")
+        assert d == g, f"PROTOCOL.md documents\n  {doc}\nbut the reference server answers\n  {got}"
+
+
+@pytest.fixture(scope="session")
+def server_answers_as_documented() -> Callable[[Sequence[tuple[str, str]]], None]:
+    """``_server_answers_as_documented`` (session-scoped)."""
+    return _server_answers_as_documented

@@ -16,6 +16,7 @@ import io
 import json
 import random
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -154,19 +155,10 @@ def test_protocol_md_example_lines_match_the_schema(info: str, lines: list[tuple
 
 
 @pytest.mark.parametrize(("info", "lines"), EXAMPLES, ids=[f"block{i}" for i in range(len(EXAMPLES))])
-def test_reference_server_answers_protocol_md_examples_exactly(info: str, lines: list[tuple[str, str]]) -> None:
-    sent = [line for d, line in lines if d == "→"]
-    documented = [line for d, line in lines if d == "←"]
-    wfile = io.BytesIO()
-    Server(io.BytesIO(("\n".join(sent) + "\n").encode()), wfile).serve()
-    answered = wfile.getvalue().decode().splitlines()
-    assert len(answered) == len(documented), answered
-    for doc, got in zip(documented, answered, strict=True):
-        d, g = json.loads(doc), json.loads(got)
-        if d.get("type") == "ready":  # capabilities follow adapters/reference/manifest.toml
-            d.pop("capabilities")
-            g.pop("capabilities")
-        assert d == g, f"PROTOCOL.md documents\n  {doc}\nbut the reference server answers\n  {got}"
+def test_reference_server_answers_protocol_md_examples_exactly(
+    info: str, lines: list[tuple[str, str]], server_answers_as_documented: Callable[[list[tuple[str, str]]], None]
+) -> None:
+    server_answers_as_documented(lines)
 
 
 WELL_FORMED = [(info, lines) for info, lines in EXAMPLES if not info.endswith("malformed")]
