@@ -244,3 +244,38 @@ def test_host_refresh_happens_even_when_the_batch_does_not_fit() -> None:
     m.host_write_through(host_blocks(5, 6))
     assert m.host_write_through(host_blocks(1, 2, 3, 4)) == []  # 3 missing, only 2 evictable: not stored
     assert m.host is not None and m.host.victims_order() == [6, 5, 1]  # but 1 was refreshed by the lookup
+
+
+def test_promoted_block_is_not_freed_by_its_hash_while_held_by_uuid() -> None:
+    """A promoted block is held under its uuid: naming its hash in a Deref
+    would free the one physical block twice (DEREF-UNKNOWN). Before the fix
+    the hash Deref took that owner, so the uuid Deref left the copy with -1
+    owners."""
+    m = VllmPoolModel(cfg())
+    m.apply(use("a"))
+    m.apply(promote("a", 5, None))
+    before = m.fingerprint()
+    with pytest.raises(InvalidOperation) as e:
+        m.apply(deref(5, "a"))
+    assert e.value.rule == RuleId.DEREF_UNKNOWN
+    assert m.fingerprint() == before
+    m.apply(deref("a"))
+    assert counters(m) == (0, 0, 1, 3)
+
+
+def test_hash_deref_takes_a_hit_owner_and_leaves_the_uuid_owner() -> None:
+    """Another request's prefix hit on a promoted copy is an owner the hash
+    may release; the promoting request's own owner stays with its uuid, so
+    the copy is never evicted while that uuid is held."""
+    m = VllmPoolModel(cfg(capacity=2))
+    m.apply(use("a"))
+    m.apply(promote("a", 5, None))
+    m.apply(use(5))  # a prefix hit on the promoted copy: 2 owners
+    m.apply(deref(5))  # the hit's owner goes, the uuid's stays
+    with pytest.raises(InvalidOperation) as e:
+        m.apply(deref(5))
+    assert e.value.rule == RuleId.DEREF_UNKNOWN
+    assert m.apply(use(6, 7)).result.status == "capacity"  # copy 5 is still held: one block free
+    assert m.apply(Reset()).result.value is False
+    m.apply(deref("a"))
+    assert m.apply(Reset()).result.value is True

@@ -27,8 +27,10 @@ issues them for one engine step:
   full and is cached as a copy of ``seq_hash`` (a decode-filled block, or a
   recomputed prompt block): one Stored.
 - ``Deref(blocks)``: release, in the order given. A full block releases the
-  oldest owned copy of that hash; a partial block (named by its uuid, before
-  or after its Promote) releases exactly that physical block. No events.
+  oldest copy of that hash with an owner not held under a uuid; a partial
+  block (named by its uuid, before or after its Promote) releases exactly
+  that physical block, so a promoted block is freed by its uuid only
+  (DEREF-UNKNOWN otherwise). No events.
 - ``Reset``: the prefix-cache reset; succeeds only with no block held, drops
   every cached copy and publishes one Cleared (CLEAR-ALL).
 
@@ -496,12 +498,13 @@ class VllmPoolModel:
     # ----------------------------------------------------------------- Deref
     def _deref(self, op: Deref) -> Step:
         # validate everything first: a rejected Deref changes nothing
+        held = set(self.held.values())
         need: dict[int, int] = {}
         seen: set[str] = set()
         for ref in op.blocks:
             if isinstance(ref, FullBlock):
                 need[ref.full] = need.get(ref.full, 0) + 1
-                owned = sum(self.copies[c].owners for c in self.by_hash.get(ref.full, ()))
+                owned = sum(self._hash_owners(c, held) for c in self.by_hash.get(ref.full, ()))
                 if need[ref.full] > owned:
                     raise InvalidOperation(
                         rid("DEREF-UNKNOWN"), f"Deref of full block {ref.full} drops more owners than it has ({owned})"
@@ -515,17 +518,29 @@ class VllmPoolModel:
         for ref in op.blocks:
             if isinstance(ref, FullBlock):
                 self.trace.did("DEREF-OWNER")
-                cid = next(c for c in self.by_hash[ref.full] if self.copies[c].owners > 0)
+                cid = next(c for c in self.by_hash[ref.full] if self._hash_owners(c, held) > 0)
                 self._release(cid)
             else:
                 self.trace.did("DEREF-PARTIAL")
                 cid = self.held.pop(ref.partial)
+                held.discard(cid)
                 if self.copies[cid].seq is None:  # straight back to free
                     del self.copies[cid]
                     self.free += 1
                 else:
                     self._release(cid)
         return Step(OpResult(value=None), [])
+
+    def _hash_owners(self, cid: int, held: Collection[int]) -> int:
+        """The owners of copy ``cid`` that a Deref may drop by naming its hash.
+
+        A promoted block stays held by its request under its uuid: that owner
+        is released by naming the uuid, never by the hash. Counting it here
+        would let a caller free one physical block twice (once by hash, once
+        by uuid), which is the double free DEREF-UNKNOWN rejects: the copy
+        would go inactive, be evicted while its uuid is still held, and leave
+        an owner count of -1 or a uuid naming no block."""
+        return self.copies[cid].owners - (1 if cid in held else 0)
 
     def _release(self, cid: int) -> None:
         c = self.copies[cid]
