@@ -248,3 +248,95 @@ def test_an_engine_that_does_not_start_is_an_adapter_error(monkeypatch: pytest.M
         rm.open_rust_mocker(setup_of(8, 4), MANIFEST, ADAPTER_DIR)
     assert "kv_cache_bytes_per_token" in str(e.value)
     assert time.monotonic() - t0 < 30
+
+
+# ------------------------------------------------------------- late events
+
+# A fake worker: starts, then answers a sequential run whose request 1 (or
+# the end of the run) reports events that came after its quiet window closed,
+# for the first LATE attempts (counted in a file), and logs each run's window.
+_LATE_CHILD = """
+import json, os, sys
+state = sys.argv[1]
+n = int(open(state).read()) if os.path.exists(state) else 0
+open(state, "w").write(str(n + 1))
+late_runs, where = int(sys.argv[2]), sys.argv[3]
+def reply(o):
+    print(json.dumps(o), flush=True)
+for line in sys.stdin:
+    msg = json.loads(line)
+    if msg["op"] == "start":
+        reply({"ok": "started", "startup_s": 0.0})
+    elif msg["op"] == "run":
+        open(state + ".windows", "a").write(f"{msg['quiesce_ms']}\\n")
+        late = ["2 event plane events arrived after request 0's events were taken"] if n < late_runs else []
+        for i, _ in enumerate(msg["requests"]):
+            reply({"ok": "request", "index": i, "cached_tokens": 0, "finish": "length", "output_tokens": 1,
+                   "events": [], "problems": [], "late": late if (i == 1 and where == "request") else []})
+        reply({"ok": "done", "late": late if where == "done" else []})
+"""
+
+
+def _late_child(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, late_runs: int, where: str = "request") -> Path:
+    state = tmp_path / "starts"
+    monkeypatch.setattr(rm, "wheel_version", lambda: "1.6.1")
+    argv = [sys.executable, "-c", _LATE_CHILD, str(state), str(late_runs), where]
+    monkeypatch.setattr(rm, "child_argv", lambda: argv)
+    return state
+
+
+_TWO = [RequestSpec(prompt=[1, 2, 3, 4], max_tokens=1), RequestSpec(prompt=[5, 6, 7, 8], max_tokens=1)]
+
+
+@pytest.mark.parametrize("where", ["request", "done"])
+def test_late_events_rerun_the_workload_on_a_fresh_engine_with_a_longer_window(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, where: str
+) -> None:
+    state = _late_child(monkeypatch, tmp_path, late_runs=1, where=where)
+    impl = rm.open_rust_mocker(setup_of(8, 4), MANIFEST, ADAPTER_DIR)
+    try:
+        outs = impl.run_sequential(_TWO)
+    finally:
+        impl.close()
+    assert [o.finish for o in outs] == ["length", "length"]
+    assert state.read_text() == "2"  # a second engine ran the workload
+    windows = [float(w) for w in (tmp_path / "starts.windows").read_text().split()]
+    assert windows == [rm.QUIESCE_MS, rm.QUIESCE_MS * rm.LATE_FACTOR]
+    assert len(impl.retried) == 1 and "arrived after" in impl.retried[0]
+
+
+def test_events_late_every_time_are_a_transport_problem_not_a_finding(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    state = _late_child(monkeypatch, tmp_path, late_runs=99)
+    impl = rm.open_rust_mocker(setup_of(8, 4), MANIFEST, ADAPTER_DIR)
+    try:
+        with pytest.raises(AdapterError, match="transport problem of the adapter") as e:
+            impl.run_sequential(_TWO)
+    finally:
+        impl.close()
+    assert "not a finding about the mocker" in str(e.value)
+    assert state.read_text() == str(1 + rm.LATE_RETRIES)
+
+
+def test_a_socket_nobody_read_is_not_quiet() -> None:
+    """The quiet window is confirmed by the subscriber thread's own empty
+    poll, not by the clock: with the thread not running (as when it is off
+    the CPU on a loaded machine) the window never closes."""
+    pytest.importorskip("zmq")
+    pytest.importorskip("msgpack")
+    import asyncio
+
+    from kvspec.adapters.rust_mocker.worker import EventCollector
+
+    c = EventCollector("tcp://127.0.0.1:9")
+    try:
+        assert asyncio.run(c.settle(0.01, 0.1)) is False
+        c.start()
+        assert asyncio.run(c.settle(0.01, 5.0)) is True
+    finally:
+        c._stop.set()
+        c._thread.join(timeout=2)
+        c.sub.close(0)
+        c.monitor.close(0)
+        c.ctx.term()

@@ -26,8 +26,17 @@ Knowing when a request's events are all in: the engine publishes a request's
 last event around the time the response completes (before it, usually, by
 about a millisecond; after it, rarely, by a few), and there is no end marker,
 so a request is over when its response has completed *and* no event arrived
-for ``quiesce_ms``; ``max_settle_s`` bounds that wait. Lost envelopes are
-detected through the envelope sequence numbers (contiguous from 0).
+for ``quiesce_ms``; ``max_settle_s`` bounds that wait. The quiet is confirmed
+by the subscriber thread itself (a poll of its socket that began
+``quiesce_ms`` after the last event found nothing), not by the clock alone:
+on a loaded machine the thread can be off the CPU for longer than the window,
+and the clock would then call quiet a socket nobody read. Since that is
+still a time bound, events that arrive after it are looked for (just before
+the next request is sent, and for one more window after the run) and
+reported as ``late`` in the reply, never silently given to another request:
+the parent then reruns the workload with a longer window or reports a
+transport problem (``adapter.py``). Lost envelopes are detected through the
+envelope sequence numbers (contiguous from 0).
 
 Token ids: the event plane's Stored blocks carry hashes only. With
 ``"token_ids": true`` the engine also runs its raw publisher
@@ -51,6 +60,10 @@ from typing import Any
 
 _OUT = sys.stdout
 
+
+#: a wake-up of the stall watch later than this (it asks for 0.1 s) means the
+#: process was not running: that gap does not count towards a stall
+STARVED_S = 0.5
 
 #: the outcome of a request the engine kept without progress
 _STALLED: dict[str, Any] = {"cached_tokens": None, "finish": "stalled", "output_tokens": 0}
@@ -86,6 +99,8 @@ class EventCollector:
         self.next_sequence = 0
         self.envelopes = 0
         self.last_event_at = 0.0
+        #: when the latest poll that found the socket empty began
+        self.checked_empty_at = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kv-events-sub", daemon=True)
 
@@ -134,7 +149,10 @@ class EventCollector:
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            began = time.monotonic()
             if not self.sub.poll(10):
+                with self.lock:
+                    self.checked_empty_at = began
                 continue
             frames = self.sub.recv_multipart()
             now = time.monotonic()
@@ -155,18 +173,27 @@ class EventCollector:
             probs, self.problems = self.problems, []
         return evs, probs
 
+    def take_events(self) -> list[dict[str, Any]]:
+        """The events received since the last take (problems stay)."""
+        with self.lock:
+            evs, self.events = self.events, []
+        return evs
+
     async def settle(self, quiet_s: float, max_s: float) -> bool:
-        """Wait until no event arrived for ``quiet_s``; False if it never got quiet."""
+        """Wait until this thread found the socket empty at least ``quiet_s``
+        after the last event (and after the call); False if it never did
+        within ``max_s``."""
         start = time.monotonic()
         while True:
-            now = time.monotonic()
             with self.lock:
-                last = self.last_event_at
-            if now - max(last, start) >= quiet_s:
+                since = max(self.last_event_at, start)
+                checked = self.checked_empty_at
+            if checked - since >= quiet_s:
                 return True
+            now = time.monotonic()
             if now - start > max_s:
                 return False
-            await asyncio.sleep(max(0.001, quiet_s - (now - max(last, start))))
+            await asyncio.sleep(max(0.002, since + quiet_s - now))
 
 
 class Mocker:
@@ -281,11 +308,18 @@ class Mocker:
         assert self.collector is not None
         self.progress_at = time.monotonic()
         tasks = [asyncio.ensure_future(self.generate(req, timeout)) for req in requests]
+        tick = time.monotonic()
         while True:
             _, pending = await asyncio.wait(tasks, timeout=0.1)
             if not pending:
                 break
-            if time.monotonic() - max(self.progress_at, self.collector.last_event_at) > stall_s:
+            now = time.monotonic()
+            if now - tick > STARVED_S:
+                # this process was off the CPU (a loaded machine), the engine's
+                # threads likely with it: that time is not the engine's stall
+                self.progress_at = max(self.progress_at, self.collector.last_event_at) + (now - tick)
+            tick = now
+            if now - max(self.progress_at, self.collector.last_event_at) > stall_s:
                 for t in pending:
                     t.cancel()
                 await asyncio.gather(*pending, return_exceptions=True)
@@ -323,6 +357,7 @@ class Mocker:
                 if stalled:
                     reply({"ok": "request", "index": i, **_STALLED, "events": [], "problems": [], "elapsed_ms": 0.0})
                     continue
+                late = self._late(f"request {i - 1}'s events were taken") if i else []
                 try:
                     (out,) = await self._gather([req], timeout, stall_s)
                 except TimeoutError:
@@ -343,10 +378,12 @@ class Mocker:
                         "events": events,
                         **raw,
                         "problems": problems,
+                        "late": late,
                         "elapsed_ms": round((time.monotonic() - t0) * 1000, 3),
                     }
                 )
-            reply({"ok": "done"})
+            late = await self._trailing(quiet, max_settle, "the last request's events were taken")
+            reply({"ok": "done", "late": late})
             return
         try:
             outs = await self._gather(msg["requests"], timeout, stall_s)
@@ -354,7 +391,28 @@ class Mocker:
             reply({"error": f"a concurrent request did not complete within {timeout} s", "stage": "request"})
             return
         events, raw, problems = await self._collect(quiet, max_settle, "the requests completed")
-        reply({"ok": "concurrent", "outcomes": list(outs), "events": events, **raw, "problems": problems})
+        late = await self._trailing(quiet, max_settle, "the run's events were taken")
+        reply({"ok": "concurrent", "outcomes": list(outs), "events": events, **raw, "problems": problems, "late": late})
+
+    def _late(self, after: str) -> list[str]:
+        """Events received since the last take (they came after a quiet
+        window closed): dropped, and described for the reply."""
+        notes: list[str] = []
+        for name, c in (("event plane", self.collector), ("raw publisher", self.raw)):
+            if c is None:
+                continue
+            evs = c.take_events()
+            if evs:
+                notes.append(f"{len(evs)} {name} events arrived after {after}")
+        return notes
+
+    async def _trailing(self, quiet: float, max_settle: float, after: str) -> list[str]:
+        """One more quiet window after the run: anything in it was late."""
+        assert self.collector is not None
+        await self.collector.settle(quiet, max_settle)
+        if self.raw is not None:
+            await self.raw.settle(quiet, max_settle)
+        return self._late(after)
 
     async def _collect(
         self, quiet: float, max_settle: float, after: str
