@@ -250,6 +250,7 @@ TEXT_MUTATIONS: list[tuple[str, str, str]] = [
     ("residency_null", r'"residency_domain": "worker"', '"residency_domain": null'),
     ("residency_text", r'"residency_domain": "worker"', '"residency_domain": "w\u00f6rker"'),
     ("residency_escape", r'"residency_domain": "worker"', r'"residency_domain": "wor\\nker"'),
+    ("residency_bad_escape", r'"residency_domain": "worker"', r'"residency_domain": "wor\\xker"'),
     ("no_residency", r'"residency_domain": "worker", ', ""),
     ("no_tier", r'"storage_tier": "\w+", ', ""),
     ("unknown_tier", r'"storage_tier": "\w+"', '"storage_tier": "gpu"'),
@@ -323,7 +324,9 @@ def test_each_text_mutation_changes_a_line(
     rng = random.Random(name)
     events = make_router_stream(rng, 40, one_source=True)
     lines = [json.dumps(e) for e in events]
-    changed = [re.sub(pattern, repl, line, count=1) for line in lines]
+    # every third line from the third: a source's first line goes the
+    # reference way whatever it holds; the lines after it test the C reader
+    changed = [re.sub(pattern, repl, line, count=1) if i % 3 == 2 else line for i, line in enumerate(lines)]
     assert any(a != b for a, b in zip(lines, changed, strict=True)), name
     path = tmp_path / "m.jsonl"
     _write(path, changed)
