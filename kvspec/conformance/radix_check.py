@@ -12,15 +12,23 @@ the first difference:
 3. the events exactly against the model's: a match or lock that publishes
    anything breaks RADIX-SPLIT-SILENT; a Stored that differs RADIX-INSERT
    (HASH-LOCAL / HASH-SEQUENCE when only its hashes differ); a Removed that
-   names a page of a locked node RADIX-LOCKED-KEPT, one that names only part
-   of a node's pages RADIX-REMOVE, other Removed differences RADIX-EVICT-LRU;
-   a Cleared RADIX-RESET;
+   names a page of a locked node RADIX-LOCKED-KEPT; otherwise, read against
+   the pages the implementation's own tree dropped in the op: a Removed that
+   names exactly those evicted the wrong leaves (RADIX-EVICT-LRU), one that
+   names fewer or other pages misreports its eviction (RADIX-REMOVE); a
+   Cleared RADIX-RESET;
 4. the state: the tree (shape, tokens, lock counts), the sizes, the free
    slots and the held locks.
 
-Traffic (``radix_configs`` / ``radix_ops``): tokens from a three-letter
-alphabet so that prefixes collide and nodes split, two lock names, small
-pools so that requests evict.
+Traffic: ``radix_configs`` (small pools, so that requests evict) and two
+generators. ``radix_ops`` draws operations blind (tokens from a three-letter
+alphabet so that prefixes collide, two lock names). ``radix_op_for`` draws
+each operation from the model's state as the run goes (``drive``, what the
+lockstep test runs): keys that are a cached path, a cut inside one (a split,
+of a locked node too), one extended, or one that diverges inside a page;
+locks on exactly a cached leaf; evictions sized to the evictable pages and
+beyond while locks are held. Blind traffic misses bugs that need such a
+sequence (a split of a locked node, a locked leaf left evictable).
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ from kvspec.reference.router_view import RouterView
 from kvspec.spec.deviations import Site
 from kvspec.spec.hashing import local_block_hash, sequence_hash
 from kvspec.spec.radix_wire import (
+    RADIX_OP_ADAPTER,
     ExpectedEvent,
     ExpectedNode,
     RadixConfig,
@@ -91,6 +100,19 @@ def _node_hashes(model: RadixModel) -> list[set[int]]:
     return [{s for s, _ in n.pages} for n in model.nodes()]
 
 
+def tree_hashes(tree: Sequence[RadixNode], page: int, parent: int | None = None) -> set[int]:
+    """The sequence hash of every page a snapshot's tree holds (HASH-SEQUENCE
+    chained along each path; a node cut inside a page hashes the part)."""
+    out: set[int] = set()
+    for n in tree:
+        prev = parent
+        for i in range(0, len(n.tokens), page):
+            prev = sequence_hash(prev, local_block_hash(list(n.tokens[i : i + page])))
+            out.add(prev)
+        out |= tree_hashes(n.children, page, prev)
+    return out
+
+
 def check_events(
     op: RadixOp,
     got: Sequence[KvEvent],
@@ -98,10 +120,14 @@ def check_events(
     locked: set[int],
     nodes: list[set[int]],
     after: set[int],
+    held_after: set[int] | None = None,
 ) -> None:
     """The events exactly as the model's (rules in the module docstring); ``locked``
     and ``nodes`` are the model's locked page hashes and pages per node before the
-    op, ``after`` the pages the model holds after it."""
+    op, ``after`` the pages the model holds after it, ``held_after`` those the
+    implementation's tree holds after it (None: unknown; a Removed that names only
+    part of a node the model held before the op is then RADIX-REMOVE, though a
+    request's own split may have cut that node)."""
     if op.op in ("match", "lock", "unlock") and got:
         rule = R.RADIX_SPLIT_SILENT if op.op != "unlock" else R.RADIX_LOCK
         raise _fail(rule, op, f"{op.op} published {[e.brief() for e in got]}; it publishes nothing")
@@ -152,10 +178,22 @@ def check_events(
         w_hashes = w.hashes() if w is not None and isinstance(w.data, Removed) else []
         if set(g_hashes) & locked:
             raise _fail(R.RADIX_LOCKED_KEPT, op, f"{show}; it removes a page of a locked node")
+        del w_hashes
+        if held_after is not None:
+            # the implementation's own tree says which pages it dropped: a Removed
+            # that names exactly those evicted the wrong leaves (RADIX-EVICT-LRU);
+            # one that names other pages misreports its eviction (RADIX-REMOVE)
+            dropped = before - held_after
+            if dropped <= removed <= before | stored:
+                raise _fail(R.RADIX_EVICT_LRU, op, f"{show}; it evicts other leaves than the least recently used")
+            raise _fail(
+                R.RADIX_REMOVE,
+                op,
+                f"{show}; its Removed names {len(removed)} page(s), its tree dropped {len(dropped)} of them or others",
+            )
         partial = [n for n in nodes if n & set(g_hashes) and not n <= set(g_hashes)]
         if partial:
             raise _fail(R.RADIX_REMOVE, op, f"{show}; it names only part of an evicted node's pages")
-        del w_hashes
         raise _fail(R.RADIX_EVICT_LRU, op, show)
 
 
@@ -259,7 +297,8 @@ class RadixLockstep:
         for v in self.view.apply_batch(got.events):
             raise _fail(v.rule, op, f"the stream: {v}")
         after = {s for n in self.model.nodes() for s, _ in n.pages}
-        check_events(op, got.events, want.events, locked, nodes, after)
+        held = tree_hashes(got.state.tree, self.config.page_size)
+        check_events(op, got.events, want.events, locked, nodes, after, held)
         if got.value != want.value:
             raise _fail(_VALUE_RULE[op.op], op, f"{op.op} returned {got.value}, expected {want.value}")
         check_state(op, got, want)
@@ -377,3 +416,119 @@ def radix_ops() -> st.SearchStrategy[dict[str, Any]]:
             "output": st.lists(st.sampled_from((4, 5)), min_size=1, max_size=4),
         }
     )
+
+
+# ------------------------------------------------- traffic from the model's state
+
+#: operation kinds, repeated for weight (the first ones are what shrinking keeps)
+_KINDS = (
+    "insert",
+    "insert",
+    "insert",
+    "lock",
+    "lock",
+    "match",
+    "unlock",
+    "evict",
+    "evict",
+    "request",
+    "request",
+    "reset",
+)
+
+
+def cached_paths(model: RadixModel) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]], list[tuple[int, ...]]]:
+    """The path (tokens from the root) to the end of every node, of the locked
+    nodes and of the leaves, each sorted (a replay draws the same ops)."""
+    paths: dict[int, tuple[int, ...]] = {}
+    out: list[tuple[int, ...]] = []
+    locked: list[tuple[int, ...]] = []
+    leaves: list[tuple[int, ...]] = []
+    for n in model.nodes():  # parents before children
+        assert n.parent is not None
+        p = paths.get(id(n.parent), ()) + tuple(n.tokens)
+        paths[id(n)] = p
+        out.append(p)
+        if n.lock_ref > 0:
+            locked.append(p)
+        if not n.children:
+            leaves.append(p)
+    return sorted(out), sorted(locked), sorted(leaves)
+
+
+@st.composite
+def _near(draw: st.DrawFn, paths: Sequence[tuple[int, ...]], page: int) -> list[int]:
+    """A key related to one of ``paths``: the whole path, a cut inside it (a
+    split), the path and more tokens, or a key that leaves it at some token,
+    inside a page or at its start (a split at the last whole page)."""
+    path = list(draw(st.sampled_from(paths)))
+    how = draw(st.sampled_from(("exact", "cut", "extend", "diverge")))
+    tail = draw(st.lists(st.sampled_from((1, 2, 3)), max_size=2 * page + 1))
+    if how == "exact":
+        return path
+    if how == "extend":
+        return [*path, draw(st.sampled_from((1, 2, 3))), *tail]
+    at = draw(st.integers(1 if how == "cut" else 0, len(path) - 1)) if len(path) > 1 else 0
+    if how == "cut":
+        return path[:at] + (tail if draw(st.booleans()) else [])
+    other = draw(st.sampled_from([t for t in (1, 2, 3, 4) if t != path[at]]))
+    return [*path[:at], other, *tail]
+
+
+def _keys(model: RadixModel, *, lock: bool = False) -> st.SearchStrategy[list[int]]:
+    """Keys for the next operation: near a cached path, a locked one (a split
+    of a locked node), a leaf (a lock on exactly a leaf: ``lock``), or blind."""
+    paths, locked, leaves = cached_paths(model)
+    page = model.config.page_size
+    choices = [_tokens()]
+    if paths:
+        choices = [_near(paths, page), _near(paths, page), *choices]
+    if locked:
+        choices = [_near(locked, page), *choices]
+    if lock and leaves:
+        choices = [st.sampled_from(leaves).map(list), *choices]
+    return st.one_of(choices)
+
+
+def radix_op_for(model: RadixModel) -> st.SearchStrategy[dict[str, Any]]:
+    """One operation drawn from ``model``'s current state (what it caches and
+    locks, how much is evictable, which lock names are held)."""
+    held = sorted(model.locks)
+    free_names = [n for n in LOCK_NAMES if n not in model.locks]
+    names = st.sampled_from(free_names) if free_names else st.sampled_from(LOCK_NAMES)
+    evictable, capacity = model.evictable_size(), model.config.capacity
+    # beyond what is evictable while a lock is held: a locked leaf must stay
+    beyond = st.sampled_from(sorted({evictable + 1, capacity}))
+    amount = st.sampled_from(sorted({1, evictable, evictable + 1, capacity})) | st.integers(0, capacity)
+    if held:
+        amount = beyond | amount
+    output = st.lists(st.sampled_from((4, 5)), min_size=1, max_size=4)
+    keys = _keys(model)
+
+    def op(kind: str) -> st.SearchStrategy[dict[str, Any]]:
+        if kind in ("insert", "match"):
+            return st.fixed_dictionaries({"op": st.just(kind), "tokens": keys})
+        if kind == "lock":
+            return st.fixed_dictionaries({"op": st.just("lock"), "name": names, "tokens": _keys(model, lock=True)})
+        if kind == "unlock":
+            who = st.sampled_from(held) if held else st.sampled_from(LOCK_NAMES)
+            return st.fixed_dictionaries({"op": st.just("unlock"), "name": who})
+        if kind == "evict":
+            return st.fixed_dictionaries({"op": st.just("evict"), "tokens": amount})
+        if kind == "reset":
+            return st.just({"op": "reset"})
+        prompt = keys.map(lambda k: k or [1])
+        return st.fixed_dictionaries({"op": st.just("request"), "prompt": prompt, "output": output})
+
+    return st.sampled_from(_KINDS).flatmap(op)
+
+
+def drive(data: st.DataObject, ls: RadixLockstep, max_steps: int) -> None:
+    """8 to ``max_steps`` operations (fewer leave no room for a lock, a split
+    and an eviction past it), each drawn from the model's state after
+    the previous one and stepped in lockstep (Hypothesis prints each draw of a
+    failing run: a short replay once shrunk)."""
+    count = data.draw(st.integers(min(8, max_steps), max(1, max_steps)), label="operations")
+    for i in range(count):
+        raw = data.draw(radix_op_for(ls.model), label=f"op {i + 1}")
+        ls.step(RADIX_OP_ADAPTER.validate_python(raw))

@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 
 from kvspec.conformance.manifest import Manifest
 from kvspec.conformance.profile_suite import cheap_op_settings, open_or_skip, record_rules, require_profile
-from kvspec.conformance.radix_check import RadixLockstep, radix_configs, radix_ops, run_golden
+from kvspec.conformance.radix_check import RadixLockstep, drive, radix_configs, run_golden
 from kvspec.conformance.radix_open import open_radix
-from kvspec.spec.radix_wire import RADIX_OP_ADAPTER, RadixConfig, RadixRequest, radix_scenarios
+from kvspec.spec.radix_wire import RadixConfig, RadixRequest, radix_scenarios
 from kvspec.spec.rules import Concern, rules_of
 
 SCENARIOS = radix_scenarios()
@@ -68,17 +68,17 @@ def test_radix_golden(
 def test_radix_lockstep(
     kvspec_manifest: Manifest, kvspec_adapter_dir: Path, kvspec_record_rule: Any, kvspec_settings: settings
 ) -> None:
-    """Values, errors, events, the tree, lock counts and sizes equal the model's at every step."""
+    """Values, errors, events, the tree, lock counts and sizes equal the model's
+    at every step, on traffic drawn from the model's state as the run goes
+    (``radix_check.drive``)."""
     _require_tree_operations(kvspec_manifest)
     open_or_skip(open_radix, kvspec_manifest, kvspec_adapter_dir, RadixConfig()).close()  # skips when unavailable
 
     @cheap_op_settings(kvspec_settings)
-    @given(config=radix_configs(), ops=st.lists(radix_ops(), min_size=1, max_size=kvspec_settings.stateful_step_count))
-    def run(config: RadixConfig, ops: list[dict[str, Any]]) -> None:
+    @given(config=radix_configs(), data=st.data())
+    def run(config: RadixConfig, data: st.DataObject) -> None:
         with open_radix(kvspec_manifest, kvspec_adapter_dir, config) as impl:
-            ls = RadixLockstep(impl, config)
-            for raw in ops:
-                ls.step(RADIX_OP_ADAPTER.validate_python(raw))
+            drive(data, RadixLockstep(impl, config), kvspec_settings.stateful_step_count)
 
     run()
     record_rules(kvspec_record_rule, RADIX_RULES)
