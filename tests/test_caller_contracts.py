@@ -86,15 +86,45 @@ def test_a_swap_in_that_schedules_nothing_breaks_no_contract() -> None:
     assert settle(said, "no_hits") == []
 
 
-def test_only_the_offload_profile_has_caller_contracts() -> None:
-    """The contracts are those the kvbm-with-offload proofs assume; without an
-    offload tier a Use naming a parent that is not registered breaks none
-    (the lockstep's traffic does send such Uses there)."""
+def test_each_profile_checks_the_contracts_its_proofs_assume() -> None:
+    """kvbm with offload assumes both contracts, atomic ASSUME-PARENT-REGISTERED
+    (INV-ATOMIC-ANCHOR), kvbm without offload none: there a Use naming a parent
+    that is not registered breaks nothing (the lockstep's traffic does send such
+    Uses there); under atomic it breaks the contract, even with no full block
+    (profile_atomic.begin states it for the whole Use)."""
+    from kvspec.reference.caller_contracts import assumed
     from kvspec.reference.smt.agreement import Universe, use_op
     from kvspec.spec.config import ManagerConfig
+    from kvspec.spec.wire import FullBlock, PartialBlock, Use
 
+    assert assumed("kvbm", True) == CONTRACT_IDS
+    assert assumed("atomic", False) == ("ASSUME-PARENT-REGISTERED",)
+    assert assumed("kvbm", False) == assumed("legacy", False) == ()
     u = Universe(2, (-1, 0), 1, "lineage")
     op = use_op(u, [1], parent=0)
     assert [b.id for b in broken_contracts(G1Model(u.config()), op)] == ["ASSUME-PARENT-REGISTERED"]
     plain = ManagerConfig(profile="kvbm", capacity=2, eviction="lineage")
     assert broken_contracts(G1Model(plain), op) == []
+    atomic = ManagerConfig(profile="atomic", capacity=2, eviction="lineage")
+    assert [b.id for b in broken_contracts(G1Model(atomic), op)] == ["ASSUME-PARENT-REGISTERED"]
+    partial_only = Use(blocks=[PartialBlock(partial="p")], parent=FullBlock(full=0))
+    assert [b.id for b in broken_contracts(G1Model(atomic), partial_only)] == ["ASSUME-PARENT-REGISTERED"]
+
+
+def test_the_atomic_lockstep_catches_a_caller_that_names_an_unregistered_parent() -> None:
+    """The misbehaving-caller witness under atomic: the model accepts the Use
+    (it does not enforce the contract), the lockstep reports the break by its
+    id; the same Use with its parent registered first passes."""
+    from kvspec.reference.smt.agreement import Universe, use_op
+    from kvspec.spec.config import ManagerConfig
+
+    config = ManagerConfig(profile="atomic", capacity=2, eviction="lineage")
+    u = Universe(2, (-1, 0), 1, "lineage")
+    checked = Lockstep(ReferenceImplementation(config, MANIFEST), config, adapter="reference", caller_contracts=True)
+    with pytest.raises(CallerContractBroken) as exc:
+        checked.step(use_op(u, [1], parent=0))
+    assert exc.value.contract == "ASSUME-PARENT-REGISTERED"
+    fine = Lockstep(ReferenceImplementation(config, MANIFEST), config, adapter="reference", caller_contracts=True)
+    fine.step(use_op(u, [0]))
+    fine.step(use_op(u, [1], parent=0))
+    assert fine.contracts_checked == 2

@@ -33,8 +33,9 @@ against the manifest's scoped deviations (``kvspec.spec.deviations``):
   recorded with it.
 
 ``caller_contracts=True`` (the lockstep machine, a well-behaved caller by
-design) also evaluates the caller contracts the proofs assume
-(``reference/caller_contracts.py``, ASSUME-*) on the model's state before
+design) also evaluates the caller contracts the proofs of the profile under test
+assume (``reference/caller_contracts.py``, ``assumed``: kvbm with offload
+both, atomic ASSUME-PARENT-REGISTERED) on the model's state before
 every operation the model accepts, and raises ``CallerContractBroken`` naming
 the contract's id: a bug of the traffic, not of the implementation.
 

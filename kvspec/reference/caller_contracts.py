@@ -18,12 +18,19 @@ They are stated at operation level, on the state before the operation:
   block, and a Deref does not drop the last owner of a block that is the
   parent of a swap-in in flight.
 
-The encoding states the first per full block of a Use, against the anchor
-the batch has reached; under the offload tier (the profile the proofs
-cover) an eviction stops the batch, so the named parent is still registered
-at every block the Use places and the two statements agree. The agreement
-campaign (``reference/smt/agreement.py``) compares this module's verdict with
-the encoding's on every operation, well-behaved or not.
+Which contracts apply depends on the profile, as each profile's proofs
+assume them (``assumed``): the kvbm profile with an offload tier assumes
+both; ``atomic`` (``kvspec prove --profile atomic``, INV-ATOMIC-ANCHOR)
+assumes ASSUME-PARENT-REGISTERED, stated at the start of every Use that
+names a parent (``profile_atomic.begin``) and on every Promote; kvbm
+without offload and ``legacy`` assume none.
+
+The offload encoding states ASSUME-PARENT-REGISTERED per full block of a
+Use, against the anchor the batch has reached; under the offload tier an
+eviction stops the batch, so the named parent is still registered at every
+block the Use places and the two statements agree. The agreement campaign
+(``reference/smt/agreement.py``) compares this module's verdict with the
+encoding's on every operation, well-behaved or not.
 """
 
 from __future__ import annotations
@@ -41,6 +48,16 @@ ASSUME_SWAPIN_PARENT_HELD = "ASSUME-SWAPIN-PARENT-HELD"
 CONTRACT_IDS = (ASSUME_PARENT_REGISTERED, ASSUME_SWAPIN_PARENT_HELD)
 
 
+def assumed(profile: str, offload: bool) -> tuple[str, ...]:
+    """The caller contracts the proofs of ``profile`` (with or without an
+    offload tier) assume: the ones a well-behaved caller must keep there."""
+    if profile == "kvbm" and offload:
+        return CONTRACT_IDS
+    if profile == "atomic":
+        return (ASSUME_PARENT_REGISTERED,)
+    return ()
+
+
 @dataclass(frozen=True)
 class ContractBreak:
     """Operation ``op`` breaks contract ``id``: ``what`` says how."""
@@ -56,17 +73,23 @@ class ContractBreak:
 
 def broken_contracts(model: G1Model, op: Operation) -> list[ContractBreak]:
     """The caller contracts ``op`` breaks in ``model``'s current state (call
-    it before applying ``op``, then ``settle`` with the outcome). Applies to
-    the kvbm profile with an offload tier, the one whose proofs assume the
-    contracts; elsewhere it gives []. (Without an offload tier the lockstep's
-    traffic does name parents that are no longer registered: a Use anchored
-    to a block evicted since, which is how it reaches the kvbm mocker's known
-    PARENT-ANCHOR break; that profile's proofs assume no contract.)"""
-    if model.config.profile != "kvbm" or model.config.offload is None:
-        return []
+    it before applying ``op``, then ``settle`` with the outcome): those the
+    proofs of the model's profile assume (``assumed``), [] where they assume
+    none. (Without an offload tier the lockstep's traffic does name parents
+    that are no longer registered: a Use anchored to a block evicted since,
+    which is how it reaches the kvbm mocker's known PARENT-ANCHOR break;
+    that profile's proofs assume no contract.)"""
+    ids = assumed(model.config.profile, model.config.offload is not None)
+    return [b for b in _breaks(model, op) if b.id in ids] if ids else []
+
+
+def _breaks(model: G1Model, op: Operation) -> list[ContractBreak]:
+    """Every contract ``op`` breaks, as stated for the profile's proofs."""
     out: list[ContractBreak] = []
     if isinstance(op, Use) and isinstance(op.parent, FullBlock):
-        if any(isinstance(b, FullBlock) for b in op.blocks) and op.parent.full not in model.registered():
+        # atomic states it for the whole Use (profile_atomic.begin), kvbm-offload per full block
+        whole = model.config.profile == "atomic" or any(isinstance(b, FullBlock) for b in op.blocks)
+        if whole and op.parent.full not in model.registered():
             out.append(
                 ContractBreak(ASSUME_PARENT_REGISTERED, f"the Use names parent {op.parent.full}, not registered in G1")
             )
@@ -114,6 +137,7 @@ __all__ = [
     "ASSUME_SWAPIN_PARENT_HELD",
     "CONTRACT_IDS",
     "ContractBreak",
+    "assumed",
     "broken_contracts",
     "settle",
 ]

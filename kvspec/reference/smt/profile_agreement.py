@@ -22,6 +22,8 @@ unordered for kvbm and atomic; lru for legacy).
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import random
 from dataclasses import dataclass
 
@@ -33,7 +35,8 @@ from kvspec.spec.errors import InvalidOperation
 from kvspec.spec.wire import Deref, Destroy, FullBlock, KvEvent, Operation, PartialBlock, Plh, Promote, Stored, Use
 
 from .cli_profiles import _blocks
-from .profile_blocks import CENSUS, IDLE, NONE, BState, Profile
+from .profile_blocks import CENSUS, IDLE, NONE, BState, Profile, inputs
+from .profile_encoding_mutants import patched, profile_encoding_mutants
 
 HASHES, UUIDS = 6, 3
 POLICIES: dict[str, tuple[str, ...]] = {
@@ -48,14 +51,28 @@ def _plh(h: int) -> Plh:
     return Plh(hash=h, parent=None, position=h)
 
 
-def random_op(
-    rng: random.Random, profile: str, registered: set[int], held: list[FullBlock | PartialBlock]
-) -> Operation:
+def random_op(rng: random.Random, profile: str, pre: Abstract, cap: int, model: object | None = None) -> Operation:
     """A small operation over hashes 0..5 and uuids u0..u2, biased to what
     finds bugs: Uses that name a block twice (kvbm: evicted, then registered
     again in the same batch), Derefs and Destroys of what is held (the model
-    rejects some operations: they are skipped)."""
+    rejects some operations: they are skipped), *pressure* Uses
+    (``_pressure``) and, for kvbm and atomic, Derefs of everything held."""
+    registered = {h for h in range(HASHES) if pre.reg[h]}
+    held: list[FullBlock | PartialBlock] = [FullBlock(full=h) for h in range(HASHES) if pre.own[h] >= 1]
+    held += [PartialBlock(partial=f"u{u}") for u in range(UUIDS) if pre.preg[u] and pre.pown[u] >= 1]
     k = rng.random()
+    if k < 0.15:
+        return _pressure(rng, pre, cap, model if profile != "legacy" else None)
+    if k < 0.2 and profile == "atomic" and registered:
+        # a reused block between two new ones: the Stored group splits there
+        fresh = [h for h in range(HASHES) if not pre.reg[h]]
+        if len(fresh) >= 2:
+            a, b = rng.sample(fresh, 2)
+            return _use([FullBlock(full=x) for x in (a, rng.choice(sorted(registered)), b)])
+    if k < 0.25 and held and profile != "legacy":
+        # drop one owner of everything held: inactive blocks for the next pressure Use to evict
+        # (legacy reaches its states without it)
+        return Deref(blocks=held)
     if k < 0.5:
         refs: list[FullBlock | PartialBlock] = []
         for _ in range(rng.randint(1, 4)):
@@ -65,11 +82,10 @@ def random_op(
                 refs.append(FullBlock(full=rng.randrange(HASHES)))
             else:
                 refs.append(PartialBlock(partial=f"u{rng.randrange(UUIDS)}"))
-        fulls = [r.full for r in refs if isinstance(r, FullBlock)]
         parent = None
         if profile != "legacy" and registered and rng.random() < 0.5:
             parent = FullBlock(full=rng.choice(sorted(registered)))
-        return Use(blocks=refs, plhs=[_plh(h) for h in fulls], local_hashes=[h + 100 for h in fulls], parent=parent)
+        return _use(refs, parent)
     if k < 0.85:
         n = rng.randint(1, 3)
         if held and rng.random() < 0.8:
@@ -82,6 +98,37 @@ def random_op(
     h = rng.randrange(HASHES)
     above = rng.choice(sorted(registered)) if registered and rng.random() < 0.5 else None
     return Promote(uuid=f"u{rng.randrange(UUIDS)}", seq_hash=h, parent_hash=above, local_hash=h + 100, plh=_plh(h))
+
+
+def _use(refs: list[FullBlock | PartialBlock], parent: FullBlock | None = None) -> Use:
+    fulls = [r.full for r in refs if isinstance(r, FullBlock)]
+    return Use(blocks=refs, plhs=[_plh(h) for h in fulls], local_hashes=[h + 100 for h in fulls], parent=parent)
+
+
+def _pressure(rng: random.Random, pre: Abstract, cap: int, model: object | None = None) -> Use:
+    """A Use at the edge of the capacity, the states uniform sampling rarely
+    reaches: unregistered blocks first (as many as the cache has room for,
+    and one more), then the inactive blocks. The new blocks evict inactive
+    ones, which the batch then names again (kvbm: evicted and registered
+    again in one batch, left unannounced; a second such Use evicts an
+    unannounced block), or, with no inactive block left, the Use runs out of
+    room (legacy: its placed blocks stay unannounced until evicted)."""
+    fresh = [h for h in range(HASHES) if not pre.reg[h]]
+    rng.shuffle(fresh)
+    inactive = [h for h in range(HASHES) if pre.reg[h] and pre.own[h] == 0]
+    rng.shuffle(inactive)
+    room = max(0, cap - sum(1 for h in range(HASHES) if pre.reg[h]) - sum(pre.preg.values()))
+    if model is not None and room == 0 and fresh and len(inactive) >= 2 and rng.random() < 0.5:
+        # the victim of one new block (asked of a copy of the model), named right after it:
+        # evicted, then registered again in the same batch (in the slot of another inactive block)
+        trial = copy.deepcopy(model)
+        with contextlib.suppress(InvalidOperation):
+            trial.apply(_use([FullBlock(full=fresh[0])]))  # type: ignore[attr-defined]
+        gone = [h for h in inactive if h not in abstract(trial, "kvbm", set(), cap).reg]
+        if gone:
+            return _use([FullBlock(full=h) for h in [fresh[0], gone[0], *(h for h in inactive if h != gone[0])]])
+    fulls = fresh[: min(len(fresh), room + rng.randint(1, 2))] + inactive
+    return _use([FullBlock(full=h) for h in fulls])
 
 
 @dataclass
@@ -229,13 +276,18 @@ def agrees(
     post: Abstract,
     tw: frozenset[str] = frozenset(),
     parents: list[int] | None = None,
+    removed: set[int] | None = None,
 ) -> bool:
     """Can the encoding's steps, victims free, take ``pre`` to the model's
     ``post``? With ``parents`` (atomic), the Stored events the steps publish
-    must also name exactly those parents, in order."""
+    must also name exactly those parents, in order; with ``removed`` (kvbm,
+    atomic), the Removed the steps publish must name exactly those hashes
+    (the end state alone lets a different choice of victims hide a wrong
+    Removed: kvbm's evicted-and-registered-again block is back either way)."""
     S = pre
     req: list[z3.BoolRef] = []
     emitted: list[tuple[z3.BoolRef, z3.ExprRef]] = []
+    gone: list[z3.ArrayRef] = []
     for n, (name, given) in enumerate(steps):
         inp: dict[str, z3.ExprRef] = {
             "h": z3.IntVal(0),
@@ -250,6 +302,8 @@ def agrees(
         step = prof.transitions[name](S, inp, tw)
         req += step.requires
         emitted += step.stored
+        if step.removed is not None:
+            gone.append(step.removed)
         req += [z3.And(inp["v"] >= 0, inp["v"] < HASHES, inp["w"] >= 0, inp["w"] < UUIDS)]
         S = step.post
     eq = [S.v["phase"] == IDLE]
@@ -282,6 +336,9 @@ def agrees(
             eq.append(z3.Implies(when, z3.And(idx < len(parents), par == at)))
             idx = idx + z3.If(when, 1, 0)
         eq.append(idx == len(parents))
+    if removed is not None:
+        for h in range(HASHES):
+            eq.append(z3.Or([g[h] for g in gone] or [z3.BoolVal(False)]) == (h in removed))
     s = z3.Solver()
     s.set("timeout", 30_000)
     s.add(*req, *eq)
@@ -302,9 +359,26 @@ class Report:
     mismatches: list[str]
 
 
-def run_agreement(profile: str, ops: int = 40, seed: int = 0, tw: frozenset[str] = frozenset()) -> Report:
-    """``ops`` sampled operations per policy through the model and the encoding."""
+def agreement_mutants(profile: str) -> list[str]:
+    """The seeded encoding bugs the agreement must catch in ``profile``: its
+    rule mutants (``Profile.mutants``) but those that only drop a caller
+    contract (they widen what the caller may do, not what the encoding
+    does: the model is still inside it), and its encoding mutants
+    (``profile_encoding_mutants.py``)."""
+    rule = [m for m, (rid, _what) in _blocks(profile).mutants.items() if not rid.startswith("ASSUME-")]
+    return rule + [m.name for m in profile_encoding_mutants(profile)]
+
+
+def run_agreement(profile: str, ops: int = 40, seed: int = 0, mutant: str | None = None, first: bool = False) -> Report:
+    """``ops`` sampled operations per policy through the model and the
+    encoding (with ``mutant``, a rule mutant or an encoding mutant of it;
+    ``first``: stop at the first mismatch)."""
     prof = _blocks(profile)
+    tw: frozenset[str] = frozenset()
+    if mutant in prof.mutants:
+        tw = frozenset({mutant})
+    elif mutant is not None:
+        prof = patched(prof, mutant)
     rng = random.Random(seed)
     checked = rejected = 0
     bad: list[str] = []
@@ -314,9 +388,7 @@ def run_agreement(profile: str, ops: int = 40, seed: int = 0, tw: frozenset[str]
         dev: set[int] = set()
         for _ in range(ops):
             pre = abstract(model, profile, dev, cap)
-            held: list[FullBlock | PartialBlock] = [FullBlock(full=h) for h in range(HASHES) if pre.own[h] >= 1]
-            held += [PartialBlock(partial=f"u{u}") for u in range(UUIDS) if pre.preg[u] and pre.pown[u] >= 1]
-            op = random_op(rng, profile, {h for h in range(HASHES) if pre.reg[h]}, held)
+            op = random_op(rng, profile, pre, cap, model)
             try:
                 step = model.apply(op)
             except InvalidOperation:
@@ -329,9 +401,82 @@ def run_agreement(profile: str, ops: int = 40, seed: int = 0, tw: frozenset[str]
                     dev -= set(ev.hashes())
             post = abstract(model, profile, dev, cap)
             checked += 1
-            parents = None
+            parents = removed = None
             if profile == "atomic" and isinstance(op, Use):
                 parents = [_parent(ev) for ev in step.events if ev.kind == "stored"]
-            if not agrees(prof, encode(pre, cap), steps_of(profile, op, step.result.value), post, tw, parents):
+            if profile != "legacy" and isinstance(op, Use):
+                removed = {h for ev in step.events if ev.kind == "removed" for h in ev.hashes()}
+            steps = steps_of(profile, op, step.result.value)
+            if not agrees(prof, encode(pre, cap), steps, post, tw, parents, removed):
                 bad.append(f"{profile}/{policy}: {op!r}")
+                if first:
+                    return Report(profile, checked, rejected, bad)
     return Report(profile, checked, rejected, bad)
+
+
+def _variant(profile: str, mutant: str | None) -> tuple[Profile, frozenset[str]]:
+    """The profile's encoding with ``mutant`` in force: (transitions, the mutants switched on)."""
+    prof = _blocks(profile)
+    if mutant is None:
+        return prof, frozenset()
+    if mutant in prof.mutants:
+        return prof, frozenset({mutant})
+    return patched(prof, mutant), frozenset()
+
+
+def changed_steps(profile: str, mutant: str) -> list[str]:
+    """The kinds of step ``mutant`` changes: those where z3 finds a state and
+    inputs on which the mutated step differs from the right one (what it
+    requires, the post-state, or the events it publishes)."""
+    good, _ = _variant(profile, None)
+    bad, tw = _variant(profile, mutant)
+    out = []
+    for name in good.transitions:
+        S, i = BState.fresh("d_"), inputs("d_")
+        a, b = good.transitions[name](S, i, frozenset()), bad.transitions[name](S, i, tw)
+        diff = [z3.And(a.requires) != z3.And(b.requires)]
+        diff += [a.post.a[k] != b.post.a[k] for k in a.post.a]
+        diff += [a.post.v[k] != b.post.v[k] for k in a.post.v]
+        diff += [a.post.c[k] != b.post.c[k] for k in a.post.c]
+        if a.removed is not None and b.removed is not None:
+            diff.append(a.removed != b.removed)
+        if len(a.stored) != len(b.stored):
+            diff.append(z3.BoolVal(True))
+        for (wa, pa), (wb, pb) in zip(a.stored, b.stored, strict=False):
+            diff.append(z3.Or(wa != wb, z3.And(wa, pa != pb)))
+        s = z3.Solver()
+        s.set("timeout", 20_000)
+        s.add(z3.And(b.requires) if not a.requires else z3.Or(z3.And(a.requires), z3.And(b.requires)), z3.Or(diff))
+        if s.check() == z3.sat:
+            out.append(name)
+    return out
+
+
+def replay(
+    profile: str, cap: int, policy: str, ops: list[Operation], mutant: str | None = None
+) -> tuple[int, list[str]]:
+    """Given operations (a scenario, not sampled) through the model and the
+    encoding, as ``run_agreement`` does: (operations checked, mismatches)."""
+    prof, tw = _variant(profile, mutant)
+    model = make_model(ManagerConfig(profile=profile, capacity=cap, eviction=policy))  # type: ignore[arg-type]
+    dev: set[int] = set()
+    checked, bad = 0, []
+    for op in ops:
+        pre = abstract(model, profile, dev, cap)
+        step = model.apply(op)
+        for ev in step.events:
+            if ev.kind == "stored":
+                dev |= set(ev.hashes())
+            elif ev.kind == "removed":
+                dev -= set(ev.hashes())
+        post = abstract(model, profile, dev, cap)
+        checked += 1
+        parents = removed = None
+        if profile == "atomic" and isinstance(op, Use):
+            parents = [_parent(ev) for ev in step.events if ev.kind == "stored"]
+        if profile != "legacy" and isinstance(op, Use):
+            removed = {h for ev in step.events if ev.kind == "removed" for h in ev.hashes()}
+        steps = steps_of(profile, op, step.result.value)
+        if not agrees(prof, encode(pre, cap), steps, post, tw, parents, removed):
+            bad.append(f"{profile}/{policy}: {op!r}")
+    return checked, bad

@@ -199,6 +199,7 @@ def close(S: BState, i: dict[str, z3.ExprRef], tw: frozenset[str]) -> BStep:
     step = BStep("use(close)", S, T, [S.v["phase"] == PLACE, done])
     step.obligations = {"INV-ATOMIC-ANCHOR": ob}
     step.stored = [(S.v["gopen"], S.v["anc"])]
+    step.removed = a["ev"]
     h = i["h"]
     step.rules = {"STORE-NEW-ONLY": z3.And(S.v["gopen"], a["new"][h]), "REMOVE-EXACT": a["ev"][h]}
     return step

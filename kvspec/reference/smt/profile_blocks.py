@@ -154,6 +154,10 @@ class BStep:
     obligations: dict[str, list[z3.BoolRef]] = field(default_factory=dict)
     #: the Stored events the step publishes, as (when, parent) in order (atomic; for the agreement check)
     stored: list[tuple[z3.BoolRef, z3.ExprRef]] = field(default_factory=list)
+    #: the hashes the step's Removed event names (kvbm, atomic: the batch's one Removed, at
+    #: ``use(close)``; for the agreement check: an eviction whose Removed cancels the batch's own
+    #: Stored leaves the end state as a different victim choice would, the event does not)
+    removed: z3.ArrayRef | None = None
 
 
 #: a transition: (pre-state, inputs, the mutants in force) -> step

@@ -134,6 +134,7 @@ def close(S: BState, i: dict[str, z3.ExprRef], tw: frozenset[str]) -> BStep:
     post = S.but(dev=dev, ann=ann, new=K_FALSE, ev=K_FALSE, evann=K_FALSE, phase=z3.IntVal(IDLE))
     h = i["h"]
     step = BStep("use(close)", S, post, [in_batch(S)])
+    step.removed = z3.Lambda([x], gone)
     step.rules = {
         "STORE-NEW-ONLY": a["new"][h],
         "REMOVE-EXACT": a["ev"][h],
