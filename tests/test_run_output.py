@@ -192,3 +192,20 @@ def test_negotiated_finds_the_version_through_wrappers() -> None:
     assert negotiated(Ns(ready=Ns(protocol=3))) == "JSON lines protocol version 3 (chosen in the handshake)"
     assert negotiated(Ns(_host=Ns(ready=Ns(protocol=2)))) == "JSON lines protocol version 2 (chosen in the handshake)"
     assert negotiated(Ns(_session=Ns(lib=Ns(version=2)))).startswith("C ABI version 2")
+
+
+@pytest.mark.parametrize(
+    ("effort_name", "seeded", "ignored"),
+    [("default", True, True), ("ci", True, True), ("default", False, False), ("thorough", True, False)],
+)
+def test_header_says_when_a_seed_is_ignored(effort_name: str, seeded: bool, ignored: bool) -> None:
+    """Under a derandomised effort Hypothesis draws each test's examples from
+    the test itself and ignores --hypothesis-seed; the header must say so, or
+    runs at several seeds read as independent samples when they are one run."""
+    from kvspec.conformance.manifest import load_impl
+    from kvspec.conformance.run_summary import header_lines
+
+    adapter_dir, manifest = load_impl("adapters/reference")
+    line = header_lines(manifest, adapter_dir, None, effort_name, seeded=seeded)[-1]
+    assert line.startswith(f"kvspec effort: {effort_name} ")
+    assert ("--hypothesis-seed has no effect" in line) is ignored, line

@@ -63,8 +63,18 @@ def header_lines(
         + (f"; not declared: {', '.join(off)}" if off else ""),
         f"kvspec protocol: {protocol}",
         f"kvspec effort: {effort_name} ({s.max_examples} examples per test, {s.stateful_step_count} steps, {mode})"
-        + ("" if is_deterministic(effort_name, seeded=seeded) else "; declared deviations are not judged"),
+        + ("" if is_deterministic(effort_name, seeded=seeded) else "; declared deviations are not judged")
+        + (_SEED_IGNORED if seeded and s.derandomize else ""),
     ]
+
+
+#: a derandomised effort fixes each test's examples from the test itself, so
+#: Hypothesis ignores --hypothesis-seed there: two "seeds" are one run. Said
+#: in the header so that nobody counts them as independent samples.
+_SEED_IGNORED = (
+    "; --hypothesis-seed has no effect on a derandomised effort "
+    "(every seed gives the same examples; --hypothesis-profile=thorough or smoke varies them)"
+)
 
 
 LEGEND = (
