@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import z3
 
 from kvspec.reference import make_model
+from kvspec.reference.outcome import Step
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.errors import InvalidOperation
 from kvspec.spec.wire import Deref, Destroy, FullBlock, KvEvent, Operation, PartialBlock, Plh, Promote, Stored, Use
@@ -369,6 +370,37 @@ def agreement_mutants(profile: str) -> list[str]:
     return rule + [m.name for m in profile_encoding_mutants(profile)]
 
 
+def _agrees_on(
+    prof: Profile,
+    tw: frozenset[str],
+    profile: str,
+    cap: int,
+    model: object,
+    dev: set[int],
+    pre: Abstract,
+    op: Operation,
+    step: Step,
+) -> bool:
+    """Does the encoding agree with the model on one operation the model has
+    just applied (``pre``: the abstract state before it)? ``dev`` is the
+    router's device view, built only from the model's own events: updated
+    here in place. Besides the successor state, an atomic Use's Stored
+    parents and every non-legacy Use's Removed hashes must match."""
+    for ev in step.events:
+        if ev.kind == "stored":
+            dev |= set(ev.hashes())
+        elif ev.kind == "removed":
+            dev -= set(ev.hashes())
+    post = abstract(model, profile, dev, cap)
+    parents = removed = None
+    if profile == "atomic" and isinstance(op, Use):
+        parents = [_parent(ev) for ev in step.events if ev.kind == "stored"]
+    if profile != "legacy" and isinstance(op, Use):
+        removed = {h for ev in step.events if ev.kind == "removed" for h in ev.hashes()}
+    steps = steps_of(profile, op, step.result.value)
+    return bool(agrees(prof, encode(pre, cap), steps, post, tw, parents, removed))
+
+
 def run_agreement(profile: str, ops: int = 40, seed: int = 0, mutant: str | None = None, first: bool = False) -> Report:
     """``ops`` sampled operations per policy through the model and the
     encoding (with ``mutant``, a rule mutant or an encoding mutant of it;
@@ -394,20 +426,8 @@ def run_agreement(profile: str, ops: int = 40, seed: int = 0, mutant: str | None
             except InvalidOperation:
                 rejected += 1
                 continue
-            for ev in step.events:  # the router's device view, from the model's own events
-                if ev.kind == "stored":
-                    dev |= set(ev.hashes())
-                elif ev.kind == "removed":
-                    dev -= set(ev.hashes())
-            post = abstract(model, profile, dev, cap)
             checked += 1
-            parents = removed = None
-            if profile == "atomic" and isinstance(op, Use):
-                parents = [_parent(ev) for ev in step.events if ev.kind == "stored"]
-            if profile != "legacy" and isinstance(op, Use):
-                removed = {h for ev in step.events if ev.kind == "removed" for h in ev.hashes()}
-            steps = steps_of(profile, op, step.result.value)
-            if not agrees(prof, encode(pre, cap), steps, post, tw, parents, removed):
+            if not _agrees_on(prof, tw, profile, cap, model, dev, pre, op, step):
                 bad.append(f"{profile}/{policy}: {op!r}")
                 if first:
                     return Report(profile, checked, rejected, bad)
@@ -464,19 +484,7 @@ def replay(
     for op in ops:
         pre = abstract(model, profile, dev, cap)
         step = model.apply(op)
-        for ev in step.events:
-            if ev.kind == "stored":
-                dev |= set(ev.hashes())
-            elif ev.kind == "removed":
-                dev -= set(ev.hashes())
-        post = abstract(model, profile, dev, cap)
         checked += 1
-        parents = removed = None
-        if profile == "atomic" and isinstance(op, Use):
-            parents = [_parent(ev) for ev in step.events if ev.kind == "stored"]
-        if profile != "legacy" and isinstance(op, Use):
-            removed = {h for ev in step.events if ev.kind == "removed" for h in ev.hashes()}
-        steps = steps_of(profile, op, step.result.value)
-        if not agrees(prof, encode(pre, cap), steps, post, tw, parents, removed):
+        if not _agrees_on(prof, tw, profile, cap, model, dev, pre, op, step):
             bad.append(f"{profile}/{policy}: {op!r}")
     return checked, bad
