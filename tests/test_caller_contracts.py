@@ -98,7 +98,7 @@ def test_each_profile_checks_the_contracts_its_proofs_assume() -> None:
     from kvspec.spec.wire import FullBlock, PartialBlock, Use
 
     assert assumed("kvbm", True) == CONTRACT_IDS
-    assert assumed("atomic", False) == ("ASSUME-PARENT-REGISTERED",)
+    assert assumed("atomic", False) == assumed("vllm", False) == ("ASSUME-PARENT-REGISTERED",)
     assert assumed("kvbm", False) == assumed("legacy", False) == ()
     u = Universe(2, (-1, 0), 1, "lineage")
     op = use_op(u, [1], parent=0)

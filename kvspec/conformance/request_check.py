@@ -520,7 +520,7 @@ def compare_sequential(
     the first divergence; the model runs only as far as the comparison
     (to the end with ``stop=False``, which reports no divergence)."""
     follower = DecodeFollower(outcomes, set(prompt_blocks(workload)))
-    driver = make_driver(workload.setup, follower, variant)
+    driver = make_driver(workload.setup, follower, variant, check_contracts=True)
     model: VllmPoolModel = driver.model
     expected: list[RequestResult] = []
     for i, (req, act) in enumerate(zip(workload.requests, outcomes, strict=True)):

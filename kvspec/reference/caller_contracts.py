@@ -22,7 +22,9 @@ Which contracts apply depends on the profile, as each profile's proofs
 assume them (``assumed``): the kvbm profile with an offload tier assumes
 both; ``atomic`` (``kvspec prove --profile atomic``, INV-ATOMIC-ANCHOR)
 assumes ASSUME-PARENT-REGISTERED, stated at the start of every Use that
-names a parent (``profile_atomic.begin``) and on every Promote; kvbm
+names a parent (``profile_atomic.begin``) and on every Promote; ``vllm``
+assumes it read as "the request holds its prefix" (``vllm_broken_contracts``,
+checked by the request driver the conformance checker runs); kvbm
 without offload and ``legacy`` assume none.
 
 The offload encoding states ASSUME-PARENT-REGISTERED per full block of a
@@ -41,6 +43,7 @@ from dataclasses import dataclass
 from kvspec.spec.wire import Deref, FullBlock, Operation, Promote, SwapIn, Use
 
 from .g1 import G1Model
+from .vllm_pool import VllmPoolModel
 
 ASSUME_PARENT_REGISTERED = "ASSUME-PARENT-REGISTERED"
 ASSUME_SWAPIN_PARENT_HELD = "ASSUME-SWAPIN-PARENT-HELD"
@@ -53,7 +56,7 @@ def assumed(profile: str, offload: bool) -> tuple[str, ...]:
     offload tier) assume: the ones a well-behaved caller must keep there."""
     if profile == "kvbm" and offload:
         return CONTRACT_IDS
-    if profile == "atomic":
+    if profile in ("atomic", "vllm"):
         return (ASSUME_PARENT_REGISTERED,)
     return ()
 
@@ -124,6 +127,38 @@ def _breaks(model: G1Model, op: Operation) -> list[ContractBreak]:
     return out
 
 
+def vllm_broken_contracts(model: VllmPoolModel, op: Operation) -> list[ContractBreak]:
+    """The caller contract the vllm profile's operation proof of PARENT-ANCHOR
+    assumes (``reference/smt/profile_vllm_ops.py``), broken by ``op`` in
+    ``model``'s state before it: ASSUME-PARENT-REGISTERED read as "the
+    request holds its prefix", so the parent a Use or a Promote names is a
+    cached copy with an owner. (A parent only cached, with no owner, may be
+    evicted by the Use's own allocation, and its Stored then names a parent
+    the router has just seen removed: mutant ``contract-registered-only``.)"""
+    if isinstance(op, Use) and isinstance(op.parent, FullBlock):
+        parent: int | None = op.parent.full
+    elif isinstance(op, Promote):
+        parent = op.parent_hash
+    else:
+        return []
+    if parent is None or any(model.copies[c].owners > 0 for c in model.by_hash.get(parent, ())):
+        return []
+    what = "Use" if isinstance(op, Use) else "Promote"
+    return [
+        ContractBreak(ASSUME_PARENT_REGISTERED, f"the {what} names parent {parent}, not a cached copy with an owner")
+    ]
+
+
+class ContractBroken(AssertionError):
+    """A driver meant to be a well-behaved caller broke caller contract
+    ``contract``: a bug of the driver, never of the implementation under
+    test (the message starts with the contract's id)."""
+
+    def __init__(self, brk: ContractBreak, op: Operation) -> None:
+        super().__init__(f"{brk} (operation {op!r})")
+        self.contract = brk.id
+
+
 def settle(breaks: list[ContractBreak], status: str | None) -> list[ContractBreak]:
     """The breaks that stand once the operation's result status is known
     (None: the model rejected it, and a rejected operation breaks nothing)."""
@@ -137,7 +172,9 @@ __all__ = [
     "ASSUME_SWAPIN_PARENT_HELD",
     "CONTRACT_IDS",
     "ContractBreak",
+    "ContractBroken",
     "assumed",
     "broken_contracts",
     "settle",
+    "vllm_broken_contracts",
 ]

@@ -54,6 +54,8 @@ from kvspec.spec.hashing import block_hashes, local_block_hash, sequence_hash
 from kvspec.spec.rules import RuleId, rid
 from kvspec.spec.wire import U32, BlockRef, Deref, FullBlock, KvEvent, PartialBlock, Plh, Promote, Reset, Use, Wire
 
+from .caller_contracts import ContractBroken, vllm_broken_contracts
+from .outcome import Step as ModelStep
 from .vllm_pool import SPEC_VARIANT, HostBlock, PoolVariant, VllmPoolModel
 
 
@@ -142,10 +144,25 @@ RequestSteps = Generator[Step | None, None, RequestResult]
 class RequestDriver:
     """Runs requests against one ``VllmPoolModel``."""
 
-    def __init__(self, model: VllmPoolModel, decode: DecodeHashes) -> None:
+    def __init__(self, model: VllmPoolModel, decode: DecodeHashes, *, check_contracts: bool = False) -> None:
         self.model = model
         self.decode = decode
         self.block_size = model.block_size
+        #: check, before every Use and Promote it sends, the caller contract
+        #: the vllm proofs assume (``caller_contracts.vllm_broken_contracts``):
+        #: the driver holds its prefix by construction, and this makes it show
+        #: it on every run of the checker (a break raises ``ContractBroken``)
+        self.check_contracts = check_contracts
+        #: operations whose contract was checked
+        self.contracts_checked = 0
+
+    def _apply(self, op: Use | Promote) -> ModelStep:
+        """``model.apply(op)``, after the contract check when it is on."""
+        if self.check_contracts:
+            for brk in vllm_broken_contracts(self.model, op):
+                raise ContractBroken(brk, op)
+            self.contracts_checked += 1
+        return self.model.apply(op)
 
     def hit_cap(self, num_tokens: int) -> int:
         """The most prompt blocks a prefix hit may cover: whole blocks of at
@@ -207,7 +224,7 @@ class RequestDriver:
                 else:
                     first, rest, split = list(range(full)), [], False
             tail = n % bs != 0 and not split
-            step = m.apply(self._use(uid, hashes, first, [full] if tail else []))
+            step = self._apply(self._use(uid, hashes, first, [full] if tail else []))
             if step.result.status != "capacity":
                 break
             yield None
@@ -222,7 +239,9 @@ class RequestDriver:
             fresh, copies = rest[:cut], rest[cut:]
             partials = copies + ([full] if n % bs else [])
             while fresh or partials:
-                step = m.apply(self._use(uid, hashes, fresh, partials, parent=seq_list[first[-1]] if first else None))
+                step = self._apply(
+                    self._use(uid, hashes, fresh, partials, parent=seq_list[first[-1]] if first else None)
+                )
                 if step.result.status != "capacity":
                     events += step.events
                     break
@@ -231,7 +250,7 @@ class RequestDriver:
             refs += [PartialBlock(partial=f"{uid}b{i}") for i in partials]
             for i in copies:
                 parent = seq_list[i - 1] if i else None
-                events += m.apply(
+                events += self._apply(
                     Promote(
                         uuid=f"{uid}b{i}",
                         seq_hash=seq_list[i],
@@ -268,7 +287,7 @@ class RequestDriver:
                 known = req.prompt[k * bs : min(n, (k + 1) * bs)]
                 s, loc = self.decode(index, k, parent, known)
                 seqs[k] = s
-                events += m.apply(
+                events += self._apply(
                     Promote(
                         uuid=f"{uid}b{k}",
                         seq_hash=s,
@@ -296,10 +315,14 @@ def run_to_end(gen: RequestSteps, what: str) -> RequestResult:
 
 
 def make_driver(
-    setup: PoolSetup, decode: DecodeHashes | None = None, variant: PoolVariant = SPEC_VARIANT
+    setup: PoolSetup,
+    decode: DecodeHashes | None = None,
+    variant: PoolVariant = SPEC_VARIANT,
+    *,
+    check_contracts: bool = False,
 ) -> RequestDriver:
     model = VllmPoolModel(setup.manager, host_blocks=setup.host_blocks, variant=variant)
-    return RequestDriver(model, decode or SyntheticDecode(setup.manager.block_size))
+    return RequestDriver(model, decode or SyntheticDecode(setup.manager.block_size), check_contracts=check_contracts)
 
 
 def run_sequential(
