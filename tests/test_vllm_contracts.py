@@ -65,7 +65,7 @@ def test_the_checkers_driver_keeps_the_contract_over_shared_prefixes(host: int |
     every Use and Promote the driver sends is checked and none breaks."""
     driver = make_driver(_setup(6, host), check_contracts=True)
     base = list(range(1, 13))
-    prompts = [base, base[:8] + [50, 51, 52], base + [60], list(range(100, 109)), base[:4], base]
+    prompts = [base, [*base[:8], 50, 51, 52], [*base, 60], list(range(100, 109)), base[:4], base]
     for i, p in enumerate(prompts):
         run_to_end(driver.steps(i, RequestSpec(prompt=p, max_tokens=6)), f"request {i}")
     assert driver.contracts_checked >= 2 * len(prompts)
