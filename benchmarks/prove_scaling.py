@@ -10,7 +10,10 @@
 - ``vllm`` (``--profile vllm``, INV-VLLM-COPIES): unbounded only.
 - ``radix`` (``--profile radix``): bounded at 4, 5 and 6 page slots, 2 locks
   (``--radix-pages``), and unbounded (``--profile radix --unbounded``: any
-  number of pages, tokens and locks; skipped with ``--radix-pages ''``).
+  number of pages, tokens and locks; skipped with ``--radix-pages ''``);
+  operation level (whole match, insert, lock, unlock, batched evict, reset:
+  ``profile_radix_ops``, the rows ``op ...`` of ``--profile radix``) at its
+  default bound and one smaller (``--radix-ops``), with each operation's CPU.
 
 Every run is a child process with a CPU-time budget (``--budget``, default
 60 s; a wall-clock net of 6 times that): a run that exceeds it is reported as
@@ -21,7 +24,8 @@ wall time beside it). The last line is the CPU time of the unbounded proofs of
 every profile that has them, summed: ``prove_scaling: VALUE s``.
 
 Run from the repository root: ``python benchmarks/prove_scaling.py
-[--budget SECONDS] [--slots 8,16,32,48] [--radix-pages 4,5,6]``.
+[--budget SECONDS] [--slots 8,16,32,48] [--radix-pages 4,5,6]
+[--radix-ops 4/2/2/2/2,5/2/3/2/3]``.
 """
 
 from __future__ import annotations
@@ -47,6 +51,18 @@ from kvspec.reference.smt.radix_encoding import RadixBound
 rs = prove_radix(RadixBound(pages=int(sys.argv[1]), handles=2))
 print(json.dumps({r.property_id: [r.seconds, r.verdict] for r in rs}))
 """
+
+#: the radix profile at operation level (kvspec prove --profile radix, rows 'op ...'): every row of every operation
+_RADIX_OPS = """
+import json, sys
+from kvspec.reference.smt.profile_radix_ops import prove_ops
+from kvspec.reference.smt.radix_operations import OpBound
+rs = prove_ops(OpBound(*(int(x) for x in sys.argv[1:6])))
+print(json.dumps({f"{r.property_id} @ {r.op}": [r.seconds, r.verdict] for r in rs}))
+"""
+#: (pages, locks, pages of a key, nodes of an eviction, pages of an evicted node): a smaller bound, then the
+#: default of ``kvspec prove --profile radix`` (profile_radix_ops.DEFAULT_OP_BOUND)
+RADIX_OP_BOUNDS = ((4, 2, 2, 2, 2), (5, 2, 3, 2, 3))
 
 _CHILD = """
 import json, sys
@@ -169,6 +185,11 @@ def main() -> int:
         default=",".join(map(str, RADIX_PAGES)),
         help="page slots of the radix profile's proofs, 2 locks each ('' to skip; default %(default)s)",
     )
+    p.add_argument(
+        "--radix-ops",
+        default=",".join("/".join(map(str, x)) for x in RADIX_OP_BOUNDS),
+        help="radix operation-level bounds, pages/locks/key/batch/node ('' to skip; default %(default)s)",
+    )
     a = p.parse_args()
     b = a.budget
     print(f"load average: {os.getloadavg()[0]:.1f} (1 min), {os.cpu_count()} cores; budget {b:.0f} s CPU per run")
@@ -206,6 +227,17 @@ def main() -> int:
     for n in [int(x) for x in a.radix_pages.split(",") if x]:
         r = _run(_RADIX, [str(n)], b)
         _line("radix", f"bounded, {n} pages, 2 locks", r, b)
+        failed |= r.failed
+    for spec in [x for x in a.radix_ops.split(",") if x]:
+        pages, locks, key, batch, node = (int(x) for x in spec.split("/"))
+        r = _run(_RADIX_OPS, [str(pages), str(locks), str(key), str(batch), str(node)], b)
+        scope = f"operation, {pages} pages, {locks} locks, key {key}, evict {batch}x{node}"
+        _line("radix", scope, r, b)
+        if r.data is not None:
+            per_op: dict[str, float] = {}
+            for k, (secs, _v) in r.data.items():
+                per_op[k.split(" @ ")[1]] = per_op.get(k.split(" @ ")[1], 0.0) + secs
+            print(f"{'':<14}  " + ", ".join(f"{op} {secs:.1f}s" for op, secs in per_op.items()))
         failed |= r.failed
     print(f"prove_scaling: {unbounded_cpu:.2f} s")
     return 1 if failed else 0

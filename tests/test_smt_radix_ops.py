@@ -6,22 +6,26 @@ mutant refuted. A small bound keeps it quick (the CLI runs the default)."""
 
 from __future__ import annotations
 
+import argparse
+import re
+
 import pytest
 import z3
 
-from kvspec.reference.smt import radix_operations
+from kvspec.reference.smt import cli_prove, cli_radix, radix_operations
 from kvspec.reference.smt.profile_radix import MUTANTS
 from kvspec.reference.smt.profile_radix_ops import (
     EVENTS_ROW,
     OP_MUTANTS,
     STEPS_ROW,
+    OpMutant,
     build,
     obligations,
     prove_ops,
     refute_op,
     sanity_ops,
 )
-from kvspec.reference.smt.radix_encoding import INVARIANTS, ROOT, RState
+from kvspec.reference.smt.radix_encoding import INVARIANTS, ROOT, RadixBound, RState
 from kvspec.reference.smt.radix_operations import OPERATIONS, OpBound, OpTransition
 
 #: 4 page slots, 2 locks, keys of 2 pages, evictions of 2 nodes of 2 pages
@@ -91,3 +95,62 @@ def test_the_stored_parent_is_the_page_the_leaf_hangs_under() -> None:
     assert m.eval(S.pp[w1]).as_long() == ROOT
     assert m.eval(t.post.pp[q2]).as_long() == w1 and z3.is_true(m.eval(t.post.live[q2]))
     assert m.eval(t.post.pub[q2]).as_long() == 1 and m.eval(t.post.pub[w1]).as_long() == 1
+
+
+# ``kvspec prove --profile radix --mutant M`` for the operation mutants: the
+# operation's rows, the sanity check and the counterexample, all at SMALL (the
+# CLI reads cli_radix.OP_BOUND at call time; its default is DEFAULT_OP_BOUND).
+
+
+def test_cli_accepts_every_operation_mutant_with_the_radix_profile() -> None:
+    p = argparse.ArgumentParser()
+    cli_prove.add_arguments(p)
+    for name in OP_MUTANTS:
+        assert p.parse_args(["--profile", "radix", "--mutant", name]).mutant == name
+    assert set(OP_MUTANTS) <= set(cli_radix.ALL_MUTANTS)
+
+
+def test_cli_runs_an_operation_mutant_and_prints_its_counterexample(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(cli_radix, "OP_BOUND", SMALL)
+    assert cli_prove.main(["--profile", "radix", "--mutant", "op-batch-evicts-locked"]) == 1
+    out = capsys.readouterr().out
+    assert "MUTANT op-batch-evicts-locked (operation level)" in out
+    assert re.search(r"^INV-RADIX-LOCKS +refuted +evict", out, re.M)
+    assert re.search(r"^INV-RADIX-TREE +proven +evict", out, re.M)
+    assert re.search(r"^SANITY-RADIX-OPS +ok", out, re.M)
+    assert "INV-RADIX-LOCKS fails after the operation evict:" in out and "before:" in out and "after:" in out
+
+
+def test_cli_exits_0_when_the_operation_mutant_is_not_caught(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A mutant name no operation reads leaves every row proven: no counterexample, exit 0."""
+    monkeypatch.setitem(OP_MUTANTS, "op-inert", OpMutant("op-inert", "RADIX-LOCK", "unlock", "INV-RADIX-LOCKS", "none"))
+    assert cli_radix.run_op_mutant("op-inert", SMALL) == 0
+    assert "no counterexample to INV-RADIX-LOCKS at unlock" in capsys.readouterr().out
+
+
+def test_cli_refuses_an_operation_mutant_without_the_radix_profile_or_unbounded(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert cli_prove.main(["--mutant", "op-stored-parent-none"]) == 2
+    assert "op-stored-parent-none is a radix mutant (--profile radix)" in capsys.readouterr().err
+    assert cli_prove.main(["--profile", "vllm", "--mutant", "op-stored-parent-none"]) == 2
+    assert "the vllm profile has no mutant 'op-stored-parent-none'" in capsys.readouterr().err
+    assert cli_prove.main(["--profile", "radix", "--unbounded", "--mutant", "op-stored-parent-none"]) == 2
+    assert "encoded in a bounded universe only" in capsys.readouterr().err
+    assert cli_radix.run_op_mutant("evict-locked", SMALL) == 2
+    assert "the radix profile has no mutant 'evict-locked'" in capsys.readouterr().err
+
+
+def test_cli_runs_a_step_and_operation_mutant_at_both_levels(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """split-forgets-lock breaks the split step and so the lock operation: both levels report it."""
+    monkeypatch.setattr(cli_radix, "OP_BOUND", SMALL)
+    assert cli_radix.run_radix("split-forgets-lock", bound=RadixBound(pages=4, handles=2)) == 1
+    out = capsys.readouterr().out
+    assert "INV-RADIX-LOCKS fails after split(" in out
+    assert "INV-RADIX-LOCKS fails after the operation lock:" in out

@@ -18,11 +18,15 @@ from .invariants import ALL_PROPERTIES, INVARIANTS, by_id
 from .mutants import MUTANTS, mutant
 from .narrowing import check_cases
 from .operations_cli import add_operation_arguments, check_operation_arguments, run_operation_rows
-from .profile_radix import MUTANTS as RADIX_MUTANTS
+from .profile_radix import MUTANTS as RADIX_STEP_MUTANTS
+from .profile_radix_ops import OP_MUTANTS as RADIX_OP_MUTANTS
 from .profile_vllm import MUTANTS as VLLM_MUTANTS
 from .profile_vllm_ops import MUTANTS as VLLM_OP_MUTANTS
 from .prover import Result, check_enabled, check_rules_reachable, contract_free, default_applier, prove
 from .universe import DEFAULT_BOUND, Bound
+
+#: the radix profile's mutants: step level (profile_radix) and operation level (profile_radix_ops)
+RADIX_MUTANTS = {**dict.fromkeys(RADIX_STEP_MUTANTS), **dict.fromkeys(RADIX_OP_MUTANTS)}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

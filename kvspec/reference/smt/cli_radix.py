@@ -8,17 +8,27 @@ operation sequences, and one row per mutant of the encoding (refuted by a
 counterexample, and whether the agreement catches it too). With
 ``--mutant NAME``: the same proofs against that mutant, its sanity checks,
 and its counterexample. Exit 1 on any failure (with ``--mutant``: when the
-counterexample is found, as ``kvspec prove --mutant`` does).
+counterexample is found, as ``kvspec prove --mutant`` does). An operation
+mutant (``profile_radix_ops.OP_MUTANTS``) runs at operation level: the rows of
+the operation it breaks, the operations' sanity check and its counterexample,
+all with the mutant in force; one that is also a step mutant runs both levels.
 """
 
 from __future__ import annotations
 
+import sys
 import time
 
 from .profile_radix import DEFAULT_BOUND, LEMMA_ID, MUTANTS, RadixProof, prove_radix, refute, sanity
-from .profile_radix_ops import op_rows
+from .profile_radix_ops import DEFAULT_OP_BOUND, OP_MUTANTS, op_rows, prove_ops, refute_op, sanity_ops
 from .radix_agreement import Disagreement, catches, check_agreement
 from .radix_encoding import RadixBound
+from .radix_operations import OpBound
+
+#: the bound of an operation mutant's run (a module attribute, read at call time, so a test can shrink it)
+OP_BOUND: OpBound = DEFAULT_OP_BOUND
+#: every mutant ``--profile radix --mutant`` accepts: the step mutants, then the operation-only ones
+ALL_MUTANTS: tuple[str, ...] = (*MUTANTS, *(n for n in OP_MUTANTS if n not in MUTANTS))
 
 WIDTHS = [36, 12, 42, 9]
 #: sampled sequences for the agreement row (12 operations each, page sizes 1 and 2)
@@ -36,9 +46,17 @@ def run_radix(
     timeout_s: float | None = None,
 ) -> int:
     if unbounded:
+        if mutant is not None and mutant not in MUTANTS:
+            print(
+                f"kvspec prove: {mutant} is an operation mutant, encoded in a bounded universe only (drop --unbounded)",
+                file=sys.stderr,
+            )
+            return 2
         from .cli_radix_unbounded import run_radix_unbounded
 
         return run_radix_unbounded(mutant, timeout_s)
+    if mutant is not None and mutant not in MUTANTS:
+        return run_op_mutant(mutant)
     tw = frozenset({mutant}) if mutant else frozenset()
     print(f"kvspec prove --profile radix: SGLang-style radix tree at page level, every state of {bound}")
     if mutant:
@@ -66,9 +84,13 @@ def run_radix(
             print(cx.text)
         else:
             problems.append(f"the mutant {mutant} was not refuted")
+        refuted = bool(bad or cx is not None or problems)
+        if mutant in OP_MUTANTS:
+            print()
+            refuted |= run_op_mutant(mutant) == 1
         for p in problems:
             print(f"sanity check failed: {p}")
-        return 1 if bad or cx is not None or problems else 0
+        return 1 if refuted else 0
     t1 = time.perf_counter()
     try:
         run = check_agreement(sequences=AGREEMENT_SEQUENCES)
@@ -107,4 +129,38 @@ def run_radix(
     return 1 if problems else 0
 
 
-__all__ = ["LEMMA_ID", "run_radix"]
+def run_op_mutant(mutant: str, bound: OpBound | None = None) -> int:
+    """One operation mutant at operation level: every row of the operation it
+    breaks and the operations' sanity check, with the mutant in force, then its
+    counterexample. Exit 1 when it is caught (a row not proven, a sanity
+    problem, or a counterexample), 0 when not, 2 for a name no operation has."""
+    if mutant not in OP_MUTANTS:
+        print(
+            f"kvspec prove: the radix profile has no mutant {mutant!r}; its mutants: {', '.join(ALL_MUTANTS)}",
+            file=sys.stderr,
+        )
+        return 2
+    b = bound if bound is not None else OP_BOUND
+    m = OP_MUTANTS[mutant]
+    tw = frozenset({mutant})
+    print(f"kvspec prove --profile radix: operation {m.op}, every state of {b}")
+    print(f"MUTANT {m.name} (operation level): {m.description} (breaks {m.rule})")
+    print(_row(["row", "result", "operation", "time"]))
+    print(_row(["-" * w for w in WIDTHS]))
+    results = prove_ops(
+        b, tw, ops=(m.op,), on_result=lambda r: print(_row([r.property_id, r.verdict, r.op, f"{r.seconds:.2f}s"]))
+    )
+    bad = [r.property_id for r in results if r.verdict != "proven"]
+    t0 = time.process_time()
+    found = sanity_ops(b, tw)  # with the mutant in force: a narrowed operation shows here
+    ok = "ok" if not found else "FAILED"
+    print(_row(["SANITY-RADIX-OPS", ok, "operations, cases", f"{time.process_time() - t0:.2f}s"]))
+    cx = refute_op(mutant, b)
+    print()
+    print(cx if cx is not None else f"no counterexample to {m.breaks} at {m.op} in {b}")
+    for p in found:
+        print(f"sanity check failed: {p}")
+    return 1 if bad or found or cx is not None else 0
+
+
+__all__ = ["ALL_MUTANTS", "LEMMA_ID", "run_op_mutant", "run_radix"]
