@@ -331,3 +331,125 @@ def test_each_text_mutation_changes_a_line(
     path = tmp_path / "m.jsonl"
     _write(path, changed)
     compare_file(check_log_run, path, [[]])
+
+
+def _split_text(f: Any, limit: int) -> list[tuple[int, bytes, int]]:
+    """TextChunks' lines as iter_chunks gives them: (line number, line, unterminated)."""
+    out = []
+    chunks = formats.TextChunks(f, limit)
+    for buf, end, last in chunks:
+        body = buf[:end]
+        lines = body.split(b"\n")
+        if body.endswith(b"\n"):
+            lines.pop()
+        first = chunks.lineno
+        out += [(first + i, line, first if last else 0) for i, line in enumerate(lines)]
+        chunks.lineno += len(lines)
+    return out
+
+
+def _outcome(fn: Callable[[], list[tuple[int, bytes, int]]]) -> tuple[list[tuple[int, bytes, int]], str | None]:
+    try:
+        return fn(), None
+    except formats.StreamError as e:
+        return [], str(e)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    data=st.lists(st.sampled_from([b"a", b"bc", b"\n", b"\r\n", b"  ", b"{}"]), max_size=60).map(b"".join),
+    chunk=st.integers(1, 17),
+    limit=st.integers(1, 12),
+)
+def test_text_chunks_give_iter_chunks_lines(data: bytes, chunk: int, limit: int) -> None:
+    """The buffers the C reader walks in place hold exactly the lines,
+    line numbers, unterminated last line and over-long-line errors of the
+    list of lines the other paths read, whatever the chunk size."""
+    import io
+
+    old = formats.CHUNK
+    formats.CHUNK = chunk
+    try:
+        want = _outcome(
+            lambda: [
+                (first + i, line, u)
+                for first, lines, u in formats.iter_chunks(io.BytesIO(data), limit)
+                for i, line in enumerate(lines)
+            ]
+        )
+        got = _outcome(lambda: _split_text(io.BytesIO(data), limit))
+    finally:
+        formats.CHUNK = old
+    assert got == want
+
+
+@pytest.mark.parametrize("chunk", [1, 13, 97, 400, 1 << 20])
+@pytest.mark.parametrize("ending", ["lf", "crlf", "no_final_newline", "blank_lines", "truncated_last"])
+def test_chunk_boundaries_do_not_change_the_result(
+    tmp_path: Path,
+    check_log_run: CheckLogRun,
+    make_router_stream: MakeStream,
+    corrupt_stream: Corrupt,
+    monkeypatch: pytest.MonkeyPatch,
+    chunk: int,
+    ending: str,
+) -> None:
+    """The C reader walks each read chunk in place: lines split across
+    chunk boundaries (chunks of 1 byte to one whole file), CRLF line ends,
+    a file ending without a newline or inside a line, and blank lines give
+    every path the reference's findings, counts, error and state; and the
+    same result whatever the chunk size. Two corruptions give findings
+    (with their line numbers) after lines the C reader stopped at."""
+    rng = random.Random(f"{ending}-boundaries")
+    events = make_router_stream(rng, 30, one_source=True)
+    for how in ("bad_tokens_hash", "unknown_removed", "unknown_parent"):
+        events = corrupt_stream(rng, events, how)
+    lines = [json.dumps(e) for e in events]
+    if ending == "crlf":
+        text = "".join(line + "\r\n" for line in lines)
+    elif ending == "no_final_newline":
+        text = "\n".join(lines)
+    elif ending == "blank_lines":
+        text = "".join(line + ("\n\n" if i % 4 == 1 else "\n") for i, line in enumerate(lines))
+    elif ending == "truncated_last":
+        text = "".join(line + "\n" for line in lines)[:-9]
+    else:
+        text = "".join(line + "\n" for line in lines)
+    path = tmp_path / "b.jsonl"
+    path.write_text(text)
+    reference = run(check_log_run, path, [], False)
+    monkeypatch.setattr(formats, "CHUNK", chunk)
+    for opts in ([], ["--hash-scheme", "none"]):
+        if opts:
+            reference = run(check_log_run, path, opts, False)
+        for name, native, raw in PATHS:
+            got = run(check_log_run, path, opts, True, native, raw)
+            for k in reference:
+                assert got[k] == reference[k], (opts, name, k)
+
+
+def _u64_of_json(text: bytes) -> int | None:
+    """What the line reader must make of a JSON number's text: the value of
+    an unsigned integer without leading zero below 2**64, else None."""
+    if not re.fullmatch(rb"0|[1-9][0-9]*", text):
+        return None
+    v = int(text)
+    return v if v < 2**64 else None
+
+
+@settings(max_examples=2000, deadline=None)
+@given(
+    text=st.one_of(
+        st.integers(0, 2**64 + 10**6).map(lambda v: str(v).encode()),
+        st.text("0123456789", min_size=1, max_size=24).map(str.encode),
+        st.text("0123456789.eE-+/:", min_size=1, max_size=24).map(str.encode),
+    )
+)
+def test_the_c_number_parser_reads_what_json_means(text: bytes) -> None:
+    """The line reader parses digits eight at a time; every length from 1 to
+    24 digits, leading zeros, 2**64 - 1 and 2**64, and digits beside the
+    characters just before '0' and after '9' read as the JSON text means."""
+    mod = fastview.module()
+    if mod is None:
+        pytest.skip(f"the C extension is not built here: {fastview.status()}")
+    assert mod.parse_u64(text) == _u64_of_json(text), text

@@ -1091,6 +1091,8 @@ static PyObject *fv_vllm_event(PyObject *self, PyObject *const *args, Py_ssize_t
 #define RAW_MAX_REMOVED 64
 #define N_TIERS 5
 static const char *const tier_names[N_TIERS] = {"device", "host_pinned", "disk", "external", "remote"};
+/* the same, measured, for r_name (declared after it) */
+#define TIER_RNAMES {RN("device"), RN("host_pinned"), RN("disk"), RN("external"), RN("remote")}
 static PyObject *tier_objs[N_TIERS];
 
 typedef struct {
@@ -1117,15 +1119,47 @@ static inline int r_ch(rcur *c, unsigned char ch) {
     return 0;
 }
 
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+/* eight ASCII digits at once (the first in the lowest byte): whether all of
+ * w's bytes are '0'..'9', and their value (the usual SWAR reduction: pairs,
+ * then fours, then the eight) */
+static inline int all8_digits(uint64_t w) {
+    return ((w & 0xF0F0F0F0F0F0F0F0ULL) | (((w + 0x0606060606060606ULL) & 0xF0F0F0F0F0F0F0F0ULL) >> 4)) ==
+           0x3333333333333333ULL;
+}
+
+static inline uint64_t value8(uint64_t w) {
+    w -= 0x3030303030303030ULL;
+    w = (w * 10) + (w >> 8); /* each even byte: the value of a pair */
+    w = (((w & 0x000000FF000000FFULL) * (100 + (1000000ULL << 32))) +
+         (((w >> 16) & 0x000000FF000000FFULL) * (1 + (10000ULL << 32)))) >>
+        32;
+    return w & 0xFFFFFFFFULL;
+}
+#define SWAR_DIGITS 1
+#else
+#define SWAR_DIGITS 0
+#endif
+
 /* an unsigned JSON integer that fits in 64 bits: digits only, no leading zero,
  * not followed by a fraction or an exponent */
 static int r_u64(rcur *c, uint64_t *out) {
     r_ws(c);
-    const unsigned char *p = c->p, *end = c->end;
+    const unsigned char *p = c->p, *end = c->end, *start = p;
     if (p >= end || (unsigned)(*p - '0') > 9) return 0;
     if (*p == '0' && p + 1 < end && (unsigned)(p[1] - '0') <= 9) return 0;
-    const unsigned char *stop = end - p > 19 ? p + 19 : end; /* 19 digits cannot overflow */
     uint64_t v = 0;
+#if SWAR_DIGITS
+    /* at most 16 digits this way: v stays below 10**16 */
+    while (end - p >= 8 && p - start <= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        if (!all8_digits(w)) break;
+        v = v * 100000000ULL + value8(w);
+        p += 8;
+    }
+#endif
+    const unsigned char *stop = end - start > 19 ? start + 19 : end; /* 19 digits cannot overflow */
     unsigned d;
     while (p < stop && (d = (unsigned)(*p - '0')) <= 9) {
         v = v * 10 + d;
@@ -1141,6 +1175,21 @@ static int r_u64(rcur *c, uint64_t *out) {
     c->p = p;
     *out = v;
     return 1;
+}
+
+/* parse_u64(text) -> int or None: r_u64 on bytes (tests: a number it takes
+ * is the whole text read as msgspec reads it) - None when it does not take
+ * the text, or takes only part of it */
+static PyObject *fv_parse_u64(PyObject *self, PyObject *arg) {
+    if (!PyBytes_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "parse_u64(bytes)");
+        return NULL;
+    }
+    rcur c = {(const unsigned char *)PyBytes_AS_STRING(arg),
+              (const unsigned char *)PyBytes_AS_STRING(arg) + PyBytes_GET_SIZE(arg)};
+    uint64_t v;
+    if (!r_u64(&c, &v) || c.p != c.end) Py_RETURN_NONE;
+    return PyLong_FromUnsignedLongLong(v);
 }
 
 static int r_null(rcur *c) {
@@ -1170,13 +1219,19 @@ static int r_str(rcur *c, const unsigned char **s, Py_ssize_t *n) {
 /* one of names, as a JSON string written without escapes (a name written
  * otherwise is not recognised: the line then goes the reference way); the
  * index of the name, -1 otherwise */
-static int r_name(rcur *c, const char *const *names, int count) {
+typedef struct {
+    const char *s;
+    Py_ssize_t n;
+} rname;
+#define RN(text) {text, sizeof(text) - 1}
+
+static int r_name(rcur *c, const rname *names, int count) {
     if (!r_ch(c, '"')) return -1;
     const unsigned char *p = c->p;
     Py_ssize_t room = c->end - p;
     for (int i = 0; i < count; i++) {
-        size_t n = strlen(names[i]); /* a few bytes */
-        if ((Py_ssize_t)n < room && p[n] == '"' && memcmp(p, names[i], n) == 0) {
+        Py_ssize_t n = names[i].n; /* the closing quote and the first byte rule out most names at once */
+        if (n < room && p[n] == '"' && p[0] == (unsigned char)names[i].s[0] && memcmp(p, names[i].s, n) == 0) {
             c->p = p + n + 1;
             return i;
         }
@@ -1185,7 +1240,7 @@ static int r_name(rcur *c, const char *const *names, int count) {
 }
 
 /* a key and its colon; returns the index of the key in names, -1 otherwise */
-static int r_key(rcur *c, const char *const *names, int count) {
+static int r_key(rcur *c, const rname *names, int count) {
     int k = r_name(c, names, count);
     return k >= 0 && r_ch(c, ':') ? k : -1;
 }
@@ -1197,7 +1252,7 @@ static int r_next(rcur *c, unsigned char close) {
     return -1;
 }
 
-static const char *const block_keys[] = {"block_hash", "tokens_hash", "mm_extra_info"};
+static const rname block_keys[] = {RN("block_hash"), RN("tokens_hash"), RN("mm_extra_info")};
 
 static int r_block(rcur *c, rawev *e) {
     if (!r_ch(c, '{') || e->n >= RAW_MAX_BLOCKS) return 0;
@@ -1219,7 +1274,7 @@ static int r_block(rcur *c, rawev *e) {
     return 1;
 }
 
-static const char *const stored_keys[] = {"blocks", "parent_hash", "start_position"};
+static const rname stored_keys[] = {RN("blocks"), RN("parent_hash"), RN("start_position")};
 
 static int r_stored(rcur *c, rawev *e) {
     if (!r_ch(c, '{')) return 0;
@@ -1255,7 +1310,7 @@ static int r_stored(rcur *c, rawev *e) {
     return (seen & 1u) != 0;
 }
 
-static const char *const removed_keys[] = {"block_hashes"};
+static const rname removed_keys[] = {RN("block_hashes")};
 
 static int r_removed(rcur *c, rawev *e) {
     if (!r_ch(c, '{') || r_key(c, removed_keys, 1) != 0 || !r_ch(c, '[') || r_ch(c, ']')) return 0;
@@ -1269,7 +1324,7 @@ static int r_removed(rcur *c, rawev *e) {
     return r_ch(c, '}');
 }
 
-static const char *const data_keys[] = {"stored", "removed"};
+static const rname data_keys[] = {RN("stored"), RN("removed")};
 
 static int r_data(rcur *c, rawev *e) {
     if (!r_ch(c, '{')) return 0; /* "cleared" and anything else: the reference path */
@@ -1280,7 +1335,7 @@ static int r_data(rcur *c, rawev *e) {
     return r_ch(c, '}'); /* only one of stored and removed */
 }
 
-static const char *const event_keys[] = {"event_id", "data", "dp_rank"};
+static const rname event_keys[] = {RN("event_id"), RN("data"), RN("dp_rank")};
 
 static int r_event(rcur *c, rawev *e) {
     if (!r_ch(c, '{')) return 0;
@@ -1299,7 +1354,7 @@ static int r_event(rcur *c, rawev *e) {
     return (seen & 3u) == 3u;
 }
 
-static const char *const router_keys[] = {"worker_id", "storage_tier", "residency_domain", "event"};
+static const rname router_keys[] = {RN("worker_id"), RN("storage_tier"), RN("residency_domain"), RN("event")};
 
 /* one RouterEvent line into e; 0 when it is not of the shape taken here */
 static int r_line(const unsigned char *s, Py_ssize_t len, rawev *e) {
@@ -1317,7 +1372,8 @@ static int r_line(const unsigned char *s, Py_ssize_t len, rawev *e) {
         if (k == 0) {
             if (!r_u64(&c, &e->w)) return 0;
         } else if (k == 1) {
-            e->tier = r_name(&c, tier_names, N_TIERS);
+            static const rname tiers_rn[N_TIERS] = TIER_RNAMES;
+            e->tier = r_name(&c, tiers_rn, N_TIERS);
             if (e->tier < 0) return 0;
         } else if (k == 2) {
             const unsigned char *t;
@@ -1573,101 +1629,174 @@ out:
     return r;
 }
 
-static PyObject *fv_lines(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3 || !PyTuple_CheckExact(args[0]) || PyTuple_GET_SIZE(args[0]) != 7 || !PyList_CheckExact(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "lines(ctx, lines, start): ctx a tuple of 7, lines a list");
-        return NULL;
+/* the state lines() and text() share while they run: the context read
+ * once per call, the cached source and tier, the view's index */
+typedef struct {
+    PyObject *sources, *anchored_tiers, *hcheck, *view, *index_o;
+    int chain, strict, removals;
+    uint64_t seed;
+    long long n_stored, n_removed;
+    Py_ssize_t chained;
+    rawkey key;
+} rawrun;
+
+/* read ctx (see above); 0 ok, -1 error */
+static int rawrun_open(rawrun *st, PyObject *ctx, const char *name) {
+    memset(st, 0, sizeof *st);
+    if (!PyTuple_CheckExact(ctx) || PyTuple_GET_SIZE(ctx) != 7) {
+        PyErr_Format(PyExc_TypeError, "%s(): ctx must be a tuple of 7", name);
+        return -1;
     }
-    PyObject *ctx = args[0], *lines = args[1];
-    Py_ssize_t start = PyLong_AsSsize_t(args[2]);
-    if (start == -1 && PyErr_Occurred()) return NULL;
-    PyObject *sources = PyTuple_GET_ITEM(ctx, 0), *anchored_tiers = PyTuple_GET_ITEM(ctx, 1);
-    int chain = PyObject_IsTrue(PyTuple_GET_ITEM(ctx, 2));
-    PyObject *hcheck = PyTuple_GET_ITEM(ctx, 3), *view = PyTuple_GET_ITEM(ctx, 4);
+    st->sources = PyTuple_GET_ITEM(ctx, 0);
+    st->anchored_tiers = PyTuple_GET_ITEM(ctx, 1);
+    st->chain = PyObject_IsTrue(PyTuple_GET_ITEM(ctx, 2));
+    st->hcheck = PyTuple_GET_ITEM(ctx, 3);
+    st->view = PyTuple_GET_ITEM(ctx, 4);
     int seed_ok;
-    uint64_t seed = as_u64(PyTuple_GET_ITEM(ctx, 5), &seed_ok);
-    int strict = PyObject_IsTrue(PyTuple_GET_ITEM(ctx, 6));
-    if (chain < 0 || strict < 0 || !seed_ok || !PyDict_CheckExact(sources)) {
-        PyErr_SetString(PyExc_TypeError, "lines(): bad context");
-        return NULL;
+    st->seed = as_u64(PyTuple_GET_ITEM(ctx, 5), &seed_ok);
+    st->strict = PyObject_IsTrue(PyTuple_GET_ITEM(ctx, 6));
+    if (st->chain < 0 || st->strict < 0 || !seed_ok || !PyDict_CheckExact(st->sources)) {
+        if (!PyErr_Occurred()) PyErr_Format(PyExc_TypeError, "%s(): bad context", name);
+        return -1;
     }
     /* line() hands a Removed to Python when the hash check keeps per-block
      * state; that does not change while only this function runs */
-    int removals = 1;
-    if (hcheck != Py_None) {
-        for (int k = 0; k < 2 && removals; k++) {
-            PyObject *d = PyObject_GetAttr(hcheck, k == 0 ? S_full : S_pending);
-            if (d == NULL) return NULL;
+    st->removals = 1;
+    if (st->hcheck != Py_None) {
+        for (int k = 0; k < 2 && st->removals; k++) {
+            PyObject *d = PyObject_GetAttr(st->hcheck, k == 0 ? S_full : S_pending);
+            if (d == NULL) return -1;
             int t = PyObject_IsTrue(d);
             Py_DECREF(d);
-            if (t < 0) return NULL;
-            if (t) removals = 0;
+            if (t < 0) return -1;
+            if (t) st->removals = 0;
         }
     }
-    PyObject *index_o = PyObject_GetAttr(view, S_index);
-    if (index_o == NULL) return NULL;
-    Py_ssize_t n_lines = PyList_GET_SIZE(lines), i = start < 0 ? 0 : start;
-    long long n_stored = 0, n_removed = 0;
-    Py_ssize_t chained = 0;
-    rawkey key = {0};
-    int err = 0;
+    st->index_o = PyObject_GetAttr(st->view, S_index);
+    return st->index_o == NULL ? -1 : 0;
+}
+
+/* one line's text: 1 applied, 0 not taken (nothing changed), -1 error */
+static int rawrun_line(rawrun *st, const unsigned char *s, Py_ssize_t len) {
     static rawev e; /* the GIL is held throughout: one at a time */
+    if (!r_line(s, len, &e)) return 0;
+    if (e.kind == 2 && !st->removals) return 0;
+    int f = rawkey_find(&st->key, &e, st->sources, st->anchored_tiers);
+    if (f <= 0) return f;
+    PyObject *nid = GETF(st->key.src, S_next_id);
+    if (nid == NULL) return -1;
+    int ok;
+    uint64_t due = PyLong_CheckExact(nid) ? as_u64(nid, &ok) : (ok = 0);
+    Py_DECREF(nid);
+    if (!ok || due != e.eid) return 0;
+    PyObject *eid = PyLong_FromUnsignedLongLong(e.eid);
+    if (eid == NULL) return -1;
+    int r = e.kind == 1 ? raw_stored(&e, &st->key, eid, st->index_o, st->chain, st->seed)
+                        : raw_removed(&e, &st->key, eid, st->index_o, st->strict);
+    if (r == 1) {
+        /* the source's next id and the view's index, as on_stored/on_removed leave them */
+        PyObject *nxt = PyNumber_Add(eid, one);
+        if (nxt == NULL || PyObject_SetAttr(st->key.src, S_next_id, nxt) < 0) r = -1;
+        Py_XDECREF(nxt);
+        nxt = r == 1 ? PyNumber_Add(st->index_o, one) : NULL;
+        if (nxt == NULL)
+            r = -1;
+        else
+            Py_SETREF(st->index_o, nxt);
+    }
+    Py_DECREF(eid);
+    if (r == 1) {
+        if (e.kind == 1) {
+            st->n_stored++;
+            if (st->chain && st->hcheck != Py_None) st->chained += e.n;
+        } else {
+            st->n_removed++;
+        }
+    }
+    return r;
+}
+
+/* hand back the view's index and the chain count; 0 ok, -1 error */
+static int rawrun_close(rawrun *st) {
+    rawkey_clear(&st->key);
+    chain_blocks += st->chained; /* handed over by take_chain_blocks(), as line() does */
+    int err = st->index_o != NULL && PyObject_SetAttr(st->view, S_index, st->index_o) < 0;
+    Py_XDECREF(st->index_o);
+    return err ? -1 : 0;
+}
+
+static PyObject *fv_lines(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyList_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "lines(ctx, lines, start): ctx a tuple of 7, lines a list");
+        return NULL;
+    }
+    PyObject *lines = args[1];
+    Py_ssize_t start = PyLong_AsSsize_t(args[2]);
+    if (start == -1 && PyErr_Occurred()) return NULL;
+    rawrun st;
+    if (rawrun_open(&st, args[0], "lines") < 0) {
+        Py_XDECREF(st.index_o);
+        return NULL;
+    }
+    Py_ssize_t n_lines = PyList_GET_SIZE(lines), i = start < 0 ? 0 : start;
+    int err = 0;
     for (; i < n_lines; i++) {
         PyObject *line = PyList_GET_ITEM(lines, i);
-        if (!PyBytes_CheckExact(line) ||
-            !r_line((const unsigned char *)PyBytes_AS_STRING(line), PyBytes_GET_SIZE(line), &e))
-            break;
-        if (e.kind == 2 && !removals) break;
-        int f = rawkey_find(&key, &e, sources, anchored_tiers);
-        if (f <= 0) {
-            err = f < 0;
-            break;
-        }
-        PyObject *nid = GETF(key.src, S_next_id);
-        if (nid == NULL) {
-            err = 1;
-            break;
-        }
-        int ok;
-        uint64_t due = PyLong_CheckExact(nid) ? as_u64(nid, &ok) : (ok = 0);
-        Py_DECREF(nid);
-        if (!ok || due != e.eid) break;
-        PyObject *eid = PyLong_FromUnsignedLongLong(e.eid);
-        if (eid == NULL) {
-            err = 1;
-            break;
-        }
-        int r = e.kind == 1 ? raw_stored(&e, &key, eid, index_o, chain, seed)
-                            : raw_removed(&e, &key, eid, index_o, strict);
-        if (r == 1) {
-            /* the source's next id and the view's index, as on_stored/on_removed leave them */
-            PyObject *nxt = PyNumber_Add(eid, one);
-            if (nxt == NULL || PyObject_SetAttr(key.src, S_next_id, nxt) < 0) r = -1;
-            Py_XDECREF(nxt);
-            nxt = r == 1 ? PyNumber_Add(index_o, one) : NULL;
-            if (nxt == NULL)
-                r = -1;
-            else
-                Py_SETREF(index_o, nxt);
-        }
-        Py_DECREF(eid);
+        if (!PyBytes_CheckExact(line)) break;
+        int r = rawrun_line(&st, (const unsigned char *)PyBytes_AS_STRING(line), PyBytes_GET_SIZE(line));
         if (r <= 0) {
             err = r < 0;
             break;
         }
-        if (e.kind == 1) {
-            n_stored++;
-            if (chain && hcheck != Py_None) chained += e.n;
-        } else {
-            n_removed++;
-        }
     }
-    rawkey_clear(&key);
-    chain_blocks += chained; /* handed over by take_chain_blocks(), as line() does */
-    if (PyObject_SetAttr(view, S_index, index_o) < 0) err = 1;
-    Py_DECREF(index_o);
+    if (rawrun_close(&st) < 0) err = 1;
     if (err) return NULL;
-    return Py_BuildValue("(nLL)", i, n_stored, n_removed);
+    return Py_BuildValue("(nLL)", i, st.n_stored, st.n_removed);
+}
+
+/* text(ctx, buf, pos, end) -> (pos, lines, stored, removed): the lines of
+ * buf[pos:end] read in place, without a bytes object per line (a line ends
+ * at b"\n", which is not part of it, or at end), as lines() reads a list of
+ * them: it stops at the first line it does not take whole and returns the
+ * offset where that line starts (end: all were taken) and how many lines it
+ * took. The caller splits off that one line, runs its own path for it and
+ * calls again after it. */
+static PyObject *fv_text(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4 || !PyBytes_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "text(ctx, buf, pos, end): buf bytes");
+        return NULL;
+    }
+    PyObject *buf = args[1];
+    Py_ssize_t pos = PyLong_AsSsize_t(args[2]), end = PyLong_AsSsize_t(args[3]);
+    if ((pos == -1 || end == -1) && PyErr_Occurred()) return NULL;
+    Py_ssize_t size = PyBytes_GET_SIZE(buf);
+    if (pos < 0 || end > size || pos > end) {
+        PyErr_SetString(PyExc_ValueError, "text(): need 0 <= pos <= end <= len(buf)");
+        return NULL;
+    }
+    rawrun st;
+    if (rawrun_open(&st, args[0], "text") < 0) {
+        Py_XDECREF(st.index_o);
+        return NULL;
+    }
+    const unsigned char *base = (const unsigned char *)PyBytes_AS_STRING(buf);
+    Py_ssize_t taken = 0;
+    int err = 0;
+    while (pos < end) {
+        const unsigned char *s = base + pos;
+        const unsigned char *nl = memchr(s, '\n', (size_t)(end - pos));
+        Py_ssize_t len = nl != NULL ? nl - s : end - pos;
+        int r = rawrun_line(&st, s, len);
+        if (r <= 0) {
+            err = r < 0;
+            break;
+        }
+        taken++;
+        pos = nl != NULL ? pos + len + 1 : end;
+    }
+    if (rawrun_close(&st) < 0) err = 1;
+    if (err) return NULL;
+    return Py_BuildValue("(nnLL)", pos, taken, st.n_stored, st.n_removed);
 }
 
 /* xxh3_16(a, b, seed) -> int: XXH3-64 of a and b as little-endian u64
@@ -1699,9 +1828,11 @@ static PyMethodDef methods[] = {
     {"removed", (PyCFunction)(void (*)(void))fv_removed, METH_FASTCALL, "apply a clean Removed (see fastview.py)"},
     {"line", (PyCFunction)(void (*)(void))fv_line, METH_FASTCALL, "apply a clean decoded RouterEvent line"},
     {"lines", (PyCFunction)(void (*)(void))fv_lines, METH_FASTCALL, "apply clean RouterEvent JSON lines read here"},
+    {"text", (PyCFunction)(void (*)(void))fv_text, METH_FASTCALL, "apply clean RouterEvent JSON lines of a buffer"},
     {"take_chain_blocks", fv_take_chain_blocks, METH_NOARGS, "blocks line() chain-checked since the last call"},
     {"vllm_event", (PyCFunction)(void (*)(void))fv_vllm_event, METH_FASTCALL, "apply a clean vLLM event"},
     {"sha256", fv_sha256, METH_O, "SHA-256 digest of bytes"},
+    {"parse_u64", fv_parse_u64, METH_O, "the line reader's unsigned integer parser, or None"},
     {"xxh3_16", (PyCFunction)(void (*)(void))fv_xxh3_16, METH_FASTCALL, "XXH3-64 of two u64 with a seed"},
     {"vllm_pickle", (PyCFunction)(void (*)(void))fv_vllm_pickle, METH_FASTCALL,
      "pickle.dumps((parent, tuple(tokens), None), protocol=5), or None"},

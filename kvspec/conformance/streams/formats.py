@@ -171,6 +171,66 @@ def iter_chunks(f: IO[bytes], limit: int) -> Iterator[tuple[int, list[bytes], in
         yield lineno, [b"".join(pending)], lineno
 
 
+class TextChunks:
+    """The file as buffers of whole lines, for a reader that walks them in
+    place without a bytes object per line: iterating gives (buffer, end,
+    last) where the lines are ``buffer[:end]``, each ended by a newline
+    except an unterminated last line of the file (``last``; ``end`` is then
+    the buffer's length). The reader advances ``lineno`` (the number of the
+    next line) by the lines it read before it takes the next buffer; nothing
+    here counts them, which would cost a pass over every byte. The same
+    lines and errors as ``iter_chunks``: a line longer than ``limit`` raises
+    StreamError naming its number, before any line of its buffer is handed
+    out."""
+
+    def __init__(self, f: IO[bytes], limit: int) -> None:
+        self.f = f
+        self.limit = limit
+        self.lineno = 1
+
+    def _too_long(self, at: int) -> StreamError:
+        return StreamError(f"longer than {self.limit} bytes (--max-record-bytes)", f"line {at}")
+
+    def __iter__(self) -> Iterator[tuple[bytes, int, bool]]:
+        limit = self.limit
+        pending: list[bytes] = []  # pieces of a line that spans chunks
+        pending_len = 0
+        while True:
+            chunk = self.f.read(CHUNK)
+            if not chunk:
+                break
+            nl = chunk.rfind(b"\n")
+            if nl < 0:
+                pending.append(chunk)
+                pending_len += len(chunk)
+                if pending_len > limit:
+                    raise self._too_long(self.lineno)
+                continue
+            if pending:
+                nl += pending_len
+                pending.append(chunk)
+                chunk = b"".join(pending)
+                pending, pending_len = [], 0
+            end = nl + 1
+            if end > limit:  # otherwise no line in it can be longer
+                start, i = 0, 0
+                while start < end:
+                    stop = chunk.index(b"\n", start, end)
+                    if stop - start > limit:
+                        raise self._too_long(self.lineno + i)
+                    start, i = stop + 1, i + 1
+            yield chunk, end, False
+            if end < len(chunk):
+                rest = chunk[end:]
+                pending.append(rest)
+                pending_len = len(rest)
+                if pending_len > limit:
+                    raise self._too_long(self.lineno)
+        if pending:
+            last = b"".join(pending)
+            yield last, len(last), True
+
+
 def _json_error(e: Exception, lineno: int, last: bool) -> StreamError:
     if isinstance(e, RecursionError):
         return StreamError("nested too deeply", f"line {lineno}")
@@ -302,6 +362,36 @@ class RouterReader:
         src.next_id = ev.event_id + 1
         view.index += 1
 
+    def _lines(
+        self, f: IO[bytes], c_text: Callable[..., tuple[int, int, int, int]] | None, rctx: tuple, acc: list[int]
+    ) -> Iterator[tuple[int, bytes, int]]:
+        """(line number, line, number of the line the file ends inside or 0)
+        of each line the Python paths read: every line, or with the C reader
+        (``c_text``) only the lines it stops at; it adds the Stored and
+        Removed it applied to ``acc``. A stopped line is handed out before the
+        C reader goes on after it, so the two apply lines in file order."""
+        if c_text is None:
+            for first, lines, unterminated in iter_chunks(f, self.limit):
+                for i, line in enumerate(lines):
+                    yield first + i, line, unterminated
+            return
+        chunks = TextChunks(f, self.limit)
+        for buf, end, last in chunks:
+            pos, lineno = 0, chunks.lineno
+            while pos < end:
+                pos, n, ns, nr = c_text(rctx, buf, pos, end)
+                acc[0] += ns
+                acc[1] += nr
+                lineno += n
+                if pos >= end:
+                    break
+                nl = buf.find(b"\n", pos, end)
+                stop = end if nl < 0 else nl
+                yield lineno, buf[pos:stop], lineno if last else 0
+                lineno += 1
+                pos = stop + 1
+            chunks.lineno = lineno
+
     def run(self, f: IO[bytes], view: RouterView) -> None:
         dec = ROUTER_DECODER.decode
         lenient = False
@@ -323,127 +413,118 @@ class RouterReader:
         if native is not None:
             native.take_chain_blocks()  # zero, whatever an interrupted run left
         ctx = (sources, anchored, chain, hcheck, view, xxh, seed, EventDataMsg, strict)
-        # the C reader of whole lines (fastview lines()): it applies the clean
+        # the C reader of whole lines (fastview text()): it applies the clean
         # lines it understands and stops at the first other one, which takes
         # the path below; then it goes on after that line
-        c_lines = native.lines if native is not None and self.raw else None
+        c_text = native.text if native is not None and self.raw else None
         rctx = (sources, anchored, chain, hcheck, view, seed, strict)
+        acc = [0, 0]  # Stored and Removed the C reader applied
         try:
-            for first, lines, unterminated in iter_chunks(f, self.limit):
-                i = 0
-                n_lines = len(lines)
-                while i < n_lines:
-                    if c_lines is not None:
-                        i, ns, nr = c_lines(rctx, lines, i)
-                        records += ns + nr
-                        n_stored += ns
-                        n_removed += nr
-                        if i >= n_lines:
-                            break
-                    line = lines[i]
-                    lineno = first + i
-                    i += 1
-                    if not line or line.isspace():
-                        continue
+            for lineno, line, unterminated in self._lines(f, c_text, rctx, acc):
+                if not line or line.isspace():
+                    continue
+                try:
+                    m = self._lenient(line) if lenient else dec(line)
+                except msgspec.ValidationError as e:
+                    if "unknown field" not in str(e):
+                        raise _json_error(e, lineno, False) from None
                     try:
-                        m = self._lenient(line) if lenient else dec(line)
-                    except msgspec.ValidationError as e:
-                        if "unknown field" not in str(e):
-                            raise _json_error(e, lineno, False) from None
-                        try:
-                            m = self._lenient(line)
-                        except (msgspec.DecodeError, RecursionError, ValueError) as e2:
-                            raise _json_error(e2, lineno, False) from None
-                        lenient = True
-                    except (msgspec.DecodeError, RecursionError, ValueError) as e:
-                        raise _json_error(e, lineno, lineno == unterminated) from None
-                    records += 1
-                    if c_line is not None:
-                        code = c_line(ctx, m)
-                        if code == 1:
-                            n_stored += 1
-                            continue
-                        if code == 2:
-                            n_removed += 1
-                            continue
-                        if code == 3:  # applied; the reports and the id bookkeeping are ours
-                            self._tail(m, view, lineno, strict, hcheck)
-                            n_removed += 1
-                            continue
-                    ev = m.event
-                    w = m.worker_id
-                    eid = ev.event_id
-                    if w > u64 or eid > u64:
-                        raise StreamError("worker_id or event_id does not fit in 64 bits", f"line {lineno}")
-                    if fused:
-                        data = ev.data
-                        if type(data) is EventDataMsg:
-                            key = (w, ev.dp_rank)
-                            src = sources.get(key)
-                            s = data.stored
-                            if src is not None and src.next_id == eid:
-                                tname = m.storage_tier
-                                tier = src.tiers.get(tname)
-                                if tier is not None and s is not None and data.removed is None:
-                                    if (
-                                        c_stored(
-                                            tier.live,
-                                            tier.kids,
-                                            s.parent_hash,
-                                            s.blocks,
-                                            eid,
-                                            view.index,
-                                            anchored is None or tname in anchored,
-                                            chain,
-                                            xxh,
-                                            seed,
-                                        )
-                                        if c_stored is not None
-                                        else _fused_stored(
-                                            tier, s, eid, view.index, tname, anchored, chain, xxh, pack, seed, u64
-                                        )
-                                    ):
-                                        src.next_id = eid + 1
-                                        view.index += 1
-                                        if hcheck is not None and chain:
-                                            n = len(s.blocks)
-                                            hcheck.checked_blocks += n
-                                            hcheck.chain_blocks += n
-                                        n_stored += 1
-                                        continue
-                                elif tier is not None and s is None and data.removed is not None:
-                                    hs = data.removed.block_hashes
-                                    done = 0
-                                    if c_removed is not None:
-                                        done = c_removed(tier.live, tier.kids, tier.removed.cur, hs, (eid, view.index))
-                                        if done:
-                                            _removed_tail(
-                                                view,
-                                                tier,
-                                                key,
-                                                tname,
-                                                eid,
-                                                hs,
-                                                hs,
-                                                lineno,
-                                                strict and done == 2,
-                                                hcheck,
-                                            )
-                                    if done or (
-                                        hs and _fused_removed(view, tier, key, tname, eid, hs, lineno, strict, hcheck)
-                                    ):
-                                        src.next_id = eid + 1
-                                        view.index += 1
-                                        n_removed += 1
-                                        continue
-                    kind = self._apply(m, lineno, view)
-                    if kind == "stored":
+                        m = self._lenient(line)
+                    except (msgspec.DecodeError, RecursionError, ValueError) as e2:
+                        raise _json_error(e2, lineno, False) from None
+                    lenient = True
+                except (msgspec.DecodeError, RecursionError, ValueError) as e:
+                    raise _json_error(e, lineno, lineno == unterminated) from None
+                records += 1
+                if c_line is not None:
+                    code = c_line(ctx, m)
+                    if code == 1:
                         n_stored += 1
-                    elif kind == "removed":
+                        continue
+                    if code == 2:
                         n_removed += 1
-                    else:
-                        n_cleared += 1
+                        continue
+                    if code == 3:  # applied; the reports and the id bookkeeping are ours
+                        self._tail(m, view, lineno, strict, hcheck)
+                        n_removed += 1
+                        continue
+                ev = m.event
+                w = m.worker_id
+                eid = ev.event_id
+                if w > u64 or eid > u64:
+                    raise StreamError("worker_id or event_id does not fit in 64 bits", f"line {lineno}")
+                if fused:
+                    data = ev.data
+                    if type(data) is EventDataMsg:
+                        key = (w, ev.dp_rank)
+                        src = sources.get(key)
+                        s = data.stored
+                        if src is not None and src.next_id == eid:
+                            tname = m.storage_tier
+                            tier = src.tiers.get(tname)
+                            if tier is not None and s is not None and data.removed is None:
+                                if (
+                                    c_stored(
+                                        tier.live,
+                                        tier.kids,
+                                        s.parent_hash,
+                                        s.blocks,
+                                        eid,
+                                        view.index,
+                                        anchored is None or tname in anchored,
+                                        chain,
+                                        xxh,
+                                        seed,
+                                    )
+                                    if c_stored is not None
+                                    else _fused_stored(
+                                        tier, s, eid, view.index, tname, anchored, chain, xxh, pack, seed, u64
+                                    )
+                                ):
+                                    src.next_id = eid + 1
+                                    view.index += 1
+                                    if hcheck is not None and chain:
+                                        n = len(s.blocks)
+                                        hcheck.checked_blocks += n
+                                        hcheck.chain_blocks += n
+                                    n_stored += 1
+                                    continue
+                            elif tier is not None and s is None and data.removed is not None:
+                                hs = data.removed.block_hashes
+                                done = 0
+                                if c_removed is not None:
+                                    done = c_removed(tier.live, tier.kids, tier.removed.cur, hs, (eid, view.index))
+                                    if done:
+                                        _removed_tail(
+                                            view,
+                                            tier,
+                                            key,
+                                            tname,
+                                            eid,
+                                            hs,
+                                            hs,
+                                            lineno,
+                                            strict and done == 2,
+                                            hcheck,
+                                        )
+                                if done or (
+                                    hs and _fused_removed(view, tier, key, tname, eid, hs, lineno, strict, hcheck)
+                                ):
+                                    src.next_id = eid + 1
+                                    view.index += 1
+                                    n_removed += 1
+                                    continue
+                kind = self._apply(m, lineno, view)
+                if kind == "stored":
+                    n_stored += 1
+                elif kind == "removed":
+                    n_removed += 1
+                else:
+                    n_cleared += 1
         finally:
+            n_stored += acc[0]
+            n_removed += acc[1]
+            records += acc[0] + acc[1]
             st = self.stats
             st.records, st.stored, st.removed, st.cleared = records, n_stored, n_removed, n_cleared
             st.events = n_stored + n_removed + n_cleared
