@@ -337,8 +337,8 @@ def _split_text(f: Any, limit: int) -> list[tuple[int, bytes, int]]:
     """TextChunks' lines as iter_chunks gives them: (line number, line, unterminated)."""
     out = []
     chunks = formats.TextChunks(f, limit)
-    for buf, end, last in chunks:
-        body = buf[:end]
+    for buf, start, end, last in chunks:
+        body = buf[start:end]
         lines = body.split(b"\n")
         if body.endswith(b"\n"):
             lines.pop()

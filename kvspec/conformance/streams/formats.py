@@ -173,10 +173,11 @@ def iter_chunks(f: IO[bytes], limit: int) -> Iterator[tuple[int, list[bytes], in
 
 class TextChunks:
     """The file as buffers of whole lines, for a reader that walks them in
-    place without a bytes object per line: iterating gives (buffer, end,
-    last) where the lines are ``buffer[:end]``, each ended by a newline
-    except an unterminated last line of the file (``last``; ``end`` is then
-    the buffer's length). The reader advances ``lineno`` (the number of the
+    place without a bytes object per line: iterating gives (buffer, start,
+    end, last) where the lines are ``buffer[start:end]``, each ended by a
+    newline except an unterminated last line of the file (``last``; ``end``
+    is then the buffer's length). A line that spans two reads comes as a
+    buffer of its own, so a read chunk is never copied whole. The reader advances ``lineno`` (the number of the
     next line) by the lines it read before it takes the next buffer; nothing
     here counts them, which would cost a pass over every byte. The same
     lines and errors as ``iter_chunks``: a line longer than ``limit`` raises
@@ -191,7 +192,7 @@ class TextChunks:
     def _too_long(self, at: int) -> StreamError:
         return StreamError(f"longer than {self.limit} bytes (--max-record-bytes)", f"line {at}")
 
-    def __iter__(self) -> Iterator[tuple[bytes, int, bool]]:
+    def __iter__(self) -> Iterator[tuple[bytes, int, int, bool]]:
         limit = self.limit
         pending: list[bytes] = []  # pieces of a line that spans chunks
         pending_len = 0
@@ -206,20 +207,25 @@ class TextChunks:
                 if pending_len > limit:
                     raise self._too_long(self.lineno)
                 continue
-            if pending:
-                nl += pending_len
-                pending.append(chunk)
-                chunk = b"".join(pending)
+            start = 0
+            if pending:  # the line that spans chunks on its own, not the whole chunk copied
+                start = chunk.index(b"\n") + 1
+                pending.append(chunk[:start])
+                head = b"".join(pending)
                 pending, pending_len = [], 0
+                if len(head) - 1 > limit:
+                    raise self._too_long(self.lineno)
+                yield head, 0, len(head), False
             end = nl + 1
-            if end > limit:  # otherwise no line in it can be longer
-                start, i = 0, 0
-                while start < end:
-                    stop = chunk.index(b"\n", start, end)
-                    if stop - start > limit:
+            if end - start > limit:  # otherwise no line in it can be longer
+                at, i = start, 0
+                while at < end:
+                    stop = chunk.index(b"\n", at, end)
+                    if stop - at > limit:
                         raise self._too_long(self.lineno + i)
-                    start, i = stop + 1, i + 1
-            yield chunk, end, False
+                    at, i = stop + 1, i + 1
+            if start < end:
+                yield chunk, start, end, False
             if end < len(chunk):
                 rest = chunk[end:]
                 pending.append(rest)
@@ -228,7 +234,7 @@ class TextChunks:
                     raise self._too_long(self.lineno)
         if pending:
             last = b"".join(pending)
-            yield last, len(last), True
+            yield last, 0, len(last), True
 
 
 def _json_error(e: Exception, lineno: int, last: bool) -> StreamError:
@@ -376,8 +382,8 @@ class RouterReader:
                     yield first + i, line, unterminated
             return
         chunks = TextChunks(f, self.limit)
-        for buf, end, last in chunks:
-            pos, lineno = 0, chunks.lineno
+        for buf, pos, end, last in chunks:
+            lineno = chunks.lineno
             while pos < end:
                 pos, n, ns, nr = c_text(rctx, buf, pos, end)
                 acc[0] += ns
