@@ -28,7 +28,10 @@ lockstep test runs): keys that are a cached path, a cut inside one (a split,
 of a locked node too), one extended, or one that diverges inside a page;
 locks on exactly a cached leaf; evictions sized to the evictable pages and
 beyond while locks are held. Blind traffic misses bugs that need such a
-sequence (a split of a locked node, a locked leaf left evictable).
+sequence (a split of a locked node, a locked leaf left evictable). One move
+in ten (``touch_then_evict``) is a walk that refreshes an old leaf and then
+an eviction of one token: without it, a walk that does not refresh the
+access time survived about half the seeded runs.
 """
 
 from __future__ import annotations
@@ -380,6 +383,9 @@ LOCK_NAMES = ("a", "b")
 
 
 def radix_configs() -> st.SearchStrategy[RadixConfig]:
+    """Small pools (requests evict); page size 1 in half the configs (a split
+    of a locked node is drawn most often there; a fifth killed fewer of those
+    variants, ``benchmarks/radix_traffic_kills.py``)."""
     return st.builds(RadixConfig, page_size=st.sampled_from((1, 1, 2, 3)), capacity=st.integers(6, 24))
 
 
@@ -523,12 +529,105 @@ def radix_op_for(model: RadixModel) -> st.SearchStrategy[dict[str, Any]]:
     return st.sampled_from(_KINDS).flatmap(op)
 
 
+def leaves_by_access(model: RadixModel) -> list[tuple[int, ...]]:
+    """The path of every unlocked leaf, least recently accessed first (the
+    order the model evicts them in, RADIX-EVICT-LRU)."""
+    paths: dict[int, tuple[int, ...]] = {}
+    leaves: list[tuple[int, tuple[int, ...]]] = []
+    for n in model.nodes():  # parents before children
+        assert n.parent is not None
+        p = paths.get(id(n.parent), ()) + tuple(n.tokens)
+        paths[id(n)] = p
+        if not n.children and n.lock_ref == 0:
+            leaves.append((n.last_access, p))
+    return [p for _, p in sorted(leaves)]
+
+
+def _touch(model: RadixModel, key: st.SearchStrategy[list[int]]) -> st.SearchStrategy[list[dict[str, Any]]]:
+    """A walk down ``key`` that refreshes its nodes: a match, or a lock and its unlock."""
+    walks = [key.map(lambda k: [{"op": "match", "tokens": k}])]
+    free_names = [n for n in LOCK_NAMES if n not in model.locks]
+    if free_names:
+        walks.append(
+            st.tuples(st.sampled_from(free_names), key).map(
+                lambda t: [{"op": "lock", "name": t[0], "tokens": t[1]}, {"op": "unlock", "name": t[0]}]
+            )
+        )
+    return st.one_of(walks)
+
+
+#: the first token of the leaves ``touch_then_evict`` builds (outside the traffic's alphabet: always new)
+FRESH = 6
+
+
+def _fresh_leaves(model: RadixModel) -> list[dict[str, Any]] | None:
+    """Operations that leave exactly two unlocked leaves, the older first: evict
+    every unlocked page, insert ``A`` (two pages), then a key that shares its
+    first page and leaves it at the last token of its second (a split at the
+    page boundary, RADIX-MATCH: a cache that counts the shared prefix in tokens
+    splits inside the page; ``A``'s leaf hangs below another node), or, in a
+    pool too small for that, a key of its own. None: the locked pages leave no
+    room for two leaves."""
+    page = model.config.page_size
+    room = model.free + model.evictable_size()
+    first = [FRESH] * page
+    if room >= 4 * page:  # an insert needs free slots for its whole key, cached or not
+        a, b = [*first, *[1] * page], [*first, *[1] * (page - 1), 2]
+    elif room >= 2 * page:
+        a, b = first, [FRESH + 1] * page
+    else:
+        return None
+    clear = [{"op": "evict", "tokens": model.evictable_size()}] if model.evictable_size() else []
+    return [*clear, {"op": "insert", "tokens": a}, {"op": "insert", "tokens": b}]
+
+
+def touch_then_evict(model: RadixModel) -> st.SearchStrategy[list[dict[str, Any]]]:
+    """A walk that refreshes an old unlocked leaf (a match, or a lock and its
+    unlock), then an eviction of one token: the model now evicts another leaf,
+    so a cache whose walk does not refresh the access time (or that orders by
+    creation) evicts the touched one (RADIX-EVICT-LRU), and the unlock of a leaf
+    below another node checks that the lock leaves its ancestors (RADIX-LOCK).
+    The leaf is one of the two least recently used, or, when fewer than two
+    leaves are unlocked, the older of two fresh ones (``_fresh_leaves``, which
+    evicts every unlocked page first: drawn whenever possible it cleared the
+    locked traffic other variants need). Random traffic rarely draws such a
+    sequence."""
+    evict = {"op": "evict", "tokens": 1}
+    forms: list[st.SearchStrategy[list[dict[str, Any]]]] = []
+    old = leaves_by_access(model)[:2]
+    if len(old) == 2:
+        forms.append(_touch(model, st.sampled_from(old).map(list)).map(lambda ops: [*ops, evict]))
+    setup = _fresh_leaves(model)
+    if setup is not None and len(old) < 2:
+        a = setup[-2]["tokens"]
+        forms.append(_touch(model, st.just(a)).map(lambda ops: [*setup, *ops, evict]))
+    if not forms:
+        return radix_op_for(model).map(lambda o: [o])
+    return st.one_of(forms)
+
+
+#: one move in ten is a touch then an eviction (``touch_then_evict``): one in six
+#: displaced enough locked traffic that locked-split variants escaped 3 to 6 seeds in 10
+_MOVES = ("op",) * 9 + ("touch",)
+
+
+def radix_move_for(model: RadixModel) -> st.SearchStrategy[list[dict[str, Any]]]:
+    """The next operations drawn from ``model``'s state: one (``radix_op_for``)
+    or a touch of an old leaf and an eviction (``touch_then_evict``)."""
+    return st.sampled_from(_MOVES).flatmap(
+        lambda m: radix_op_for(model).map(lambda o: [o]) if m == "op" else touch_then_evict(model)
+    )
+
+
 def drive(data: st.DataObject, ls: RadixLockstep, max_steps: int) -> None:
     """8 to ``max_steps`` operations (fewer leave no room for a lock, a split
-    and an eviction past it), each drawn from the model's state after
-    the previous one and stepped in lockstep (Hypothesis prints each draw of a
-    failing run: a short replay once shrunk)."""
+    and an eviction past it; a move of several may end past it), each move
+    drawn from the model's state after the previous one (``radix_move_for``)
+    and stepped in lockstep (Hypothesis prints each draw of a failing run: a
+    short replay once shrunk)."""
     count = data.draw(st.integers(min(8, max_steps), max(1, max_steps)), label="operations")
-    for i in range(count):
-        raw = data.draw(radix_op_for(ls.model), label=f"op {i + 1}")
-        ls.step(RADIX_OP_ADAPTER.validate_python(raw))
+    done = 0
+    while done < count:
+        for raw in data.draw(radix_move_for(ls.model), label=f"op {done + 1}"):
+            ls.step(RADIX_OP_ADAPTER.validate_python(raw))
+            done += 1
