@@ -57,10 +57,15 @@ def random_op(rng: random.Random, profile: str, pre: Abstract, cap: int, model: 
     finds bugs: Uses that name a block twice (kvbm: evicted, then registered
     again in the same batch), Derefs and Destroys of what is held (the model
     rejects some operations: they are skipped), *pressure* Uses
-    (``_pressure``) and, for kvbm and atomic, Derefs of everything held."""
+    (``_pressure``), for kvbm and atomic, Derefs of everything held, and
+    now and then an operation aimed at a state two seeded bugs need
+    (``_aimed``)."""
     registered = {h for h in range(HASHES) if pre.reg[h]}
     held: list[FullBlock | PartialBlock] = [FullBlock(full=h) for h in range(HASHES) if pre.own[h] >= 1]
     held += [PartialBlock(partial=f"u{u}") for u in range(UUIDS) if pre.preg[u] and pre.pown[u] >= 1]
+    aimed = _aimed(rng, profile, pre, cap, model)
+    if aimed is not None:
+        return aimed
     k = rng.random()
     if k < 0.15:
         return _pressure(rng, pre, cap, model if profile != "legacy" else None)
@@ -99,6 +104,61 @@ def random_op(rng: random.Random, profile: str, pre: Abstract, cap: int, model: 
     h = rng.randrange(HASHES)
     above = rng.choice(sorted(registered)) if registered and rng.random() < 0.5 else None
     return Promote(uuid=f"u{rng.randrange(UUIDS)}", seq_hash=h, parent_hash=above, local_hash=h + 100, plh=_plh(h))
+
+
+def _aimed(rng: random.Random, profile: str, pre: Abstract, cap: int, model: object | None) -> Operation | None:
+    """An operation aimed at a state uniform traffic reaches too rarely to
+    catch two seeded bugs at every seed (their kill rates: spec/INVARIANTS.md),
+    or None (most of the time: the rest of the traffic stays as it was).
+
+    A Promote of a held partial onto a registered hash (PROMOTE-EXISTING: the
+    block gains an owner), and now and then a Use of one partial to have one. For kvbm, the states a Removed of an
+    *unannounced* block needs: a block evicted and registered again in one
+    Use is left unannounced; released (a Deref), it is evicted again by a
+    later Use that names it once more, whose Removed must name it
+    (``_evict_then_rename``)."""
+    held_partials = [u for u in range(UUIDS) if pre.preg[u] and pre.pown[u] == 1]  # legacy: exactly one owner
+    registered = [h for h in range(HASHES) if pre.reg[h]]
+    room = cap - len(registered) - sum(pre.preg.values())
+    inactive = [h for h in registered if pre.own[h] == 0]
+    if not held_partials and registered and (room > 0 or inactive) and rng.random() < 0.1:  # one to promote later
+        return _use([PartialBlock(partial=f"u{rng.randrange(UUIDS)}")])
+    if held_partials and registered and rng.random() < 0.3:
+        h = rng.choice(registered)
+        return Promote(
+            uuid=f"u{rng.choice(held_partials)}", seq_hash=h, parent_hash=None, local_hash=h + 100, plh=_plh(h)
+        )
+    if profile != "kvbm" or model is None:
+        return None
+    unann = [h for h in registered if not pre.ann[h]]
+    unann_held = [h for h in unann if pre.own[h] >= 1]
+    if unann_held and rng.random() < 0.3:
+        return Deref(blocks=[FullBlock(full=h) for h in unann_held])
+    if len(inactive) >= 2 and rng.random() < 0.2:
+        targets = [h for h in inactive if not pre.ann[h]] or inactive
+        return _evict_then_rename(rng, rng.choice(targets), inactive, model)
+    return None
+
+
+def _evict_then_rename(rng: random.Random, target: int, inactive: list[int], model: object) -> Use | None:
+    """A Use of new blocks until one of them evicts ``target`` (asked of a
+    copy of the model, one block at a time), then ``target`` again (it takes
+    the slot of another inactive block, named after it), or None if the new
+    blocks never evict it."""
+    fresh = [h for h in range(HASHES) if h not in model.blocks]  # type: ignore[attr-defined]
+    rng.shuffle(fresh)
+    trial = copy.deepcopy(model)
+    placed: list[int] = []
+    for h in fresh:
+        try:
+            trial.apply(_use([FullBlock(full=h)]))  # type: ignore[attr-defined]
+        except InvalidOperation:
+            return None
+        placed.append(h)
+        if target not in trial.blocks:  # type: ignore[attr-defined]
+            others = [x for x in inactive if x != target]
+            return _use([FullBlock(full=x) for x in [*placed, target, *others]])
+    return None
 
 
 def _use(refs: list[FullBlock | PartialBlock], parent: FullBlock | None = None) -> Use:
