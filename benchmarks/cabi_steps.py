@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from kvspec.adapters.reference.adapter import outcome_of
-from kvspec.conformance.manifest import load_manifest
+from kvspec.conformance.run.manifest import load_manifest
 from kvspec.conformance.transport.cabi import CAbiImplementation
 from kvspec.reference import make_model
 from kvspec.spec.config import ManagerConfig

@@ -294,7 +294,7 @@ def main() -> None:
     print(f"streams ready in {time.perf_counter() - t:.1f} s (cache {args.cache_dir})")
     print(f"  Dynamo stream {dyn.stat().st_size / 1e6:.0f} MB, vLLM capture {vll.stat().st_size / 1e6:.0f} MB")
     # the C part of the fused reader is built once, before any timing
-    from kvspec.conformance.streams import fastview
+    from kvspec.streams import fastview
 
     fastview.module()
     print(f"C fast paths: {fastview.status()}")

@@ -16,8 +16,8 @@ import statistics
 import time
 from typing import Any
 
-from kvspec.conformance.implementation import Implementation, open_implementation
-from kvspec.conformance.manifest import load_manifest, resolve_adapter_dir
+from kvspec.conformance.block.opener import Implementation, open_implementation
+from kvspec.conformance.run.manifest import load_manifest, resolve_adapter_dir
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.wire import Deref, FullBlock, Plh, Use
 

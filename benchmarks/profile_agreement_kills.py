@@ -18,7 +18,7 @@ import argparse
 import resource
 import sys
 
-from kvspec.reference.smt.profile_agreement import agreement_mutants, run_agreement
+from kvspec.reference.smt.blocks.agreement import agreement_mutants, run_agreement
 
 #: the test's budget (operations per policy); tests/test_smt_profile_agreement.py OPS
 OPS = {"kvbm": 50, "atomic": 50, "legacy": 100}

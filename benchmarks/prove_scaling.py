@@ -46,8 +46,8 @@ RADIX_PAGES = (4, 5, 6)
 
 _RADIX = """
 import json, sys
-from kvspec.reference.smt.profile_radix import prove_radix
-from kvspec.reference.smt.radix_encoding import RadixBound
+from kvspec.reference.smt.radix.steps import prove_radix
+from kvspec.reference.smt.radix.encoding import RadixBound
 rs = prove_radix(RadixBound(pages=int(sys.argv[1]), handles=2))
 print(json.dumps({r.property_id: [r.seconds, r.verdict] for r in rs}))
 """
@@ -55,8 +55,8 @@ print(json.dumps({r.property_id: [r.seconds, r.verdict] for r in rs}))
 #: the radix profile at operation level (kvspec prove --profile radix, rows 'op ...'): every row of every operation
 _RADIX_OPS = """
 import json, sys
-from kvspec.reference.smt.profile_radix_ops import prove_ops
-from kvspec.reference.smt.radix_operations import OpBound
+from kvspec.reference.smt.radix.ops import prove_ops
+from kvspec.reference.smt.radix.operations import OpBound
 rs = prove_ops(OpBound(*(int(x) for x in sys.argv[1:6])))
 print(json.dumps({f"{r.property_id} @ {r.op}": [r.seconds, r.verdict] for r in rs}))
 """
@@ -75,7 +75,7 @@ print(json.dumps({str(r.property_id): [r.seconds, r.verdict] for r in rs}))
 
 _UNBOUNDED = """
 import json
-from kvspec.reference.smt.unbounded import prove_unbounded
+from kvspec.reference.smt.unbounded.encoding import prove_unbounded
 rs = prove_unbounded(timeout_ms=120_000)
 print(json.dumps({r.property_id: [r.seconds, r.verdict] for r in rs}))
 """
@@ -83,7 +83,7 @@ print(json.dumps({r.property_id: [r.seconds, r.verdict] for r in rs}))
 #: the radix profile for any number of pages, tokens and locks (kvspec prove --profile radix --unbounded)
 _RADIX_UNBOUNDED = """
 import json
-from kvspec.reference.smt.radix_unbounded import prove_radix_unbounded
+from kvspec.reference.smt.radix.unbounded import prove_radix_unbounded
 rs = prove_radix_unbounded()
 print(json.dumps({r.property_id: [r.seconds, r.verdict] for r in rs}))
 """
@@ -91,7 +91,7 @@ print(json.dumps({r.property_id: [r.seconds, r.verdict] for r in rs}))
 #: operation level (kvspec prove's 'operation:' rows): whole operations, batches of every shape up to N blocks
 _OPERATIONS = """
 import json, sys
-from kvspec.reference.smt.operations_prove import prove_operations
+from kvspec.reference.smt.offload.operations_prove import prove_operations
 from kvspec.reference.smt.universe import Bound
 n, h, b = (int(x) for x in sys.argv[1:4])
 rs = prove_operations(Bound(n, h), b)
@@ -103,8 +103,8 @@ OPERATION_BOUNDS = ((3, 5, 3), (4, 6, 4))
 #: the block-level profiles without offload (kvspec prove --profile P): unbounded, proofs only
 _PROFILE = """
 import json, sys
-from kvspec.reference.smt.cli_profiles import _blocks
-from kvspec.reference.smt.profile_blocks import prove
+from kvspec.reference.smt.cli.profiles import _blocks
+from kvspec.reference.smt.blocks.encoding import prove
 rs = prove(_blocks(sys.argv[1]))
 print(json.dumps({f"{r.invariant} @ {r.transition}": [r.seconds, r.verdict] for r in rs}))
 """
@@ -112,7 +112,7 @@ PROFILES = ("kvbm", "legacy", "atomic")
 
 _VLLM = """
 import json
-from kvspec.reference.smt.profile_vllm import prove_vllm
+from kvspec.reference.smt.vllm.copies import prove_vllm
 rs = prove_vllm()
 print(json.dumps({r.transition: [r.seconds, r.verdict] for r in rs}))
 """

@@ -27,13 +27,13 @@ from pathlib import Path
 from hypothesis import Phase, given, seed, settings
 from hypothesis import strategies as st
 
-from kvspec.conformance.failures import ConformanceFailure
-from kvspec.conformance.manifest import Manifest, load_manifest, resolve_adapter_dir
-from kvspec.conformance.profile_suite import cheap_op_settings
-from kvspec.conformance.radix_check import RadixLockstep, drive, radix_configs, radix_ops
-from kvspec.conformance.radix_open import open_radix
-from kvspec.conformance.settings import effort
+from kvspec.conformance.managers.profile_suite import cheap_op_settings
+from kvspec.conformance.radix.check import RadixLockstep, drive, radix_configs, radix_ops
+from kvspec.conformance.radix.opener import open_radix
+from kvspec.conformance.run.manifest import Manifest, load_manifest, resolve_adapter_dir
+from kvspec.conformance.run.settings import effort
 from kvspec.conformance.transport.jsonl import reuse_children
+from kvspec.conformance.verdicts.failures import ConformanceFailure
 from kvspec.spec.radix_wire import RADIX_OP_ADAPTER, RadixConfig
 
 FAITHFUL = ("adapters/reference", "adapters/radix_rust", "adapters/reference_jsonl", "adapters/sglang")

@@ -38,14 +38,14 @@ from pathlib import Path
 
 from kvspec.adapters.reference_jsonl.engine_session import EngineSession
 from kvspec.adapters.reference_requests.adapter import ReferenceRequests
-from kvspec.conformance.manifest import load_manifest
+from kvspec.conformance.requests.workloads import setup_of
+from kvspec.conformance.run.manifest import load_manifest
 from kvspec.conformance.transport.engine import (
     EngineCaller,
     EngineImplementation,
     engine_config,
     open_engine_implementation,
 )
-from kvspec.conformance.workloads import setup_of
 from kvspec.reference.requests import PoolSetup, RequestSpec
 from kvspec.spec.engine_wire import EngineOp, EngineOutcome
 

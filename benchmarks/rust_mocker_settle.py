@@ -25,10 +25,10 @@ import threading
 import time
 from collections import Counter
 
-from kvspec.conformance.manifest import load_impl
-from kvspec.conformance.radix_requests import check_radix_run
-from kvspec.conformance.requests_api import open_request_implementation
-from kvspec.conformance.workloads import seed_workloads
+from kvspec.conformance.radix.requests import check_radix_run
+from kvspec.conformance.requests.api import open_request_implementation
+from kvspec.conformance.requests.workloads import seed_workloads
+from kvspec.conformance.run.manifest import load_impl
 from kvspec.spec.errors import AdapterError
 
 IMPL = "adapters/rust_mocker/sglang"

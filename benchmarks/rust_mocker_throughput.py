@@ -28,8 +28,8 @@ import time
 from pathlib import Path
 
 from kvspec.adapters.rust_mocker import adapter as rm
-from kvspec.conformance.manifest import load_manifest
-from kvspec.conformance.workloads import setup_of
+from kvspec.conformance.requests.workloads import setup_of
+from kvspec.conformance.run.manifest import load_manifest
 from kvspec.reference.requests import RequestSpec
 
 ROUNDS = 5

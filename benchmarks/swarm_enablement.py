@@ -1,6 +1,6 @@
 """How often each optional action kind is enabled per lockstep example (swarm testing).
 
-The lockstep machine (conformance/machine.py) enables a random subset of its
+The lockstep machine (conformance/block/machine.py) enables a random subset of its
 optional action kinds per example, so that some examples never finish a
 request, others never tick backwards, and each kind of bug meets the traffic
 that shows it. A kind that is almost never enabled is almost never tested.
@@ -26,8 +26,8 @@ from collections import Counter
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from kvspec.conformance import machine as mm
-from kvspec.conformance.manifest import load_manifest, resolve_adapter_dir
+from kvspec.conformance.block import machine as mm
+from kvspec.conformance.run.manifest import load_manifest, resolve_adapter_dir
 
 EXAMPLES = 2000
 

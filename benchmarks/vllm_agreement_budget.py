@@ -1,6 +1,6 @@
 """How many sampled operations each vllm encoding mutant needs to be caught.
 
-For every encoding mutant of ``reference/smt/profile_vllm_ops.py`` that the
+For every encoding mutant of ``reference/smt/vllm/ops.py`` that the
 agreement check can see (a parent, a copy count, the all-or-nothing check),
 runs ``profile_vllm_agreement.first_mismatch`` over seeds 0..--seeds-1 with
 up to --max operations each and prints, per mutant, the operation index of
@@ -18,7 +18,7 @@ import argparse
 import resource
 import sys
 
-from kvspec.reference.smt.profile_vllm_agreement import AGREEMENT_MUTANTS, first_mismatch
+from kvspec.reference.smt.vllm.agreement import AGREEMENT_MUTANTS, first_mismatch
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,15 +14,21 @@ import sys
 from kvspec import __version__
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "replay": ("kvspec.conformance.replay", "run a replay file against an implementation"),
-    "mutants": ("kvspec.conformance.mutants", "run the suite against every mutant; table of kills"),
-    "prove": ("kvspec.reference.smt.cli_prove", "prove the lifecycle invariants with z3"),
-    "witnesses": ("kvspec.reference.smt.cli_witnesses", "regenerate the bounded-model-checking scenarios"),
+    "replay": ("kvspec.conformance.commands.replay", "run a replay file against an implementation"),
+    "mutants": ("kvspec.conformance.commands.mutants", "run the suite against every mutant; table of kills"),
+    "prove": ("kvspec.reference.smt.cli.prove", "prove the lifecycle invariants with z3"),
+    "witnesses": ("kvspec.reference.smt.cli.witnesses", "regenerate the bounded-model-checking scenarios"),
     "schemas": ("kvspec.spec.schema_export", "write (or --check) the JSON Schemas in spec/schema/"),
-    "check-log": ("kvspec.conformance.check_log", "check a recorded event stream (Dynamo, vLLM, kvspec) offline"),
-    "watch": ("kvspec.conformance.streams.watch", "subscribe to a live ZMQ KV event feed and check it continuously"),
-    "report": ("kvspec.conformance.report", "results files as a rules x implementations matrix (Markdown, HTML)"),
-    "gate": ("kvspec.conformance.gate", "compare a run's results with a baseline; non-zero exit on a regression"),
+    "check-log": ("kvspec.streams.check_log", "check a recorded event stream (Dynamo, vLLM, kvspec) offline"),
+    "watch": ("kvspec.streams.watch", "subscribe to a live ZMQ KV event feed and check it continuously"),
+    "report": (
+        "kvspec.conformance.commands.report",
+        "results files as a rules x implementations matrix (Markdown, HTML)",
+    ),
+    "gate": (
+        "kvspec.conformance.commands.gate",
+        "compare a run's results with a baseline; non-zero exit on a regression",
+    ),
 }
 
 

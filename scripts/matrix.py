@@ -22,8 +22,8 @@ import sys
 import time
 from pathlib import Path
 
-from kvspec.conformance.report import build_matrix, render_html, render_markdown
-from kvspec.conformance.results import load_results
+from kvspec.conformance.commands.report import build_matrix, render_html, render_markdown
+from kvspec.conformance.verdicts.results import load_results
 
 ROOT = Path(__file__).resolve().parents[1]
 #: adapter folders, or FOLDER/VARIANT for a backend variant (Dynamo's mocker's

@@ -39,10 +39,10 @@ from typing import Any
 import pytest
 
 from kvspec.adapters.reference_jsonl.server import Server
-from kvspec.conformance.check_log import add_arguments
-from kvspec.conformance.streams.check import Checker
-from kvspec.conformance.streams.formats import StreamError
 from kvspec.spec.hashing import chain
+from kvspec.streams.check import Checker
+from kvspec.streams.check_log import add_arguments
+from kvspec.streams.formats import StreamError
 
 #: the module of the probe adapters (``probe_adapter:FACTORY``): the reference
 #: as it is, or broken in one way each

@@ -26,7 +26,7 @@ import pytest
 from pydantic import BaseModel
 
 from kvspec.adapters.reference.adapter import outcome_of
-from kvspec.conformance.manifest import Manifest, load_manifest
+from kvspec.conformance.run.manifest import Manifest, load_manifest
 from kvspec.conformance.transport import cabi
 from kvspec.conformance.transport.cabi import (
     E_ARG,

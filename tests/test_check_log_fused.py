@@ -30,12 +30,12 @@ import xxhash
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kvspec.conformance.check_log import add_arguments
-from kvspec.conformance.streams import fastview, formats
-from kvspec.conformance.streams.check import Checker
-from kvspec.conformance.streams.formats import RouterReader
 from kvspec.reference.router_view import RECENT_REMOVALS
 from kvspec.spec.hashing import SEED
+from kvspec.streams import fastview, formats
+from kvspec.streams.check import Checker
+from kvspec.streams.check_log import add_arguments
+from kvspec.streams.formats import RouterReader
 
 #: the conftest fixtures ``make_router_stream``, ``corrupt_stream`` and ``check_log_run``
 MakeStream = Callable[..., list[dict[str, Any]]]

@@ -30,13 +30,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kvspec.conformance.check_log import add_arguments
-from kvspec.conformance.streams import fastview
-from kvspec.conformance.streams.check import Checker
-from kvspec.conformance.streams.formats import CaptureReader
-from kvspec.conformance.streams.zmqfeed import ZmqFeed
 from kvspec.reference.router_view import RECENT_REMOVALS
 from kvspec.spec.hashing import vllm_block_hash, vllm_external, vllm_hash_fn, vllm_none_hash
+from kvspec.streams import fastview
+from kvspec.streams.check import Checker
+from kvspec.streams.check_log import add_arguments
+from kvspec.streams.formats import CaptureReader
+from kvspec.streams.zmqfeed import ZmqFeed
 
 CORRUPTIONS = [
     "none",

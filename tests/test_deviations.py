@@ -12,10 +12,10 @@ import pytest
 from pydantic import ValidationError
 
 from kvspec.adapters.reference.adapter import ReferenceImplementation
-from kvspec.conformance.deviation_scope import step_conditions
-from kvspec.conformance.failures import ConformanceFailure
-from kvspec.conformance.lockstep import Lockstep
-from kvspec.conformance.manifest import load_manifest, resolve_adapter_dir
+from kvspec.conformance.block.lockstep import Lockstep
+from kvspec.conformance.run.deviation_scope import step_conditions
+from kvspec.conformance.run.manifest import load_manifest, resolve_adapter_dir
+from kvspec.conformance.verdicts.failures import ConformanceFailure
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.deviations import CONDITIONS, Deviation, Scope, Site
 from kvspec.spec.errors import ConfigError

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from hypothesis import settings
 
-from kvspec.conformance import settings as effort_mod
-from kvspec.conformance.machine import MachineSetup, machine_class, run_machine
-from kvspec.conformance.manifest import load_impl
+from kvspec.conformance.block.machine import MachineSetup, machine_class, run_machine
+from kvspec.conformance.run import settings as effort_mod
+from kvspec.conformance.run.manifest import load_impl
 
 
 @pytest.mark.parametrize("name", ["default", "ci"])
@@ -37,7 +37,7 @@ def test_random_efforts_are_deterministic_only_with_a_seed() -> None:
 
 def test_importing_the_plugin_registers_no_profile() -> None:
     before = dict(settings._profiles)
-    import kvspec.conformance.plugin  # noqa: F401
+    import kvspec.conformance.run.plugin  # noqa: F401
 
     assert settings._profiles.keys() == before.keys()
     assert settings.default.max_examples == 100 or settings._current_profile != "default"

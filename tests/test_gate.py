@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from kvspec.cli import main
-from kvspec.conformance.gate import Change, compare
-from kvspec.conformance.results import (
+from kvspec.conformance.commands.gate import Change, compare
+from kvspec.conformance.verdicts.results import (
     DeviationResult,
     ImplementationInfo,
     Results,

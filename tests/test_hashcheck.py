@@ -1,10 +1,9 @@
-"""The hash checks of engine streams (conformance/streams/hashcheck.py), one
+"""The hash checks of engine streams (kvspec/streams/hashcheck.py), one
 situation each: what a block's hashes must follow from, and when the
 checker cannot know and must stay silent."""
 
 from __future__ import annotations
 
-from kvspec.conformance.streams.hashcheck import LEARN_LIMIT, HashCheck, StoredMeta
 from kvspec.spec.hashing import (
     chain,
     local_block_hash,
@@ -14,6 +13,7 @@ from kvspec.spec.hashing import (
     vllm_none_hash,
 )
 from kvspec.spec.rules import RuleId
+from kvspec.streams.hashcheck import LEARN_LIMIT, HashCheck, StoredMeta
 
 KEY = (1, 0, "device")
 

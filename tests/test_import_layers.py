@@ -62,7 +62,7 @@ def test_no_import_cycle() -> None:
 
 
 def test_the_interface_depends_on_the_spec_alone() -> None:
-    deps = import_graph()["kvspec.conformance.interface"]
+    deps = import_graph()["kvspec.conformance.block.interface"]
     assert deps, "the interface module imports the wire models"
     assert all(d.startswith("kvspec.spec.") for d in deps), deps
 
@@ -70,8 +70,8 @@ def test_the_interface_depends_on_the_spec_alone() -> None:
 def test_transports_sit_above_the_interface_not_the_opener() -> None:
     g = import_graph()
     for t in ("kvspec.conformance.transport.jsonl", "kvspec.conformance.transport.cabi"):
-        assert "kvspec.conformance.interface" in g[t]
-        assert "kvspec.conformance.implementation" not in _reachable(g, t)
+        assert "kvspec.conformance.block.interface" in g[t]
+        assert "kvspec.conformance.block.opener" not in _reachable(g, t)
 
 
 def test_a_cycle_is_found() -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from kvspec.conformance.manifest import load_manifest
+from kvspec.conformance.run.manifest import load_manifest
 from kvspec.conformance.transport.jsonl import AdapterProtocolError, JsonlImplementation
 from kvspec.conformance.transport.process import group_members
 from kvspec.spec.config import ManagerConfig
@@ -247,7 +247,7 @@ CTRL_C_SCRIPT = textwrap.dedent(
     import signal
     import sys
     from pathlib import Path
-    from kvspec.conformance.manifest import load_manifest, resolve_adapter_dir
+    from kvspec.conformance.run.manifest import load_manifest, resolve_adapter_dir
     from kvspec.conformance.transport.jsonl import JsonlImplementation, reuse_children
     from kvspec.spec.config import ManagerConfig
     from kvspec.spec.wire import FullBlock, Plh, Use

@@ -26,7 +26,7 @@ import pytest
 from kvspec.adapters.reference.adapter import ReferenceImplementation
 from kvspec.adapters.reference_jsonl import server as server_mod
 from kvspec.adapters.reference_jsonl.server import Server
-from kvspec.conformance.manifest import Capabilities, Manifest, load_manifest, resolve_adapter_dir
+from kvspec.conformance.run.manifest import Capabilities, Manifest, load_manifest, resolve_adapter_dir
 from kvspec.conformance.transport.jsonl import (
     JsonlImplementation,
     capability_mismatches,

@@ -26,12 +26,12 @@ from typing import Any
 import pytest
 
 from kvspec.adapters.kvbm_port_rs import launch
-from kvspec.conformance.failures import ConformanceFailure
-from kvspec.conformance.implementation import open_implementation
-from kvspec.conformance.manifest import Manifest, load_manifest
-from kvspec.conformance.scenario_runner import run_scenario
+from kvspec.conformance.block.opener import open_implementation
+from kvspec.conformance.block.scenario_runner import run_scenario
+from kvspec.conformance.run.manifest import Manifest, load_manifest
 from kvspec.conformance.test_golden import CASES, _skip_reason
 from kvspec.conformance.transport.jsonl import reuse_children
+from kvspec.conformance.verdicts.failures import ConformanceFailure
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.scenario import Scenario
 

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 
 from kvspec.adapters.reference.adapter import ReferenceImplementation
-from kvspec.conformance.coverage import use_placed
-from kvspec.conformance.failures import ConformanceFailure
-from kvspec.conformance.lockstep import Lockstep, run_ops
-from kvspec.conformance.manifest import Manifest, load_manifest, resolve_adapter_dir
-from kvspec.conformance.stream_check import parent_hints
+from kvspec.conformance.block.coverage import use_placed
+from kvspec.conformance.block.lockstep import Lockstep, run_ops
+from kvspec.conformance.block.stream_check import parent_hints
+from kvspec.conformance.run.manifest import Manifest, load_manifest, resolve_adapter_dir
+from kvspec.conformance.verdicts.failures import ConformanceFailure
 from kvspec.reference import make_model
 from kvspec.reference.outcome import Step
 from kvspec.spec.config import ManagerConfig

@@ -13,10 +13,10 @@ import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from kvspec.conformance import machine as mm
-from kvspec.conformance.machine import Digits, MachineSetup, RuleGroup, action, machine_class, run_machine
-from kvspec.conformance.manifest import Manifest, load_manifest, resolve_adapter_dir
-from kvspec.conformance.traffic import Planned
+from kvspec.conformance.block import machine as mm
+from kvspec.conformance.block.machine import Digits, MachineSetup, RuleGroup, action, machine_class, run_machine
+from kvspec.conformance.block.traffic import Planned
+from kvspec.conformance.run.manifest import Manifest, load_manifest, resolve_adapter_dir
 from kvspec.spec.config import ManagerConfig, OffloadConfig
 from kvspec.spec.errors import AdapterError
 from kvspec.spec.rules import RuleId

@@ -1,4 +1,4 @@
-"""The offload rule group of the lockstep machine (conformance/machine_offload.py).
+"""The offload rule group of the lockstep machine (conformance/block/machine_offload.py).
 
 Why: the group is only worth its CI time if it is mixed in where it should
 be, actually drives the offload tier (ticks complete transfers, swap-ins get
@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 
-from kvspec.conformance.failures import ConformanceFailure
-from kvspec.conformance.lockstep import Lockstep
-from kvspec.conformance.machine import Digits, MachineSetup, machine_class, run_machine
-from kvspec.conformance.machine_offload import OffloadGroup
-from kvspec.conformance.manifest import Manifest, load_manifest, resolve_adapter_dir
-from kvspec.conformance.traffic import Planned
+from kvspec.conformance.block.lockstep import Lockstep
+from kvspec.conformance.block.machine import Digits, MachineSetup, machine_class, run_machine
+from kvspec.conformance.block.machine_offload import OffloadGroup
+from kvspec.conformance.block.traffic import Planned
+from kvspec.conformance.run.manifest import Manifest, load_manifest, resolve_adapter_dir
+from kvspec.conformance.verdicts.failures import ConformanceFailure
 from kvspec.spec.config import ManagerConfig, OffloadConfig
 from kvspec.spec.rules import RuleId
 from kvspec.spec.wire import Deref, FullBlock, Plh, SwapIn, SwapInBlock, Tick, Use

@@ -21,14 +21,14 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from kvspec.adapters.reference.managers import ModelManager
-from kvspec.conformance.failures import ConformanceFailure
-from kvspec.conformance.manager_check import check_paged, self_check
-from kvspec.conformance.manager_lockstep import paged_configs, paged_ops, run_golden
-from kvspec.conformance.manifest import load_manifest, resolve_adapter_dir
+from kvspec.conformance.managers.check import check_paged, self_check
+from kvspec.conformance.managers.lockstep import paged_configs, paged_ops, run_golden
+from kvspec.conformance.run.manifest import load_manifest, resolve_adapter_dir
 from kvspec.conformance.transport.manager import JsonlManager
+from kvspec.conformance.verdicts.failures import ConformanceFailure
 from kvspec.reference.paged import PagedModel
-from kvspec.reference.smt.paged import prove_paged
-from kvspec.reference.smt.session import prove_session
+from kvspec.reference.smt.managers.paged import prove_paged
+from kvspec.reference.smt.managers.session import prove_session
 from kvspec.spec.errors import AdapterError
 from kvspec.spec.manager_scenario import manager_scenarios
 from kvspec.spec.manager_wire import (

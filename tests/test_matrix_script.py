@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kvspec.conformance.results import ImplementationInfo, Results, RuleResult, spec_version, write_results
+from kvspec.conformance.verdicts.results import ImplementationInfo, Results, RuleResult, spec_version, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from kvspec.adapters.rust_mocker import adapter as rm
-from kvspec.conformance.manifest import load_impl, load_manifest
-from kvspec.conformance.request_replay import run_workload
+from kvspec.conformance.requests.replay import run_workload
+from kvspec.conformance.requests.workloads import load_workload, setup_of
+from kvspec.conformance.run.manifest import load_impl, load_manifest
 from kvspec.conformance.test_requests import findings_dir
-from kvspec.conformance.workloads import load_workload, setup_of
 from kvspec.spec.errors import ConfigError, WireError
 from kvspec.spec.manifest import Manifest, Variant
 from kvspec.spec.wire import make_removed, make_stored

@@ -35,10 +35,10 @@ from kvspec.adapters.mutants.catalogue import CATALOGUE, MUTANTS, UNMUTATED, mak
 from kvspec.adapters.mutants.request_bugs import BY_ID as REQUEST_MUTANTS
 from kvspec.adapters.reference.adapter import outcome_of
 from kvspec.cli import main as cli_main
-from kvspec.conformance import mutants as campaign
-from kvspec.conformance.forkserver import ServerPool, suite_imports
-from kvspec.conformance.implementation import open_implementation
-from kvspec.conformance.manifest import Capabilities, load_impl, load_manifest, resolve_adapter_dir, resolve_impl
+from kvspec.conformance.block.opener import open_implementation
+from kvspec.conformance.commands import mutants as campaign
+from kvspec.conformance.run.forkserver import ServerPool, suite_imports
+from kvspec.conformance.run.manifest import Capabilities, load_impl, load_manifest, resolve_adapter_dir, resolve_impl
 from kvspec.reference import make_model
 from kvspec.spec.config import ManagerConfig, OffloadConfig
 from kvspec.spec.errors import ConfigError
@@ -460,7 +460,7 @@ FAKE_SUITE = """
 import os, time
 from pathlib import Path
 import pytest
-from kvspec.conformance.failures import ConformanceFailure
+from kvspec.conformance.verdicts.failures import ConformanceFailure
 
 @pytest.mark.xfail(reason="an expected failure is never a kill", strict=True)
 def test_expected_failure():
@@ -496,7 +496,7 @@ def fake_suite(tmp_path: Path) -> Path:
 def test_campaign_runner_classifies_runs(fake_suite: Path, forked: bool) -> None:
     suite = fake_suite
     timeouts = {"multi_lru_flat": 3.0}
-    pool = ServerPool(2, ["kvspec.conformance.failures"], cwd=suite.parent) if forked else None
+    pool = ServerPool(2, ["kvspec.conformance.verdicts.failures"], cwd=suite.parent) if forked else None
 
     def one(name: str) -> campaign.SuiteRun:
         server = pool.acquire() if pool is not None else None
@@ -644,7 +644,7 @@ def test_a_kill_under_a_profile_the_mutant_leaves_alone_is_not_credited() -> Non
 
 def test_fork_server_preloads_what_the_suite_imports_but_not_its_tests() -> None:
     mods = suite_imports(campaign.suite_dir())
-    assert "kvspec.conformance.scenario_runner" in mods and "hypothesis" in mods
+    assert "kvspec.conformance.block.scenario_runner" in mods and "hypothesis" in mods
     assert not [m for m in mods if m.rsplit(".", 1)[-1].startswith("test_")]  # pytest must rewrite those itself
 
 

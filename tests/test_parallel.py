@@ -201,7 +201,7 @@ def test_a_redis_example_db_replays_a_failure_of_an_earlier_run(tmp_path: Path) 
         pytest.skip("redis-server is not installed (Debian: apt-get install redis-server; .ci/run installs it)")
     import redis
 
-    from kvspec.conformance.example_db import REDIS_PREFIX
+    from kvspec.conformance.run.example_db import REDIS_PREFIX
 
     with _redis_server(tmp_path) as url:
         first, second = _twice_with(tmp_path, url)

@@ -29,12 +29,12 @@ import pytest
 
 from kvspec.adapters.reference_jsonl.server import Server
 from kvspec.adapters.reference_requests.adapter import ReferenceRequests
-from kvspec.conformance.manifest import Capabilities, Manifest, Start, load_manifest, resolve_adapter_dir
-from kvspec.conformance.requests_api import open_request_implementation
+from kvspec.conformance.requests.api import open_request_implementation
+from kvspec.conformance.requests.workloads import seed_workloads, setup_of
+from kvspec.conformance.run.manifest import Capabilities, Manifest, Start, load_manifest, resolve_adapter_dir
 from kvspec.conformance.transport.engine import EngineImplementation, open_engine_implementation, step_budget
 from kvspec.conformance.transport.jsonl import JsonlImplementation, encode_hello, offered_versions
 from kvspec.conformance.transport.process import group_members
-from kvspec.conformance.workloads import seed_workloads, setup_of
 from kvspec.reference.requests import RequestSpec
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.engine_wire import AddRequest, EngineConfig, EngineStep, ResetPrefixCache, parse_engine_operation
@@ -380,7 +380,7 @@ def test_version_1_child_cannot_open_a_request_level_session(mode: str, pattern:
 
 def test_kvspec_replay_runs_a_request_workload_through_v2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from kvspec.cli import main as cli_main
-    from kvspec.conformance.workloads import Workload
+    from kvspec.conformance.requests.workloads import Workload
 
     w = Workload(setup=setup_of(6, 4), requests=[RequestSpec(prompt=list(range(1, 9)), max_tokens=1)] * 2)
     path = tmp_path / "requests-VLLM-PREFIX-HIT.jsonl"

@@ -26,9 +26,9 @@ from typing import Any
 import jsonschema
 import pytest
 
-from kvspec.conformance.manifest import load_manifest, resolve_adapter_dir
-from kvspec.conformance.radix_check import BASES
-from kvspec.conformance.radix_open import open_radix
+from kvspec.conformance.radix.check import BASES
+from kvspec.conformance.radix.opener import open_radix
+from kvspec.conformance.run.manifest import load_manifest, resolve_adapter_dir
 from kvspec.conformance.transport.jsonl import reuse_children
 from kvspec.conformance.transport.radix import JsonlRadix, _RadixSession, radix_manager_config
 from kvspec.reference.radix import RadixModel

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvspec.conformance.manifest import load_manifest, resolve_adapter_dir
-from kvspec.conformance.radix_check import radix_configs, radix_ops
+from kvspec.conformance.radix.check import radix_configs, radix_ops
+from kvspec.conformance.run.manifest import load_manifest, resolve_adapter_dir
 from kvspec.reference.radix import RadixModel
 from kvspec.spec.hashing import block_hashes
 from kvspec.spec.radix_wire import RADIX_OP_ADAPTER, RadixConfig, RadixOutcome, RadixSnapshot

@@ -1,4 +1,4 @@
-"""conformance/radix_requests.py: a sequential request run checked against the radix model.
+"""conformance/radix/requests.py: a sequential request run checked against the radix model.
 
 The engines this serves (Dynamo's mocker with its SGLang-style backend) are
 tested where they run; here the runs come from the radix model itself, so a
@@ -17,18 +17,18 @@ import pytest
 
 from kvspec.adapters import rust_mocker
 from kvspec.adapters.radix_mutants.bugs import BUGS
-from kvspec.conformance.failures import ConformanceFailure
-from kvspec.conformance.manifest import load_manifest
-from kvspec.conformance.radix_requests import (
+from kvspec.conformance.radix.requests import (
     Flow,
     FlowModel,
     check_radix_run,
     check_radix_sequential,
     outputs_from_events,
 )
-from kvspec.conformance.request_check import Finding, RunCheck
-from kvspec.conformance.request_interface import STALLED, RequestOutcome
-from kvspec.conformance.workloads import Workload, setup_of
+from kvspec.conformance.requests.check import Finding, RunCheck
+from kvspec.conformance.requests.interface import STALLED, RequestOutcome
+from kvspec.conformance.requests.workloads import Workload, setup_of
+from kvspec.conformance.run.manifest import load_manifest
+from kvspec.conformance.verdicts.failures import ConformanceFailure
 from kvspec.reference.radix import Node, RadixModel
 from kvspec.reference.requests import RequestSpec
 from kvspec.spec.radix_wire import RadixConfig, RadixRequest

@@ -14,8 +14,8 @@ import shutil
 
 import pytest
 
-from kvspec.conformance.manifest import load_manifest, resolve_adapter_dir
-from kvspec.conformance.radix_open import open_radix
+from kvspec.conformance.radix.opener import open_radix
+from kvspec.conformance.run.manifest import load_manifest, resolve_adapter_dir
 from kvspec.conformance.transport.jsonl import reuse_children
 from kvspec.reference.radix import RadixModel
 from kvspec.spec.radix_wire import RadixConfig, RadixEvict, RadixInsert, RadixMatch, RadixRequest

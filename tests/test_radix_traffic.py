@@ -19,10 +19,8 @@ import pytest
 from hypothesis import Phase, given, seed, settings
 from hypothesis import strategies as st
 
-from kvspec.conformance.failures import ConformanceFailure
-from kvspec.conformance.manifest import Manifest, load_manifest, resolve_adapter_dir
-from kvspec.conformance.profile_suite import cheap_op_settings
-from kvspec.conformance.radix_check import (
+from kvspec.conformance.managers.profile_suite import cheap_op_settings
+from kvspec.conformance.radix.check import (
     RadixLockstep,
     cached_paths,
     drive,
@@ -31,9 +29,11 @@ from kvspec.conformance.radix_check import (
     radix_op_for,
     touch_then_evict,
 )
-from kvspec.conformance.radix_open import open_radix
-from kvspec.conformance.settings import effort
+from kvspec.conformance.radix.opener import open_radix
+from kvspec.conformance.run.manifest import Manifest, load_manifest, resolve_adapter_dir
+from kvspec.conformance.run.settings import effort
 from kvspec.conformance.transport.jsonl import reuse_children
+from kvspec.conformance.verdicts.failures import ConformanceFailure
 from kvspec.reference.radix import RadixModel
 from kvspec.spec.radix_wire import RADIX_OP_ADAPTER, RadixConfig
 

@@ -30,9 +30,9 @@ import types
 from collections import Counter
 from typing import Any
 
-from kvspec.conformance import machine as mm
-from kvspec.conformance.manifest import load_manifest, resolve_adapter_dir
-from kvspec.conformance.traffic import Planned, config_from
+from kvspec.conformance.block import machine as mm
+from kvspec.conformance.block.traffic import Planned, config_from
+from kvspec.conformance.run.manifest import load_manifest, resolve_adapter_dir
 from kvspec.reference.policies import LineagePolicy
 from kvspec.spec.wire import FullBlock, PartialBlock, StepOutcome, Use
 

@@ -15,11 +15,11 @@ from hypothesis import HealthCheck, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from kvspec import cli
-from kvspec.conformance.failures import ConformanceFailure
-from kvspec.conformance.lockstep import Lockstep
-from kvspec.conformance.machine import MachineSetup, machine_class
-from kvspec.conformance.manifest import load_manifest
-from kvspec.conformance.replay_file import load_replay
+from kvspec.conformance.block.lockstep import Lockstep
+from kvspec.conformance.block.machine import MachineSetup, machine_class
+from kvspec.conformance.run.manifest import load_manifest
+from kvspec.conformance.verdicts.failures import ConformanceFailure
+from kvspec.conformance.verdicts.replay_file import load_replay
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.rules import RuleId
 from kvspec.spec.wire import Deref, FullBlock, Plh, Use

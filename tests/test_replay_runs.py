@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from kvspec.conformance.diff import Divergence
-from kvspec.conformance.lockstep import Lockstep
-from kvspec.conformance.replay_file import load_replay
-from kvspec.conformance.replay_store import ReplayRun, Target, prune, replay_command
+from kvspec.conformance.block.diff import Divergence
+from kvspec.conformance.block.lockstep import Lockstep
+from kvspec.conformance.verdicts.replay_file import load_replay
+from kvspec.conformance.verdicts.replay_store import ReplayRun, Target, prune, replay_command
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.rules import RuleId
 from kvspec.spec.wire import Deref, FullBlock, Plh, Use
@@ -192,7 +192,7 @@ def _divergence() -> Divergence:
 
 @pytest.mark.parametrize("bad", [{"adapter_path": 3}, {"adapter_path": "/x", "variant": ["a"]}])
 def test_a_malformed_recorded_implementation_is_refused(tmp_path: Path, bad: dict[str, object]) -> None:
-    from kvspec.conformance.replay_file import ReplayFileError
+    from kvspec.conformance.verdicts.replay_file import ReplayFileError
 
     header = {"kvspec_replay": 1, "adapter": "x", "config": {"profile": "kvbm", "capacity": 1}, **bad}
     path = tmp_path / "f.jsonl"

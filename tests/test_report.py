@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from kvspec.cli import main
-from kvspec.conformance.report import build_matrix, render_html, render_markdown
-from kvspec.conformance.results import (
+from kvspec.conformance.commands.report import build_matrix, render_html, render_markdown
+from kvspec.conformance.verdicts.results import (
     DeviationResult,
     ImplementationInfo,
     Results,

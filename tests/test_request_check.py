@@ -1,4 +1,4 @@
-"""The request-level checks (conformance/request_check.py) catch each kind of
+"""The request-level checks (conformance/requests/check.py) catch each kind of
 departure and name the right rule: an "implementation" here is the reference
 driver's output for a seed workload, run with a model variant or edited by
 hand, so every expected rule follows from the edit that was made."""
@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from kvspec.conformance.request_check import check_run
-from kvspec.conformance.requests_api import ConcurrentRun, RequestOutcome
-from kvspec.conformance.workloads import Workload, seed_workloads, setup_of
+from kvspec.conformance.requests.api import ConcurrentRun, RequestOutcome
+from kvspec.conformance.requests.check import check_run
+from kvspec.conformance.requests.workloads import Workload, seed_workloads, setup_of
 from kvspec.reference.requests import RequestSpec, SyntheticDecode, interleave, run_sequential
 from kvspec.reference.vllm_pool import SPEC_VARIANT, PoolVariant
 from kvspec.spec.rules import RuleId
@@ -169,7 +169,7 @@ def test_concurrent_runs_get_protocol_and_hash_checks_only() -> None:
 
 
 def test_consecutive_missing_copy_removals_are_remove_copy_not_event_order() -> None:
-    from kvspec.conformance.request_check import attribute
+    from kvspec.conformance.requests.check import attribute
     from kvspec.reference.vllm_pool import removed_label
     from kvspec.spec.wire import make_removed, make_stored
 
@@ -184,7 +184,7 @@ def test_consecutive_missing_copy_removals_are_remove_copy_not_event_order() -> 
 
 
 def test_one_of_two_copies_missing_from_a_removed_list_is_remove_copy() -> None:
-    from kvspec.conformance.request_check import attribute
+    from kvspec.conformance.requests.check import attribute
     from kvspec.reference.vllm_pool import removed_label
     from kvspec.spec.wire import make_removed
 
@@ -195,7 +195,7 @@ def test_one_of_two_copies_missing_from_a_removed_list_is_remove_copy() -> None:
 
 
 def test_a_missing_copy_removal_before_a_stored_is_not_a_swap() -> None:
-    from kvspec.conformance.request_check import attribute
+    from kvspec.conformance.requests.check import attribute
     from kvspec.reference.vllm_pool import removed_label
     from kvspec.spec.wire import make_removed, make_stored
 
@@ -206,7 +206,7 @@ def test_a_missing_copy_removal_before_a_stored_is_not_a_swap() -> None:
 
 
 def test_streams_split_by_tier_keep_their_order() -> None:
-    from kvspec.conformance.requests_api import by_tier
+    from kvspec.conformance.requests.api import by_tier
 
     events = [e for o in impl_run(HOST) for e in o.events]
     tiers = by_tier(events)

@@ -23,11 +23,11 @@ from kvspec.adapters.mutants.catalogue import MUTANTS, make_mutant_model
 from kvspec.adapters.mutants.request_bugs import REQUEST_MUTANTS, engine_types, open_request_mutant
 from kvspec.adapters.reference_jsonl.engine_session import EngineSession
 from kvspec.adapters.reference_requests.adapter import ReferenceRequests
-from kvspec.conformance.manifest import load_manifest
-from kvspec.conformance.request_check import check_run
+from kvspec.conformance.requests.check import check_run
+from kvspec.conformance.requests.workloads import Workload, seed_workloads, setup_of
+from kvspec.conformance.run.manifest import load_manifest
 from kvspec.conformance.transport.engine import EngineImplementation, engine_config
 from kvspec.conformance.transport.jsonl import JsonlImplementation
-from kvspec.conformance.workloads import Workload, seed_workloads, setup_of
 from kvspec.reference import make_model
 from kvspec.reference.requests import RequestSpec
 from kvspec.spec.engine_wire import AddRequest, EngineOutcome, EngineStep

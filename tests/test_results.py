@@ -20,7 +20,7 @@ import pytest
 
 import kvspec.conformance as conformance_pkg
 from kvspec.cli import main
-from kvspec.conformance.results import ERRORED, RESULTS_FORMAT, load_results, rule_text, spec_version
+from kvspec.conformance.verdicts.results import ERRORED, RESULTS_FORMAT, load_results, rule_text, spec_version
 from kvspec.spec.errors import ConfigError
 from kvspec.spec.rules import RULES
 
@@ -137,7 +137,7 @@ def test_a_declared_deviation_not_observed_is_in_the_results(probe: Probe, suite
 
 def test_an_engine_that_does_not_start_is_an_error_saying_why(probe: Probe, suite: Suite) -> None:
     """The plugin starts the implementation once before the tests
-    (conformance/startup.py): a start that fails ends the run as a usage
+    (conformance/run/startup.py): a start that fails ends the run as a usage
     error, and the results say why and that no rule was exercised."""
     code, doc = suite(probe("open_broken"), "test_golden.py")
     assert code == 4 and doc["status"] == "error"

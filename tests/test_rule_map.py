@@ -19,8 +19,9 @@ from typing import get_args
 
 import pytest
 
-from kvspec.conformance import diff, request_check
-from kvspec.conformance.diff import counters_divergence, event_divergence, result_divergence
+from kvspec.conformance.block import diff
+from kvspec.conformance.block.diff import counters_divergence, event_divergence, result_divergence
+from kvspec.conformance.requests import check as request_check
 from kvspec.reference import G1Model, LegacyModel, make_model
 from kvspec.reference.labels import StepLabels, applied_rules
 from kvspec.reference.paged import PagedModel
@@ -56,7 +57,7 @@ TEST_PLACES = [
     *(ROOT / "kvspec" / "spec" / "scenarios").rglob("*.json"),
     ROOT / "kvspec" / "adapters" / "mutants" / "catalogue.py",
     ROOT / "kvspec" / "adapters" / "mutants" / "request_bugs.py",
-    REFERENCE / "smt" / "mutants.py",
+    REFERENCE / "smt" / "offload" / "mutants.py",
 ]
 
 
@@ -114,7 +115,7 @@ def test_the_untraced_models_label_a_method_for_each_of_their_rules(concern: Con
 
 def _smt_guard_rules() -> set[RuleId]:
     """The rule ids the z3 encoding names its guards after (``step.rules = {R.X: ...}``)."""
-    tree = ast.parse((REFERENCE / "smt" / "transitions.py").read_text())
+    tree = ast.parse((REFERENCE / "smt" / "offload" / "transitions.py").read_text())
     out: set[RuleId] = set()
     for node in ast.walk(tree):
         if (

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 import kvspec.conformance as conformance_pkg
-from kvspec.conformance.progress import DEFAULT_INTERVAL, Progress, interval
+from kvspec.conformance.run.progress import DEFAULT_INTERVAL, Progress, interval
 from kvspec.spec.rules import RULES
 
 SUITE = Path(conformance_pkg.__file__).parent
@@ -186,7 +186,7 @@ def test_the_header_names_the_protocol_version_the_handshake_chose(tmp_path: Pat
 def test_negotiated_finds_the_version_through_wrappers() -> None:
     from types import SimpleNamespace as Ns
 
-    from kvspec.conformance.startup import negotiated
+    from kvspec.conformance.run.startup import negotiated
 
     assert negotiated(object()) is None  # in process: nothing negotiated
     assert negotiated(Ns(ready=Ns(protocol=3))) == "JSON lines protocol version 3 (chosen in the handshake)"
@@ -202,8 +202,8 @@ def test_header_says_when_a_seed_is_ignored(effort_name: str, seeded: bool, igno
     """Under a derandomised effort Hypothesis draws each test's examples from
     the test itself and ignores --hypothesis-seed; the header must say so, or
     runs at several seeds read as independent samples when they are one run."""
-    from kvspec.conformance.manifest import load_impl
-    from kvspec.conformance.run_summary import header_lines
+    from kvspec.conformance.run.manifest import load_impl
+    from kvspec.conformance.run.summary import header_lines
 
     adapter_dir, manifest = load_impl("adapters/reference")
     line = header_lines(manifest, adapter_dir, None, effort_name, seeded=seeded)[-1]

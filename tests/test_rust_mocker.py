@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from kvspec.adapters.rust_mocker import adapter as rm
-from kvspec.conformance.manifest import load_manifest
-from kvspec.conformance.requests_api import ImplementationUnavailableError
+from kvspec.conformance.requests.api import ImplementationUnavailableError
+from kvspec.conformance.requests.workloads import setup_of
+from kvspec.conformance.run.manifest import load_manifest
 from kvspec.conformance.transport.process import group_members
-from kvspec.conformance.workloads import setup_of
 from kvspec.reference.requests import RequestSpec
 from kvspec.spec.errors import AdapterError, ConfigError, WireError
 from kvspec.spec.hashing import block_hashes

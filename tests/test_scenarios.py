@@ -2,7 +2,7 @@
 
 Three things are checked here, each able to fail on its own:
 
-1. every scenario runs through ``conformance.scenario_runner`` on the
+1. every scenario runs through ``conformance.block.scenario_runner`` on the
    in-process reference adapter, and the expectations the runner cannot see
    (``active``, ``inactive``, ``g2``: the model's owner table, inactive pool and
    host-pinned registry; counters of rejected steps) hold after each step;
@@ -28,10 +28,10 @@ from typing import Any
 import pytest
 
 from kvspec.adapters.reference.adapter import ReferenceImplementation
-from kvspec.conformance.failures import ConformanceFailure
-from kvspec.conformance.implementation import Implementation
-from kvspec.conformance.manifest import Capabilities, load_manifest, resolve_adapter_dir
-from kvspec.conformance.scenario_runner import run_scenario
+from kvspec.conformance.block.opener import Implementation
+from kvspec.conformance.block.scenario_runner import run_scenario
+from kvspec.conformance.run.manifest import Capabilities, load_manifest, resolve_adapter_dir
+from kvspec.conformance.verdicts.failures import ConformanceFailure
 from kvspec.reference import RouterView
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.hashing import local_block_hash, sequence_hash

@@ -17,8 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from kvspec.conformance.machine import MachineSetup, machine_class
-from kvspec.conformance.manifest import load_manifest, resolve_adapter_dir
+from kvspec.conformance.block.machine import MachineSetup, machine_class
+from kvspec.conformance.run.manifest import load_manifest, resolve_adapter_dir
 from kvspec.conformance.test_golden import _skip_reason
 from kvspec.reference.offload_link import SharedLink
 from kvspec.spec.config import SEMANTICS, ManagerConfig, OffloadConfig

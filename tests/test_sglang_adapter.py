@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from kvspec.adapters.sglang.adapter import INSTALL_HINT, PageHashes, open_sglang, require_sglang
-from kvspec.conformance.manifest import load_manifest, resolve_adapter_dir
-from kvspec.conformance.request_interface import ImplementationUnavailableError
+from kvspec.conformance.requests.interface import ImplementationUnavailableError
+from kvspec.conformance.run.manifest import load_manifest, resolve_adapter_dir
 from kvspec.spec.hashing import block_hashes, sglang_event_hash, sglang_page_digests
 from kvspec.spec.radix_wire import (
     RadixConfig,

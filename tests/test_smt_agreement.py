@@ -2,7 +2,7 @@
 
 Random operation sequences (Hypothesis) and every witness scenario run
 through ``reference.g1.G1Model`` and the encoding side by side
-(``reference.smt.agreement.Lockstep``): after each operation the abstract
+(``reference.smt.offload.agreement.Lockstep``): after each operation the abstract
 states, results, counters, events and router views must be equal, and a
 rejection must be a rejection with the same rule on both sides. A broken
 encoding must be caught, so the comparison itself is tested too.
@@ -16,8 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kvspec.reference.smt import ops as smt_ops
-from kvspec.reference.smt.agreement import (
+from kvspec.reference.smt.offload import ops as smt_ops
+from kvspec.reference.smt.offload.agreement import (
     POLICY_NAMES,
     Lockstep,
     Universe,
@@ -124,9 +124,9 @@ def test_the_comparison_catches_a_broken_encoding(monkeypatch: pytest.MonkeyPatc
 
 
 def test_every_contract_a_transition_requires_has_a_witness() -> None:
-    from kvspec.reference.smt.catalogue import TRANSITIONS
     from kvspec.reference.smt.contracts import CONTRACTS
-    from kvspec.reference.smt.state import Rigid, State
+    from kvspec.reference.smt.offload.catalogue import TRANSITIONS
+    from kvspec.reference.smt.offload.state import Rigid, State
     from kvspec.reference.smt.universe import Bound
 
     bound = Bound(3, 4)
@@ -160,7 +160,7 @@ def test_the_unmutated_encoding_agrees_over_the_campaigns_budget() -> None:
     policy in turn) agrees, and every contract break falls on an operation the
     caller flagged as misbehaving; the misbehaving caller does break contracts
     within the budget (so the check has something to see)."""
-    from kvspec.reference.smt.agreement_campaign import plan, sequence
+    from kvspec.reference.smt.offload.agreement_campaign import plan, sequence
 
     flagged = 0
     for seed, policy in plan():
@@ -172,7 +172,7 @@ def test_the_unmutated_encoding_agrees_over_the_campaigns_budget() -> None:
 
 
 def _encoding_mutants() -> list[Any]:
-    from kvspec.reference.smt.encoding_mutants import ENCODING_MUTANTS
+    from kvspec.reference.smt.offload.encoding_mutants import ENCODING_MUTANTS
 
     return ENCODING_MUTANTS
 
@@ -182,7 +182,7 @@ def test_each_encoding_mutant_is_caught_within_the_campaigns_budget(m: Any) -> N
     """The budget is enough: with the seeded encoding bug installed, a sequence
     of ``plan(BUDGET)`` disagrees with the model (measured by
     benchmarks/agreement_budget.py). Deterministic: the plan's seeds are fixed."""
-    from kvspec.reference.smt.agreement_campaign import BUDGET, first_failure
+    from kvspec.reference.smt.offload.agreement_campaign import BUDGET, first_failure
 
     with m.installed():
         r = first_failure()

@@ -1,6 +1,6 @@
 """The proofs are not vacuous: every mutant of the rules is refuted.
 
-Each mutant of reference/smt/mutants.py breaks one rule the way an
+Each mutant of reference/smt/offload/mutants.py breaks one rule the way an
 implementation could; the prover must then fail on the invariant the mutant
 names, with a counterexample (a pre-state satisfying every invariant and
 lemma, a transition and its inputs, and the broken post-state). Each
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvspec.reference.smt.mutants import MUTANTS, Mutant, refute
+from kvspec.reference.smt.offload.mutants import MUTANTS, Mutant, refute
 from kvspec.reference.smt.prover import replay
 from kvspec.reference.smt.universe import Bound
 
@@ -42,7 +42,7 @@ def test_mutant_is_refuted_with_a_counterexample(m: Mutant) -> None:
 
 
 def test_the_mutant_catalogue_covers_every_invariant() -> None:
-    from kvspec.reference.smt.invariants import INVARIANTS
+    from kvspec.reference.smt.offload.invariants import INVARIANTS
 
     covered = {m.expect for m in MUTANTS}
     assert {str(p.id) for p in INVARIANTS} <= {str(c) for c in covered}

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvspec.reference.smt.cli_profiles import _blocks
-from kvspec.reference.smt.profile_agreement import (
+from kvspec.reference.smt.blocks.agreement import (
     POLICIES,
     _plh,
     _use,
@@ -20,6 +19,7 @@ from kvspec.reference.smt.profile_agreement import (
     run_agreement,
     steps_of,
 )
+from kvspec.reference.smt.cli.profiles import _blocks
 from kvspec.spec.wire import Deref, FullBlock, PartialBlock, Plh, Promote, Use
 
 PROFILES = ("kvbm", "legacy", "atomic")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvspec.reference.smt.cli_prove import NOT_ENCODED, main
+from kvspec.reference.smt.cli.prove import NOT_ENCODED, main
 
 
 def test_session_profile_runs_only_its_own_rows(capsys: pytest.CaptureFixture[str]) -> None:

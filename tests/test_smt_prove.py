@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from kvspec.cli import main as kvspec_main
-from kvspec.reference.smt.invariants import ALL_PROPERTIES, INVARIANTS, by_id
+from kvspec.reference.smt.offload.invariants import ALL_PROPERTIES, INVARIANTS, by_id
 from kvspec.reference.smt.prover import check_enabled, check_rules_reachable, prove
 from kvspec.reference.smt.universe import Bound
 from kvspec.spec.rules import RULES, Concern
@@ -38,7 +38,7 @@ def test_symmetry_reduction_loses_nothing() -> None:
     leaving every choice free."""
     free = prove(SMALL, symmetry=False)
     assert all(r.proven for r in free)
-    from kvspec.reference.smt.mutants import mutant
+    from kvspec.reference.smt.offload.mutants import mutant
 
     for name in ("release-at-enqueue", "swapin-registers-present"):
         m = mutant(name)
@@ -137,7 +137,7 @@ def test_a_contract_is_filed_only_under_its_own_new_id() -> None:
     validity condition as a contract (the narrowing would hide inside it)."""
     import z3
 
-    from kvspec.reference.smt.step import ContractError, Step
+    from kvspec.reference.smt.offload.step import ContractError, Step
 
     step = Step("x", None, None)  # type: ignore[arg-type]
     step.require("DEREF-UNKNOWN", "valid", z3.Bool("a"))
@@ -167,7 +167,7 @@ def _narrowed(spec, state, prefix, policy, *, symmetry=False):  # type: ignore[n
 
 
 def test_a_narrowing_contract_passes_the_proofs_and_fails_the_case_check() -> None:
-    from kvspec.reference.smt.narrowing import check_cases
+    from kvspec.reference.smt.offload.narrowing import check_cases
 
     assert all(r.proven for r in prove(SMALL, applier=_narrowed))
     assert check_enabled(SMALL, applier=_narrowed) == []
@@ -181,7 +181,7 @@ def test_a_narrowing_contract_passes_the_proofs_and_fails_the_case_check() -> No
 
 
 def test_operation_level_proofs_at_a_small_bound() -> None:
-    from kvspec.reference.smt.operations_prove import check_operations_enabled, prove_operations
+    from kvspec.reference.smt.offload.operations_prove import check_operations_enabled, prove_operations
 
     results = prove_operations(Bound(3, 4), 2)
     bad = [f"{r.operation} {r.property_id}\n{r.counterexample}" for r in results if not r.proven]
@@ -195,7 +195,7 @@ def test_the_operation_level_proof_sees_the_uses_one_stored() -> None:
     """Without USE-VALIDATE a batch may name a block twice: it stores it,
     then reuses it, and the Use's one Stored names the block itself as its
     parent. No one-block step does that; the operation-level proof finds it."""
-    from kvspec.reference.smt.operations_prove import prove_operations
+    from kvspec.reference.smt.offload.operations_prove import prove_operations
 
     results = prove_operations(Bound(3, 4), 3, operations=["use"], use_validate=False)
     broken = {r.property_id for r in results if not r.proven}

@@ -8,11 +8,12 @@ from __future__ import annotations
 import pytest
 import z3
 
-from kvspec.reference.smt import profile_radix, radix_encoding
-from kvspec.reference.smt.cli_prove import main
-from kvspec.reference.smt.profile_radix import LEMMA_ID, MUTANTS, prove_radix, refute, sanity
-from kvspec.reference.smt.radix_agreement import Disagreement, Replayer, catches, check_agreement
-from kvspec.reference.smt.radix_encoding import INVARIANTS, ROOT, RadixBound, RState, Step
+from kvspec.reference.smt.cli.prove import main
+from kvspec.reference.smt.radix import encoding as radix_encoding
+from kvspec.reference.smt.radix import steps as profile_radix
+from kvspec.reference.smt.radix.agreement import Disagreement, Replayer, catches, check_agreement
+from kvspec.reference.smt.radix.encoding import INVARIANTS, ROOT, RadixBound, RState, Step
+from kvspec.reference.smt.radix.steps import LEMMA_ID, MUTANTS, prove_radix, refute, sanity
 from kvspec.spec.radix_wire import RadixInsert, RadixLock, RadixMatch, RadixRequest
 from kvspec.spec.rules import RULES, Concern
 

@@ -1,5 +1,5 @@
 # ruff: noqa: N803, N806  (S is a state, as in the encoding)
-"""The radix profile at operation level (``reference/smt/profile_radix_ops.py``):
+"""The radix profile at operation level (``reference/smt/radix/ops.py``):
 every INV-RADIX-* kept by whole operations, each operation made of enabled
 steps, its events right, every operation and case possible, every operation
 mutant refuted. A small bound keeps it quick (the CLI runs the default)."""
@@ -12,9 +12,12 @@ import re
 import pytest
 import z3
 
-from kvspec.reference.smt import cli_prove, cli_radix, radix_operations
-from kvspec.reference.smt.profile_radix import MUTANTS
-from kvspec.reference.smt.profile_radix_ops import (
+from kvspec.reference.smt.cli import prove as cli_prove
+from kvspec.reference.smt.cli import radix as cli_radix
+from kvspec.reference.smt.radix import operations as radix_operations
+from kvspec.reference.smt.radix.encoding import INVARIANTS, ROOT, RadixBound, RState
+from kvspec.reference.smt.radix.operations import OPERATIONS, OpBound, OpTransition
+from kvspec.reference.smt.radix.ops import (
     EVENTS_ROW,
     OP_MUTANTS,
     STEPS_ROW,
@@ -25,8 +28,7 @@ from kvspec.reference.smt.profile_radix_ops import (
     refute_op,
     sanity_ops,
 )
-from kvspec.reference.smt.radix_encoding import INVARIANTS, ROOT, RadixBound, RState
-from kvspec.reference.smt.radix_operations import OPERATIONS, OpBound, OpTransition
+from kvspec.reference.smt.radix.steps import MUTANTS
 
 #: 4 page slots, 2 locks, keys of 2 pages, evictions of 2 nodes of 2 pages
 SMALL = OpBound(pages=4, handles=2, key=2, batch=2, node=2)

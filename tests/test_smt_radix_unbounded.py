@@ -1,4 +1,4 @@
-"""The INV-RADIX-* for any number of pages, tokens and locks (reference/smt/radix_unbounded.py).
+"""The INV-RADIX-* for any number of pages, tokens and locks (reference/smt/radix/unbounded.py).
 
 Every invariant and the lock-path lemma is proven inductive over
 uninterpreted sorts of pages and lock handles; the proofs are not vacuous
@@ -13,11 +13,11 @@ from __future__ import annotations
 import pytest
 import z3
 
-from kvspec.reference.smt import radix_unbounded as U  # noqa: N812  (U for unbounded, as in the module)
-from kvspec.reference.smt import radix_unbounded_models as M  # noqa: N812  (M for models)
-from kvspec.reference.smt.cli_prove import main
-from kvspec.reference.smt.profile_radix import MUTANTS
-from kvspec.reference.smt.radix_encoding import INVARIANTS as BOUNDED_INVARIANTS
+from kvspec.reference.smt.cli.prove import main
+from kvspec.reference.smt.radix import unbounded as U  # noqa: N812  (U for unbounded, as in the module)
+from kvspec.reference.smt.radix import unbounded_models as M  # noqa: N812  (M for models)
+from kvspec.reference.smt.radix.encoding import INVARIANTS as BOUNDED_INVARIANTS
+from kvspec.reference.smt.radix.steps import MUTANTS
 
 
 def test_every_radix_invariant_and_the_lemma_are_proven_for_any_size() -> None:

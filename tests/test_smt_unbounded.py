@@ -1,4 +1,4 @@
-"""The INV-* for any number of slots and hashes (reference/smt/unbounded.py).
+"""The INV-* for any number of slots and hashes (reference/smt/unbounded/encoding.py).
 
 Every invariant and lemma is proven inductive over an uninterpreted sort of
 slots and unbounded hashes; the proofs are not vacuous (the hypothesis with
@@ -13,10 +13,10 @@ from __future__ import annotations
 import pytest
 import z3
 
-from kvspec.reference.smt import unbounded as U  # noqa: N812  (U for unbounded, as in the module's notation)
-from kvspec.reference.smt import unbounded_models as M  # noqa: N812  (M for models)
-from kvspec.reference.smt.invariants import INVARIANTS
-from kvspec.reference.smt.mutants import MUTANTS as BOUNDED_MUTANTS
+from kvspec.reference.smt.offload.invariants import INVARIANTS
+from kvspec.reference.smt.offload.mutants import MUTANTS as BOUNDED_MUTANTS
+from kvspec.reference.smt.unbounded import encoding as U  # noqa: N812  (U for unbounded, as in the module's notation)
+from kvspec.reference.smt.unbounded import models as M  # noqa: N812  (M for models)
 
 
 def test_every_invariant_and_lemma_is_proven_for_any_size() -> None:
@@ -58,7 +58,7 @@ def test_mutant_is_refuted_unbounded(m: U.UMutant) -> None:
 
 
 def test_cli_reports_unbounded_rows(capsys: pytest.CaptureFixture[str]) -> None:
-    from kvspec.reference.smt.cli_prove import main
+    from kvspec.reference.smt.cli.prove import main
 
     assert main(["--unbounded", "--no-sanity"]) == 0
     out = capsys.readouterr().out
@@ -68,7 +68,7 @@ def test_cli_reports_unbounded_rows(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_cli_mutant_exits_non_zero_with_a_finite_counterexample(capsys: pytest.CaptureFixture[str]) -> None:
-    from kvspec.reference.smt.cli_prove import main
+    from kvspec.reference.smt.cli.prove import main
 
     args = ["--unbounded", "--mutant", "evict-active", "--invariant", "INV-CONSERVE", "--timeout", "2"]
     assert main(args) == 1
@@ -77,13 +77,13 @@ def test_cli_mutant_exits_non_zero_with_a_finite_counterexample(capsys: pytest.C
 
 
 def test_the_unbounded_encoding_takes_the_bounded_encodings_steps() -> None:
-    from kvspec.reference.smt.unbounded_agreement import disagreements
+    from kvspec.reference.smt.unbounded.agreement import disagreements
 
     assert disagreements() == []
 
 
 def test_the_agreement_check_catches_a_broken_unbounded_rule() -> None:
-    from kvspec.reference.smt.unbounded_agreement import disagreements
+    from kvspec.reference.smt.unbounded.agreement import disagreements
 
     found = disagreements(tw=frozenset({"release-at-enqueue"}))
     assert {p.split(":")[0] for p in found} == {"use(full)", "use(partial)", "evict"}, found

@@ -1,13 +1,13 @@
 """The vllm operation-level encoding agrees with the Python model
-(``reference/smt/profile_vllm_agreement.py``), and each encoding mutant
+(``reference/smt/vllm/agreement.py``), and each encoding mutant
 (parent, copy count, all-or-nothing) is caught within the measured budget."""
 
 from __future__ import annotations
 
 import pytest
 
-from kvspec.reference.smt import profile_vllm_agreement as ag
-from kvspec.reference.smt.profile_vllm_ops import MUTANTS
+from kvspec.reference.smt.vllm import agreement as ag
+from kvspec.reference.smt.vllm.ops import MUTANTS
 from kvspec.reference.vllm_pool import VllmPoolModel
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.wire import Deref, FullBlock, Plh, Use

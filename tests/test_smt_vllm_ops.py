@@ -1,4 +1,4 @@
-"""The vllm profile at operation level (``reference/smt/profile_vllm_ops.py``):
+"""The vllm profile at operation level (``reference/smt/vllm/ops.py``):
 a whole Use of any length with its assembled Removed and Stored (and the
 Stored's parent), Deref, Promote, Reset; sanity on finite pools; mutants."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import z3
 
-from kvspec.reference.smt import profile_vllm_ops as ops
+from kvspec.reference.smt.vllm import ops as ops
 
 
 def test_every_property_is_proven_for_every_step_of_an_operation() -> None:
@@ -55,7 +55,7 @@ def test_each_operation_mutant_is_refuted_where_it_breaks(mutant: str, where: st
 
 
 def test_prove_with_an_operation_mutant_shows_its_counterexample(capsys: pytest.CaptureFixture[str]) -> None:
-    from kvspec.reference.smt.cli_prove import main
+    from kvspec.reference.smt.cli.prove import main
 
     assert main(["--profile", "vllm", "--mutant", "check-before-pins"]) == 1
     out = capsys.readouterr().out
@@ -64,7 +64,7 @@ def test_prove_with_an_operation_mutant_shows_its_counterexample(capsys: pytest.
 
 
 def test_prove_vllm_refuses_another_profiles_mutant(capsys: pytest.CaptureFixture[str]) -> None:
-    from kvspec.reference.smt.cli_prove import main
+    from kvspec.reference.smt.cli.prove import main
 
     assert main(["--profile", "vllm", "--mutant", "no-pin"]) == 2
     assert "the vllm profile has no mutant 'no-pin'" in capsys.readouterr().err

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvspec.adapters.reference.adapter import outcome_of
-from kvspec.conformance.traffic import (
+from kvspec.conformance.block.traffic import (
     BRANCH,
     PALETTE,
     Digits,

@@ -21,10 +21,10 @@ import pytest
 import zmq
 
 from kvspec.adapters.vllm.adapter import HASH_ALGO, HashMap, VllmKvCacheManager, require_vllm, translate
-from kvspec.conformance.manifest import load_manifest
-from kvspec.conformance.request_check import check_run
-from kvspec.conformance.requests_api import ImplementationUnavailableError
-from kvspec.conformance.workloads import Workload
+from kvspec.conformance.requests.api import ImplementationUnavailableError
+from kvspec.conformance.requests.check import check_run
+from kvspec.conformance.requests.workloads import Workload
+from kvspec.conformance.run.manifest import load_manifest
 from kvspec.reference.requests import PoolSetup, RequestSpec, run_sequential
 from kvspec.reference.router_view import RouterView
 from kvspec.spec.codecs import from_vllm_batch

@@ -33,13 +33,13 @@ import pytest
 import xxhash
 from hypothesis import HealthCheck, given, settings
 
-from kvspec.conformance.manifest import Manifest, load_manifest
-from kvspec.conformance.request_replay import run_workload
+from kvspec.conformance.requests.replay import run_workload
+from kvspec.conformance.requests.workloads import Workload, seed_workloads, setup_of, workloads
+from kvspec.conformance.run.manifest import Manifest, load_manifest
 from kvspec.conformance.transport.cabi import E_REQUEST, CAbiImplementation, CAbiLibrary, CAbiSession, build_library
 from kvspec.conformance.transport.engine import EngineImplementation, open_engine_implementation
 from kvspec.conformance.transport.jsonl import AdapterProtocolError, reuse_children
 from kvspec.conformance.transport.process import group_members
-from kvspec.conformance.workloads import Workload, seed_workloads, setup_of, workloads
 from kvspec.reference.requests import RequestSpec
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.engine_wire import AddRequest, EngineConfig, EngineOutcome, EngineStep

@@ -2,7 +2,7 @@
 
 ``kvspec prove --profile vllm`` proves PARENT-ANCHOR at operation level under
 ASSUME-PARENT-REGISTERED read as "the request holds its prefix"
-(reference/smt/profile_vllm_ops.py; with "registered" only it fails, mutant
+(reference/smt/vllm/ops.py; with "registered" only it fails, mutant
 ``contract-registered-only``). ``caller_contracts.vllm_broken_contracts``
 states it on ``VllmPoolModel``; the request driver the conformance checker
 runs checks it before every Use and Promote it sends. Here: the statement

@@ -149,7 +149,7 @@ def test_kvspec_mutants_keeps_its_logs_in_the_working_dir(tmp_path: Path) -> Non
 def test_each_mutant_run_is_handed_the_campaign_working_dir(tmp_path: Path) -> None:
     """The children run in the package's folder; without ``--kvspec-dir`` their
     Hypothesis files (and builds) would land there."""
-    from kvspec.conformance import mutants
+    from kvspec.conformance.commands import mutants
 
     cmd = mutants.pytest_command("m", tmp_path, tmp_path / "j.xml", tmp_path / "r", "ci", None, tmp_path / "wd")
     assert f"--kvspec-dir={tmp_path / 'wd'}" in cmd

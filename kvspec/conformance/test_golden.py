@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from kvspec.conformance.manifest import Manifest
-from kvspec.conformance.scenario_runner import run_scenario
+from kvspec.conformance.block.scenario_runner import run_scenario
+from kvspec.conformance.run.manifest import Manifest
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.scenario import Scenario, all_scenarios
 

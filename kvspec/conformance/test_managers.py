@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvspec.conformance.manager_lockstep import (
+from kvspec.conformance.managers.lockstep import (
     AbstractSessionOp,
     Lockstep,
     concrete_session_op,
@@ -28,8 +28,8 @@ from kvspec.conformance.manager_lockstep import (
     session_configs,
     session_ops,
 )
-from kvspec.conformance.manifest import Manifest
-from kvspec.conformance.profile_suite import cheap_op_settings, record_rules, require_profile
+from kvspec.conformance.managers.profile_suite import cheap_op_settings, record_rules, require_profile
+from kvspec.conformance.run.manifest import Manifest
 from kvspec.spec.manager_scenario import ManagerScenario, manager_scenarios
 from kvspec.spec.manager_wire import PAGED_OP_ADAPTER, PagedConfig, SessionConfig
 from kvspec.spec.rules import Concern, rules_of

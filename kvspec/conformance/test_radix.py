@@ -17,10 +17,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvspec.conformance.manifest import Manifest
-from kvspec.conformance.profile_suite import cheap_op_settings, open_or_skip, record_rules, require_profile
-from kvspec.conformance.radix_check import RadixLockstep, drive, radix_configs, run_golden
-from kvspec.conformance.radix_open import open_radix
+from kvspec.conformance.managers.profile_suite import cheap_op_settings, open_or_skip, record_rules, require_profile
+from kvspec.conformance.radix.check import RadixLockstep, drive, radix_configs, run_golden
+from kvspec.conformance.radix.opener import open_radix
+from kvspec.conformance.run.manifest import Manifest
 from kvspec.spec.radix_wire import RadixConfig, RadixRequest, radix_scenarios
 from kvspec.spec.rules import Concern, rules_of
 

@@ -11,11 +11,11 @@ messages of protocol version 2 (``adapters/reference_jsonl``,
 ``adapters/vllm_c_port``).
 
 One exploration per session drives the implementation with workloads: the
-seed workloads (``conformance.workloads.seed_workloads``), the adapter's own
+seed workloads (``conformance.requests.workloads.seed_workloads``), the adapter's own
 finding files (``adapters/NAME/findings/*.jsonl``, so that every declared
 deviation is observed on every run), then Hypothesis-generated ones
 (``workloads()``: traffic-shaped, sequential and concurrent). Each run is
-checked by ``conformance.request_check`` (protocol through the router view,
+checked by ``conformance.requests.check`` (protocol through the router view,
 the exact differential against the reference model for sequential runs, the
 hashes). A run breaking an undeclared rule stops the exploration and is
 shrunk by Hypothesis; a declared deviation is recorded and the exploration
@@ -40,14 +40,14 @@ from typing import Any
 import pytest
 from hypothesis import Phase, given, settings
 
-from kvspec.conformance.failures import ConformanceFailure
-from kvspec.conformance.manifest import Manifest
-from kvspec.conformance.plugin import replay_run
-from kvspec.conformance.radix_requests import RADIX_LAYER_RULES
-from kvspec.conformance.request_check import LAYER_RULES, Finding
-from kvspec.conformance.request_replay import run_workload
-from kvspec.conformance.requests_api import ImplementationUnavailableError
-from kvspec.conformance.workloads import Workload, load_workloads, seed_workloads, workloads
+from kvspec.conformance.radix.requests import RADIX_LAYER_RULES
+from kvspec.conformance.requests.api import ImplementationUnavailableError
+from kvspec.conformance.requests.check import LAYER_RULES, Finding
+from kvspec.conformance.requests.replay import run_workload
+from kvspec.conformance.requests.workloads import Workload, load_workloads, seed_workloads, workloads
+from kvspec.conformance.run.manifest import Manifest
+from kvspec.conformance.run.plugin import replay_run
+from kvspec.conformance.verdicts.failures import ConformanceFailure
 from kvspec.spec.errors import AdapterError
 from kvspec.spec.rules import RuleId
 
@@ -237,7 +237,7 @@ def test_radix_request_exploration_ran(radix_request_exploration: Exploration) -
 
 @pytest.mark.parametrize("rule", RADIX_LAYER_RULES, ids=str)
 def test_radix_request_rule(rule: RuleId, radix_request_exploration: Exploration, report_rule: ReportRule) -> None:
-    """Each rule of the radix request layer (``conformance.radix_requests``), as the vllm one's."""
+    """Each rule of the radix request layer (``conformance.radix.requests``), as the vllm one's."""
     report_rule(rule, radix_request_exploration)
 
 

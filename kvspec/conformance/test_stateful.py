@@ -1,8 +1,8 @@
 """Lockstep stateful testing of the implementation against the reference model.
 
 For each profile the adapter supports (of kvbm, atomic, legacy), Hypothesis
-drives scheduler-like traffic (``conformance/traffic.py``) through the
-implementation and the model together (``conformance/lockstep.py``); the
+drives scheduler-like traffic (``conformance/block/traffic.py``) through the
+implementation and the model together (``conformance/block/lockstep.py``); the
 eviction policy is drawn per example among those the adapter declares. A
 failure reports the shrunk operation table, the first divergence and the
 rule, and writes a replay file into the run's replay folder (``replay_store``).
@@ -14,7 +14,7 @@ shows the stream safe for a router for implementations whose events differ
 from the model's in detail a router cannot see.
 
 Budget (``_settings``): the adapter's own profile gets the effort's
-examples (``--hypothesis-profile``, ``conformance/settings.py``), other
+examples (``--hypothesis-profile``, ``conformance/run/settings.py``), other
 profiles a third, the protocol-only test a tenth.
 
 A declared deviation (scoped, ``kvspec.spec.deviations``) seen by the
@@ -31,9 +31,9 @@ from typing import Any
 import pytest
 from hypothesis import Phase, settings
 
-from kvspec.conformance.machine import MachineSetup, machine_class, run_machine
-from kvspec.conformance.manifest import Manifest
-from kvspec.conformance.plugin import replay_run
+from kvspec.conformance.block.machine import MachineSetup, machine_class, run_machine
+from kvspec.conformance.run.manifest import Manifest
+from kvspec.conformance.run.plugin import replay_run
 from kvspec.spec.profiles import profile as get_profile
 from kvspec.spec.rules import Concern, rules_of
 

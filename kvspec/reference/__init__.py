@@ -16,12 +16,11 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from kvspec.reference.g1 import G1Model
+    from kvspec.reference.legacy import LegacyModel
+    from kvspec.reference.outcome import Model, Step
+    from kvspec.reference.router_view import RouterView, Violation
     from kvspec.spec.config import ManagerConfig
-
-    from .g1 import G1Model
-    from .legacy import LegacyModel
-    from .outcome import Model, Step
-    from .router_view import RouterView, Violation
 
 __all__ = ["G1Model", "LegacyModel", "Model", "RouterView", "Step", "Violation", "make_model"]
 
@@ -46,17 +45,16 @@ def __getattr__(name: str) -> Any:
 
 def make_model(config: ManagerConfig) -> Model:
     """The reference model of the configuration's profile."""
+    from kvspec.reference.g1 import G1Model
+    from kvspec.reference.legacy import LegacyModel
     from kvspec.spec.errors import ConfigError
-
-    from .g1 import G1Model
-    from .legacy import LegacyModel
 
     if config.profile in ("kvbm", "atomic"):
         return G1Model(config)
     if config.profile == "legacy":
         return LegacyModel(config)
     if config.profile == "vllm":
-        from .vllm_pool import VllmPoolModel
+        from kvspec.reference.vllm_pool import VllmPoolModel
 
         return VllmPoolModel(config)
     raise ConfigError(f"unknown profile {config.profile!r}")

@@ -31,7 +31,7 @@ The offload encoding states ASSUME-PARENT-REGISTERED per full block of a
 Use, against the anchor the batch has reached; under the offload tier an
 eviction stops the batch, so the named parent is still registered at every
 block the Use places and the two statements agree. The agreement campaign
-(``reference/smt/agreement.py``) compares this module's verdict with the
+(``reference/smt/offload/agreement.py``) compares this module's verdict with the
 encoding's on every operation, well-behaved or not.
 """
 
@@ -40,10 +40,9 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from kvspec.reference.g1 import G1Model
+from kvspec.reference.vllm_pool import VllmPoolModel
 from kvspec.spec.wire import Deref, FullBlock, Operation, Promote, SwapIn, Use
-
-from .g1 import G1Model
-from .vllm_pool import VllmPoolModel
 
 ASSUME_PARENT_REGISTERED = "ASSUME-PARENT-REGISTERED"
 ASSUME_SWAPIN_PARENT_HELD = "ASSUME-SWAPIN-PARENT-HELD"
@@ -129,7 +128,7 @@ def _breaks(model: G1Model, op: Operation) -> list[ContractBreak]:
 
 def vllm_broken_contracts(model: VllmPoolModel, op: Operation) -> list[ContractBreak]:
     """The caller contract the vllm profile's operation proof of PARENT-ANCHOR
-    assumes (``reference/smt/profile_vllm_ops.py``), broken by ``op`` in
+    assumes (``reference/smt/vllm/ops.py``), broken by ``op`` in
     ``model``'s state before it: ASSUME-PARENT-REGISTERED read as "the
     request holds its prefix", so the parent a Use or a Promote names is a
     cached copy with an owner. (A parent only cached, with no owner, may be

@@ -32,6 +32,12 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvspec.reference.g2_tier import G2Entry, G2Tier
+from kvspec.reference.labels import Trace, label
+from kvspec.reference.offload_link import SharedLink
+from kvspec.reference.outcome import Step
+from kvspec.reference.policies import Frequency, LineagePolicy, Policy, make_policy
+from kvspec.reference.validation import check_use_shape
 from kvspec.spec.config import ManagerConfig, OffloadConfig
 from kvspec.spec.errors import ConfigError, InvalidOperation
 from kvspec.spec.rules import rid
@@ -56,13 +62,6 @@ from kvspec.spec.wire import (
     make_removed,
     make_stored,
 )
-
-from .g2_tier import G2Entry, G2Tier
-from .labels import Trace, label
-from .offload_link import SharedLink
-from .outcome import Step
-from .policies import Frequency, LineagePolicy, Policy, make_policy
-from .validation import check_use_shape
 
 PlhId = tuple[int, int, int | None]  # (position, hash, parent): the registry key
 #: a Use's or a Promote's Stored: the newly registered blocks, anchored to the block before them

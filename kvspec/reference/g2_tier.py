@@ -23,9 +23,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from kvspec.reference.policies import LineagePolicy
 from kvspec.spec.wire import Plh
-
-from .policies import LineagePolicy
 
 
 @dataclass(slots=True)

@@ -25,6 +25,8 @@ from collections import OrderedDict
 from collections.abc import Collection
 from typing import Any
 
+from kvspec.reference.labels import Trace, label
+from kvspec.reference.outcome import Step
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.errors import ConfigError, InvalidOperation
 from kvspec.spec.rules import rid
@@ -46,9 +48,6 @@ from kvspec.spec.wire import (
     make_removed,
     make_stored,
 )
-
-from .labels import Trace, label
-from .outcome import Step
 
 Key = tuple[str, int | str]  # ("F", seq) or ("P", uuid)
 #: the Stored of a Use or a Promote: the blocks it placed, anchored to the last hit

@@ -6,10 +6,9 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from kvspec.reference.labels import StepLabels
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.wire import Counters, KvEvent, Operation, OpResult
-
-from .labels import StepLabels
 
 
 @dataclass(slots=True)

@@ -21,6 +21,7 @@ import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from kvspec.reference.labels import applies
 from kvspec.spec.errors import InvalidOperation
 from kvspec.spec.manager_wire import (
     OpError,
@@ -44,8 +45,6 @@ from kvspec.spec.manager_wire import (
     Tier,
 )
 from kvspec.spec.rules import RuleId, rid
-
-from .labels import applies
 
 
 @dataclass

@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from kvspec.reference.labels import applies
 from kvspec.spec.errors import InvalidOperation
 from kvspec.spec.hashing import local_block_hash, sequence_hash
 from kvspec.spec.manager_wire import OpError
@@ -48,8 +49,6 @@ from kvspec.spec.radix_wire import (
 )
 from kvspec.spec.rules import rid
 from kvspec.spec.wire import KvEvent, make_cleared, make_removed, make_stored
-
-from .labels import applies
 
 
 @dataclass(eq=False)

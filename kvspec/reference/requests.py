@@ -47,16 +47,15 @@ from typing import Annotated, Protocol
 import xxhash
 from pydantic import Field, model_validator
 
+from kvspec.reference.caller_contracts import ContractBroken, vllm_broken_contracts
+from kvspec.reference.outcome import Step as ModelStep
+from kvspec.reference.vllm_pool import SPEC_VARIANT, HostBlock, PoolVariant, VllmPoolModel
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.engine_wire import MAX_TOKENS_LIMIT
 from kvspec.spec.errors import ConfigError
 from kvspec.spec.hashing import block_hashes, local_block_hash, sequence_hash
 from kvspec.spec.rules import RuleId, rid
 from kvspec.spec.wire import U32, BlockRef, Deref, FullBlock, KvEvent, PartialBlock, Plh, Promote, Reset, Use, Wire
-
-from .caller_contracts import ContractBroken, vllm_broken_contracts
-from .outcome import Step as ModelStep
-from .vllm_pool import SPEC_VARIANT, HostBlock, PoolVariant, VllmPoolModel
 
 
 class RequestSpec(Wire):

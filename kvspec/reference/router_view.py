@@ -35,7 +35,7 @@ removals (for the "removed by event #N" context of a report). Violations are
 counted per rule; ``keep`` bounds how many are kept as objects.
 
 Stored events may also be checked by a ``StoredCheck`` (hashes against
-tokens, ``conformance/streams/hashcheck.py``) or, for the lockstep checker, by
+tokens, ``kvspec/streams/hashcheck.py``) or, for the lockstep checker, by
 a per-block ``hash_check`` function.
 
 Transfer timing (G2-STORE-ON-COMPLETE), only where time is observable: a

@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 
+from kvspec.reference.labels import applies
 from kvspec.spec.errors import InvalidOperation
 from kvspec.spec.manager_wire import (
     Admission,
@@ -38,8 +39,6 @@ from kvspec.spec.manager_wire import (
     SlotView,
 )
 from kvspec.spec.rules import rid
-
-from .labels import applies
 
 
 @dataclass

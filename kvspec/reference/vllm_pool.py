@@ -72,6 +72,9 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from kvspec.reference.labels import EventLabel, Trace, label
+from kvspec.reference.outcome import Step
+from kvspec.reference.validation import check_use_shape
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.errors import ConfigError, InvalidOperation
 from kvspec.spec.rules import rid
@@ -95,10 +98,6 @@ from kvspec.spec.wire import (
     make_cleared,
     make_removed,
 )
-
-from .labels import EventLabel, Trace, label
-from .outcome import Step
-from .validation import check_use_shape
 
 
 @dataclass(frozen=True, slots=True)

@@ -53,13 +53,13 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import msgpack
 import msgspec
 
-from .errors import WireError
-from .hashing import local_block_hash
+from kvspec.spec.errors import WireError
+from kvspec.spec.hashing import local_block_hash
 
 if TYPE_CHECKING:  # the pydantic event model is imported where it is used: the stream readers need none of it
     from pydantic import ValidationError
 
-    from .wire import KvEvent, StorageTier
+    from kvspec.spec.wire import KvEvent, StorageTier
 
 #: the largest unsigned 64-bit value (``wire.U64_MAX``, here so that the
 #: stream readers need not import the pydantic model)
@@ -93,7 +93,7 @@ TIER_TO_MEDIUM: dict[str, str] = {"device": "GPU", "host_pinned": "CPU", "disk":
 
 def to_dynamo_event(event: KvEvent) -> dict[str, Any]:
     """Dynamo ``KvCacheEvent`` JSON (no tier, no token ids)."""
-    from .wire import event_to_json
+    from kvspec.spec.wire import event_to_json
 
     out = event_to_json(event)
     out.pop("storage_tier", None)
@@ -111,7 +111,7 @@ def from_dynamo_event(
 ) -> KvEvent:
     from pydantic import ValidationError
 
-    from .wire import KvEvent
+    from kvspec.spec.wire import KvEvent
 
     if not isinstance(data, dict):
         raise WireError(f"a Dynamo KvCacheEvent is an object, got {type(data).__name__}")
@@ -160,7 +160,7 @@ def _without_mm(event: Any) -> Any:
 
 def to_vllm_batch(events: Iterable[KvEvent], *, ts: float = 0.0, block_size: int, dp_rank: int | None = None) -> bytes:
     """Encode events as one vLLM ``KVEventBatch`` (msgpack)."""
-    from .wire import Stored
+    from kvspec.spec.wire import Stored
 
     out: list[Any] = []
     for ev in events:
@@ -185,7 +185,7 @@ def from_vllm_batch(payload: bytes, *, first_event_id: int = 0) -> tuple[float, 
     decoders below) into events; ids count from ``first_event_id``, tokens
     hashes are computed from the token ids. A KV cache group other than 0
     is refused (kvspec's event has no group)."""
-    from .wire import make_cleared, make_removed, make_stored
+    from kvspec.spec.wire import make_cleared, make_removed, make_stored
 
     batch = VllmBatchDecoder().decode(payload)
     dp_rank = batch.data_parallel_rank or 0

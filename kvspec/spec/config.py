@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from .wire import Wire
+from kvspec.spec.wire import Wire
 
 #: paged and session are the allocator-level profiles (spec.manager_wire): a
 #: ManagerConfig of theirs only heads a protocol-version-3 hello

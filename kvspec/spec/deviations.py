@@ -31,9 +31,9 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from .config import ProfileName
-from .rules import RuleId
-from .wire import Wire
+from kvspec.spec.config import ProfileName
+from kvspec.spec.rules import RuleId
+from kvspec.spec.wire import Wire
 
 R = RuleId
 
@@ -60,7 +60,7 @@ def _conditions(*cs: Condition) -> dict[str, Condition]:
 #: conditions whose evidence depends on timing (never judged "unexpected pass")
 NONDETERMINISTIC = frozenset({"concurrent_run"})
 
-#: every named condition; ``kvspec.conformance.deviation_scope`` evaluates them
+#: every named condition; ``kvspec.conformance.run.deviation_scope`` evaluates them
 CONDITIONS: dict[str, Condition] = _conditions(
     Condition(
         "event_ids_from_1",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .wire import BlockRef, Deref, Destroy, FullBlock, Operation, Promote, Reset, SwapIn, Tick, Use
+from kvspec.spec.wire import BlockRef, Deref, Destroy, FullBlock, Operation, Promote, Reset, SwapIn, Tick, Use
 
 
 def _ref(b: BlockRef) -> str:

@@ -5,7 +5,7 @@ engine admits a request with its token ids, schedules steps (prefill, then
 one decode token per step), and frees the request's blocks when it finishes.
 Version 2 of the adapter protocol (spec/PROTOCOL.md) and of the C ABI
 (spec/ABI.md) carry exactly what kvspec's request-level layer
-(``conformance/request_check.py``) needs from such an engine, so that a
+(``conformance/requests/check.py``) needs from such an engine, so that a
 request-level implementation in any language can be checked:
 
 - ``EngineConfig``: what a request-level session is opened with beside the
@@ -33,7 +33,7 @@ from typing import Annotated, Any, Literal, TypeAlias
 
 from pydantic import Field, TypeAdapter
 
-from .wire import U32, Count, Counters, KvEvent, Wire
+from kvspec.spec.wire import U32, Count, Counters, KvEvent, Wire
 
 #: largest ``max_tokens`` of one request (the request layer's own limit)
 MAX_TOKENS_LIMIT = 4096

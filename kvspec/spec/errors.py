@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .rules import RuleId
+from kvspec.spec.rules import RuleId
 
 
 class KvSpecError(Exception):

@@ -21,9 +21,9 @@ from typing import Annotated
 
 from pydantic import Field
 
-from .manager_wire import Admission, ManagerConfigKind, PagedOp, Pressure, SessionOp, SlotView, Tier
-from .rules import RuleId
-from .wire import Wire
+from kvspec.spec.manager_wire import Admission, ManagerConfigKind, PagedOp, Pressure, SessionOp, SlotView, Tier
+from kvspec.spec.rules import RuleId
+from kvspec.spec.wire import Wire
 
 MANAGER_SCENARIO_DIRS = ("paged", "session")
 SCENARIO_ROOT = Path(__file__).parent / "scenarios"

@@ -16,7 +16,7 @@ them.
 
 Physical block ids are the implementation's own choice: the suite never
 requires a particular block, only that the same sharing, reference counts and
-contents appear (``conformance/manager_check.py`` matches block ids of the
+contents appear (``conformance/managers/check.py`` matches block ids of the
 implementation to the model's one step at a time).
 """
 
@@ -26,7 +26,7 @@ from typing import Annotated, Literal, TypeAlias, TypeGuard
 
 from pydantic import Field, TypeAdapter, model_validator
 
-from .wire import Count, Wire
+from kvspec.spec.wire import Count, Wire
 
 #: a sequence (paged) or a session (session) is named by a short string
 Name = Annotated[str, Field(min_length=1, max_length=64)]

@@ -4,7 +4,7 @@ Every adapter folder holds a ``manifest.toml`` that validates against
 ``Manifest`` (prose: spec/ADAPTERS.md; schema: spec/schema/adapter_manifest.json).
 The format belongs to the spec because adapters in any language write it and
 the JSON-lines handshake carries its ``Capabilities``; finding and loading
-manifests is the suite's job (``kvspec.conformance.manifest``).
+manifests is the suite's job (``kvspec.conformance.run.manifest``).
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from .config import SEMANTICS, PolicyName, ProfileName
-from .deviations import Deviation, Site
-from .errors import ConfigError
-from .rules import RuleId
-from .wire import StorageTier, Wire
+from kvspec.spec.config import SEMANTICS, PolicyName, ProfileName
+from kvspec.spec.deviations import Deviation, Site
+from kvspec.spec.errors import ConfigError
+from kvspec.spec.rules import RuleId
+from kvspec.spec.wire import StorageTier, Wire
 
 Kind = Literal["python", "subprocess", "c_abi", "request"]
 
@@ -36,7 +36,7 @@ class Start(Wire):
     #: in-process: "module:factory" returning a ManagerImplementation
     managers: str | None = None
     #: an adapter of the radix profile run in-process: "module:factory"
-    #: returning a RadixImplementation (conformance/radix_interface.py)
+    #: returning a RadixImplementation (conformance/radix/interface.py)
     radix: str | None = None
     #: subprocess: argv; "{python}" is replaced by the running interpreter and
     #: "{adapter_dir}" by the manifest's folder
@@ -204,7 +204,7 @@ class Manifest(Wire):
     #: the named variants the folder runs, each picked by ``--impl=DIR/NAME``
     variants: list[Variant] = []
     #: the selected variant: set by the loader from ``--impl=DIR/NAME``
-    #: (``kvspec.conformance.manifest.load_manifest``), never written in a
+    #: (``kvspec.conformance.run.manifest.load_manifest``), never written in a
     #: manifest file; ``None`` runs the adapter itself
     variant: str | None = None
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from .rules import RuleId
+from kvspec.spec.rules import RuleId
 
 R = RuleId
 

@@ -41,12 +41,12 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 from pydantic.json_schema import models_json_schema
 
-from .config import ManagerConfig, ProfileName
-from .engine_wire import EngineConfig, EngineOperation, EngineOutcome
-from .manager_wire import ManagerConfigKind, PagedOp, PagedOutcome, SessionOp, SessionOutcome
-from .manifest import Capabilities
-from .radix_wire import RadixConfig, RadixOp, RadixOutcome
-from .wire import Operation, StepOutcome, Wire
+from kvspec.spec.config import ManagerConfig, ProfileName
+from kvspec.spec.engine_wire import EngineConfig, EngineOperation, EngineOutcome
+from kvspec.spec.manager_wire import ManagerConfigKind, PagedOp, PagedOutcome, SessionOp, SessionOutcome
+from kvspec.spec.manifest import Capabilities
+from kvspec.spec.radix_wire import RadixConfig, RadixOp, RadixOutcome
+from kvspec.spec.wire import Operation, StepOutcome, Wire
 
 #: The newest protocol version this module describes (an integer; see
 #: PROTOCOL.md "Versions"). Any change to a message's shape makes a new version.

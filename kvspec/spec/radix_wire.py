@@ -25,9 +25,9 @@ from typing import Annotated, Literal, TypeAlias
 
 from pydantic import Field, TypeAdapter, model_validator
 
-from .manager_wire import Name, OpError
-from .rules import RuleId
-from .wire import U32, Count, KvEvent, Wire
+from kvspec.spec.manager_wire import Name, OpError
+from kvspec.spec.rules import RuleId
+from kvspec.spec.wire import U32, Count, KvEvent, Wire
 
 #: token lists of one operation (a radix key); 4096 bounds the work per op
 Tokens = Annotated[list[U32], Field(max_length=4096)]

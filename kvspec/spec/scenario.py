@@ -27,9 +27,9 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import Field, field_validator, model_validator
 
-from .config import ManagerConfig, PolicyName
-from .rules import RuleId
-from .wire import KvEvent, Operation, Status, Wire
+from kvspec.spec.config import ManagerConfig, PolicyName
+from kvspec.spec.rules import RuleId
+from kvspec.spec.wire import KvEvent, Operation, Status, Wire
 
 SCENARIO_DIR = Path(__file__).parent / "scenarios"
 

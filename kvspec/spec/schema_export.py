@@ -15,14 +15,20 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from .config import ManagerConfig
-from .engine_wire import EngineConfig, EngineOperation, EngineOutcome
-from .manager_wire import MANAGER_CONFIG_ADAPTER, PAGED_OP_ADAPTER, SESSION_OP_ADAPTER, PagedOutcome, SessionOutcome
-from .manifest import Manifest
-from .protocol import protocol_schema
-from .radix_wire import RADIX_OP_ADAPTER, RadixOutcome, RadixScenario
-from .scenario import Scenario
-from .wire import KvEvent, Operation, StepOutcome
+from kvspec.spec.config import ManagerConfig
+from kvspec.spec.engine_wire import EngineConfig, EngineOperation, EngineOutcome
+from kvspec.spec.manager_wire import (
+    MANAGER_CONFIG_ADAPTER,
+    PAGED_OP_ADAPTER,
+    SESSION_OP_ADAPTER,
+    PagedOutcome,
+    SessionOutcome,
+)
+from kvspec.spec.manifest import Manifest
+from kvspec.spec.protocol import protocol_schema
+from kvspec.spec.radix_wire import RADIX_OP_ADAPTER, RadixOutcome, RadixScenario
+from kvspec.spec.scenario import Scenario
+from kvspec.spec.wire import KvEvent, Operation, StepOutcome
 
 SCHEMA_DIR = Path(__file__).parent / "schema"
 

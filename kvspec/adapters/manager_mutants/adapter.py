@@ -10,13 +10,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from kvspec.adapters.manager_mutants.bugs import PAGED_BUGS, SESSION_BUGS
 from kvspec.adapters.reference.managers import ModelManager
-from kvspec.conformance.manager_interface import ManagerImplementation
-from kvspec.conformance.manifest import Manifest
+from kvspec.conformance.managers.interface import ManagerImplementation
+from kvspec.conformance.run.manifest import Manifest
 from kvspec.spec.errors import ConfigError
 from kvspec.spec.manager_wire import ManagerConfigKind, PagedConfig
-
-from .bugs import PAGED_BUGS, SESSION_BUGS
 
 
 def open_manager_mutant(

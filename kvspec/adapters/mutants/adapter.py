@@ -11,13 +11,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from kvspec.adapters.mutants.catalogue import make_mutant_model
 from kvspec.adapters.reference.adapter import outcome_of
-from kvspec.conformance.implementation import Implementation
-from kvspec.conformance.manifest import Manifest
+from kvspec.conformance.block.opener import Implementation
+from kvspec.conformance.run.manifest import Manifest
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.wire import Operation, StepOutcome
-
-from .catalogue import make_mutant_model
 
 
 class MutantImplementation(Implementation):

@@ -19,18 +19,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvspec.conformance.manifest import load_manifest
+from kvspec.adapters.mutants import event_bugs as ev
+from kvspec.adapters.mutants import legacy_bugs as lg
+from kvspec.adapters.mutants import lifecycle_bugs as lc
+from kvspec.adapters.mutants import offload_bugs as off
+from kvspec.adapters.mutants import policy_bugs as pol
+from kvspec.adapters.mutants import request_bugs as rq
+from kvspec.conformance.run.manifest import load_manifest
 from kvspec.reference import G1Model, LegacyModel, Model, make_model
 from kvspec.spec.config import ManagerConfig, ProfileName
 from kvspec.spec.errors import ConfigError
 from kvspec.spec.rules import RuleId
-
-from . import event_bugs as ev
-from . import legacy_bugs as lg
-from . import lifecycle_bugs as lc
-from . import offload_bugs as off
-from . import policy_bugs as pol
-from . import request_bugs as rq
 
 #: the variant name that runs the unmutated reference (the sanity check)
 UNMUTATED = "none"

@@ -10,11 +10,10 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
+from kvspec.adapters.mutants.edits import first_id, is_device, rebuild_stored, renumber
 from kvspec.reference.g1 import Block, G1Model
 from kvspec.reference.outcome import Step
 from kvspec.spec.wire import FullBlock, KvEvent, Promote, StorageTier, Use, make_removed
-
-from .edits import first_id, is_device, rebuild_stored, renumber
 
 
 def _placed_refs(op: Use, step: Step) -> list[Any]:

@@ -10,12 +10,11 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
+from kvspec.adapters.mutants.edits import first_id, is_device, rebuild_stored, renumber
 from kvspec.reference.legacy import Key, LegacyModel, key_of
 from kvspec.reference.outcome import Step
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.wire import Destroy, FullBlock, Use, make_stored
-
-from .edits import first_id, is_device, rebuild_stored, renumber
 
 
 class LegacyStoredOnFailedUse(LegacyModel):

@@ -10,12 +10,11 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
+from kvspec.adapters.mutants.edits import is_device, renumber
 from kvspec.reference.g1 import Block, G1Model, plh_id
 from kvspec.reference.outcome import Step
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.wire import KvEvent, OpResult, SwapIn, Tick, Use, make_stored
-
-from .edits import is_device, renumber
 
 
 def _new_offloads(model: G1Model, n_before: int) -> list[Any]:

@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvspec.conformance.manifest import Manifest
-from kvspec.conformance.requests_api import RequestImplementation
+from kvspec.conformance.requests.api import RequestImplementation
+from kvspec.conformance.run.manifest import Manifest
 from kvspec.reference.outcome import Step
 from kvspec.reference.requests import PoolSetup, RequestDriver
 from kvspec.reference.vllm_pool import SPEC_VARIANT, HostTier, PoolVariant, VllmPoolModel

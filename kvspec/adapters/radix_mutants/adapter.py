@@ -9,13 +9,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from kvspec.adapters.radix_mutants.bugs import BUGS
 from kvspec.adapters.reference.radix import ModelRadix
-from kvspec.conformance.radix_interface import RadixImplementation
+from kvspec.conformance.radix.interface import RadixImplementation
 from kvspec.spec.errors import ConfigError
 from kvspec.spec.manifest import Manifest
 from kvspec.spec.radix_wire import RadixConfig
-
-from .bugs import BUGS
 
 
 def open_radix_mutant(

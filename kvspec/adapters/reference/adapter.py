@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvspec.conformance.interface import Implementation
-from kvspec.conformance.manifest import Manifest
+from kvspec.conformance.block.interface import Implementation
+from kvspec.conformance.run.manifest import Manifest
 from kvspec.reference import Model, make_model
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.errors import InvalidOperation

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvspec.conformance.manager_interface import ManagerImplementation
+from kvspec.conformance.managers.interface import ManagerImplementation
 from kvspec.reference.paged import PagedModel
 from kvspec.reference.session import SessionModel
 from kvspec.spec.errors import ConfigError

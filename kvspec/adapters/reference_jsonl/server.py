@@ -38,7 +38,8 @@ from pydantic import ValidationError
 
 from kvspec.adapters.reference.adapter import outcome_of
 from kvspec.adapters.reference.managers import ModelManager
-from kvspec.conformance.manifest import Capabilities, _builtin_adapters_dir, load_manifest
+from kvspec.adapters.reference_jsonl.engine_session import EngineSession
+from kvspec.conformance.run.manifest import Capabilities, _builtin_adapters_dir, load_manifest
 from kvspec.reference import make_model
 from kvspec.reference.radix import RadixModel
 from kvspec.reference.requests import RequestDriver
@@ -63,8 +64,6 @@ from kvspec.spec.protocol import (
     Refused,
     Request,
 )
-
-from .engine_session import EngineSession
 
 NAME = "kvspec reference model (JSON lines)"
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from kvspec.conformance.manifest import Manifest
-from kvspec.conformance.requests_api import ConcurrentRun, RequestImplementation, RequestOutcome
+from kvspec.conformance.requests.api import ConcurrentRun, RequestImplementation, RequestOutcome
+from kvspec.conformance.run.manifest import Manifest
 from kvspec.reference.requests import PoolSetup, RequestSpec, SyntheticDecode, interleave, run_sequential
 
 

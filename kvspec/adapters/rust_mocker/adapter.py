@@ -36,13 +36,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from kvspec.adapters.engine_worker import EngineWorker
-from kvspec.conformance.manifest import Manifest
-from kvspec.conformance.requests_api import (
+from kvspec.conformance.requests.api import (
     ConcurrentRun,
     ImplementationUnavailableError,
     RequestImplementation,
     RequestOutcome,
 )
+from kvspec.conformance.run.manifest import Manifest
 from kvspec.conformance.transport.process import ChildProcess
 from kvspec.reference.requests import PoolSetup, RequestSpec
 from kvspec.spec.codecs import from_router_event

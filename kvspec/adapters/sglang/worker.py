@@ -30,6 +30,7 @@ import traceback
 from array import array
 from typing import Any
 
+from kvspec.adapters.sglang.loader import LogicalClock, load_radix_cache, unexpected_reads
 from kvspec.spec.radix_wire import (
     RADIX_OP_ADAPTER,
     RadixEvict,
@@ -41,8 +42,6 @@ from kvspec.spec.radix_wire import (
     RadixReset,
     RadixUnlock,
 )
-
-from .loader import LogicalClock, load_radix_cache, unexpected_reads
 
 
 class SlotAllocator:

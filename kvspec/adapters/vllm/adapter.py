@@ -44,13 +44,13 @@ from pathlib import Path
 from typing import Any
 
 from kvspec.adapters.engine_worker import EngineWorker, SharedWorker
-from kvspec.conformance.manifest import Manifest
-from kvspec.conformance.requests_api import (
+from kvspec.conformance.requests.api import (
     ConcurrentRun,
     ImplementationUnavailableError,
     RequestImplementation,
     RequestOutcome,
 )
+from kvspec.conformance.run.manifest import Manifest
 from kvspec.reference.requests import PoolSetup, RequestSpec
 from kvspec.spec.codecs import from_vllm_batch
 from kvspec.spec.errors import AdapterError, ConfigError, WireError

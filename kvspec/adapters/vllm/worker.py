@@ -62,7 +62,7 @@ class Worker:
     def handle(self, msg: dict[str, Any]) -> None:
         op = msg.get("op")
         if op == "open":
-            from .engine import VllmEngine, vllm_version
+            from kvspec.adapters.vllm.engine import VllmEngine, vllm_version
 
             self._close()
             self.engine = VllmEngine(

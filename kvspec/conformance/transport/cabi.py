@@ -41,17 +41,16 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
+from kvspec.conformance.block.interface import Implementation
+from kvspec.conformance.transport.cabi_host import ABI_VERSIONS, ENGINE_VERSION, declare_abi, has_engine
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.engine_wire import EngineConfig, EngineOp, EngineOutcome
 from kvspec.spec.errors import AdapterError, ConfigError, WireError
 from kvspec.spec.manifest import Manifest
 from kvspec.spec.wire import Operation, StepOutcome, parse_operation
 
-from ..interface import Implementation
-from .cabi_host import ABI_VERSIONS, ENGINE_VERSION, declare_abi, has_engine
-
 if TYPE_CHECKING:
-    from .jsonl import JsonlImplementation
+    from kvspec.conformance.transport.jsonl import JsonlImplementation
 
 #: the newest ABI version this module speaks (KVSPEC_ABI_VERSION of spec/kvspec_abi.h)
 ABI_VERSION = max(ABI_VERSIONS)
@@ -88,8 +87,8 @@ def find_compiler() -> str:
 def build_dir() -> Path:
     """Where built libraries are cached: $KVSPEC_BUILD_DIR, else ``build/``
     under kvspec's working dir (``--kvspec-dir``, ``KVSPEC_HOME``, ``./.kvspec``:
-    ``conformance/workdir.py``), else a per-user folder in the temp dir."""
-    from ..workdir import build_dir_candidates, current_root, ensure
+    ``conformance/run/workdir.py``), else a per-user folder in the temp dir."""
+    from kvspec.conformance.run.workdir import build_dir_candidates, current_root, ensure
 
     candidates = build_dir_candidates()
     for d in candidates:
@@ -263,7 +262,7 @@ class CAbiSession:
 
 def summarize_validation(err: ValidationError, limit: int = 4) -> str:
     """``field.path: message`` of the first errors (the transport's wording)."""
-    from .jsonl import summarize_validation as summarize
+    from kvspec.conformance.transport.jsonl import summarize_validation as summarize
 
     return summarize(err, limit)
 
@@ -340,7 +339,7 @@ class CAbiImplementation(Implementation):
             raise ConfigError(f"{manifest.name}: unknown start.isolation {self.isolation!r}")
 
     def _start_host(self, adapter_dir: Path) -> JsonlImplementation:
-        from .jsonl import AdapterProtocolError, JsonlImplementation
+        from kvspec.conformance.transport.jsonl import AdapterProtocolError, JsonlImplementation
 
         command = [
             "{python}",

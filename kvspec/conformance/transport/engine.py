@@ -26,13 +26,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
+from kvspec.conformance.requests.interface import ConcurrentRun, RequestImplementation, RequestOutcome
 from kvspec.reference.requests import PoolSetup, RequestSpec
 from kvspec.spec.engine_wire import AddRequest, EngineConfig, EngineOp, EngineOutcome, EngineStep, FinishedRequest
 from kvspec.spec.errors import AdapterError, ConfigError
 from kvspec.spec.manifest import Manifest
 from kvspec.spec.wire import KvEvent
-
-from ..request_interface import ConcurrentRun, RequestImplementation, RequestOutcome
 
 #: steps an engine may take beyond one per prompt token and generated token
 #: (a chunked prefill of one token per step is the slowest sane schedule)
@@ -144,11 +143,11 @@ def open_engine_implementation(manifest: Manifest, adapter_dir: Path, setup: Poo
     engine = engine_config(setup)
     caller: EngineCaller
     if manifest.kind == "subprocess":
-        from .jsonl import JsonlImplementation
+        from kvspec.conformance.transport.jsonl import JsonlImplementation
 
         caller = JsonlImplementation(manifest, adapter_dir, setup.manager, engine=engine)
     elif manifest.kind == "c_abi":
-        from .cabi import CAbiImplementation
+        from kvspec.conformance.transport.cabi import CAbiImplementation
 
         caller = CAbiImplementation(manifest, adapter_dir, setup.manager, engine=engine)
     else:

@@ -32,6 +32,14 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from kvspec.conformance.block.interface import Implementation
+from kvspec.conformance.transport.process import (
+    ChildExitedError,
+    ChildProcess,
+    ChildTimeoutError,
+    LineTooLongError,
+    describe_exit,
+)
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.engine_wire import EngineConfig, EngineOp, EngineOutcome
 from kvspec.spec.errors import HANG_MARK, AdapterError, ConfigError
@@ -47,9 +55,6 @@ from kvspec.spec.protocol import (
     Refused,
 )
 from kvspec.spec.wire import Operation, StepOutcome, parse_operation
-
-from ..interface import Implementation
-from .process import ChildExitedError, ChildProcess, ChildTimeoutError, LineTooLongError, describe_exit
 
 #: how long a child may take to exit after ``bye`` before it is signalled
 BYE_GRACE_S = 1.0

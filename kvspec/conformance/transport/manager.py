@@ -15,13 +15,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from kvspec.conformance.managers.interface import ManagerImplementation
+from kvspec.conformance.transport.jsonl import JsonlImplementation
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.manager_wire import ManagerConfigKind, ManagerOp, ManagerOutcome, PagedConfig, PagedOutcome
 from kvspec.spec.manifest import Manifest
 from kvspec.spec.protocol import MANAGER_VERSION, Hello, ManagerOutcomeReply
-
-from ..manager_interface import ManagerImplementation
-from .jsonl import JsonlImplementation
 
 
 def manager_config(config: ManagerConfigKind) -> ManagerConfig:

@@ -16,13 +16,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from kvspec.conformance.radix.interface import RadixImplementation
+from kvspec.conformance.transport.manager import SingleVersionSession
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.manifest import Manifest
 from kvspec.spec.protocol import RADIX_VERSION, Hello, RadixOutcomeReply
 from kvspec.spec.radix_wire import RadixConfig, RadixOp, RadixOutcome
-
-from ..radix_interface import RadixImplementation
-from .manager import SingleVersionSession
 
 #: ManagerConfig's largest capacity; the hello's ``config`` only names the
 #: profile, the radix config carries the real pool size

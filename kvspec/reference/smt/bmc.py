@@ -20,8 +20,8 @@ from typing import TypeAlias
 
 import z3
 
-from .agreement import Universe
-from .ops import (
+from kvspec.reference.smt.offload.agreement import Universe
+from kvspec.reference.smt.offload.ops import (
     STATUS_OK,
     BlockArg,
     Chooser,
@@ -34,9 +34,9 @@ from .ops import (
     UseOp,
     apply_op,
 )
-from .state import State
-from .terms import sel
-from .universe import NONE
+from kvspec.reference.smt.offload.state import State
+from kvspec.reference.smt.terms import sel
+from kvspec.reference.smt.universe import NONE
 
 Term: TypeAlias = z3.ExprRef
 

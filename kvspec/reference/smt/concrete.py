@@ -12,8 +12,8 @@ from typing import Any
 
 import z3
 
-from .state import FIELDS, Rigid, State
-from .universe import NONE, SLOT_STATES, Bound
+from kvspec.reference.smt.offload.state import FIELDS, Rigid, State
+from kvspec.reference.smt.universe import NONE, SLOT_STATES, Bound
 
 
 def _py(v: z3.ExprRef) -> Any:

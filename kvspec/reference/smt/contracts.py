@@ -22,13 +22,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from kvspec.reference.smt.offload.agreement import Universe, use_op
+from kvspec.reference.smt.offload.transitions import ASSUME_PARENT_REGISTERED, ASSUME_SWAPIN_PARENT_HELD
+from kvspec.reference.smt.universe import NONE
+from kvspec.reference.smt.witnesses import WITNESS_DIR, universe_of
 from kvspec.spec.scenario import load_scenario
 from kvspec.spec.wire import Operation
-
-from .agreement import Universe, use_op
-from .transitions import ASSUME_PARENT_REGISTERED, ASSUME_SWAPIN_PARENT_HELD
-from .universe import NONE
-from .witnesses import WITNESS_DIR, universe_of
 
 
 @dataclass(frozen=True)

@@ -26,13 +26,13 @@ from dataclasses import dataclass, field
 
 import z3
 
-from .catalogue import TRANSITIONS, TransitionSpec, domain_range
-from .concrete import ConcreteState, evaluate
-from .invariants import ALL_PROPERTIES, INVARIANTS, LEMMAS, Conjuncts, Property, assumed
-from .state import Rigid, State
-from .step import Step
-from .transitions import Policy
-from .universe import DEFAULT_BOUND, Bound
+from kvspec.reference.smt.concrete import ConcreteState, evaluate
+from kvspec.reference.smt.offload.catalogue import TRANSITIONS, TransitionSpec, domain_range
+from kvspec.reference.smt.offload.invariants import ALL_PROPERTIES, INVARIANTS, LEMMAS, Conjuncts, Property, assumed
+from kvspec.reference.smt.offload.state import Rigid, State
+from kvspec.reference.smt.offload.step import Step
+from kvspec.reference.smt.offload.transitions import Policy
+from kvspec.reference.smt.universe import DEFAULT_BOUND, Bound
 
 #: how the prover applies a transition: the catalogue's, or a mutant's
 Applier = Callable[..., tuple[Step, dict[str, z3.ArithRef], list[z3.BoolRef]]]
@@ -340,8 +340,8 @@ def replay(
     transition (through ``applier``) to the concrete pre-state with the
     concrete inputs. Returns (every invariant and lemma holds before, the step
     is enabled, the property holds after)."""
-    from .catalogue import transition as spec_of
-    from .invariants import by_id
+    from kvspec.reference.smt.offload.catalogue import transition as spec_of
+    from kvspec.reference.smt.offload.invariants import by_id
 
     assert cex.pre is not None, "the initial-state case has no transition to replay"
     S = cex.pre.to_state()

@@ -23,17 +23,25 @@ from typing import Any
 
 import z3
 
+from kvspec.reference.smt.bmc import KINDS, Found, Trace, TraceStep, extend, search
+from kvspec.reference.smt.offload.agreement import Universe, deref_op, promote_op, swap_in_op, to_encoding, use_op
+from kvspec.reference.smt.offload.events import assemble, model_eval
+from kvspec.reference.smt.offload.ops import (
+    STATUS_BLOCKED,
+    STATUS_CAPACITY,
+    STATUS_NAMES,
+    STATUS_OK,
+    Chooser,
+    OpOutcome,
+    apply_op,
+    counters,
+)
+from kvspec.reference.smt.offload.state import State
+from kvspec.reference.smt.universe import ACTIVE, INACTIVE, NONE
 from kvspec.spec.display import format_op
 from kvspec.spec.rules import RuleId as R
 from kvspec.spec.scenario import SCENARIO_DIR, Expect, Scenario, ScenarioStep, dump_scenario
 from kvspec.spec.wire import Deref, FullBlock, Operation, PartialBlock, Promote, SwapIn, Tick, Use, event_to_json
-
-from .agreement import Universe, deref_op, promote_op, swap_in_op, to_encoding, use_op
-from .bmc import KINDS, Found, Trace, TraceStep, extend, search
-from .events import assemble, model_eval
-from .ops import STATUS_BLOCKED, STATUS_CAPACITY, STATUS_NAMES, STATUS_OK, Chooser, OpOutcome, apply_op, counters
-from .state import State
-from .universe import ACTIVE, INACTIVE, NONE
 
 WITNESS_DIR = SCENARIO_DIR / "witnesses"
 

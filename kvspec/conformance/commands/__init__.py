@@ -1,0 +1,1 @@
+"""The conformance CLI verbs: replay, mutants, gate, report."""

@@ -1,0 +1,1 @@
+"""The allocator-level profiles (paged, session): interface, lockstep, checks."""

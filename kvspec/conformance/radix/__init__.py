@@ -1,0 +1,1 @@
+"""The radix profile: the radix cache interface, its opener and its checkers."""

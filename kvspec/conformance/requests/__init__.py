@@ -1,0 +1,1 @@
+"""The request-level layer: workloads of requests, their checks and replays."""

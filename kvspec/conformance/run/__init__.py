@@ -1,0 +1,1 @@
+"""How a conformance run runs: the pytest plugin, effort, progress, start-up, manifests."""

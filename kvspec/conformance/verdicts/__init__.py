@@ -1,0 +1,1 @@
+"""What a run leaves behind: failures named by rule, results files, replay files."""

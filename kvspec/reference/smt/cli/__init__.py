@@ -1,0 +1,1 @@
+"""``kvspec prove`` and ``kvspec witnesses``: options and the rows each profile prints."""

@@ -1,0 +1,166 @@
+"""``kvspec prove --profile radix``: the rows of the radix profile's proofs.
+
+Without ``--mutant``: every INV-RADIX-* invariant and the lock-path lemma
+proven 1-inductive in the bounded universe, the sanity checks (every step
+and every sub-case satisfiable, the invariants satisfiable in a rich
+state), the agreement of the encoding with ``reference/radix.py`` on sampled
+operation sequences, and one row per mutant of the encoding (refuted by a
+counterexample, and whether the agreement catches it too). With
+``--mutant NAME``: the same proofs against that mutant, its sanity checks,
+and its counterexample. Exit 1 on any failure (with ``--mutant``: when the
+counterexample is found, as ``kvspec prove --mutant`` does). An operation
+mutant (``profile_radix_ops.OP_MUTANTS``) runs at operation level: the rows of
+the operation it breaks, the operations' sanity check and its counterexample,
+all with the mutant in force; one that is also a step mutant runs both levels.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from kvspec.reference.smt.radix.agreement import Disagreement, catches, check_agreement
+from kvspec.reference.smt.radix.encoding import RadixBound
+from kvspec.reference.smt.radix.operations import OpBound
+from kvspec.reference.smt.radix.ops import DEFAULT_OP_BOUND, OP_MUTANTS, op_rows, prove_ops, refute_op, sanity_ops
+from kvspec.reference.smt.radix.steps import DEFAULT_BOUND, LEMMA_ID, MUTANTS, RadixProof, prove_radix, refute, sanity
+
+#: the bound of an operation mutant's run (a module attribute, read at call time, so a test can shrink it)
+OP_BOUND: OpBound = DEFAULT_OP_BOUND
+#: every mutant ``--profile radix --mutant`` accepts: the step mutants, then the operation-only ones
+ALL_MUTANTS: tuple[str, ...] = (*MUTANTS, *(n for n in OP_MUTANTS if n not in MUTANTS))
+
+WIDTHS = [36, 12, 42, 9]
+#: sampled sequences for the agreement row (12 operations each, page sizes 1 and 2)
+AGREEMENT_SEQUENCES = 20
+
+
+def _row(cols: list[str]) -> str:
+    return "  ".join(c.ljust(w) for c, w in zip(cols, WIDTHS, strict=True)).rstrip()
+
+
+def run_radix(
+    mutant: str | None = None,
+    bound: RadixBound = DEFAULT_BOUND,
+    unbounded: bool = False,
+    timeout_s: float | None = None,
+) -> int:
+    if unbounded:
+        if mutant is not None and mutant not in MUTANTS:
+            print(
+                f"kvspec prove: {mutant} is an operation mutant, encoded in a bounded universe only (drop --unbounded)",
+                file=sys.stderr,
+            )
+            return 2
+        from kvspec.reference.smt.cli.radix_unbounded import run_radix_unbounded
+
+        return run_radix_unbounded(mutant, timeout_s)
+    if mutant is not None and mutant not in MUTANTS:
+        return run_op_mutant(mutant)
+    tw = frozenset({mutant}) if mutant else frozenset()
+    print(f"kvspec prove --profile radix: SGLang-style radix tree at page level, every state of {bound}")
+    if mutant:
+        m = MUTANTS[mutant]
+        print(f"MUTANT {m.name}: {m.description} (breaks {m.rule})")
+    print(_row(["invariant", "result", "bound", "time"]))
+    print(_row(["-" * w for w in WIDTHS]))
+    problems: list[str] = []
+
+    def show(r: RadixProof) -> None:
+        where = f" at {', '.join(r.failed_at)}" if r.failed_at else ""
+        print(_row([r.property_id, r.verdict, str(bound) if not where else where.strip(), f"{r.seconds:.2f}s"]))
+
+    results = prove_radix(bound, tw=tw, on_result=show)
+    bad = [r for r in results if r.verdict != "proven"]
+    t1 = time.perf_counter()
+    found = sanity(bound, tw)
+    ok = "ok" if not found else "FAILED"
+    print(_row(["SANITY-RADIX", ok, "steps, cases, rich state", f"{time.perf_counter() - t1:.2f}s"]))
+    problems += found
+    if mutant:
+        cx = refute(mutant, bound)
+        if cx is not None:
+            print()
+            print(cx.text)
+        else:
+            problems.append(f"the mutant {mutant} was not refuted")
+        refuted = bool(bad or cx is not None or problems)
+        if mutant in OP_MUTANTS:
+            print()
+            refuted |= run_op_mutant(mutant) == 1
+        for p in problems:
+            print(f"sanity check failed: {p}")
+        return 1 if refuted else 0
+    t1 = time.perf_counter()
+    try:
+        run = check_agreement(sequences=AGREEMENT_SEQUENCES)
+        print(
+            _row(
+                [
+                    "AGREEMENT-RADIX (reference/radix.py)",
+                    "agrees",
+                    f"{run.operations} ops, {run.steps} steps",
+                    f"{time.perf_counter() - t1:.2f}s",
+                ]
+            )
+        )
+    except Disagreement as e:
+        print(_row(["AGREEMENT-RADIX (reference/radix.py)", "DISAGREES", "", f"{time.perf_counter() - t1:.2f}s"]))
+        problems.append(str(e))
+    for name, m in MUTANTS.items():
+        t1 = time.perf_counter()
+        cx = refute(name, bound)
+        scope = m.breaks
+        if m.agreement:
+            caught = catches(name, sequences=AGREEMENT_SEQUENCES)
+            scope += f", agreement: op {caught.operations}" if caught else ", AGREEMENT MISSES IT"
+            if caught is None:
+                problems.append(f"the agreement check does not catch the radix mutant {name}")
+        print(
+            _row([f"  refutes {name}", "refuted" if cx else "NOT REFUTED", scope, f"{time.perf_counter() - t1:.2f}s"])
+        )
+        if cx is None:
+            problems.append(f"the radix mutant {name} was not refuted")
+    problems += op_rows(_row)
+    for r in bad:
+        problems.append(f"{r.property_id} {r.verdict} at {', '.join(r.failed_at) or '?'}")
+    for p in problems:
+        print(f"sanity check failed: {p}")
+    return 1 if problems else 0
+
+
+def run_op_mutant(mutant: str, bound: OpBound | None = None) -> int:
+    """One operation mutant at operation level: every row of the operation it
+    breaks and the operations' sanity check, with the mutant in force, then its
+    counterexample. Exit 1 when it is caught (a row not proven, a sanity
+    problem, or a counterexample), 0 when not, 2 for a name no operation has."""
+    if mutant not in OP_MUTANTS:
+        print(
+            f"kvspec prove: the radix profile has no mutant {mutant!r}; its mutants: {', '.join(ALL_MUTANTS)}",
+            file=sys.stderr,
+        )
+        return 2
+    b = bound if bound is not None else OP_BOUND
+    m = OP_MUTANTS[mutant]
+    tw = frozenset({mutant})
+    print(f"kvspec prove --profile radix: operation {m.op}, every state of {b}")
+    print(f"MUTANT {m.name} (operation level): {m.description} (breaks {m.rule})")
+    print(_row(["row", "result", "operation", "time"]))
+    print(_row(["-" * w for w in WIDTHS]))
+    results = prove_ops(
+        b, tw, ops=(m.op,), on_result=lambda r: print(_row([r.property_id, r.verdict, r.op, f"{r.seconds:.2f}s"]))
+    )
+    bad = [r.property_id for r in results if r.verdict != "proven"]
+    t0 = time.process_time()
+    found = sanity_ops(b, tw)  # with the mutant in force: a narrowed operation shows here
+    ok = "ok" if not found else "FAILED"
+    print(_row(["SANITY-RADIX-OPS", ok, "operations, cases", f"{time.process_time() - t0:.2f}s"]))
+    cx = refute_op(mutant, b)
+    print()
+    print(cx if cx is not None else f"no counterexample to {m.breaks} at {m.op} in {b}")
+    for p in found:
+        print(f"sanity check failed: {p}")
+    return 1 if bad or found or cx is not None else 0
+
+
+__all__ = ["ALL_MUTANTS", "LEMMA_ID", "run_op_mutant", "run_radix"]

@@ -1,0 +1,1 @@
+"""The allocator-level profiles in z3: paged reference counts, session fencing."""

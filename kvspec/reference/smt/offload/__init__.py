@@ -1,0 +1,1 @@
+"""The kvbm profile with an offload tier in z3 (bounded): state, transitions, invariants."""

@@ -1,0 +1,250 @@
+# ruff: noqa: N803, SIM300  (S is a state, as in the rules' notation; ranges read low <= x < high)
+"""Broken variants of the transition rules, for the bug-finding check.
+
+Each mutant breaks one rule the way an implementation could, and names the
+invariant (or lemma) the prover must then refute with a counterexample. If
+the prover still "proved" everything for a mutant, the proofs would be
+vacuous; ``tests/test_smt_mutants.py`` shows they are not. The catalogue
+follows the mutants of ``kvspec mutants`` where they map onto the encoding
+(slot released at offload enqueue, G2 Stored at enqueue, device Removed
+delayed to completion, swap-in registering blocks already present) and adds
+lifecycle ones (Deref making a block inactive at one owner, Use registering
+a block already registered, eviction of an active block).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import z3
+
+from kvspec.reference.smt.offload.catalogue import TRANSITIONS, TransitionSpec
+from kvspec.reference.smt.offload.state import State
+from kvspec.reference.smt.offload.step import Frag, Step, publish
+from kvspec.reference.smt.offload.transitions import (
+    ACTIVE,
+    ASSUME_SWAPIN_PARENT_HELD,
+    FREE,
+    INACTIVE,
+    PARTIAL,
+    QUARANTINED,
+    Policy,
+)
+from kvspec.reference.smt.prover import Result, prove
+from kvspec.reference.smt.terms import count, sel, upd
+from kvspec.reference.smt.universe import Bound
+from kvspec.spec.rules import RuleId as R
+
+Patch = Callable[[Step], Step]
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    rule: str
+    description: str
+    #: the property the prover must refute
+    expect: str
+    #: transition name -> extra keyword arguments (a broken part swapped in)
+    extra: dict[str, dict[str, object]] | None = None
+    #: a change applied to every step after the rules ran
+    patch: Patch | None = None
+    #: caller contracts dropped (to show the proof needs them)
+    drop: tuple[str, ...] = ()
+
+    def applier(self, spec: TransitionSpec, S: State, prefix: str, policy: Policy, *, symmetry: bool = False):
+        extra = (self.extra or {}).get(spec.name)
+        if extra:
+            spec = dataclasses.replace(spec, extra={**spec.extra, **extra})
+        step, consts, doms = spec.instantiate(S, prefix, policy, symmetry=symmetry)
+        if self.patch is not None:
+            step = self.patch(step)
+        for name in self.drop:
+            step.requires.pop(name, None)
+        return step, consts, doms
+
+
+# ---------------------------------------------------------------- patches
+
+
+def _release_at_enqueue(step: Step) -> Step:
+    """QUARANTINE-HOLD broken: an evicted slot is freed when its offload is
+    queued, although its transfer is still pending."""
+    pre, post = step.pre, step.post
+    newly = [z3.And(pre.st[k] != QUARANTINED, post.st[k] == QUARANTINED) for k in pre.slots]
+    step.post = post.but(
+        st=[z3.If(n, FREE, x) for n, x in zip(newly, post.st, strict=True)],
+        free_c=post.free_c + count(newly),
+        quar_c=post.quar_c - count(newly),
+    )
+    return step
+
+
+def _deref_inactive_at_one(step: Step) -> Step:
+    """DEREF-OWNER broken: the block goes to the inactive pool when it drops
+    to one owner instead of zero."""
+    if step.name != "deref(full)":
+        return step
+    pre, post, t = step.pre, step.post, step.params["t"]
+    early = sel(pre.own, t) == 2
+    step.post = post.but(st=upd(post.st, t, INACTIVE, early), afull_c=post.afull_c - z3.If(early, 1, 0))
+    return step
+
+
+def _partial_allocated_again(step: Step) -> Step:
+    """USE-PARTIAL broken: a Use of a partial uuid that a slot already holds
+    takes a free slot for it again instead of reusing the held one."""
+    if step.name != "use(partial)":
+        return step
+    pre, post, u, s = step.pre, step.post, step.params["u"], step.params["s"]
+    again = z3.And(pre.held_partial(u), pre.free_c > 0, 0 <= s, s < pre.bound.slots, sel(pre.st, s) == FREE)
+    step.post = post.but(
+        st=upd(post.st, s, PARTIAL, again),
+        pu=upd(post.pu, s, u, again),
+        free_c=post.free_c - z3.If(again, 1, 0),
+    )
+    return step
+
+
+def _evictions(step: Step) -> list[Frag]:
+    return [f for f in step.frags if f.tier == "device" and f.kind == "removed"]
+
+
+def _g2_stored_at_enqueue(step: Step) -> Step:
+    """G2-STORE-ON-COMPLETE broken: the host-pinned Stored is published when
+    the offload is queued instead of when it completes."""
+    extra = [
+        Frag(f.when, "host_pinned", "stored", f.block, parent=z3.IntVal(-1), starts_group=True)
+        for f in _evictions(step)
+    ]
+    if step.name == "offload_complete":
+        step.frags = [f for f in step.frags if not (f.tier == "host_pinned" and f.kind == "stored")]
+    step.frags = step.frags + extra
+    step.post = publish(step.pre, step.post, step.frags)
+    return step
+
+
+def _device_removed_at_completion(step: Step) -> Step:
+    """DEVICE-REMOVE-IMMEDIATE broken: the device Removed of an evicted block
+    waits for its transfer to complete."""
+    if step.name == "offload_complete":
+        s = step.params["s"]
+        step.frags = [*step.frags, Frag(z3.BoolVal(True), "device", "removed", sel(step.pre.pblk, s))]
+    else:
+        step.frags = [f for f in step.frags if f not in _evictions(step)]
+    step.post = publish(step.pre, step.post, step.frags)
+    return step
+
+
+def _evict_any_registered(S: State, v: z3.ArithRef) -> z3.BoolRef:
+    """EVICT-POLICY broken: the victim may be an active block."""
+    return z3.And(0 <= v, v < S.bound.slots, z3.Or(sel(S.st, v) == INACTIVE, sel(S.st, v) == ACTIVE))
+
+
+def _only_active(S: State, h: z3.ArithRef) -> z3.BoolRef:
+    """USE-HIT-INACTIVE broken: the lookup sees active blocks only, so an
+    inactive block is registered a second time."""
+    return S.is_active(h)
+
+
+def _never_present(S: State, h: z3.ArithRef) -> z3.BoolRef:
+    """SWAPIN-SKIP-PRESENT broken: a block G1 already holds is registered again."""
+    return z3.BoolVal(False)
+
+
+def _anchor_to_g2_parent(S: State, j: z3.ArithRef, h: z3.ArithRef) -> z3.ArithRef:
+    """SWAPIN-ANCHOR broken: the first group anchors to the parent G2 recorded
+    for the block, which G1 may no longer hold, not to the swap-in's parent."""
+    return sel(S.g2par, h)
+
+
+MUTANTS: list[Mutant] = [
+    Mutant(
+        "release-at-enqueue",
+        R.QUARANTINE_HOLD,
+        "an evicted slot is freed when its offload is queued",
+        R.INV_QUARANTINE,
+        patch=_release_at_enqueue,
+    ),
+    Mutant(
+        "deref-inactive-at-one-owner",
+        R.DEREF_OWNER,
+        "Deref makes a block inactive at one owner",
+        R.INV_OWNERS,
+        patch=_deref_inactive_at_one,
+    ),
+    Mutant(
+        "use-registers-registered",
+        R.USE_HIT_INACTIVE,
+        "Use registers an inactive block a second time",
+        R.INV_NO_DUP,
+        extra={"use(full)": {"lookup": _only_active}},
+    ),
+    Mutant(
+        "evict-active",
+        R.EVICT_POLICY,
+        "eviction may pick an active block",
+        R.INV_CONSERVE,
+        extra={n: {"policy": _evict_any_registered} for n in ("use(full)", "use(partial)", "evict")},
+    ),
+    Mutant(
+        "partial-allocated-again",
+        R.USE_PARTIAL,
+        "a Use of a held partial uuid takes a second slot for it",
+        R.INV_PARTIAL_UUID,
+        patch=_partial_allocated_again,
+    ),
+    Mutant(
+        "g2-stored-at-enqueue",
+        R.G2_STORE_ON_COMPLETE,
+        "host-pinned Stored published at offload enqueue",
+        R.INV_ROUTER_MATCH,
+        patch=_g2_stored_at_enqueue,
+    ),
+    Mutant(
+        "device-removed-at-completion",
+        R.DEVICE_REMOVE_IMMEDIATE,
+        "device Removed delayed to transfer completion",
+        R.INV_ROUTER_MATCH,
+        patch=_device_removed_at_completion,
+    ),
+    Mutant(
+        "swapin-registers-present",
+        R.SWAPIN_SKIP_PRESENT,
+        "swap-in registers a block G1 already holds",
+        R.INV_NO_DUP,
+        extra={"swapin_register": {"lookup": _never_present}},
+    ),
+    Mutant(
+        "swapin-anchor-from-g2",
+        R.SWAPIN_ANCHOR,
+        "swap-in anchors its Stored to G2's recorded parent",
+        R.INV_ANCHOR,
+        extra={"swapin_register": {"first_anchor": _anchor_to_g2_parent}},
+    ),
+    Mutant(
+        "contract:swapin-parent-released",
+        ASSUME_SWAPIN_PARENT_HELD,
+        "the caller may release a pending swap-in's parent (the contract dropped)",
+        "LEMMA-SWAPIN-PARENT-HELD",
+        drop=(ASSUME_SWAPIN_PARENT_HELD,),
+    ),
+]
+
+
+def mutant(name: str) -> Mutant:
+    for m in MUTANTS:
+        if m.name == name:
+            return m
+    raise KeyError(f"unknown mutant {name!r}; known: {[m.name for m in MUTANTS]}")
+
+
+def refute(m: Mutant, bound: Bound, *, only_expected: bool = True) -> list[Result]:
+    """Run the prover on the mutant (the uses of policies keep "unordered",
+    unless the mutant swaps in its own)."""
+    from kvspec.reference.smt.offload.invariants import by_id
+
+    props = [by_id(m.expect)] if only_expected else None
+    return prove(bound, props=props, applier=m.applier, transitions=TRANSITIONS)

@@ -1,0 +1,1 @@
+"""The kvbm offload encoding for any number of slots and hashes."""

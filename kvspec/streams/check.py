@@ -1,0 +1,277 @@
+"""The stream checker shared by ``kvspec check-log`` and ``kvspec watch``.
+
+It builds one router view for the stream's producer, with the semantics of
+that producer's source:
+
+- ``dynamo`` (RouterEvent lines): set counting (Dynamo's event plane
+  announces a hash once: its mocker's pool publishes a hash's first copy
+  only); first event id 1 (Dynamo numbers a worker's events from 1);
+  PARENT-ANCHOR in every tier (the router keeps each tier as its own prefix
+  tree); hashes: the chain of ``block_hash`` from the parent and
+  ``tokens_hash``.
+- ``vllm``, ``sglang`` (ZMQ feeds, msgpack payloads): copies counting
+  (vLLM's ``BlockPool`` may cache one hash in several physical blocks, each
+  with its own Stored and Removed); no event ids (the transport sequence is
+  checked instead); PARENT-ANCHOR in every tier; hashes: tokens per block,
+  and the block hash by the scheme learned from the stream (Dynamo's or
+  vLLM's).
+- ``kvspec`` (kvspec event lines): set counting, or the profile's; first
+  event id 0 (SPEC.md, EVENT-ID); PARENT-ANCHOR on the device tier only (a
+  kvbm host-pinned Stored carries its G1 parent); token ids against
+  ``tokens_hash`` when carried.
+
+Every rule runs per worker, dp_rank and tier, REMOVE-NO-ORPHAN included, and
+each finding names its cause as the stream shows it (which event removed the
+parent, which stored the block). ``--profile`` names the implementation
+generation the stream comes from: its documented known breaks are labelled
+on the findings (they are still findings).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from kvspec.reference.router_view import RouterView, Violation
+from kvspec.spec.profiles import PROFILES, Profile
+from kvspec.spec.rules import RULES, RuleId
+from kvspec.streams.hashcheck import SCHEMES, HashCheck
+from kvspec.streams.results import finding_json, format_at
+
+PRODUCERS = ("auto", "dynamo", "vllm", "sglang", "kvspec")
+#: the producer a format implies
+FORMAT_PRODUCER = {"router": "dynamo", "kvspec": "kvspec", "zmq": "vllm", "vllm": "vllm", "live": "vllm"}
+#: findings kept in memory for the results file
+KEEP = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Semantics:
+    counting: str
+    first_event_id: int | None
+    anchor_all_tiers: bool
+    hash_scheme: str
+
+
+SEMANTICS: dict[str, Semantics] = {
+    "dynamo": Semantics("set", 1, True, "auto"),
+    "vllm": Semantics("copies", None, True, "auto"),
+    "sglang": Semantics("copies", None, True, "auto"),
+    "kvspec": Semantics("set", 0, False, "none"),
+}
+
+
+def add_checker_arguments(p: argparse.ArgumentParser) -> None:
+    """The options ``check-log`` and ``watch`` share."""
+    g = p.add_argument_group("semantics (defaults follow the producer)")
+    g.add_argument(
+        "--producer",
+        choices=PRODUCERS,
+        default="auto",
+        help="who published the stream; auto: from the format (RouterEvent lines: dynamo, ZMQ feeds and msgpack: "
+        "vllm, kvspec lines: kvspec). Sets the counting mode, the first event id, the anchored tiers and the hash "
+        "scheme (see the table in kvspec/streams/check.py)",
+    )
+    g.add_argument(
+        "--profile",
+        choices=sorted(PROFILES),
+        default=None,
+        help="the kvspec profile the publisher claims: sets the counting mode and labels the findings the profile "
+        "is documented to break (they still count)",
+    )
+    g.add_argument(
+        "--counting",
+        choices=["set", "copies"],
+        default=None,
+        help="set: a hash is stored once per tier (STORE-NO-DUP, REMOVE-EXACT); copies: each Stored adds a "
+        "physical copy (STORE-COPY, REMOVE-COPY). Default: the producer's",
+    )
+    g.add_argument(
+        "--first-event-id",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the id a worker's first event must carry (default: 1 for dynamo, 0 for kvspec)",
+    )
+    g.add_argument(
+        "--mid-stream",
+        action="store_true",
+        help="the capture started mid-stream: accept any first event id and first ZMQ sequence number",
+    )
+    g.add_argument(
+        "--anchor-tiers",
+        choices=["all", "device"],
+        default=None,
+        help="tiers where a Stored's parent must be stored (PARENT-ANCHOR); default: all, device for kvspec",
+    )
+    g.add_argument(
+        "--ignore",
+        action="append",
+        default=[],
+        metavar="RULE",
+        help="do not report this rule (repeatable), e.g. --ignore REMOVE-NO-ORPHAN",
+    )
+    g.add_argument("--strict", action="store_true", help=argparse.SUPPRESS)  # the default now; kept for old scripts
+    g.add_argument(
+        "--worker-id",
+        type=int,
+        default=0,
+        help="worker id for feeds that carry none (vLLM-style ZMQ feeds, msgpack payloads); default 0",
+    )
+    h = p.add_argument_group("hashes")
+    h.add_argument(
+        "--hash-scheme",
+        choices=SCHEMES,
+        default=None,
+        help="how block hashes follow from tokens. auto: Dynamo's chain for RouterEvents, learned from the first "
+        "blocks for token-carrying feeds; dynamo; vllm-ALGO (vLLM's prefix_caching_hash_algo); none: no hash "
+        "checks. Default: auto (none for kvspec lines, which check token ids against tokens_hash only)",
+    )
+    h.add_argument(
+        "--vllm-hash-seed",
+        default=None,
+        metavar="SEED",
+        help="vLLM's PYTHONHASHSEED (default: vLLM's own default seed, which applies to sha256 and sha256_cbor)",
+    )
+    h.add_argument("--lora-name", default=None, help="LoRA name salting Dynamo's local hashes (when tokens travel)")
+    h.add_argument("--cache-namespace", default=None, help="cache namespace salting Dynamo's local hashes")
+    h.add_argument(
+        "--eagle", action="store_true", help="Dynamo's Eagle hashing: each block's hash covers the next block's token"
+    )
+    o = p.add_argument_group("output")
+    o.add_argument("--max-report", type=int, default=50, help="findings to print (all are counted); default 50")
+    o.add_argument("--json", default=None, metavar="FILE", help="write the results JSON here ('-': stdout)")
+    o.add_argument("--junit", default=None, metavar="FILE", help="write JUnit XML here ('-': stdout)")
+    o.add_argument("--quiet", action="store_true", help="print only the summary")
+
+
+class UsageError(Exception):
+    pass
+
+
+class Checker:
+    """One router view, its hash check, and the report of what it finds."""
+
+    def __init__(self, args: argparse.Namespace, fmt: str, *, out: TextIO | None = None, where: str = "") -> None:
+        producer = args.producer if args.producer != "auto" else FORMAT_PRODUCER.get(fmt, "kvspec")
+        sem = SEMANTICS[producer]
+        self.producer = producer
+        self.fmt = fmt
+        self.out = out if out is not None else sys.stdout
+        self.where = where
+        self.profile: Profile | None = PROFILES[args.profile] if args.profile else None
+        counting = args.counting or (self.profile.view_mode if self.profile else sem.counting)
+        if args.mid_stream:
+            first_id = None
+        elif args.first_event_id is not None:
+            if args.first_event_id < 0:
+                raise UsageError("--first-event-id must be >= 0")
+            first_id = args.first_event_id
+        else:
+            first_id = sem.first_event_id
+        anchor_all = sem.anchor_all_tiers if args.anchor_tiers is None else args.anchor_tiers == "all"
+        self.ignore: set[str] = set()
+        for r in args.ignore:
+            try:
+                self.ignore.add(str(RuleId(r)))
+            except ValueError:
+                raise UsageError(f"--ignore: unknown rule id {r!r}") from None
+        self.warnings: list[str] = []
+        self.hashes = HashCheck(
+            args.hash_scheme or sem.hash_scheme,
+            lora_name=args.lora_name,
+            cache_namespace=args.cache_namespace,
+            is_eagle=args.eagle,
+            vllm_seed=args.vllm_hash_seed,
+            warn=self.warn,
+            note=self.note,
+        )
+        self.view = RouterView(
+            mode="copies" if counting == "copies" else "set",
+            strict=True,
+            first_event_id=first_id,
+            anchored_tiers=None if anchor_all else ("device",),
+            stored_check=self.hashes,
+            keep=0,
+            on_violation=self._on_violation,
+        )
+        self.settings = {
+            "producer": producer,
+            "profile": args.profile,
+            "counting": counting,
+            "first_event_id": first_id,
+            "anchored_tiers": "all" if anchor_all else "device",
+            "hash_scheme": args.hash_scheme or sem.hash_scheme,
+        }
+        self.max_report = args.max_report
+        self.quiet = args.quiet
+        self.counts: Counter[str] = Counter()
+        self.ignored: Counter[str] = Counter()
+        self.findings: list[dict[str, Any]] = []
+        self.shown = 0
+        self.on_finding: Callable[[Violation], None] | None = None
+        self.feed: Any = None  # the ZmqFeed of feed formats
+
+    def warn(self, msg: str) -> None:
+        self.warnings.append(msg)
+        print(f"kvspec: warning: {msg}", file=sys.stderr)
+
+    def note(self, msg: str) -> None:
+        print(f"kvspec: note: {msg}", file=sys.stderr)
+
+    def _on_violation(self, v: Violation) -> None:
+        rid = str(v.rule)
+        if rid in self.ignore:
+            self.ignored[rid] += 1
+            return
+        self.counts[rid] += 1
+        at = format_at(v.at, self.fmt)
+        if len(self.findings) < KEEP:
+            self.findings.append(finding_json(v, at))
+        if not self.quiet and self.shown < self.max_report:
+            self.shown += 1
+            print(self.line(v, at), file=self.out)
+        if self.on_finding is not None:
+            self.on_finding(v)
+
+    def line(self, v: Violation, at: str) -> str:
+        """One finding on one line: place, rule, source, tier, message, cause."""
+        ctx = ", ".join(f"{k.replace('_', ' ')} {_short(x)}" for k, x in v.context.items())
+        tail = f" ({ctx})" if ctx else ""
+        if self.profile is not None:
+            known = self.profile.known_break(v.rule)
+            if known:
+                tail += f" [known break of profile {self.profile.name}: {known}]"
+        if at.startswith("line "):  # compiler style, so editors can jump to it
+            place = f"{self.where}:{at[5:]}" if self.where else at
+        else:
+            place = f"{self.where} {at}" if self.where else at
+        return f"{place}: {v.rule} worker {v.source[0]} dp {v.source[1]} {v.tier}: {v.message}{tail}"
+
+    def rules_checked(self) -> list[str]:
+        """The stream-checkable rules this configuration runs."""
+        copies = self.view.mode == "copies"
+        out = {str(r) for r, rule in RULES.items() if rule.stream_checkable}
+        out |= {str(RuleId.HASH_SEQUENCE)}
+        out -= (
+            {str(RuleId.STORE_NO_DUP), str(RuleId.REMOVE_EXACT)}
+            if copies
+            else {
+                str(RuleId.STORE_COPY),
+                str(RuleId.REMOVE_COPY),
+            }
+        )
+        out -= {str(RuleId.CLEAR_ALL), str(RuleId.G2_EVICT)}  # need the operations, not only the stream
+        return sorted(out)
+
+    def live_blocks(self) -> int:
+        return sum(self.view.live_blocks().values())
+
+
+def _short(x: Any) -> str:
+    s = str(x)
+    return s if len(s) <= 200 else s[:197] + "..."
