@@ -214,7 +214,10 @@ class Checker:
         self.findings: list[dict[str, Any]] = []
         self.shown = 0
         self.on_finding: Callable[[Violation], None] | None = None
-        self.feed: Any = None  # the ZmqFeed of feed formats
+        self.feed: Any = None  # the ZmqFeed of feed formats (the latest input's)
+        self.feeds: list[Any] = []  # every input's ZmqFeed
+        #: several inputs: a finding's place in the results names its input
+        self.multi = False
 
     def warn(self, msg: str) -> None:
         self.warnings.append(msg)
@@ -231,7 +234,7 @@ class Checker:
         self.counts[rid] += 1
         at = format_at(v.at, self.fmt)
         if len(self.findings) < KEEP:
-            self.findings.append(finding_json(v, at))
+            self.findings.append(finding_json(v, f"{self.where} {at}" if self.multi else at))
         if not self.quiet and self.shown < self.max_report:
             self.shown += 1
             print(self.line(v, at), file=self.out)

@@ -30,13 +30,16 @@ command line is wrong. ``--json`` writes the results file
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
 import time
-from pathlib import Path
+from collections.abc import Iterator
+from types import FrameType
 from typing import IO
 
 from kvspec.spec.errors import WireError
-from kvspec.streams.check import Checker, UsageError, add_checker_arguments
+from kvspec.streams.check import FORMAT_PRODUCER, Checker, UsageError, add_checker_arguments
 from kvspec.streams.formats import (
     FORMATS,
     MAX_RECORD_BYTES,
@@ -49,6 +52,7 @@ from kvspec.streams.formats import (
     describe,
     detect,
 )
+from kvspec.streams.inputs import Input, open_input
 from kvspec.streams.junit import junit_xml, write_junit
 from kvspec.streams.results import results, write_json
 from kvspec.streams.zmqfeed import ZmqFeed
@@ -60,19 +64,46 @@ examples:
   kvspec check-log trace.router.jsonl                 Dynamo RouterEvents (first event id 1, set counting)
   kvspec check-log capture.zmq.jsonl --json out.json  a vLLM-style ZMQ capture; results file for a gate
   kvspec check-log batches.msgpack --vllm-hash-seed 0 vLLM payloads, block hashes checked with that seed
+  kvspec check-log trace.jsonl.gz                     gzip, read as it is
+  zcat trace.gz | kvspec check-log -                  standard input
+  kvspec check-log w1.jsonl w2.jsonl                  several inputs in one router view
+  kvspec check-log capture.zmq.jsonl -f               follow a file a recorder is still writing (Ctrl-C stops)
 """
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EPILOG
-    parser.add_argument("log", type=Path, help="the recorded stream ('-' is not supported: give a file)")
+    parser.add_argument(
+        "logs",
+        nargs="+",
+        metavar="LOG",
+        help="the recorded stream: a file, or '-' for standard input; gzip is read as it is (recognised by its "
+        "first bytes). Several inputs are checked in one router view, in the order given (each detected on its "
+        "own; feeds that carry no worker id, such as vLLM-style captures, take worker --worker-id + N for the "
+        "Nth input, from 0)",
+    )
     parser.add_argument(
         "--format",
         choices=FORMATS,
         default="auto",
         help="router: Dynamo RouterEvent JSON lines; kvspec: kvspec event JSON lines; zmq: ZMQ capture JSON lines; "
         "vllm: concatenated vLLM KVEventBatch msgpack payloads; auto (default): from the first record",
+    )
+    parser.add_argument(
+        "-f",
+        "--follow",
+        action="store_true",
+        help="follow a growing file (the last input): after its end, check what is appended, as tail -f does, "
+        "until Ctrl-C or SIGTERM (or --idle-timeout); a line the writer has not finished is checked once it "
+        "ends. Not for standard input or gzip",
+    )
+    parser.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=None,
+        metavar="S",
+        help="with --follow: stop after S seconds in which nothing was appended",
     )
     parser.add_argument(
         "--max-record-bytes",
@@ -84,50 +115,47 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_checker_arguments(parser)
 
 
+def _usage(args: argparse.Namespace) -> None:
+    if args.max_record_bytes <= 0 or args.max_report < 0:
+        raise UsageError("--max-record-bytes must be positive and --max-report non-negative")
+    if args.logs.count("-") > 1:
+        raise UsageError("standard input ('-') can be read once only")
+    if args.idle_timeout is not None and (not args.follow or args.idle_timeout <= 0):
+        raise UsageError("--idle-timeout needs --follow and a positive number of seconds")
+    if args.follow and args.logs[-1] == "-":
+        raise UsageError("--follow reads a growing file; standard input is read until it closes anyway")
+
+
 def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
-    path: Path = args.log
+    names: list[str] = args.logs
+    label = names[0] if len(names) == 1 else f"{len(names)} inputs"
     fmt = args.format
     error: str | None = None
     checker: Checker | None = None
-    reader: Reader | None = None
+    readers: list[Reader] = []
     try:
-        if args.max_record_bytes <= 0 or args.max_report < 0:
-            raise UsageError("--max-record-bytes must be positive and --max-report non-negative")
-        if fmt == "auto":
-            fmt = detect(path)
-        checker = Checker(args, fmt, where=str(path))
-        reader = _reader(fmt, checker, args)
-        with path.open("rb") as f:
-            reader.run(f, checker.view)
-        if reader.stats.records == 0:
-            raise StreamError("the input holds no events (only blank lines)")
+        _usage(args)
+        for i, name in enumerate(names):
+            error, checker = _check_one(args, i, name, readers, checker)
+            if error is not None:
+                break
     except UsageError as e:
         print(f"kvspec check-log: {e}", file=sys.stderr)
         return 2
-    except StreamError as e:
-        # compiler style for lines, as the findings
-        line_based = e.at is not None and e.at.startswith("line ")
-        error = f"{path}:{(e.at or '')[5:]}: {e.reason}" if line_based else f"{path}: {e}"
-    except WireError as e:
-        error = f"{path}: {e}"
-    except OSError as e:
-        error = f"{path}: cannot read it: {e.strerror or e}"
-    except MemoryError:
-        error = f"{path}: out of memory while reading the input"
-    except Exception as e:  # a bug: still no traceback for the user, and exit 2
-        error = f"{path}: internal error {type(e).__name__}: {e} (a bug in kvspec: please report it with the input)"
+    if checker is not None:
+        fmt = checker.fmt
     code = 2 if error is not None else (1 if checker is not None and checker.counts else 0)
     if error is not None:
         print(f"kvspec check-log: {error}", file=sys.stderr)
     if checker is not None:
-        _summary(checker, reader, fmt, error, code, sys.stderr if args.json == "-" else sys.stdout)
-        _outputs(checker, reader, args, fmt, error, code, time.perf_counter() - t0)
+        _summary(checker, readers, fmt, error, code, sys.stderr if args.json == "-" else sys.stdout)
+        _outputs(checker, readers, args, fmt, error, code, time.perf_counter() - t0)
     elif args.json is not None:
         doc = results(
             tool="kvspec check-log",
             exit_code=code,
-            input={"path": str(path), "format": fmt},
+            input={"path": label, "format": fmt},
             counts={},
             findings_by_rule={},
             ignored_by_rule={},
@@ -139,40 +167,118 @@ def run(args: argparse.Namespace) -> int:
     return code
 
 
-def _reader(fmt: str, checker: Checker, args: argparse.Namespace) -> Reader:
+def _check_one(
+    args: argparse.Namespace, index: int, name: str, readers: list[Reader], checker: Checker | None
+) -> tuple[str | None, Checker | None]:
+    """Read input ``index`` into the run's checker (made from the first
+    input's format): the error that ended it, if any, and the checker."""
+    inp: Input | None = None
+    where = "<stdin>" if name == "-" else name
+    last = index == len(args.logs) - 1
+    try:
+        inp = open_input(name)
+        if args.follow and last and inp.gzip:
+            raise UsageError("--follow reads a growing file, not a gzip stream")
+        fmt = args.format if args.format != "auto" else detect(inp.head)
+        if checker is None:
+            checker = Checker(args, fmt, where=where)
+            checker.multi = len(args.logs) > 1
+        elif args.producer == "auto" and FORMAT_PRODUCER.get(fmt) != FORMAT_PRODUCER.get(checker.fmt):
+            raise UsageError(
+                f"{where} is {describe(fmt)} and {args.logs[0]} {describe(checker.fmt)}: inputs of different "
+                "producers do not share one router view (check them apart, or name the semantics with --producer)"
+            )
+        checker.where, checker.fmt = where, fmt
+        reader = _reader(fmt, checker, args, args.worker_id + index)
+        readers.append(reader)
+        if args.follow and last:
+            inp.follow, inp.idle_timeout, inp.lines = True, args.idle_timeout, fmt != "vllm"
+            with _stopping(inp):
+                reader.run(inp, checker.view)
+            if inp.pending:
+                checker.note(f"{where}: the last {inp.pending} byte(s) were not read: a line the writer had not ended")
+        else:
+            reader.run(inp, checker.view)
+        if reader.stats.records == 0:
+            raise StreamError("the input holds no events (only blank lines)")
+        return None, checker
+    except StreamError as e:
+        # compiler style for lines, as the findings
+        line_based = e.at is not None and e.at.startswith("line ")
+        error = f"{where}:{(e.at or '')[5:]}: {e.reason}" if line_based else f"{where}: {e}"
+    except WireError as e:
+        error = f"{where}: {e}"
+    except OSError as e:
+        error = f"{where}: cannot read it: {e.strerror or e}"
+    except MemoryError:
+        error = f"{where}: out of memory while reading the input"
+    except UsageError:
+        raise
+    except Exception as e:  # a bug: still no traceback for the user, and exit 2
+        error = f"{where}: internal error {type(e).__name__}: {e} (a bug in kvspec: please report it with the input)"
+    finally:
+        if inp is not None:
+            inp.close()
+    return error, checker
+
+
+@contextlib.contextmanager
+def _stopping(inp: Input) -> Iterator[None]:
+    """SIGINT and SIGTERM end a follow (the summary is still printed); the
+    findings are printed as they are found."""
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        inp.stop()
+
+    old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    with contextlib.suppress(AttributeError, ValueError):
+        sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def _reader(fmt: str, checker: Checker, args: argparse.Namespace, worker_id: int) -> Reader:
     limit = args.max_record_bytes
     if fmt == "router":
         return RouterReader(checker.warn, limit)
     if fmt == "kvspec":
         return KvspecReader(checker.warn, limit, worker_id=args.worker_id)
-    feed = ZmqFeed(checker.view, worker_id=args.worker_id, mid_stream=args.mid_stream)
+    feed = ZmqFeed(checker.view, worker_id=worker_id, mid_stream=args.mid_stream)
+    checker.feeds.append(feed)
     checker.feed = feed
     if fmt == "zmq":
         return CaptureReader(feed, limit)
     return PayloadReader(feed, limit)
 
 
-def _counts(checker: Checker, reader: Reader | None) -> dict[str, int]:
-    st = reader.stats if reader is not None else None
+def _counts(checker: Checker, readers: list[Reader]) -> dict[str, int]:
     out = {
-        "records": st.records if st else 0,
-        "events": st.events if st else 0,
-        "stored": st.stored if st else 0,
-        "removed": st.removed if st else 0,
-        "cleared": st.cleared if st else 0,
+        "records": sum(r.stats.records for r in readers),
+        "events": sum(r.stats.events for r in readers),
+        "stored": sum(r.stats.stored for r in readers),
+        "removed": sum(r.stats.removed for r in readers),
+        "cleared": sum(r.stats.cleared for r in readers),
         "sources": len(checker.view.sources),
         "live_blocks": checker.live_blocks(),
         "hash_checked_blocks": checker.hashes.checked_blocks,
     }
-    feed: ZmqFeed | None = getattr(checker, "feed", None)
-    if feed is not None:
-        fs = feed.stats
-        out.update(messages=fs.messages, batches=fs.batches, lost=fs.lost, duplicates=fs.duplicates, late=fs.late)
+    feeds: list[ZmqFeed] = checker.feeds
+    if feeds:
+        out.update(
+            messages=sum(f.stats.messages for f in feeds),
+            batches=sum(f.stats.batches for f in feeds),
+            lost=sum(f.stats.lost for f in feeds),
+            duplicates=sum(f.stats.duplicates for f in feeds),
+            late=sum(f.stats.late for f in feeds),
+        )
     return out
 
 
-def _summary(checker: Checker, reader: Reader | None, fmt: str, error: str | None, code: int, out: IO[str]) -> None:
-    c = _counts(checker, reader)
+def _summary(checker: Checker, readers: list[Reader], fmt: str, error: str | None, code: int, out: IO[str]) -> None:
+    c = _counts(checker, readers)
     tiers = sorted({t for (_, _, t) in checker.view.live_blocks()})
     workers = sorted({w for (w, _) in checker.view.sources})
     print(
@@ -194,14 +300,14 @@ def _summary(checker: Checker, reader: Reader | None, fmt: str, error: str | Non
 
 
 def _outputs(
-    checker: Checker, reader: Reader | None, args: argparse.Namespace, fmt: str, error: str | None, code: int, s: float
+    checker: Checker, readers: list[Reader], args: argparse.Namespace, fmt: str, error: str | None, code: int, s: float
 ) -> None:
     if args.json is not None:
         doc = results(
             tool="kvspec check-log",
             exit_code=code,
-            input={"path": str(args.log), "format": fmt, **checker.settings},
-            counts=_counts(checker, reader),
+            input={"path": args.logs[0] if len(args.logs) == 1 else args.logs, "format": fmt, **checker.settings},
+            counts=_counts(checker, readers),
             findings_by_rule=checker.counts,
             ignored_by_rule=checker.ignored,
             findings=checker.findings,

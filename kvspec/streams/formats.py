@@ -26,7 +26,7 @@ import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import Protocol
 
 import msgpack
 import msgspec
@@ -63,6 +63,12 @@ _pack = struct.Struct("<QQ").pack
 _xxh = xxhash.xxh3_64_intdigest
 
 
+class ByteSource(Protocol):
+    """What the readers read from: a binary file, or ``inputs.Input``."""
+
+    def read(self, n: int = -1, /) -> bytes: ...
+
+
 class StreamError(Exception):
     """The input cannot be read; ``at`` names where (line or batch)."""
 
@@ -85,10 +91,14 @@ class ReadStats:
 # ---------------------------------------------------------------- detection
 
 
-def detect(path: Path) -> str:
-    """The format of a file, from its first record."""
-    with path.open("rb") as f:
-        head = f.read(1 << 16)
+def detect(source: Path | bytes) -> str:
+    """The format of an input, from its first record (``source``: a file,
+    or the input's first bytes)."""
+    if isinstance(source, bytes):
+        head = source
+    else:
+        with source.open("rb") as f:
+            head = f.read(1 << 16)
     body = head.lstrip(b" \t\r\n\xef\xbb\xbf")
     if not body:
         raise StreamError("the input is empty: no events to check")
@@ -97,7 +107,7 @@ def detect(path: Path) -> str:
         line = body.split(b"\n", 1)[0]
         try:
             obj = msgspec.json.decode(line)
-        except (msgspec.DecodeError, RecursionError):
+        except (msgspec.DecodeError, RecursionError, ValueError):  # ValueError: invalid UTF-8 in a string
             return _guess_json(line)
         if isinstance(obj, dict):
             if "parts_b64" in obj:
@@ -131,7 +141,7 @@ def _guess_json(line: bytes) -> str:
 # ------------------------------------------------------------------ lines
 
 
-def iter_chunks(f: IO[bytes], limit: int) -> Iterator[tuple[int, list[bytes], int]]:
+def iter_chunks(f: ByteSource, limit: int) -> Iterator[tuple[int, list[bytes], int]]:
     """Lists of lines (without newline), the number of the first, and the
     number of a line the file ends inside (it lacks its newline; 0: none).
     A line longer than ``limit`` raises StreamError without being read whole."""
@@ -183,7 +193,7 @@ class TextChunks:
     StreamError naming its number, before any line of its buffer is handed
     out."""
 
-    def __init__(self, f: IO[bytes], limit: int) -> None:
+    def __init__(self, f: ByteSource, limit: int) -> None:
         self.f = f
         self.limit = limit
         self.lineno = 1
@@ -236,11 +246,17 @@ class TextChunks:
             yield last, 0, len(last), True
 
 
-def _json_error(e: Exception, lineno: int, last: bool) -> StreamError:
+def _json_error(e: Exception, lineno: int, last: bool, line: bytes | None = None) -> StreamError:
     if isinstance(e, RecursionError):
         return StreamError("nested too deeply", f"line {lineno}")
     if isinstance(e, UnicodeDecodeError):
-        return StreamError(f"not valid UTF-8 ({e.reason} at byte {e.start})", f"line {lineno}")
+        at = e.start
+        if line is not None:  # the decoder's offset is inside the string; the line's is more use
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as whole:
+                at = whole.start
+        return StreamError(f"not valid UTF-8 ({e.reason} at byte {at + 1} of the line)", f"line {lineno}")
     msg = str(e)
     if isinstance(e, msgspec.ValidationError):
         msg = f"invalid record: {msg}"
@@ -368,7 +384,7 @@ class RouterReader:
         view.index += 1
 
     def _lines(
-        self, f: IO[bytes], c_text: Callable[..., tuple[int, int, int, int]] | None, rctx: tuple, acc: list[int]
+        self, f: ByteSource, c_text: Callable[..., tuple[int, int, int, int]] | None, rctx: tuple, acc: list[int]
     ) -> Iterator[tuple[int, bytes, int]]:
         """(line number, line, number of the line the file ends inside or 0)
         of each line the Python paths read: every line, or with the C reader
@@ -397,7 +413,7 @@ class RouterReader:
                 pos = stop + 1
             chunks.lineno = lineno
 
-    def run(self, f: IO[bytes], view: RouterView) -> None:
+    def run(self, f: ByteSource, view: RouterView) -> None:
         dec = ROUTER_DECODER.decode
         lenient = False
         records = n_stored = n_removed = n_cleared = 0
@@ -432,14 +448,14 @@ class RouterReader:
                     m = self._lenient(line) if lenient else dec(line)
                 except msgspec.ValidationError as e:
                     if "unknown field" not in str(e):
-                        raise _json_error(e, lineno, False) from None
+                        raise _json_error(e, lineno, False, line) from None
                     try:
                         m = self._lenient(line)
                     except (msgspec.DecodeError, RecursionError, ValueError) as e2:
-                        raise _json_error(e2, lineno, False) from None
+                        raise _json_error(e2, lineno, False, line) from None
                     lenient = True
                 except (msgspec.DecodeError, RecursionError, ValueError) as e:
-                    raise _json_error(e, lineno, lineno == unterminated) from None
+                    raise _json_error(e, lineno, lineno == unterminated, line) from None
                 records += 1
                 if c_line is not None:
                     code = c_line(ctx, m)
@@ -686,7 +702,7 @@ class KvspecReader:
         self.worker_id = worker_id
         self.stats = ReadStats()
 
-    def run(self, f: IO[bytes], view: RouterView) -> None:
+    def run(self, f: ByteSource, view: RouterView) -> None:
         dec = KVSPEC_DECODER.decode
         st = self.stats
         w = self.worker_id
@@ -699,7 +715,7 @@ class KvspecReader:
                 try:
                     m: KvspecEventMsg = dec(line)
                 except (msgspec.DecodeError, RecursionError, ValueError) as e:
-                    raise _json_error(e, lineno, lineno == unterminated) from None
+                    raise _json_error(e, lineno, lineno == unterminated, line) from None
                 st.records += 1
                 try:
                     self._apply(m, view, w, lineno)
@@ -751,7 +767,7 @@ class CaptureReader:
         self.limit = limit
         self.stats = ReadStats()
 
-    def run(self, f: IO[bytes], view: RouterView) -> None:
+    def run(self, f: ByteSource, view: RouterView) -> None:
         dec = CAPTURE_DECODER.decode
         st = self.stats
         feed = self.feed
@@ -766,7 +782,7 @@ class CaptureReader:
                 try:
                     rec = dec(line)
                 except (msgspec.DecodeError, RecursionError, ValueError) as e:
-                    raise _json_error(e, lineno, lineno == unterminated) from None
+                    raise _json_error(e, lineno, lineno == unterminated, line) from None
                 st.records += 1
                 parts = rec.parts_b64
                 frames = None
@@ -795,7 +811,7 @@ class PayloadReader:
         self.limit = limit
         self.stats = ReadStats()
 
-    def run(self, f: IO[bytes], view: RouterView) -> None:
+    def run(self, f: ByteSource, view: RouterView) -> None:
         st = self.stats
         unpacker = msgpack.Unpacker(max_buffer_size=max(self.limit, CHUNK))
         buf = bytearray()
