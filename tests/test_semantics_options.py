@@ -32,13 +32,20 @@ REF = load_manifest(REF_DIR)
 def test_defaults_are_dynamo_and_legacy_is_the_old_behaviour() -> None:
     off = OffloadConfig(num_g2_blocks=1)
     assert off.options() == {n: o.default for n, o in SEMANTICS.items()}
-    assert off.options() == {"link": "shared", "g2_eviction": "lineage", "g2_allocation": "at_start", "dedup": "filter"}
+    assert off.options() == {
+        "link": "shared",
+        "g2_eviction": "lineage",
+        "g2_allocation": "at_start",
+        "dedup": "filter",
+        "tick_result": "none",
+    }
     legacy = OffloadConfig.legacy(num_g2_blocks=1)
     assert legacy.options() == {
         "link": "fifo",
         "g2_eviction": "lru",
         "g2_allocation": "at_completion",
         "dedup": "resend",
+        "tick_result": "transfers",
     }
     assert OffloadConfig.legacy(num_g2_blocks=1, link="shared").link == "shared"
 

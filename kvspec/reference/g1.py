@@ -742,14 +742,30 @@ class G1Model:
         self.trace.did("TIME-MONOTONIC")
         self.trace.silent("device", "stored", "SWAPIN-SKIP-PRESENT")
         self.trace.silent("device", "removed", "DEVICE-REMOVE-IMMEDIATE")
+        quarantined = self.quarantined
         if op.now_ms < self.now:
-            return Step(OpResult(value=0), [])
+            return Step(OpResult(value=self._tick_value(0, 0)), [])
         self.now = op.now_ms
         if self.shared:
-            return self._tick_shared()
+            done, events = self._tick_shared()
+        else:
+            done, events = self._tick_fifo()
+        return Step(OpResult(value=self._tick_value(done, quarantined - self.quarantined)), events)
+
+    def _tick_value(self, transfers: int, released: int) -> int | None:
+        """TIME-MONOTONIC: what a Tick returns, by ``tick_result``: nothing
+        (Dynamo's ``KvManager::tick_offload_engine``), the G1 source slots the
+        tick gave back (``MockOffloadEngine::tick``), or the transfers it
+        completed (kvspec before the option). No offload tier: 0."""
+        mode = self.offload.tick_result if self.offload is not None else "transfers"
+        if mode == "none":
+            return None
+        return released if mode == "released_slots" else transfers
+
+    def _tick_fifo(self) -> tuple[int, list[KvEvent]]:
         due = sorted(t for t in self.pending if t.deadline <= self.now)
         if not due:
-            return Step(OpResult(value=0), [])
+            return 0, []
         done = {t.order for t in due}
         self.pending = [t for t in self.pending if t.order not in done]
         events: list[KvEvent] = []
@@ -758,9 +774,9 @@ class G1Model:
                 events.extend(self._complete_offload(t.payload))
             else:
                 events.extend(self._complete_onboard(t.payload))
-        return Step(OpResult(value=len(due)), events)
+        return len(due), events
 
-    def _tick_shared(self) -> Step:
+    def _tick_shared(self) -> tuple[int, list[KvEvent]]:
         off = self.links["offload"].advance(self.now)
         on = self.links["onboard"].advance(self.now)
         events: list[KvEvent] = []
@@ -774,7 +790,7 @@ class G1Model:
             job = self.transfers.pop(ident)
             assert isinstance(job, _Onboard)
             events.extend(self._complete_onboard(job))
-        return Step(OpResult(value=len(off) + len(on)), events)
+        return len(off) + len(on), events
 
     def _complete_offload(self, e: G2Entry) -> list[KvEvent]:
         """fifo: one block arrived: QUARANTINE-RELEASE (its source slot goes
@@ -797,10 +813,17 @@ class G1Model:
         """One job for the evictions of one operation (``slots`` source slots
         held). Under dedup = "filter" a block G2 holds or that is on its way
         there is not sent (Dynamo's presence filter with its pending
-        tracker); a job with nothing to send frees its slots at once."""
+        tracker); under g2_allocation = "at_start" the rest is admitted as
+        far as G2 has room for it and the remainder dropped (Dynamo's
+        capacity policy, ``G2Tier.admit``); a job with nothing to send frees
+        its slots at once."""
         assert self.offload is not None
         if self.offload.dedup == "filter":
             entries = [e for e in entries if e.pid not in self.inflight and not self.g2tier.holds_lineage(e.pid)]
+        if self.offload.g2_allocation == "at_start":
+            # Dynamo's capacity policy admits the job at enqueue, in order,
+            # against what G2 could hand out; what does not fit is dropped
+            entries = entries[: self.g2tier.admit(len(entries))]
         job = _OffloadJob(slots)
         if not entries:
             self._release_slots(slots)
@@ -835,6 +858,7 @@ class G1Model:
                     batch.reserved += 1
                     kept.append(e)
                 else:
+                    self.g2tier.admitted -= 1
                     self._settle(batch.job, e)
             batch.entries = kept
             if not kept:
@@ -860,6 +884,7 @@ class G1Model:
             if batch.reserved:
                 batch.reserved -= 1
                 self.g2tier.reserved -= 1
+                self.g2tier.admitted -= 1
                 events.extend(self._register_in_g2(e, reserved=True))
             else:
                 events.extend(self._arrive_in_g2(e))

@@ -57,6 +57,9 @@ class G2Tier:
         self.pins: dict[int, int] = {}
         #: destinations allocated for transfers still in flight
         self.reserved = 0
+        #: at_start: blocks admitted at enqueue and not arrived yet (Dynamo's
+        #: CapacityReservations counter)
+        self.admitted = 0
 
     # ---------------------------------------------------------------- queries
     def __contains__(self, seq: object) -> bool:
@@ -71,9 +74,25 @@ class G2Tier:
     def free(self) -> int:
         return self.capacity - len(self.blocks) - self.reserved
 
+    def available(self) -> int:
+        """What Dynamo's G2 ``BlockManager::available_blocks`` counts: the
+        destinations free now plus the registered blocks that could be
+        evicted (lineage: every unpinned block, leaf or not; lru: every
+        block). A destination taken by a transfer in flight is in neither."""
+        evictable = len(self.pool) if self.eviction == "lineage" else len(self.blocks)
+        return self.free() + evictable
+
+    def admit(self, n: int) -> int:
+        """Admit up to ``n`` blocks of one job, in order: as many as
+        ``available() - admitted`` allows (``try_reserve_up_to``); the rest
+        are dropped by the caller."""
+        k = max(0, min(n, self.available() - self.admitted))
+        self.admitted += k
+        return k
+
     def state(self) -> tuple[object, ...]:
         pool = sorted((k, n.seq, n.tick, n.parent, n.children) for k, n in self.pool._nodes.items())
-        return (tuple(self.blocks), pool, tuple(sorted(self.pins.items())), self.reserved)
+        return (tuple(self.blocks), pool, tuple(sorted(self.pins.items())), self.reserved, self.admitted)
 
     # --------------------------------------------------------------- changes
     def evict_one(self) -> int | None:

@@ -75,6 +75,15 @@ SEMANTICS: dict[str, SemanticsOption] = {
             "offload",
             "filter: a block already in G2 or on its way there is not sent again; resend: every eviction is sent",
         ),
+        SemanticsOption(
+            "tick_result",
+            ("none", "released_slots", "transfers"),
+            "none",
+            "transfers",
+            "offload",
+            "what a Tick returns: none (Dynamo's KvManager::tick_offload_engine returns nothing), released_slots "
+            "(MockOffloadEngine::tick: the G1 source slots the tick gave back), transfers (transfers completed)",
+        ),
     ]
 }
 
@@ -82,6 +91,7 @@ LinkMode = Literal["shared", "fifo"]
 G2Eviction = Literal["lineage", "lru"]
 G2Allocation = Literal["at_start", "at_completion"]
 Dedup = Literal["filter", "resend"]
+TickResult = Literal["none", "released_slots", "transfers"]
 
 
 class OffloadConfig(Wire):
@@ -90,10 +100,10 @@ class OffloadConfig(Wire):
     Transfer time of one block alone on its link is ``block_size_bytes /
     (bandwidth_gbps * 1e9)`` seconds. How transfers share the link, how G2
     evicts, when G2 destinations are allocated and whether blocks already in
-    G2 are sent again are semantics options (``SEMANTICS``): the defaults are
+    G2 are sent again, and what a Tick returns are semantics options (``SEMANTICS``): the defaults are
     Dynamo's (ai-dynamo/dynamo ``lib/mocker/src/kvbm_offload/``), the legacy
     values what kvspec fixed before (a serial FIFO link, LRU, allocation at
-    completion, resend). A missing or zero size means transfers are instant
+    completion, resend, a Tick returning the transfers it completed). A missing or zero size means transfers are instant
     (they complete at the next tick).
     """
 
@@ -107,6 +117,7 @@ class OffloadConfig(Wire):
     g2_eviction: G2Eviction = "lineage"
     g2_allocation: G2Allocation = "at_start"
     dedup: Dedup = "filter"
+    tick_result: TickResult = "none"
 
     @classmethod
     def legacy(cls, **kw: object) -> OffloadConfig:

@@ -66,9 +66,12 @@ def check_step(
             f"error [{outcome.error.rule}] {outcome.error.message}",
         )
     assert outcome.result is not None
-    if exp.result is not None or exp.status is not None:
+    # an explicit "result": null is checked (an operation that returns nothing,
+    # e.g. a Tick under tick_result = "none"); a missing one is not
+    has_result = "result" in exp.model_fields_set
+    if has_result or exp.status is not None:
         want = OpResult(
-            value=exp.result if exp.result is not None else outcome.result.value,
+            value=exp.result if has_result else outcome.result.value,
             status=exp.status if exp.status is not None else outcome.result.status,
         )
         d = result_divergence(want, outcome.result, op, labels)

@@ -14,7 +14,7 @@ use std::io::{BufRead, Write};
 
 use json::{obj, Json};
 use manager::{BlockRef, Counters, EventData, KvManager, Status, Tier, UseArgs};
-use offload::{Allocation, Dedup, G2Eviction, Link, OffloadConfig};
+use offload::{Allocation, Dedup, G2Eviction, Link, OffloadConfig, TickResult};
 use pools::{Plh, Policy};
 use variants::Bugs;
 
@@ -186,6 +186,12 @@ fn offload_config(o: &Json) -> Result<OffloadConfig, Refusal> {
         "filter" => Dedup::Filter,
         v => return Err(bad(format!("dedup {v}"))),
     };
+    let tick_result = match s("tick_result", "transfers").as_str() {
+        "none" => TickResult::Nothing,
+        "released_slots" => TickResult::ReleasedSlots,
+        "transfers" => TickResult::Transfers,
+        v => return Err(bad(format!("tick_result {v}"))),
+    };
     let batch_size = o.opt("batch_size").and_then(Json::as_u64).unwrap_or(32) as usize;
     Ok(OffloadConfig {
         num_g2_blocks: num,
@@ -196,6 +202,7 @@ fn offload_config(o: &Json) -> Result<OffloadConfig, Refusal> {
         allocation,
         dedup,
         batch_size,
+        tick_result,
     })
 }
 
@@ -337,8 +344,13 @@ fn apply(mgr: &mut KvManager, op: &Json) -> Result<Json, OpError> {
         "tick" => {
             let now = op.get("now_ms").and_then(Json::as_f64).filter(|t| t.is_finite() && *t >= 0.0);
             let now = now.ok_or_else(|| malformed("now_ms: expected a finite number >= 0"))?;
-            let n = mgr.tick(now);
-            Ok((Json::UInt(n as u64), Status::Ok))
+            let (transfers, released) = mgr.tick(now);
+            let value = match mgr.offload.as_ref().map(|e| e.tick_result()) {
+                Some(TickResult::Nothing) => Json::Null,
+                Some(TickResult::ReleasedSlots) => Json::UInt(released as u64),
+                _ => Json::UInt(transfers as u64),
+            };
+            Ok((value, Status::Ok))
         }
         "swap_in" => {
             let entries = op.get("blocks").and_then(Json::as_arr).ok_or_else(|| malformed("blocks"))?;

@@ -595,19 +595,23 @@ impl KvManager {
         Ok(())
     }
 
-    pub fn tick(&mut self, now_ms: f64) -> usize {
-        let Some(engine) = self.offload.as_mut() else { return 0 };
+    /// Tick the offload engine: (transfers completed, source slots given back).
+    pub fn tick(&mut self, now_ms: f64) -> (usize, usize) {
+        let Some(engine) = self.offload.as_mut() else { return (0, 0) };
         let completions = engine.tick(now_ms);
         let mut n = 0;
+        let mut released = 0;
         for c in completions {
             n += 1;
             match c {
                 crate::offload::Completion::Offload { released_slots, events } => {
+                    released += released_slots;
                     self.bm.release_slot(released_slots);
                     self.publish_router_events(events);
                 }
                 crate::offload::Completion::Started { released_slots, events } => {
                     n -= 1;
+                    released += released_slots;
                     self.bm.release_slot(released_slots);
                     self.publish_router_events(events);
                 }
@@ -616,7 +620,7 @@ impl KvManager {
                 }
             }
         }
-        n
+        (n, released)
     }
 
     fn register_swapped_in_blocks(&mut self, entries: Vec<SwapEntry>, parent: Option<u64>, slots: usize) {

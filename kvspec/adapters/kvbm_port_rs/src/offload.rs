@@ -41,6 +41,16 @@ pub enum Dedup {
     Filter,
 }
 
+/// What a tick returns: nothing (the KvManager's tick_offload_engine), the
+/// source slots it gave back (MockOffloadEngine::tick), or the transfers it
+/// completed (kvspec's older choice).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TickResult {
+    Nothing,
+    ReleasedSlots,
+    Transfers,
+}
+
 #[derive(Clone, Debug)]
 pub struct OffloadConfig {
     pub num_g2_blocks: usize,
@@ -53,6 +63,7 @@ pub struct OffloadConfig {
     pub allocation: Allocation,
     pub dedup: Dedup,
     pub batch_size: usize,
+    pub tick_result: TickResult,
 }
 
 impl OffloadConfig {
@@ -218,6 +229,9 @@ pub struct OffloadEngine {
     g2_forest: Lineage,
     g2_pins: HashMap<u64, usize>,
     g2_reserved: usize,
+    /// at_start: blocks admitted at enqueue that have not arrived (the
+    /// capacity policy's reservation counter)
+    g2_admitted: usize,
     pending_release: usize,
 }
 
@@ -252,8 +266,13 @@ impl OffloadEngine {
             g2_forest: Lineage::default(),
             g2_pins: HashMap::new(),
             g2_reserved: 0,
+            g2_admitted: 0,
             pending_release: 0,
         }
+    }
+
+    pub fn tick_result(&self) -> TickResult {
+        self.cfg.tick_result
     }
 
     fn shared(&self) -> bool {
@@ -316,6 +335,14 @@ impl OffloadEngine {
         Some(victim)
     }
 
+    /// What G2's block manager could hand out: free destinations plus the
+    /// blocks it could evict (every unpinned block).
+    fn g2_available(&self) -> usize {
+        let free = self.cfg.num_g2_blocks.saturating_sub(self.g2.len() + self.g2_reserved);
+        let evictable = self.g2.keys().filter(|s| !self.g2_pins.contains_key(s)).count();
+        free + evictable
+    }
+
     fn g2_full(&self) -> bool {
         self.g2.len() + self.g2_reserved >= self.cfg.num_g2_blocks
     }
@@ -340,6 +367,7 @@ impl OffloadEngine {
     fn arrive(&mut self, b: OffloadBlock, events: &mut Vec<RouterEvent>) {
         if self.cfg.allocation == Allocation::AtStart {
             self.g2_reserved -= 1;
+            self.g2_admitted -= 1;
         }
         let seq = b.info.seq;
         if self.g2.contains_key(&seq) {
@@ -388,6 +416,13 @@ impl OffloadEngine {
                 .filter(|b| !self.g2_by_plh.contains_key(&b.plh) && !self.in_flight(b.plh) && seen.insert(b.plh))
                 .collect();
             blocks = kept;
+        }
+        if self.shared() && self.cfg.allocation == Allocation::AtStart {
+            // the capacity policy admits the job now, in order, as far as G2
+            // has room for it; the rest is dropped
+            let room = self.g2_available().saturating_sub(self.g2_admitted);
+            blocks.truncate(room);
+            self.g2_admitted += blocks.len();
         }
         if blocks.is_empty() {
             self.pending_release += slots;
@@ -448,6 +483,7 @@ impl OffloadEngine {
                         self.g2_reserved += 1;
                         kept.push(b);
                     } else {
+                        self.g2_admitted -= 1;
                         released += self.arrived(batch.job, 1);
                     }
                 }
