@@ -250,10 +250,14 @@ Tier = Literal["device", "host_pinned", "disk", "external", "remote"]
 
 
 def check_u64(values: Sequence[int], what: str) -> None:
-    """Raise WireError when a decoded hash list holds a value above u64."""
+    """Raise WireError when a decoded hash list holds a value above u64 or
+    a negative one (SGLang's signed hashes are mapped before this check)."""
     if values and max(values) > U64_MAX:
         bad = next(v for v in values if v > U64_MAX)
         raise WireError(f"{what}: {bad} does not fit in 64 bits")
+    if values and min(values) < 0:
+        bad = next(v for v in values if v < 0)
+        raise WireError(f"{what}: {bad} is negative (a signed hash, as SGLang publishes, is not read here)")
 
 
 class MmObjectMsg(msgspec.Struct, forbid_unknown_fields=True, gc=False):
@@ -391,8 +395,11 @@ def event_data(data: EventDataMsg | str) -> StoreDataMsg | RemoveDataMsg | None:
 # vLLM ------------------------------------------------------------------
 
 #: vLLM's ``ExternalBlockHash``: an int (``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES``,
-#: the default) or the full hash bytes
-VllmHash = Uint | bytes
+#: the default) or the full hash bytes. SGLang's events have the same shape
+#: with the hash as a signed int64 (``sglang/srt/mem_cache/utils.py``,
+#: ``hash_str_to_int64``), so a negative int is read too: the feed maps it to
+#: the unsigned value of the same 8 bytes (``zmqfeed.ZmqFeed``)
+VllmHash = Annotated[int, msgspec.Meta(ge=-(2**63))] | bytes
 
 
 class _StoredFields(msgspec.Struct, gc=False):
@@ -405,6 +412,8 @@ class _StoredFields(msgspec.Struct, gc=False):
     lora_name: str | None = None
     extra_keys: list[Any] | None = None
     group_idx: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    #: SGLang: the request's cache salt (its pages' hashes are chained from it)
+    cache_salt: str | None = None
 
 
 class _RemovedFields(msgspec.Struct, gc=False):

@@ -206,3 +206,55 @@ def sglang_event_hash(digest: bytes) -> int:
     """The signed int64 an SGLang KV event carries for a page digest: its
     first 8 bytes, big-endian (``mem_cache/utils.py::hash_str_to_int64``)."""
     return int.from_bytes(digest[:8], "big", signed=True)
+
+
+#: the tag SGLang hashes a cache salt with to seed a salted page chain
+#: (``mem_cache/utils.py::compute_node_event_hash_values``)
+SGLANG_SALT_TAG = b"sglang-cache-salt-v1\0"
+#: the tag of SGLang's event namespace seed (``disaggregation/kv_events.py``,
+#: ``_NAMESPACE_SEED_TAG``; its dynamo event format namespaces block hashes)
+SGLANG_NAMESPACE_TAG = b"sglang-kv-event-namespace-v1"
+
+
+def sglang_salt_prior(cache_salt: str) -> bytes:
+    """The digest a salted SGLang page chain starts from (the root's "prior")."""
+    return hashlib.sha256(SGLANG_SALT_TAG + cache_salt.encode("utf-8")).digest()
+
+
+def sglang_page_digest(prior: bytes | None, page: Sequence[int]) -> bytes:
+    """One page of ``sglang_page_digests``: sha256 of the prior digest (none
+    at the root) and the page's token ids as little-endian u32."""
+    h = hashlib.sha256(prior) if prior else hashlib.sha256()
+    h.update(struct.pack(f"<{len(page)}I", *page))
+    return h.digest()
+
+
+def sglang_namespace_seed(extra_key: str | None, cache_salt: str | None) -> bytes | None:
+    """SGLang's ``kv_event_namespace_seed``: None without a namespace; else
+    sha256 of its tag and each part as a presence byte, its UTF-8 length (8
+    bytes little-endian) and its bytes."""
+    if extra_key is None and cache_salt is None:
+        return None
+    h = hashlib.sha256(SGLANG_NAMESPACE_TAG)
+    for part in (extra_key, cache_salt):
+        if part is None:
+            h.update(b"\x00")
+            continue
+        b = part.encode("utf-8")
+        h.update(b"\x01" + len(b).to_bytes(8, "little") + b)
+    return h.digest()
+
+
+def sglang_namespaced(block_hash: int, seed: bytes) -> int:
+    """SGLang's ``namespaced_block_hash`` of a published hash, both as the
+    unsigned 64-bit value of their 8 big-endian bytes (SGLang writes them
+    signed: the same bytes)."""
+    return int.from_bytes(
+        hashlib.sha256(seed + (block_hash & 0xFFFFFFFFFFFFFFFF).to_bytes(8, "big")).digest()[:8], "big"
+    )
+
+
+def sglang_u64(digest: bytes) -> int:
+    """The unsigned 64-bit value of the hash an SGLang event carries for a
+    page digest (``sglang_event_hash`` reads the same 8 bytes signed)."""
+    return int.from_bytes(digest[:8], "big")

@@ -60,7 +60,7 @@ class Semantics:
 SEMANTICS: dict[str, Semantics] = {
     "dynamo": Semantics("set", 1, True, "auto"),
     "vllm": Semantics("copies", None, True, "auto"),
-    "sglang": Semantics("copies", None, True, "auto"),
+    "sglang": Semantics("copies", None, True, "sglang"),
     "kvspec": Semantics("set", 0, False, "none"),
 }
 
@@ -158,6 +158,8 @@ class Checker:
 
     def __init__(self, args: argparse.Namespace, fmt: str, *, out: TextIO | None = None, where: str = "") -> None:
         producer = args.producer if args.producer != "auto" else FORMAT_PRODUCER.get(fmt, "kvspec")
+        #: the producer follows from the format, and a feed may show it is SGLang's (``settle_producer``)
+        self.auto_producer = args.producer == "auto"
         sem = SEMANTICS[producer]
         self.producer = producer
         self.fmt = fmt
@@ -270,6 +272,14 @@ class Checker:
         )
         out -= {str(RuleId.CLEAR_ALL), str(RuleId.G2_EVICT)}  # need the operations, not only the stream
         return sorted(out)
+
+    def settle_producer(self) -> None:
+        """A feed read as vLLM's by default that showed SGLang's signed hashes
+        or hash scheme is SGLang's: the summary and the results say so."""
+        if self.auto_producer and self.producer == "vllm":
+            signed = any(getattr(f, "signed", None) for f in self.feeds)
+            if signed or self.hashes.learned == "sglang":
+                self.producer = self.settings["producer"] = "sglang"
 
     def live_blocks(self) -> int:
         return sum(self.view.live_blocks().values())

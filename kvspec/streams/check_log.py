@@ -145,6 +145,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if checker is not None:
         fmt = checker.fmt
+        checker.settle_producer()
     code = 2 if error is not None else (1 if checker is not None and checker.counts else 0)
     if error is not None:
         print(f"kvspec check-log: {error}", file=sys.stderr)
@@ -246,7 +247,7 @@ def _reader(fmt: str, checker: Checker, args: argparse.Namespace, worker_id: int
         return RouterReader(checker.warn, limit)
     if fmt == "kvspec":
         return KvspecReader(checker.warn, limit, worker_id=args.worker_id)
-    feed = ZmqFeed(checker.view, worker_id=worker_id, mid_stream=args.mid_stream)
+    feed = ZmqFeed(checker.view, worker_id=worker_id, mid_stream=args.mid_stream, producer=args.producer)
     checker.feeds.append(feed)
     checker.feed = feed
     if fmt == "zmq":

@@ -20,6 +20,14 @@ A ``HashCheck`` is the router view's ``StoredCheck`` for engine streams:
   ints; the checker keeps the digest it computed for each stored block, so a
   block is checked when its parent was stored (and checked) within the
   capture.
+- SGLang's feed (the same shape, hashes signed int64): each page's hash is
+  the first 8 bytes of sha256 over the parent page's digest and the page's
+  token ids as little-endian u32 (``spec/hashing.py``, ``sglang_*``), the
+  chain rooted in nothing or, for a request with a ``cache_salt``, in the
+  salt's digest; SGLang's dynamo event format namespaces salted hashes once
+  more, so a salted page matches either form. Pages of a LoRA adapter
+  (``lora_name``) are namespaced by a key the event does not carry: they are
+  counted (``unchecked_blocks``), not checked.
 
 With ``scheme="auto"`` the scheme of a vLLM-style feed is learned from the
 stream: the first blocks are tried against each candidate (Dynamo, then each
@@ -49,6 +57,11 @@ from kvspec.spec.hashing import (
     local_block_hash,
     local_hash_mm,
     salt_seed,
+    sglang_namespace_seed,
+    sglang_namespaced,
+    sglang_page_digest,
+    sglang_salt_prior,
+    sglang_u64,
     vllm_block_hash,
     vllm_external,
     vllm_hash_fn,
@@ -59,7 +72,7 @@ from kvspec.spec.rules import RuleId
 _pack = struct.Struct("<QQ").pack
 _xxh = xxhash.xxh3_64_intdigest
 
-SCHEMES = ("auto", "dynamo", "none", *(f"vllm-{a}" for a in VLLM_HASH_ALGOS))
+SCHEMES = ("auto", "dynamo", "sglang", "none", *(f"vllm-{a}" for a in VLLM_HASH_ALGOS))
 #: blocks tried before giving up on learning a feed's hash scheme
 LEARN_LIMIT = 64
 
@@ -79,6 +92,8 @@ class StoredMeta:
     full_parent: bytes | None = None
     #: multimodal object hashes per block (Dynamo ``mm_extra_info``)
     mm_hashes: Sequence[Sequence[int] | None] | None = None
+    #: SGLang: the request's cache salt
+    cache_salt: str | None = None
 
 
 class _VllmScheme:
@@ -122,13 +137,13 @@ class HashCheck:
             self.scheme = "learn"
         elif scheme.startswith("vllm-"):
             self.scheme = _VllmScheme(scheme[5:], vllm_seed or VLLM_DEFAULT_SEED)
-        elif scheme == "dynamo":
-            self.scheme = "dynamo"
+        elif scheme in ("dynamo", "sglang"):
+            self.scheme = scheme
         else:
             self.scheme = None
         self.chain_checks = scheme != "none"
         self._tried = 0
-        self._candidates: list[str | _VllmScheme] = ["dynamo"]
+        self._candidates: list[str | _VllmScheme] = ["dynamo", "sglang"]
         for algo in VLLM_HASH_ALGOS:
             if vllm_seed is not None:
                 self._candidates.append(_VllmScheme(algo, vllm_seed))
@@ -141,6 +156,15 @@ class HashCheck:
         self.pending: dict[TierKey, dict[int, tuple[list[int], int, int | None, bool]]] = {}
         self.checked_blocks = 0
         self.chain_blocks = 0
+        #: SGLang pages of a LoRA namespace (not checkable from the stream)
+        self.unchecked_blocks = 0
+
+    def prefer(self, scheme: str) -> None:
+        """The feed showed whose stream it is (SGLang's signed hashes): take
+        that scheme at once if it was still to be learned."""
+        if self.scheme == "learn":
+            self.scheme = scheme
+            self.note(f"block hashes are signed int64: SGLang's scheme ({scheme}), checked from here on")
 
     @property
     def learned(self) -> str | None:
@@ -155,6 +179,8 @@ class HashCheck:
             parts.append("Dynamo chain from tokens_hash")
         if self.learned is not None:
             parts.append(f"{self.learned} from tokens")
+        if self.unchecked_blocks:
+            parts.append(f"{self.unchecked_blocks} LoRA-namespaced SGLang blocks not checkable")
         if not parts:
             return "none checked" if self.requested == "none" or self.scheme is None else "nothing to check"
         return ", ".join(parts)
@@ -316,6 +342,8 @@ class HashCheck:
                 return out
         scheme = self.scheme
         n = len(hashes)
+        if scheme == "sglang":
+            return self._sglang(key, parent, hashes, token_ids, m, out)
         if scheme == "dynamo":
             prev = parent
             for i in range(n):
@@ -368,6 +396,57 @@ class HashCheck:
             self.checked_blocks += 1
         return out
 
+    def _sglang(
+        self,
+        key: TierKey,
+        parent: int | None,
+        hashes: Sequence[int],
+        token_ids: Sequence[Sequence[int]],
+        m: StoredMeta | None,
+        out: list[Problem] | None,
+    ) -> list[Problem] | None:
+        """SGLang's page hashes (see the module docstring)."""
+        n = len(hashes)
+        if m is not None and m.lora_name is not None:
+            self.unchecked_blocks += n
+            return out
+        full = self.full.setdefault(key, {})
+        salt = m.cache_salt if m is not None else None
+        seed = sglang_namespace_seed(None, salt) if salt is not None else None
+        root = sglang_salt_prior(salt) if salt is not None else b""
+        # None: the parent was stored before the capture began
+        prior: bytes | None = root if parent is None else full.get(parent)
+        for i in range(n):
+            h = hashes[i]
+            if prior is None:
+                continue
+            digest = sglang_page_digest(prior, token_ids[i])
+            plain = sglang_u64(digest)
+            if plain != h and (seed is None or sglang_namespaced(plain, seed) != h):
+                out = out or []
+                out.append(
+                    (
+                        RuleId.HASH_SEQUENCE,
+                        f"block_hash {h} is not SGLang's hash of its tokens under parent "
+                        f"{parent if i == 0 else hashes[i - 1]}",
+                        {"block": h, "expected_block_hash": plain},
+                    )
+                )
+                prior = None  # what follows chains from a digest we cannot know
+                continue
+            full[h] = digest
+            prior = digest
+            self.checked_blocks += 1
+        return out
+
+    def _sglang_root_matches(self, h: int, toks: Sequence[int], m: StoredMeta | None) -> bool:
+        salt = m.cache_salt if m is not None else None
+        plain = sglang_u64(sglang_page_digest(sglang_salt_prior(salt) if salt is not None else b"", toks))
+        if plain == h:
+            return True
+        seed = sglang_namespace_seed(None, salt) if salt is not None else None
+        return seed is not None and sglang_namespaced(plain, seed) == h
+
     def _learn(
         self,
         key: TierKey,
@@ -383,6 +462,8 @@ class HashCheck:
             if cand == "dynamo":
                 toks = token_ids[0]
                 ok = chain(parent, local_block_hash(toks, seed=self._seed(lora))) == hashes[0]
+            elif cand == "sglang":
+                ok = parent is None and self._sglang_root_matches(hashes[0], token_ids[0], m)
             elif parent is None and isinstance(cand, _VllmScheme):
                 ek = m.extra_keys[0] if m is not None and m.extra_keys else None
                 ok = vllm_external(vllm_block_hash(cand.algo, cand.none, token_ids[0], ek, fn=cand.fn)) == hashes[0]
@@ -396,7 +477,7 @@ class HashCheck:
         if self._tried >= LEARN_LIMIT:
             self.scheme = None
             self.warn(
-                f"block hashes not checked: none of Dynamo's or vLLM's hash schemes reproduces the first "
+                f"block hashes not checked: none of Dynamo's, SGLang's or vLLM's hash schemes reproduces the first "
                 f"{LEARN_LIMIT} blocks (name it with --hash-scheme, and vLLM's seed with --vllm-hash-seed)"
             )
 

@@ -248,8 +248,9 @@ def run(args: argparse.Namespace) -> int:
         if not args.endpoint.startswith(("tcp://", "ipc://", "inproc://")):
             raise UsageError(f"endpoint {args.endpoint!r} is not a ZMQ endpoint (tcp://HOST:PORT)")
         checker = Checker(args, "live", where=args.endpoint)
-        feed = ZmqFeed(checker.view, worker_id=args.worker_id, mid_stream=args.mid_stream)
+        feed = ZmqFeed(checker.view, worker_id=args.worker_id, mid_stream=args.mid_stream, producer=args.producer)
         checker.feed = feed
+        checker.feeds.append(feed)
         watch = Watch(args, checker, feed)
     except (UsageError, zmq.ZMQError, OSError) as e:
         print(f"kvspec watch: {e}", file=sys.stderr)
@@ -273,6 +274,7 @@ def run(args: argparse.Namespace) -> int:
         with contextlib.suppress(Exception):
             watch.close()
     st = feed.stats
+    checker.settle_producer()
     error = None
     if watch.unreadable:
         error = f"{watch.unreadable} message(s) could not be read"

@@ -29,6 +29,7 @@ from kvspec.spec.codecs import (
     MEDIUM_TO_TIER,
     REMOVED_TYPES,
     STORED_TYPES,
+    U64_MAX,
     VllmBatchDecoder,
     VllmRemoved,
     VllmStored,
@@ -41,6 +42,7 @@ from kvspec.spec.rules import RuleId
 from kvspec.streams import fastview
 from kvspec.streams.hashcheck import HashCheck, StoredMeta, _VllmScheme
 
+I64_MAX = 2**63 - 1
 #: gaps remembered (to tell a late batch from a duplicate)
 MISSING_LIMIT = 65536
 END_SEQ = -1
@@ -72,6 +74,7 @@ class ZmqFeed:
         mid_stream: bool = False,
         first_seq: int = 0,
         native: bool = True,
+        producer: str = "auto",
     ) -> None:
         """``mid_stream``: the first message may carry any sequence number.
         A live watcher that sees a gap asks the publisher's replay socket
@@ -85,8 +88,15 @@ class ZmqFeed:
         sha256 scheme learned or given, no timing or expected parents);
         every other event, and every event that might break a rule, takes
         the Python path below, which stays the reference
-        (tests/test_check_log_vllm_fused.py compares the two)."""
+        (tests/test_check_log_vllm_fused.py compares the two).
+
+        ``producer``: ``vllm`` or ``sglang`` when named, which fixes how the
+        hashes are written (unsigned, signed int64); ``auto`` learns it from
+        the first hash only one of them allows (``signed``)."""
         self.view = view
+        self.producer = producer
+        #: whether the hashes are SGLang's signed int64 (None: not known yet)
+        self.signed: bool | None = None
         self.native = native
         self._ctx: tuple[Any, ...] | None = None
         self._c_event: Callable[..., int] | None = None
@@ -333,23 +343,59 @@ class ZmqFeed:
                         view._orphaned(h, n_orphans, (w, dp), tname, tier, ref)
         view.index += 1
 
+    def _hashes(self, raw: list[int] | list[int | bytes], what: str) -> tuple[list[int], list[bytes | None] | None]:
+        """The u64 a router keys each hash by, and the full digests when the
+        feed carries bytes. Negative ints are SGLang's signed int64 hashes,
+        mapped to the unsigned value of the same 8 bytes; ints above
+        2**63-1 are unsigned (vLLM): one stream holds one kind or the other."""
+        if all(type(h) is int for h in raw):
+            hashes = cast(list[int], raw)
+            lo, hi = min(hashes), max(hashes)
+            if lo < 0:
+                self._saw("signed", lo, what)
+                hashes = [h & U64_MAX for h in hashes]
+            if hi > I64_MAX:
+                self._saw("unsigned", hi, what)
+            check_u64(hashes, what)
+            return hashes, None
+        out: list[int] = []
+        for h in raw:
+            if isinstance(h, bytes):
+                out.append(vllm_hash_int(h))
+            else:
+                out.extend(self._hashes([h], what)[0])
+        check_u64(out, what)
+        return out, [h if isinstance(h, bytes) else None for h in raw]
+
+    def _saw(self, kind: str, value: int, what: str) -> None:
+        """A hash only one producer's representation allows (see ``_hashes``)."""
+        if self.signed is None:
+            want = "signed" if self.producer == "sglang" else "unsigned" if self.producer == "vllm" else kind
+            if kind != want:
+                who = "SGLang publishes signed int64 hashes" if want == "signed" else "vLLM publishes unsigned ones"
+                raise WireError(f"{what}: {value} cannot come from --producer {self.producer} ({who})")
+            self.signed = kind == "signed"
+            if self.signed:
+                check = self.view.check
+                if isinstance(check, HashCheck):
+                    check.prefer("sglang")
+            return
+        if self.signed != (kind == "signed"):
+            now = "negative" if kind == "signed" else "above 2**63-1"
+            before = (
+                "negative (signed int64, as SGLang publishes)"
+                if self.signed
+                else "above 2**63-1 (unsigned, as vLLM publishes)"
+            )
+            raise WireError(f"{what}: {value} is {now}, but earlier hashes were {before}: not one producer's hashes")
+
     def _stored(self, ev: VllmStored, w: int, dp: int, at: At) -> None:
         if not ev.block_hashes:
             raise WireError(f"event {at}: BlockStored names no blocks")
-        fulls: list[bytes | None] | None = None
-        raw = ev.block_hashes
-        if all(type(h) is int for h in raw):
-            hashes = cast(list[int], raw)  # all ints, checked just above
-            check_u64(hashes, "BlockStored.block_hashes")
-        else:
-            hashes = [vllm_hash_int(h) for h in raw]
-            fulls = [h if isinstance(h, bytes) else None for h in raw]
-            check_u64(hashes, "BlockStored.block_hashes")
+        hashes, fulls = self._hashes(ev.block_hashes, "BlockStored.block_hashes")
         p = ev.parent_block_hash
         full_parent = p if isinstance(p, bytes) else None
-        parent = None if p is None else vllm_hash_int(p)
-        if parent is not None:
-            check_u64([parent], "BlockStored.parent_block_hash")
+        parent = None if p is None else self._hashes([p], "BlockStored.parent_block_hash")[0][0]
         meta = StoredMeta(
             flat_tokens=ev.token_ids,
             block_size=ev.block_size,
@@ -357,6 +403,7 @@ class ZmqFeed:
             extra_keys=ev.extra_keys,
             full_hashes=fulls,
             full_parent=full_parent,
+            cache_salt=getattr(ev, "cache_salt", None),
         )
         self.view.on_stored(w, dp, vllm_tier(ev.medium, ev.group_idx), None, parent, hashes, None, None, meta, at)
 
@@ -364,6 +411,5 @@ class ZmqFeed:
         raw = ev.block_hashes
         if not raw:
             raise WireError(f"event {at}: BlockRemoved names no blocks")
-        hashes = cast(list[int], raw) if all(type(h) is int for h in raw) else [vllm_hash_int(h) for h in raw]
-        check_u64(hashes, "BlockRemoved.block_hashes")
+        hashes, _ = self._hashes(raw, "BlockRemoved.block_hashes")
         self.view.on_removed(w, dp, vllm_tier(ev.medium, ev.group_idx), None, hashes, at)
