@@ -38,6 +38,7 @@ def test_defaults_are_dynamo_and_legacy_is_the_old_behaviour() -> None:
         "g2_allocation": "at_start",
         "dedup": "filter",
         "tick_result": "none",
+        "lower_tier_events": "none",
     }
     legacy = OffloadConfig.legacy(num_g2_blocks=1)
     assert legacy.options() == {
@@ -46,6 +47,7 @@ def test_defaults_are_dynamo_and_legacy_is_the_old_behaviour() -> None:
         "g2_allocation": "at_completion",
         "dedup": "resend",
         "tick_result": "transfers",
+        "lower_tier_events": "none",
     }
     assert OffloadConfig.legacy(num_g2_blocks=1, link="shared").link == "shared"
 
@@ -54,7 +56,8 @@ def test_an_adapter_that_names_no_option_supports_only_the_legacy_values() -> No
     caps = Capabilities()
     for name, opt in SEMANTICS.items():
         assert caps.supports(name, opt.legacy)
-        assert not caps.supports(name, opt.default)
+        # lower_tier_events: Dynamo's default is also what kvspec had (no G3/G4 events)
+        assert caps.supports(name, opt.default) == (opt.default == opt.legacy)
         assert caps.supported(name) == [opt.legacy]
     both = Capabilities(semantics={"link": ["fifo", "shared"]})
     assert both.supported("link") == ["shared", "fifo"]  # Dynamo's default first

@@ -101,6 +101,7 @@ def test_rule_headings_sit_under_their_concern() -> None:
         "paged": {"Paged allocator"},
         "session": {"Session slot leases"},
         "radix": {"Radix prefix cache"},
+        "shared tiers": {"Lower tiers (G3 disk, G4 object store), shared by the workers of a process"},
     }
     tops = [(i, text.strip()) for i, lvl, text in HEADINGS if lvl == 2]
     for rule, meta in RULES.items():

@@ -34,6 +34,7 @@ from typing import Any
 
 from kvspec.reference.g2_tier import G2Entry, G2Tier
 from kvspec.reference.labels import Trace, label
+from kvspec.reference.lower_tiers import LowerTiers
 from kvspec.reference.offload_link import SharedLink
 from kvspec.reference.outcome import Step
 from kvspec.reference.policies import Frequency, LineagePolicy, Policy, make_policy
@@ -75,6 +76,8 @@ _EVICTED_OFFLOAD = label("DEVICE-REMOVE-IMMEDIATE", "REMOVE-EXACT", choice="EVIC
 _G2_EVICTED = label("G2-EVICT")
 _G2_STORED = label("G2-STORE-ON-COMPLETE", parent="G2-STORE-ON-COMPLETE", tokens="G2-STORE-ON-COMPLETE")
 _ONBOARDED = label("SWAPIN-SKIP-PRESENT", parent="SWAPIN-ANCHOR", tokens="STORE-TOKENS-HASH")
+#: a lower tier's Stored or Removed (lower_tier_events = "owner")
+_TIER_EVENT = label("TIER-EVENTS", parent="TIER-EVENTS", tokens="TIER-EVENTS")
 _NO_VALUE = OpResult(value=None)
 
 
@@ -120,6 +123,8 @@ class _Onboard:
     blocks: list[tuple[int, Plh, G2Entry]]
     parent: int | None
     slots: int  # reserved destination slots
+    #: staging transfers (G3->G2, G4->G2) still to land before the G2->G1 copy
+    stages: int = 0
 
 
 @dataclass(slots=True)
@@ -149,7 +154,7 @@ class G1Model:
     free: int
     now: float
 
-    def __init__(self, config: ManagerConfig) -> None:
+    def __init__(self, config: ManagerConfig, *, worker: int = 0, tiers: LowerTiers | None = None) -> None:
         if config.profile not in ("kvbm", "atomic"):
             raise ConfigError(f"G1Model runs the kvbm and atomic profiles, not {config.profile!r}")
         self.config = config
@@ -192,6 +197,19 @@ class G1Model:
         self._evicted_meta: dict[int, Block] = {}
         #: the rules behind the current step (``reference.labels``)
         self.trace = Trace()
+        # the lower tiers (G3, G4): shared with the other workers of the
+        # process when a ``process.Process`` passes them in
+        self.worker = worker
+        if tiers is None and off is not None and off.lower_tiers():
+            tiers = LowerTiers(off)
+        self.tiers = tiers
+        if tiers is not None:
+            tiers.workers[worker] = self
+        #: lower-tier events this worker publishes, not numbered yet:
+        #: (storage tier, "stored" | "removed", sequence hash, metadata)
+        self.outbox: list[tuple[StorageTier, str, int, G2Entry | None]] = []
+        #: host-pinned events of G2 evictions made room for staged blocks
+        self._pending_tier_g2_events: list[KvEvent] = []
 
     # ------------------------------------------------------------------ queries
     def counters(self) -> Counters:
@@ -226,6 +244,10 @@ class G1Model:
     def earliest_deadline(self) -> float | None:
         if self.shared:
             times = [t for t in (link.earliest() for link in self.links.values()) if t is not None]
+            if self.tiers is not None:
+                lower = self.tiers.earliest(self.worker)
+                if lower is not None:
+                    times.append(lower)
             return min(times, default=None)
         return min((t.deadline for t in self.pending), default=None)
 
@@ -269,14 +291,75 @@ class G1Model:
             tuple((i, _batch_key(t)) for i, t in sorted(self.transfers.items())),
             tuple(_batch_key(b) for b in self.waiting),
             tuple(sorted(self.inflight.items())),
+            self.tiers.state() if self.tiers is not None else None,
+            tuple(self.outbox),
         )
 
     # --------------------------------------------------------------- dispatch
     def apply(self, op: Operation, *, prefer: Collection[int] = ()) -> Step:
         self.trace.start()
+        if self.tiers is not None:
+            self.tiers.did = self.trace.did  # type: ignore[assignment]
         step = self._dispatch(op, prefer)
+        if self.outbox:
+            step.events = [*step.events, *self.drain_outbox()]
         step.labels = self.trace.labels(step.events)
         return step
+
+    # ------------------------------------------------------ lower tiers (G3/G4)
+    def drain_outbox(self) -> list[KvEvent]:
+        """Number and publish the lower-tier events this worker owes, in the
+        order they happened (after the step's own G1 and G2 events)."""
+        out: list[KvEvent] = []
+        for tier, kind, seq, e in self.outbox:
+            if kind == "removed":
+                ev = self._removed([seq], tier)
+            else:
+                assert e is not None
+                ev = make_stored(
+                    self.next_event_id,
+                    [seq],
+                    [e.local_hash],
+                    e.parent_hash,
+                    dp_rank=self.dp_rank,
+                    tier=tier,
+                    token_ids=[e.token_ids] if e.token_ids is not None else None,
+                )
+                self.next_event_id += 1
+            out.append(self.trace.event(ev, _TIER_EVENT))
+        self.outbox = []
+        return out
+
+    def tier_event(self, tier: StorageTier, kind: str, seq: int, entry: G2Entry | None) -> None:
+        self.outbox.append((tier, kind, seq, entry))
+
+    def tier_pin(self, seqs: list[int]) -> list[int]:
+        """A lower-tier copy pins its G2 source blocks (those G2 holds)."""
+        held = [s for s in seqs if s in self.g2tier]
+        self.g2tier.pin(held)
+        return held
+
+    def tier_unpin(self, seqs: list[int]) -> None:
+        self.g2tier.unpin(seqs)
+
+    def tier_staged(self, job: Any, entries: list[G2Entry]) -> None:
+        """TIER-ONBOARD: staged blocks land in G2 (silently: Dynamo has no
+        router metadata for them), pinned for the swap-in; when the last
+        staging transfer has landed the G2->G1 copy of the whole run starts."""
+        assert isinstance(job, _Onboard)
+        self.g2tier.admitted -= len(entries)
+        for e in entries:
+            if e.seq not in self.g2tier:
+                got, victims = self.g2tier.make_room()
+                self._pending_tier_g2_events.extend(self._g2_evicted(victims))
+                if not got:
+                    continue
+                self.g2tier.register(e)
+                self.g2tier.silent.add(e.seq)
+            self.g2tier.pin([e.seq])
+        job.stages -= 1
+        if job.stages == 0:
+            self._start_transfer("onboard", job, job.slots)
 
     def _dispatch(self, op: Operation, prefer: Collection[int]) -> Step:
         if isinstance(op, Use):
@@ -746,10 +829,16 @@ class G1Model:
         if op.now_ms < self.now:
             return Step(OpResult(value=self._tick_value(0, 0)), [])
         self.now = op.now_ms
+        if self.tiers is not None:
+            self.tiers.advance(self.now)
         if self.shared:
             done, events = self._tick_shared()
         else:
             done, events = self._tick_fifo()
+        if self.tiers is not None:
+            self.tiers.deliver(self.worker)
+            events.extend(self._pending_tier_g2_events)
+            self._pending_tier_g2_events = []
         return Step(OpResult(value=self._tick_value(done, quarantined - self.quarantined)), events)
 
     def _tick_value(self, transfers: int, released: int) -> int | None:
@@ -890,6 +979,8 @@ class G1Model:
                 events.extend(self._arrive_in_g2(e))
         for e in batch.entries:
             self._settle(batch.job, e)
+        if self.tiers is not None:
+            self.tiers.cascade(self.worker, [e for e in batch.entries if e.seq in self.g2tier])
         return events
 
     # --------------------------------------------------------- G2 arrivals
@@ -897,6 +988,9 @@ class G1Model:
         """The host-pinned Removed of G2's victims, one per block."""
         out: list[KvEvent] = []
         for v in victims:
+            if v in self.g2tier.silent:  # staged from G3/G4: never announced
+                self.g2tier.silent.discard(v)
+                continue
             self.trace.did("G2-EVICT")
             out.append(self.trace.event(self._removed([v], "host_pinned"), _G2_EVICTED))
         return out
@@ -963,7 +1057,8 @@ class G1Model:
             if g2 is None:
                 break
             prefix.append((blk.seq_hash, blk.plh, g2))
-        if not prefix:
+        staged = self._lower_tier_run(op, len(prefix))
+        if not prefix and not staged:
             return Step(OpResult(value=0, status="no_hits"), [])
         lineage = self.offload.g2_eviction == "lineage"
         seqs = [seq for seq, _plh, _e in prefix]
@@ -972,18 +1067,20 @@ class G1Model:
         self._evicted_meta = {}
         reserved = 0
         evicted: list[int] = []
-        while reserved < len(prefix):
+        total = len(prefix) + len(staged)
+        while reserved < total:
             got, victim = self._take_slot(prefer)
             if victim is not None:
                 evicted.append(victim)
             if not got:
                 if victim is None:  # no slot at all: the seed reports no hits
                     self.free += reserved  # the reserved slots are given back
+                    self.g2tier.admitted -= len(staged)
                     return Step(OpResult(value=0, status="no_hits"), self._end_unreserved_swap_in(seqs, evicted))
                 # blocked on a G1 offload: while the reserved slots are still
                 # held, evict (and quarantine) as many more victims as the
                 # reservation still lacks, so that they offload together
-                for _ in range(len(prefix) - reserved - 1):
+                for _ in range(total - reserved - 1):
                     if self.free:
                         break
                     v = self._pick_victim(prefer)
@@ -992,18 +1089,47 @@ class G1Model:
                     self._evict(v)
                     evicted.append(v)
                 self.free += reserved  # then the reserved slots are given back
+                self.g2tier.admitted -= len(staged)
                 return Step(OpResult(value=0, status="blocked_on_offload"), self._end_unreserved_swap_in(seqs, evicted))
             reserved += 1
         self.trace.did("SWAPIN-RESERVE")
         self.reserved += reserved
         if not lineage:  # copying a block back counts as a use of it in G2
             self.g2tier.pin(seqs)
-        job = _Onboard(prefix, op.parent, reserved)
-        if self.shared:
+        job = _Onboard(prefix + [(e.seq, e.plh, e) for _tier, e in staged], op.parent, reserved)
+        if staged:
+            assert self.tiers is not None
+            for tier in ("g3", "g4"):
+                part = [e for t, e in staged if t == tier]
+                if part:
+                    job.stages += 1
+                    self.tiers.stage(self.worker, tier, part, job)
+        elif self.shared:
             self._start_transfer("onboard", job, reserved)
         else:
             self._queue("onboard", job)
         return Step(OpResult(value=reserved, status="scheduled"), self._publish_evictions(evicted))
+
+    def _lower_tier_run(self, op: SwapIn, start: int) -> list[tuple[str, G2Entry]]:
+        """TIER-ONBOARD: past the G2 prefix, the run G3 holds, then the run G4
+        holds (Dynamo's planner: tiers in that order, no interleaving). Staged
+        only if G2 can take them all now (its staging reservation, all or
+        nothing, ``engine.rs`` ``prepare_onboard_prefix``); else nothing."""
+        if self.tiers is None:
+            return []
+        run: list[tuple[str, G2Entry]] = []
+        rest = op.blocks[start:]
+        for tier in ("g3", "g4"):
+            while rest:
+                e = self.tiers.lookup(tier, rest[0].seq_hash, plh_id(rest[0].plh))
+                if e is None:
+                    break
+                run.append((tier, e))
+                rest = rest[1:]
+        if not run or self.g2tier.available() - self.g2tier.admitted < len(run):
+            return []
+        self.g2tier.admitted += len(run)
+        return run
 
     def _end_unreserved_swap_in(self, seqs: list[int], evicted: list[int]) -> list[KvEvent]:
         """A swap-in that reserved no destination (blocked or no hits) ends:

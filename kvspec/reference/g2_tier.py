@@ -60,6 +60,10 @@ class G2Tier:
         #: at_start: blocks admitted at enqueue and not arrived yet (Dynamo's
         #: CapacityReservations counter)
         self.admitted = 0
+        #: blocks staged back from G3/G4 for a swap-in: registered with no
+        #: router metadata, so neither their arrival nor their eviction is
+        #: published (Dynamo's G2 event translation finds no metadata for them)
+        self.silent: set[int] = set()
 
     # ---------------------------------------------------------------- queries
     def __contains__(self, seq: object) -> bool:
@@ -92,7 +96,14 @@ class G2Tier:
 
     def state(self) -> tuple[object, ...]:
         pool = sorted((k, n.seq, n.tick, n.parent, n.children) for k, n in self.pool._nodes.items())
-        return (tuple(self.blocks), pool, tuple(sorted(self.pins.items())), self.reserved, self.admitted)
+        return (
+            tuple(self.blocks),
+            pool,
+            tuple(sorted(self.pins.items())),
+            self.reserved,
+            self.admitted,
+            tuple(sorted(self.silent)),
+        )
 
     # --------------------------------------------------------------- changes
     def evict_one(self) -> int | None:
@@ -148,6 +159,8 @@ class G2Tier:
         if self.eviction != "lineage":
             return
         for s in seqs:
+            if s not in self.pins:
+                continue
             n = self.pins[s] - 1
             if n:
                 self.pins[s] = n

@@ -84,6 +84,16 @@ SEMANTICS: dict[str, SemanticsOption] = {
             "what a Tick returns: none (Dynamo's KvManager::tick_offload_engine returns nothing), released_slots "
             "(MockOffloadEngine::tick: the G1 source slots the tick gave back), transfers (transfers completed)",
         ),
+        SemanticsOption(
+            "lower_tier_events",
+            ("none", "owner"),
+            "none",
+            "none",
+            "offload",
+            "none: G3 and G4 publish no router events (Dynamo's mocker); owner: the worker whose put completed "
+            "publishes a disk (G3) or external (G4) Stored, and a G3 victim's Removed comes from the worker "
+            "that put it",
+        ),
     ]
 }
 
@@ -92,6 +102,7 @@ G2Eviction = Literal["lineage", "lru"]
 G2Allocation = Literal["at_start", "at_completion"]
 Dedup = Literal["filter", "resend"]
 TickResult = Literal["none", "released_slots", "transfers"]
+LowerTierEvents = Literal["none", "owner"]
 
 
 class OffloadConfig(Wire):
@@ -118,6 +129,27 @@ class OffloadConfig(Wire):
     g2_allocation: G2Allocation = "at_start"
     dedup: Dedup = "filter"
     tick_result: TickResult = "none"
+    #: G3 (local disk), shared by every worker of the process; None: off
+    #: (Dynamo's ``num_g3_blocks``)
+    num_g3_blocks: int | None = Field(default=None, ge=1)
+    #: G2 <-> G3 bandwidth, each direction (a shared link per direction)
+    bandwidth_g3_gbps: float = Field(default=1.0, gt=0)
+    #: G4 (object store), shared by every worker of the process (Dynamo's
+    #: ``enable_g4_storage``); it never evicts
+    g4: bool = False
+    #: G2 <-> G4 bandwidth, each direction (a shared link per direction)
+    bandwidth_g4_gbps: float = Field(default=1.0, gt=0)
+    lower_tier_events: LowerTierEvents = "none"
+
+    @model_validator(mode="after")
+    def _lower_tiers_need_the_shared_link(self) -> OffloadConfig:
+        if (self.num_g3_blocks is not None or self.g4) and self.link != "shared":
+            raise ValueError("G3 and G4 hang off Dynamo's pipelines: they need link = 'shared'")
+        return self
+
+    def lower_tiers(self) -> bool:
+        """Is G3 or G4 on?"""
+        return self.num_g3_blocks is not None or self.g4
 
     @classmethod
     def legacy(cls, **kw: object) -> OffloadConfig:

@@ -60,6 +60,14 @@ class RuleId(StrEnum):
     SWAPIN_RESERVE = "SWAPIN-RESERVE"
     SWAPIN_SKIP_PRESENT = "SWAPIN-SKIP-PRESENT"
     SWAPIN_ANCHOR = "SWAPIN-ANCHOR"
+    # -- the lower tiers (G3 disk, G4 object store), shared by workers -------
+    TIER_CASCADE = "TIER-CASCADE"
+    TIER_DEDUP = "TIER-DEDUP"
+    TIER_ADMIT = "TIER-ADMIT"
+    TIER_EVICT = "TIER-EVICT"
+    TIER_OWNER = "TIER-OWNER"
+    TIER_ONBOARD = "TIER-ONBOARD"
+    TIER_EVENTS = "TIER-EVENTS"
     # -- hashing ------------------------------------------------------------
     HASH_LOCAL = "HASH-LOCAL"
     HASH_SEQUENCE = "HASH-SEQUENCE"
@@ -128,6 +136,7 @@ class Concern(StrEnum):
     PAGED = "paged"
     SESSION = "session"
     RADIX = "radix"
+    TIERS = "shared tiers"
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +160,7 @@ _L, _P, _V, _O, _H, _I = (
     Concern.HASHING,
     Concern.INVARIANT,
 )
-_PG, _SE, _RX = Concern.PAGED, Concern.SESSION, Concern.RADIX
+_PG, _SE, _RX, _T = Concern.PAGED, Concern.SESSION, Concern.RADIX, Concern.TIERS
 
 RULES: dict[RuleId, Rule] = {
     r.id: r
@@ -196,6 +205,29 @@ RULES: dict[RuleId, Rule] = {
         Rule(RuleId.SWAPIN_RESERVE, _O, "swap-in reserves destination slots before anything else"),
         Rule(RuleId.SWAPIN_SKIP_PRESENT, _O, "swap-in skips blocks already in G1"),
         Rule(RuleId.SWAPIN_ANCHOR, _O, "swapped-in blocks are registered inactive, Stored anchored to the prefix"),
+        Rule(RuleId.TIER_CASCADE, _T, "a block that reaches G2 is copied on to G3 and G4, each once"),
+        Rule(
+            RuleId.TIER_DEDUP,
+            Concern.TIERS,
+            "a shared tier holds a block once: one held or on its way there is not sent again",
+        ),
+        Rule(
+            RuleId.TIER_ADMIT,
+            Concern.TIERS,
+            "lower-tier copies are admitted against shared room and pin their G2 source",
+        ),
+        Rule(RuleId.TIER_EVICT, _T, "a full G3 evicts a lineage leaf when a copy starts; G4 never evicts"),
+        Rule(
+            RuleId.TIER_OWNER,
+            Concern.TIERS,
+            "a shared-tier transfer takes effect when the worker that started it ticks",
+        ),
+        Rule(RuleId.TIER_ONBOARD, _T, "a swap-in hit in G3 or G4 goes through G2: staged first, then G2 to G1"),
+        Rule(
+            RuleId.TIER_EVENTS,
+            Concern.TIERS,
+            "lower-tier events: none, or the owning worker's, never before completion",
+        ),
         Rule(RuleId.HASH_LOCAL, _H, "local hash = xxh3-64, seed 1337, over the tokens as little-endian u32"),
         Rule(RuleId.HASH_SEQUENCE, _H, "sequence hash chains the parent's sequence hash with the local hash"),
         Rule(RuleId.INV_CONSERVE, _I, "free + partial + active + inactive + quarantined = capacity"),
@@ -320,6 +352,13 @@ RuleName = Literal[
     "SWAPIN-RESERVE",
     "SWAPIN-SKIP-PRESENT",
     "SWAPIN-ANCHOR",
+    "TIER-CASCADE",
+    "TIER-DEDUP",
+    "TIER-ADMIT",
+    "TIER-EVICT",
+    "TIER-OWNER",
+    "TIER-ONBOARD",
+    "TIER-EVENTS",
     "HASH-LOCAL",
     "HASH-SEQUENCE",
     "INV-CONSERVE",

@@ -127,9 +127,9 @@ def load_scenario(path: Path) -> Scenario:
 
 def all_scenarios(directory: Path = SCENARIO_DIR) -> list[tuple[Path, Scenario]]:
     """Every scenario file under ``directory`` (recursively), sorted by path;
-    the allocator-level folders (``paged/``, ``session/``) and ``radix/`` have their own
+    the allocator-level folders (``paged/``, ``session/``), ``radix/`` and ``tiers/`` have their own
     format (``spec.manager_scenario``, ``spec.radix_wire``) and are left out."""
-    skip = {directory / d for d in ("paged", "session", "radix")}
+    skip = {directory / d for d in ("paged", "session", "radix", "tiers")}
     return [(p, _load_unchanged(p)) for p in sorted(directory.rglob("*.json")) if not skip & set(p.parents)]
 
 

@@ -192,6 +192,10 @@ fn offload_config(o: &Json) -> Result<OffloadConfig, Refusal> {
         "transfers" => TickResult::Transfers,
         v => return Err(bad(format!("tick_result {v}"))),
     };
+    // G3 and G4 (issue 25) are not ported yet: refuse them rather than run without them
+    if o.opt("num_g3_blocks").and_then(Json::as_u64).is_some() || matches!(o.opt("g4"), Some(Json::Bool(true))) {
+        return Err(bad("G3/G4 lower tiers are not implemented by this port".into()));
+    }
     let batch_size = o.opt("batch_size").and_then(Json::as_u64).unwrap_or(32) as usize;
     Ok(OffloadConfig {
         num_g2_blocks: num,
