@@ -44,7 +44,14 @@ from kvspec.streams.results import finding_json, format_at
 
 PRODUCERS = ("auto", "dynamo", "vllm", "sglang", "kvspec")
 #: the producer a format implies
-FORMAT_PRODUCER = {"router": "dynamo", "kvspec": "kvspec", "zmq": "vllm", "vllm": "vllm", "live": "vllm"}
+FORMAT_PRODUCER = {
+    "router": "dynamo",
+    "kvspec": "kvspec",
+    "zmq": "vllm",
+    "vllm": "vllm",
+    "live": "vllm",
+    "eventplane": "dynamo",
+}
 #: findings kept in memory for the results file
 KEEP = 1000
 
@@ -272,6 +279,25 @@ class Checker:
         )
         out -= {str(RuleId.CLEAR_ALL), str(RuleId.G2_EVICT)}  # need the operations, not only the stream
         return sorted(out)
+
+    def use_producer(self, producer: str, args: argparse.Namespace) -> None:
+        """Take ``producer``'s semantics before any event was applied (``watch``
+        learns at its first message that a feed is Dynamo's event plane); the
+        options the user gave still win, as in ``__init__``."""
+        sem = SEMANTICS[producer]
+        self.producer = producer
+        counting = args.counting or (self.profile.view_mode if self.profile else sem.counting)
+        self.view.mode = "copies" if counting == "copies" else "set"
+        if not args.mid_stream and args.first_event_id is None:
+            self.view.first_event_id = sem.first_event_id
+        if args.anchor_tiers is None:
+            self.view.anchored_tiers = None if sem.anchor_all_tiers else frozenset(("device",))
+        self.settings.update(
+            producer=producer,
+            counting=counting,
+            first_event_id=self.view.first_event_id,
+            anchored_tiers="all" if self.view.anchored_tiers is None else "device",
+        )
 
     def settle_producer(self) -> None:
         """A feed read as vLLM's by default that showed SGLang's signed hashes

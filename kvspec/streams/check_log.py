@@ -40,6 +40,7 @@ from typing import IO
 
 from kvspec.spec.errors import WireError
 from kvspec.streams.check import FORMAT_PRODUCER, Checker, UsageError, add_checker_arguments
+from kvspec.streams.eventplane import EventPlaneFeed
 from kvspec.streams.formats import (
     FORMATS,
     MAX_RECORD_BYTES,
@@ -87,8 +88,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--format",
         choices=FORMATS,
         default="auto",
-        help="router: Dynamo RouterEvent JSON lines; kvspec: kvspec event JSON lines; zmq: ZMQ capture JSON lines; "
-        "vllm: concatenated vLLM KVEventBatch msgpack payloads; auto (default): from the first record",
+        help="router: Dynamo RouterEvent JSON lines; kvspec: kvspec event JSON lines; zmq: ZMQ capture JSON lines "
+        "(vLLM-style feed: vLLM, SGLang, Dynamo's zmq_kv_events_port); eventplane: ZMQ capture of Dynamo's event "
+        "plane (RouterEvents in envelopes); vllm: concatenated vLLM KVEventBatch msgpack payloads; auto (default): "
+        "from the first record",
     )
     parser.add_argument(
         "-f",
@@ -247,6 +250,10 @@ def _reader(fmt: str, checker: Checker, args: argparse.Namespace, worker_id: int
         return RouterReader(checker.warn, limit)
     if fmt == "kvspec":
         return KvspecReader(checker.warn, limit, worker_id=args.worker_id)
+    if fmt == "eventplane":
+        plane = EventPlaneFeed(checker.view, checker.warn)
+        checker.feeds.append(plane)
+        return CaptureReader(plane, limit)
     feed = ZmqFeed(checker.view, worker_id=worker_id, mid_stream=args.mid_stream, producer=args.producer)
     checker.feeds.append(feed)
     checker.feed = feed
@@ -266,7 +273,7 @@ def _counts(checker: Checker, readers: list[Reader]) -> dict[str, int]:
         "live_blocks": checker.live_blocks(),
         "hash_checked_blocks": checker.hashes.checked_blocks,
     }
-    feeds: list[ZmqFeed] = checker.feeds
+    feeds: list[ZmqFeed | EventPlaneFeed] = checker.feeds
     if feeds:
         out.update(
             messages=sum(f.stats.messages for f in feeds),
@@ -275,6 +282,9 @@ def _counts(checker: Checker, readers: list[Reader]) -> dict[str, int]:
             duplicates=sum(f.stats.duplicates for f in feeds),
             late=sum(f.stats.late for f in feeds),
         )
+        publishers = sum(len(f.publishers) for f in feeds if isinstance(f, EventPlaneFeed))
+        if publishers:
+            out["publishers"] = publishers
     return out
 
 

@@ -11,6 +11,8 @@ the input cannot be read. Formats:
   Dynamo ``KvCacheEvent`` line is one too);
 - ``zmq``: a ZMQ capture (``capture.py``): multipart messages with their
   sequence numbers, each payload a vLLM ``KVEventBatch``;
+- ``eventplane``: a ZMQ capture of Dynamo's event plane (``eventplane.py``):
+  four frames per message, RouterEvents in a msgpack envelope;
 - ``vllm``: raw vLLM ``KVEventBatch`` msgpack payloads, concatenated.
 
 Limits: a line (or a msgpack batch) longer than ``max_record_bytes`` is an
@@ -32,7 +34,7 @@ import msgpack
 import msgspec
 import xxhash
 
-from kvspec.reference.router_view import RouterView, _Tier
+from kvspec.reference.router_view import At, RouterView, _Tier
 from kvspec.spec.codecs import (
     KVSPEC_DECODER,
     ROUTER_DECODER,
@@ -51,9 +53,9 @@ from kvspec.spec.hashing import SEED
 from kvspec.streams import fastview
 from kvspec.streams.capture import CAPTURE_DECODER, frames_of
 from kvspec.streams.hashcheck import HashCheck
-from kvspec.streams.zmqfeed import ZmqFeed
+from kvspec.streams.zmqfeed import FeedStats, ZmqFeed
 
-FORMATS = ("auto", "router", "kvspec", "zmq", "vllm")
+FORMATS = ("auto", "router", "kvspec", "zmq", "eventplane", "vllm")
 #: the longest line or batch read (a real event is a few kilobytes; a longer
 #: record would take memory out of proportion to the blocks it stores)
 MAX_RECORD_BYTES = 16 << 20
@@ -111,7 +113,7 @@ def detect(source: Path | bytes) -> str:
             return _guess_json(line)
         if isinstance(obj, dict):
             if "parts_b64" in obj:
-                return "zmq"
+                return "eventplane" if _event_plane_capture(obj["parts_b64"]) else "zmq"
             if "event" in obj and "worker_id" in obj:
                 return "router"
             if "event_id" in obj and "data" in obj:
@@ -127,6 +129,19 @@ def detect(source: Path | bytes) -> str:
         f"cannot tell the format: the input starts with byte 0x{b:02x}, neither a JSON object nor a msgpack "
         "array or map (name it with --format)"
     )
+
+
+def _event_plane_capture(parts: object) -> bool:
+    """Whether a capture line holds one of Dynamo's event plane messages."""
+    from kvspec.streams.eventplane import looks_like_event_plane
+
+    if not isinstance(parts, list) or len(parts) != 4 or not all(isinstance(p, str) for p in parts):
+        return False
+    try:
+        frames = [binascii.a2b_base64(p, strict_mode=True) for p in parts]
+    except (binascii.Error, ValueError):
+        return False
+    return looks_like_event_plane(frames)
 
 
 def _guess_json(line: bytes) -> str:
@@ -270,6 +285,43 @@ def _json_error(e: Exception, lineno: int, last: bool, line: bytes | None = None
 # ---------------------------------------------------------------- readers
 
 
+def apply_router_event(view: RouterView, m: RouterEventMsg, at: At) -> str:
+    """Apply one Dynamo RouterEvent through the view's methods (the
+    reference path of every RouterEvent input: lines, the event plane);
+    returns its kind. Raises WireError for what the wire model allows but a
+    RouterEvent cannot mean (no blocks, a hash above 64 bits, both variants)."""
+    ev = m.event
+    w = m.worker_id
+    eid = ev.event_id
+    if w > U64_MAX or eid > U64_MAX:
+        raise WireError("worker_id or event_id does not fit in 64 bits")
+    data = ev.data
+    if type(data) is EventDataMsg:
+        s = data.stored
+        if s is not None and data.removed is None:
+            blocks = s.blocks
+            if not blocks:
+                raise WireError("a stored event names no blocks")
+            hs = [b.block_hash for b in blocks]
+            ths = [b.tokens_hash for b in blocks]
+            p = s.parent_hash
+            if max(hs) > U64_MAX or max(ths) > U64_MAX or (p is not None and p > U64_MAX):
+                raise WireError("a hash does not fit in 64 bits")
+            view.on_stored(w, ev.dp_rank, m.storage_tier, eid, p, hs, ths, None, None, at)
+            return "stored"
+        r = event_data(data)
+        assert isinstance(r, RemoveDataMsg)
+        hs = r.block_hashes
+        if not hs:
+            raise WireError("a removed event names no blocks")
+        if max(hs) > U64_MAX:
+            raise WireError("a hash does not fit in 64 bits")
+        view.on_removed(w, ev.dp_rank, m.storage_tier, eid, hs, at)
+        return "removed"
+    view.on_cleared(w, ev.dp_rank, m.storage_tier, eid, at)
+    return "cleared"
+
+
 class RouterReader:
     """Dynamo RouterEvent JSON lines.
 
@@ -337,37 +389,10 @@ class RouterReader:
     def _apply(self, m: RouterEventMsg, lineno: int, view: RouterView) -> str:
         """Apply one decoded line through the view's methods (the reference
         path); returns its kind."""
-        ev = m.event
-        w = m.worker_id
-        eid = ev.event_id
-        data = ev.data
-        if type(data) is EventDataMsg:
-            s = data.stored
-            if s is not None and data.removed is None:
-                blocks = s.blocks
-                if not blocks:
-                    raise StreamError("a stored event names no blocks", f"line {lineno}")
-                hs = [b.block_hash for b in blocks]
-                ths = [b.tokens_hash for b in blocks]
-                p = s.parent_hash
-                if max(hs) > U64_MAX or max(ths) > U64_MAX or (p is not None and p > U64_MAX):
-                    raise StreamError("a hash does not fit in 64 bits", f"line {lineno}")
-                view.on_stored(w, ev.dp_rank, m.storage_tier, eid, p, hs, ths, None, None, lineno)
-                return "stored"
-            try:
-                r = event_data(data)
-            except WireError as e:
-                raise StreamError(str(e), f"line {lineno}") from None
-            assert isinstance(r, RemoveDataMsg)
-            hs = r.block_hashes
-            if not hs:
-                raise StreamError("a removed event names no blocks", f"line {lineno}")
-            if max(hs) > U64_MAX:
-                raise StreamError("a hash does not fit in 64 bits", f"line {lineno}")
-            view.on_removed(w, ev.dp_rank, m.storage_tier, eid, hs, lineno)
-            return "removed"
-        view.on_cleared(w, ev.dp_rank, m.storage_tier, eid, lineno)
-        return "cleared"
+        try:
+            return apply_router_event(view, m, lineno)
+        except WireError as e:
+            raise StreamError(str(e), f"line {lineno}") from None
 
     def _tail(self, m: RouterEventMsg, view: RouterView, lineno: int, strict: bool, hcheck: HashCheck | None) -> None:
         """The end of a Removed the C path applied (code 3): the hash check's
@@ -759,10 +784,19 @@ class KvspecReader:
             st.cleared += 1
 
 
-class CaptureReader:
-    """A ZMQ capture (``capture.py``)."""
+class Feed(Protocol):
+    """What turns a captured message into events: ``ZmqFeed`` (vLLM-style
+    feeds) or ``eventplane.EventPlaneFeed`` (Dynamo's event plane)."""
 
-    def __init__(self, feed: ZmqFeed, limit: int = MAX_RECORD_BYTES) -> None:
+    stats: FeedStats
+
+    def feed(self, frames: list[bytes], at: At = None, *, replayed: bool = False) -> int: ...
+
+
+class CaptureReader:
+    """A ZMQ capture (``capture.py``) of either kind of feed."""
+
+    def __init__(self, feed: Feed, limit: int = MAX_RECORD_BYTES) -> None:
         self.feed = feed
         self.limit = limit
         self.stats = ReadStats()
@@ -856,7 +890,7 @@ class PayloadReader:
         _copy_feed_stats(self.feed, st)
 
 
-def _copy_feed_stats(feed: ZmqFeed, st: ReadStats) -> None:
+def _copy_feed_stats(feed: Feed, st: ReadStats) -> None:
     fs = feed.stats
     st.events, st.stored, st.removed, st.cleared = fs.events, fs.stored, fs.removed, fs.cleared
 
@@ -869,5 +903,6 @@ def describe(fmt: str) -> str:
         "router": "Dynamo RouterEvent JSON lines",
         "kvspec": "kvspec event JSON lines",
         "zmq": "ZMQ capture (vLLM-style feed)",
+        "eventplane": "ZMQ capture of Dynamo's event plane",
         "vllm": "vLLM KVEventBatch msgpack payloads",
     }.get(fmt, fmt)

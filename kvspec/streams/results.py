@@ -37,7 +37,7 @@ STATUS: dict[int, Status] = {0: "clean", 1: "findings", 2: "unreadable"}
 
 
 #: what a record is called in each input format
-RECORD = {"router": "line", "kvspec": "line", "zmq": "line", "vllm": "batch", "live": "message"}
+RECORD = {"router": "line", "kvspec": "line", "zmq": "line", "eventplane": "line", "vllm": "batch", "live": "message"}
 
 
 def format_at(at: object, fmt: str = "router") -> str:

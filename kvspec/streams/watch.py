@@ -1,7 +1,9 @@
-"""``kvspec watch tcp://HOST:PORT``: check a live vLLM-style ZMQ KV event feed.
+"""``kvspec watch tcp://HOST:PORT``: check a live ZMQ KV event feed.
 
 It subscribes to a publisher's PUB socket (vLLM's ``ZmqEventPublisher``,
-SGLang's, or the ai-dynamo mocker's ``zmq_kv_events_port``) and runs every
+SGLang's, the ai-dynamo mocker's ``zmq_kv_events_port``, or Dynamo's event
+plane, whose four-frame messages are recognised at the first one:
+``eventplane.py``) and runs every
 message through the same checker as ``kvspec check-log`` (``ZmqFeed`` into
 the router view): findings are printed as they happen, and a status line
 (events/s, live blocks per worker and tier, findings per rule) goes to
@@ -38,6 +40,7 @@ import zmq
 from kvspec.spec.errors import WireError
 from kvspec.streams.capture import CaptureWriter
 from kvspec.streams.check import Checker, UsageError, add_checker_arguments
+from kvspec.streams.eventplane import AutoFeed
 from kvspec.streams.formats import MAX_RECORD_BYTES
 from kvspec.streams.junit import junit_xml, write_junit
 from kvspec.streams.results import results, write_json
@@ -53,7 +56,11 @@ example:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EPILOG
-    parser.add_argument("endpoint", help="the publisher's PUB socket, e.g. tcp://127.0.0.1:5557")
+    parser.add_argument(
+        "endpoint",
+        help="the publisher's PUB socket, e.g. tcp://127.0.0.1:5557: a vLLM-style feed (vLLM, SGLang, Dynamo's "
+        "zmq_kv_events_port) or Dynamo's event plane (ZMQ), told apart at the first message",
+    )
     parser.add_argument(
         "--replay",
         default=None,
@@ -248,7 +255,11 @@ def run(args: argparse.Namespace) -> int:
         if not args.endpoint.startswith(("tcp://", "ipc://", "inproc://")):
             raise UsageError(f"endpoint {args.endpoint!r} is not a ZMQ endpoint (tcp://HOST:PORT)")
         checker = Checker(args, "live", where=args.endpoint)
-        feed = ZmqFeed(checker.view, worker_id=args.worker_id, mid_stream=args.mid_stream, producer=args.producer)
+        feed = (
+            ZmqFeed(checker.view, worker_id=args.worker_id, mid_stream=args.mid_stream, producer=args.producer)
+            if args.replay is not None  # a replay socket: the vLLM-style feed
+            else AutoFeed(checker, args)  # or Dynamo's event plane, told by the first message
+        )
         checker.feed = feed
         checker.feeds.append(feed)
         watch = Watch(args, checker, feed)
@@ -311,7 +322,12 @@ def run(args: argparse.Namespace) -> int:
         doc = results(
             tool="kvspec watch",
             exit_code=code,
-            input={"endpoint": args.endpoint, "replay": args.replay, "format": "zmq", **checker.settings},
+            input={
+                "endpoint": args.endpoint,
+                "replay": args.replay,
+                "format": "eventplane" if checker.fmt == "eventplane" else "zmq",
+                **checker.settings,
+            },
             counts=counts,
             findings_by_rule=checker.counts,
             ignored_by_rule=checker.ignored,
