@@ -327,7 +327,7 @@ def test_results_json_and_junit(tmp_path: Path, capsys: pytest.CaptureFixture[st
     code, _, _ = run(capsys, str(log), "--json", str(res), "--junit", str(junit))
     assert code == 1
     doc = json.loads(res.read_text())
-    assert doc["format"] == 2 and doc["tool"] == "kvspec check-log"
+    assert doc["format"] == 3 and doc["tool"] == "kvspec check-log"
     assert doc["status"] == "findings" and doc["exit_code"] == 1
     assert doc["input"]["format"] == "router" and doc["input"]["producer"] == "dynamo"
     assert doc["findings_by_rule"]["EVENT-ID"] == 1

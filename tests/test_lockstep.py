@@ -127,7 +127,7 @@ def test_missing_removed_is_remove_exact_with_a_readable_report(tmp_path: Path) 
     assert "expected: #3 Removed[3]" in text and "actual:   (none)" in text
     assert f"replay file: {path}" in text
     lines = [json.loads(x) for x in path.read_text().splitlines()]
-    assert lines[0]["kvspec_replay"] == 1 and lines[0]["adapter"] == "broken"
+    assert lines[0]["kvspec_replay"] == 2 and lines[0]["adapter"] == "broken"
     assert ManagerConfig.model_validate(lines[0]["config"]) == config
     assert lines[0]["failure"]["rule"] == "REMOVE-EXACT" and lines[0]["failure"]["step"] == 3
     assert len(lines) == 1 + 4  # header + operations up to the failing one

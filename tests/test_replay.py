@@ -139,13 +139,22 @@ def _write_failure(path: Path, adapter_name: str) -> None:
             ls.step(op)
 
 
-def test_replay_defaults_to_the_adapter_named_in_the_file(
+def test_a_file_that_records_no_implementation_is_refused_without_impl(
     adapters: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """A file that names an adapter but not its folder (no replay target, as
+    an older kvspec wrote them) is not run against whatever the name finds:
+    that printed "passed" for the bundled reference instead of the port."""
     path = tmp_path / "r.jsonl"
-    _write_failure(path, "reference")  # recorded as if the bundled reference had failed
-    assert cli.main(["replay", str(path)]) == 0
-    assert "against reference" in capsys.readouterr().out
+    _write_failure(path, "reference")  # names the bundled reference, records no folder
+    assert cli.main(["replay", str(path)]) == 2
+    out = capsys.readouterr().out
+    assert "does not record the adapter folder" in out and "--impl=" in out, out
+    assert "replay passed" not in out and "against reference" not in out
+    # with --impl it runs (and says against what)
+    assert cli.main(["replay", str(path), f"--impl={adapters['drop_removed']}"]) == 1
+    out = capsys.readouterr().out
+    assert "rule REMOVE-EXACT" in out and f"against {adapters['drop_removed']}" in out
 
 
 def test_replay_reports_model_drift(

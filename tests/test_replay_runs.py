@@ -11,6 +11,7 @@ directly.
 from __future__ import annotations
 
 import json
+import platform
 import re
 import shlex
 from collections.abc import Callable
@@ -161,7 +162,13 @@ def test_prune_keeps_the_newest_run_folders_and_nothing_else_is_touched(tmp_path
     assert prune(tmp_path, 0) == []  # 0: keep all
 
 
-def test_the_header_records_the_implementation_and_old_files_still_load(tmp_path: Path) -> None:
+def test_the_header_records_the_implementation_and_old_files_still_load(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import hypothesis
+
+    import kvspec
+    from kvspec import cli
     from kvspec.adapters.reference.adapter import ReferenceImplementation
 
     config = ManagerConfig(profile="kvbm", capacity=1, eviction="lru")
@@ -174,16 +181,40 @@ def test_the_header_records_the_implementation_and_old_files_still_load(tmp_path
     ):
         ls.step(op)
     ls.write_replay(_divergence())
-    assert load_replay(path).target == target
+    rf = load_replay(path)
+    assert rf.target == target and rf.recorded
+    # the versions it was written under (not computed by the code under test:
+    # read from the packages themselves)
+    assert rf.versions is not None
+    assert (rf.versions.kvspec, rf.versions.hypothesis) == (kvspec.__version__, hypothesis.__version__)
+    assert rf.versions.python == platform.python_version() and len(rf.versions.spec_digest) == 16
     assert replay_command(path, target).endswith(f"--impl={tmp_path / 'x' / 'early'}")
 
+    # a file of format 1 (no versions, then no adapter folder) still loads ...
     lines = path.read_text().splitlines()
     header = json.loads(lines[0])
+    header["kvspec_replay"] = 1
+    del header["versions"]
+    path.write_text("\n".join([json.dumps(header), *lines[1:]]) + "\n")
+    old = load_replay(path)
+    assert old.target == target and old.versions is None and not old.recorded
+    # ... but is not replayed without --impl: it cannot say what it ran under
+    assert cli.main(["replay", str(path)]) == 2
+    out = capsys.readouterr().out
+    assert "does not record the kvspec, Hypothesis and Python versions" in out, out
+    assert f"--impl={tmp_path / 'x' / 'early'}" in out  # the recorded folder, as a hint to paste
     for k in ("impl", "adapter_path", "variant", "effort", "hypothesis_seed"):
         del header[k]
     path.write_text("\n".join([json.dumps(header), *lines[1:]]) + "\n")
-    old = load_replay(path)
-    assert old.target is None and old.adapter == "x" and len(old.ops) == 2
+    older = load_replay(path)
+    assert older.target is None and older.adapter == "x" and len(older.ops) == 2
+    assert cli.main(["replay", str(path)]) == 2
+    assert "does not record the adapter folder" in capsys.readouterr().out
+    # a format this kvspec does not know is refused naming it
+    header["kvspec_replay"] = 9
+    path.write_text(json.dumps(header) + "\n")
+    assert cli.main(["replay", str(path)]) == 2
+    assert "replay format 9 is not one this kvspec reads (1, 2)" in capsys.readouterr().out
 
 
 def _divergence() -> Divergence:

@@ -1,8 +1,9 @@
 """The results JSON: ``pytest conformance --kvspec-results FILE`` and
-``kvspec check-log --json FILE`` write one model (format 2) that says per
+``kvspec check-log --json FILE`` write one model (format 3) that says per
 rule pass / fail / deviation / not applicable / not exercised with counts,
 the declared deviations with their scope and whether they were observed, the
-failures with their replay files, the capabilities and the spec version.
+failures with their replay files, the capabilities, the spec version and
+the run's provenance (the versions and settings that decided its traffic).
 
 The suite cases run real child pytest sessions against a small adapter
 (the probe adapters of tests/conftest.py: the reference, or the reference
@@ -12,12 +13,15 @@ operation)."""
 from __future__ import annotations
 
 import json
+import platform
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import hypothesis
 import pytest
 
+import kvspec
 import kvspec.conformance as conformance_pkg
 from kvspec.cli import main
 from kvspec.conformance.verdicts.results import ERRORED, RESULTS_FORMAT, load_results, rule_text, spec_version
@@ -95,6 +99,34 @@ def test_a_clean_run_says_per_rule_what_it_exercised_and_what_does_not_apply(pro
     assert rules["INV-NO-DUP"]["status"] == "not_exercised"
     assert doc["failures"] == [] and doc["deviations"] == []
     assert doc["counts"]["passed"] > 0 and doc["counts"]["skipped"] > 0
+    # what decided the traffic: versions read from the packages, not from kvspec's code
+    prov = doc["provenance"]
+    assert prov["versions"]["hypothesis"] == hypothesis.__version__
+    assert prov["versions"]["python"] == platform.python_version()
+    assert prov["versions"]["kvspec"] == kvspec.__version__
+    assert prov["versions"]["spec_digest"] == doc["spec"]["digest"]
+    assert prov["effort"] == "default" and prov["hypothesis_seed"] == "1"
+    assert prov["settings"] == {"max_examples": 60, "stateful_step_count": 40, "derandomize": True}
+    assert prov["adapter_path"].endswith("/adapter") and prov["variant"] is None
+    assert prov["profile"] == "kvbm" and prov["profile_options"] == {}
+
+
+def test_a_format_2_file_still_loads_without_provenance(tmp_path: Path) -> None:
+    """A results file of the previous format is read; it records no
+    provenance (whatever it holds), which the gate reports as such."""
+    doc = {
+        "format": 2,
+        "tool": "pytest conformance",
+        "spec": {"kvspec_version": "0.1.0", "digest": "abc"},
+        "implementation": {"name": "x"},
+        "status": "clean",
+        "exit_code": 0,
+        "provenance": {"versions": {"kvspec": "0", "spec_digest": "0", "hypothesis": "1", "python": "3"}},
+    }
+    p = tmp_path / "old.json"
+    p.write_text(json.dumps(doc))
+    res = load_results(p)
+    assert res.format == 2 and res.provenance is None
 
 
 def test_a_failure_names_its_rule_and_replay_file(tmp_path: Path, probe: Probe, suite: Suite) -> None:

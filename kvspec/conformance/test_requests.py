@@ -48,6 +48,8 @@ from kvspec.conformance.requests.workloads import Workload, load_workloads, seed
 from kvspec.conformance.run.manifest import Manifest
 from kvspec.conformance.run.plugin import replay_run
 from kvspec.conformance.verdicts.failures import ConformanceFailure
+from kvspec.conformance.verdicts.replay_file import recorded_header
+from kvspec.conformance.verdicts.replay_store import replay_command
 from kvspec.spec.errors import AdapterError
 from kvspec.spec.rules import RuleId
 
@@ -191,17 +193,23 @@ def radix_request_exploration(
     return _session_exploration("radix", kvspec_manifest, kvspec_adapter_dir, pytestconfig, kvspec_settings)
 
 
-def _write_replay(request: pytest.FixtureRequest, finding: Finding) -> Path | None:
+def _write_replay(request: pytest.FixtureRequest, finding: Finding) -> tuple[Path, str] | None:
+    """Write the finding's workload as a replay file recording this run (the
+    implementation and versions: ``kvspec replay FILE`` runs it against the
+    implementation that failed); returns the file and the command to replay it."""
     replays = replay_run(request.config)
     if replays is None:
         return None
     try:
         path = replays.path_for(f"requests-{finding.rule}")
         note = f"{finding.rule}: {finding.summary}"
-        path.write_text(finding.workload.model_copy(update={"note": note}).to_jsonl())
+        run = {**recorded_header(replays.target), "rule": str(finding.rule)}
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(finding.workload.model_copy(update={"note": note, "run": run}).to_jsonl())
+        tmp.replace(path)
     except OSError:
         return None
-    return path
+    return path, replay_command(path, replays.target)
 
 
 def _assert_ran(exp: Exploration) -> None:
@@ -259,6 +267,6 @@ def _report_rule(
     if finding is None and declared:
         finding = min(declared.values(), key=Finding.size)  # in scope: reported as the expected failure it is
     if finding is not None:
-        path = _write_replay(request, finding)
-        where = f"\nreplay file: {path}" if path is not None else ""
+        written = _write_replay(request, finding)
+        where = f"\nreplay file: {written[0]}\nrun again with: {written[1]}" if written is not None else ""
         raise ConformanceFailure(rule, finding.report() + where, site=finding.site())

@@ -90,7 +90,14 @@ def results(
     """The results document of a stream check. ``checked``: the rules the
     checker ran (default: every stream-checkable rule); ``ignored``: the
     rules left out with ``--ignore``."""
-    from kvspec.conformance.verdicts.results import ImplementationInfo, Results, spec_version, stream_rules
+    from kvspec.conformance.verdicts.provenance import Provenance
+    from kvspec.conformance.verdicts.results import (
+        ImplementationInfo,
+        Results,
+        current_versions,
+        spec_version,
+        stream_rules,
+    )
 
     inp = dict(input)
     producer = str(inp.get("producer") or inp.get("format") or "stream")
@@ -103,6 +110,8 @@ def results(
         options={k: v for k, v in inp.items() if k not in ("path", "endpoint")},
         status=STATUS[exit_code],
         exit_code=exit_code,
+        # a stream check generates nothing: its provenance is the versions that judged
+        provenance=Provenance(versions=current_versions(), profile=inp.get("profile")),
         rules=stream_rules(findings_by_rule, ignored_by_rule, events=events, checked=checked, ignored=ignored)
         if exit_code != 2
         else {},

@@ -2,9 +2,13 @@
 
 Without ``--impl`` the file's recorded adapter folder (absolute) and
 variant are used, so a file written for an adapter outside the tree replays
-from anywhere; a folder that is gone is a clear error (exit 2). A file
-written by an older kvspec records only the adapter's name, which is
-looked up as a bundled adapter.
+from anywhere; a folder that is gone is a clear error (exit 2). A file that
+does not record its implementation and the versions it ran under (an older
+kvspec's, a request workload written by hand) is refused with exit 2 unless
+``--impl`` names what to run it against: running it against whatever its
+adapter name finds once printed "conforms" for the bundled reference instead
+of the port that had failed. The recorded provenance is printed, and what
+differs from this process (kvspec, Hypothesis, Python) is said.
 
 A replay file is what a failing lockstep run leaves behind (its format:
 ``conformance/verdicts/replay_file.py``). Replaying opens the implementation with the
@@ -20,9 +24,11 @@ when the current model disagrees with them the spec or the model changed
 since the file was written, and the replay says so.
 
 A request-workload file (what the request-level layer writes for a finding,
-``conformance/requests/workloads.py``) is replayed by ``request_replay``: the same
-checks, through protocol version 2 for a subprocess or C ABI adapter
-(default adapter: ``reference_requests``).
+``conformance/requests/workloads.py``) is replayed by
+``conformance/requests/replay.py``: the same checks, through protocol
+version 2 for a subprocess or C ABI adapter, against the implementation the
+file records (or ``--impl``), refused like a block-level file when it
+records none.
 """
 
 from __future__ import annotations
@@ -35,7 +41,14 @@ from kvspec.conformance.block.lockstep import Lockstep
 from kvspec.conformance.block.opener import open_implementation
 from kvspec.conformance.run.manifest import Manifest, load_impl, load_manifest
 from kvspec.conformance.verdicts.failures import ConformanceFailure
-from kvspec.conformance.verdicts.replay_file import ReplayFile, ReplayFileError, load_replay, outcome_json
+from kvspec.conformance.verdicts.replay_file import (
+    ReplayFile,
+    ReplayFileError,
+    load_replay,
+    outcome_json,
+    provenance_lines,
+)
+from kvspec.conformance.verdicts.replay_store import NotRecordedError, open_recorded, unrecorded_message
 from kvspec.spec.errors import AdapterError, ConfigError
 
 __all__ = ["ReplayFile", "ReplayFileError", "ReplayResult", "load_replay", "replay", "run"]
@@ -103,26 +116,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _open_target(rf: ReplayFile, impl_arg: str | None) -> tuple[str, Path, Manifest]:
     """(what to call it, adapter folder, manifest) of the implementation to
-    replay against: ``--impl`` when given, else what the file recorded."""
+    replay against: ``--impl`` when given, else what the file recorded
+    (NotRecordedError when it records no implementation or no versions)."""
     if impl_arg is not None:
         return (impl_arg, *load_impl(impl_arg))
     t = rf.target
-    if t is None:
-        return (rf.adapter, *load_impl(rf.adapter))
-    folder = Path(t.adapter_path)
-    if not (folder / "manifest.toml").is_file():
-        raise ConfigError(
-            f"the adapter folder recorded in the file ({folder}, given as --impl={t.impl}) has no manifest.toml "
-            "any more (moved or deleted?); pass --impl=FOLDER to replay against another"
-        )
-    return (t.impl_option(), folder, load_manifest(folder, t.variant))
+    if t is None or not rf.recorded:
+        raise NotRecordedError(unrecorded_message(rf.path, t, rf.versions, rf.adapter))
+    return open_recorded(t)
 
 
 def run(args: argparse.Namespace) -> int:
-    from kvspec.conformance.requests.replay import DEFAULT_IMPL, is_request_workload, replay_files
+    from kvspec.conformance.requests.replay import is_request_workload, replay_files
 
     if is_request_workload(args.file):
-        return replay_files([args.file], args.impl or DEFAULT_IMPL)
+        return replay_files([args.file], args.impl)
     try:
         rf = load_replay(args.file)
     except ReplayFileError as e:
@@ -130,6 +138,13 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         impl, impl_dir, manifest = _open_target(rf, args.impl)
+    except NotRecordedError as e:
+        print(f"kvspec replay: {e}")
+        return 2
+    except ConfigError as e:
+        print(f"kvspec replay: cannot run {args.file} against {args.impl or 'the recorded adapter'}: {e}")
+        return 2
+    try:
         result = replay(rf, impl_dir, protocol_only=args.protocol_only, manifest=manifest)
     except (ConfigError, AdapterError) as e:
         print(f"kvspec replay: cannot run {args.file} against {args.impl or 'the recorded adapter'}: {e}")
@@ -140,6 +155,8 @@ def run(args: argparse.Namespace) -> int:
         f"capacity {rf.config.capacity}, against {impl}"
         + (f" (recorded failure: {recorded.get('rule')} at step {recorded.get('step')})" if recorded else "")
     )
+    for line in provenance_lines(rf.target, rf.versions):
+        print(line)
     if result.model_drift:
         print(
             "note: the reference model now expects something different from the file at step(s) "

@@ -1,11 +1,17 @@
 """Run one request workload (a replay or finding file) against an adapter.
 
+    kvspec replay FILE.jsonl                  # the implementation the file records
     kvspec replay FILE.jsonl --impl adapters/vllm_c_port
     python -m kvspec.conformance.requests.replay FILE.jsonl --impl adapters/rust_mocker
 
 prints each finding of ``conformance.requests.check`` with its report, or
 that the run conforms, and exits 1 when something was found (2 when a file
-cannot be read or the adapter cannot run). The suite's request-level layer
+cannot be read or the adapter cannot run). Without ``--impl`` a file runs
+against the adapter folder and variant its header records (a replay the
+suite wrote: ``workloads.py`` version 2); a workload that records none (a
+seed, an adapter's finding file, an older kvspec's replay) is refused with
+exit 2 instead of being run against a default adapter, which once printed
+"conforms (... against reference_requests)" for a port's real failure. The suite's request-level layer
 runs workloads the same way (``run_workload``): a subprocess or C ABI
 adapter through protocol version 2 (``transport.engine``). ``kvspec replay``
 hands a request-workload file (``is_request_workload``) to ``replay_files``.
@@ -23,10 +29,9 @@ from kvspec.conformance.requests.api import open_request_implementation
 from kvspec.conformance.requests.check import RunCheck, check_run
 from kvspec.conformance.requests.workloads import FORMAT, Workload, load_workload
 from kvspec.conformance.run.manifest import Manifest, load_impl
+from kvspec.conformance.verdicts.replay_file import ReplayFileError, provenance_lines, recorded_run
+from kvspec.conformance.verdicts.replay_store import NotRecordedError, open_recorded, unrecorded_message
 from kvspec.spec.errors import AdapterError, ConfigError
-
-#: the adapter a request workload runs against when none is named
-DEFAULT_IMPL = "adapters/reference_requests"
 
 
 def is_request_workload(path: Path) -> bool:
@@ -53,20 +58,44 @@ def run_workload(manifest: Manifest, adapter_dir: Path, workload: Workload) -> R
     return check_run(workload, result, manifest.capabilities.tiers)
 
 
-def replay_files(files: list[Path], impl: str = DEFAULT_IMPL) -> int:
-    """Run each workload file against ``impl`` and print what was found:
-    0 all conform, 1 a finding, 2 a file or the adapter could not be used."""
+def _implementation(path: Path, workload: Workload, impl: str | None) -> tuple[str, Path, Manifest]:
+    """(what to call it, adapter folder, manifest): ``impl`` when given, else
+    the implementation the file records (NotRecordedError when it records
+    none, or no versions)."""
+    if impl is not None:
+        return (impl, *load_impl(impl))
     try:
-        adapter_dir, manifest = load_impl(impl)
-    except ConfigError as e:
-        print(f"kvspec replay: {e}")
-        return 2
+        target, versions = recorded_run(str(path), workload.run or {})
+    except ReplayFileError as e:
+        raise ConfigError(str(e)) from None
+    if target is None or versions is None:
+        raise NotRecordedError(unrecorded_message(path, target, versions, None))
+    return open_recorded(target)
+
+
+def replay_files(files: list[Path], impl: str | None = None) -> int:
+    """Run each workload file against ``impl`` (None: the implementation each
+    file records) and print what was found: 0 all conform, 1 a finding, 2 a
+    file or the adapter could not be used (or a file records no implementation
+    and no ``impl`` was given)."""
     status = 0
     for path in files:
         try:
-            checked = run_workload(manifest, adapter_dir, load_workload(path))
+            workload = load_workload(path)
+            name, adapter_dir, manifest = _implementation(path, workload, impl)
+        except NotRecordedError as e:
+            print(f"kvspec replay: {e}")
+            return 2
+        except (ConfigError, OSError) as e:
+            print(f"kvspec replay: cannot run {path} against {impl or 'the recorded adapter'}: {e}")
+            return 2
+        print(f"replay {path}: request workload ({len(workload.requests)} requests), against {name}")
+        if impl is None and workload.run is not None:
+            print("\n".join(provenance_lines(*recorded_run(str(path), workload.run))))
+        try:
+            checked = run_workload(manifest, adapter_dir, workload)
         except (ConfigError, AdapterError) as e:
-            print(f"kvspec replay: cannot run {path} against {impl}: {e}")
+            print(f"kvspec replay: cannot run {path} against {name}: {e}")
             return 2
         if not checked.findings:
             print(f"{path}: conforms ({sum(checked.exercised.values())} checks, against {manifest.name})")
@@ -76,13 +105,16 @@ def replay_files(files: list[Path], impl: str = DEFAULT_IMPL) -> int:
             dev = manifest.deviation_for(f.site())
             tag = f"declared deviation: {dev.reason}" if dev is not None else f"NOT DECLARED: {f.site().describe()}"
             print(f"{path}: [{f.rule}] ({tag})\n{f.report()}\n")
+        print(f"replay FAILED: {len(checked.findings)} finding(s) against {manifest.name}")
     return status
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kvspec.conformance.requests.replay", description=__doc__)
     parser.add_argument("files", nargs="+", type=Path, help="request-workload files (JSON lines)")
-    parser.add_argument("--impl", default=DEFAULT_IMPL, help="adapter folder or bundled name")
+    parser.add_argument(
+        "--impl", default=None, help="adapter folder or bundled name (default: the implementation the file records)"
+    )
     args = parser.parse_args(argv)
     return replay_files(args.files, args.impl)
 

@@ -21,7 +21,13 @@ stalls on it).
 File format (JSON lines; a replay file and a finding are the same thing): a
 header ``{"kvspec": "request-workload", "version": 1, "setup": {...},
 "concurrent": false, "note": "..."}`` then one ``{"prompt": [...],
-"max_tokens": N}`` per request.
+"max_tokens": N}`` per request. Version 2 adds ``"run"`` to the header: the
+implementation and versions of the run that wrote the file (what a block-level
+replay header records: ``verdicts/replay_file.recorded_header``) and the
+finding's ``"rule"``, so that ``kvspec replay FILE`` runs it against the
+implementation that failed. A workload without it (a seed, an adapter's
+finding file, a file of an older kvspec) is still a workload; ``kvspec
+replay`` needs ``--impl`` to run one.
 """
 
 from __future__ import annotations
@@ -40,15 +46,19 @@ from kvspec.spec.errors import ConfigError
 from kvspec.spec.wire import Wire
 
 FORMAT: Literal["request-workload"] = "request-workload"
+#: the version of a file without a ``run`` (1) and with one (2)
 VERSION: Literal[1] = 1
+RECORDED_VERSION: Literal[2] = 2
 
 
 class WorkloadHeader(Wire):
     kvspec: Literal["request-workload"] = FORMAT
-    version: Literal[1] = VERSION
+    version: Literal[1, 2] = VERSION
     setup: PoolSetup
     concurrent: bool = False
     note: str = ""
+    #: the run that wrote the file (version 2): implementation, versions, rule
+    run: dict[str, Any] | None = None
 
 
 class Workload(Wire):
@@ -58,9 +68,17 @@ class Workload(Wire):
     requests: list[RequestSpec] = Field(min_length=1)
     concurrent: bool = False
     note: str = ""
+    #: the run that wrote the file (a replay written by the suite), else None
+    run: dict[str, Any] | None = None
 
     def to_jsonl(self) -> str:
-        head = WorkloadHeader(setup=self.setup, concurrent=self.concurrent, note=self.note)
+        head = WorkloadHeader(
+            version=VERSION if self.run is None else RECORDED_VERSION,
+            setup=self.setup,
+            concurrent=self.concurrent,
+            note=self.note,
+            run=self.run,
+        )
         lines = [head.model_dump_json(exclude_none=True)]
         lines += [json.dumps({"prompt": r.prompt, "max_tokens": r.max_tokens}) for r in self.requests]
         return "\n".join(lines) + "\n"
@@ -92,7 +110,7 @@ def parse_workload(text: str, where: str = "workload") -> Workload:
         except ValidationError as e:
             raise ConfigError(f"{where}: line {n} is not a request: {e}") from None
     try:
-        w = Workload(setup=head.setup, requests=reqs, concurrent=head.concurrent, note=head.note)
+        w = Workload(setup=head.setup, requests=reqs, concurrent=head.concurrent, note=head.note, run=head.run)
     except ValidationError as e:
         raise ConfigError(f"{where}: {e}") from None
     for i, r in enumerate(w.requests):

@@ -273,7 +273,14 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
     assert st.adapter_dir is not None
     return [
-        *header_lines(st.manifest, st.adapter_dir, st.impl_arg, st.effort, seeded=st.seeded),
+        *header_lines(
+            st.manifest,
+            st.adapter_dir,
+            st.impl_arg,
+            st.effort,
+            seeded=st.seeded,
+            seed=config.getoption("hypothesis_seed", None),
+        ),
         *_working_files_header(config, st),
     ]
 

@@ -2,8 +2,10 @@
 
 - ``header_lines``: the implementation under test (adapter, path, variant),
   the profiles, policies, semantics options and capabilities its manifest
-  declares, the protocol it is spoken to with, and the effort in use; so a
-  log says what was checked without opening the manifest.
+  declares, the protocol it is spoken to with, the effort in use, and the
+  versions that decide the generated traffic (kvspec and its spec digest,
+  Hypothesis, Python: ``verdicts/provenance.py``); so a log says what was
+  checked, and with what, without opening the manifest.
 - ``rules_table``: how often each rule was exercised, with a legend, and
   every rule of the catalogue the run never exercised with the reason
   (capability missing, profile does not apply, never reached, not covered
@@ -17,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from kvspec.conformance.run.settings import effort, is_deterministic
-from kvspec.conformance.verdicts.results import RuleResult
+from kvspec.conformance.verdicts.results import RuleResult, current_versions
 from kvspec.spec.manifest import Manifest
 from kvspec.spec.protocol import SUPPORTED_VERSIONS
 from kvspec.spec.rules import RULES
@@ -38,7 +40,13 @@ _BOOL_CAPS = (
 
 
 def header_lines(
-    manifest: Manifest, adapter_dir: Path, impl_arg: str | None, effort_name: str, *, seeded: bool
+    manifest: Manifest,
+    adapter_dir: Path,
+    impl_arg: str | None,
+    effort_name: str,
+    *,
+    seeded: bool,
+    seed: object = None,
 ) -> list[str]:
     """The lines pytest prints in its header for this run."""
     m, caps = manifest, manifest.capabilities
@@ -54,6 +62,8 @@ def header_lines(
         protocol = f"kind {m.kind}, protocol versions {', '.join(map(str, SUPPORTED_VERSIONS))} offered"
     s = effort(effort_name, seeded=seeded)
     mode = "derandomised" if s.derandomize else ("seeded" if seeded else "random")
+    if seeded and seed is not None:
+        mode += f", --hypothesis-seed={seed}"
     return [
         f"kvspec adapter: {m.name}{variant} at {adapter_dir}{given}",
         f"kvspec profiles: {m.profile} (claimed)" + (f"; also {', '.join(others)}" if others else ""),
@@ -61,6 +71,7 @@ def header_lines(
         f"kvspec capabilities: {', '.join(on) or '-'}; tiers {', '.join(caps.tiers)}"
         + (f"; not declared: {', '.join(off)}" if off else ""),
         f"kvspec protocol: {protocol}",
+        f"kvspec versions: {current_versions().label()} (with the effort, they decide the generated traffic)",
         f"kvspec effort: {effort_name} ({s.max_examples} examples per test, {s.stateful_step_count} steps, {mode})"
         + ("" if is_deterministic(effort_name, seeded=seeded) else "; declared deviations are not judged")
         + (_SEED_IGNORED if seeded and s.derandomize else ""),

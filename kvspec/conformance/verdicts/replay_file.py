@@ -2,15 +2,21 @@
 
 JSON lines:
 
-- line 1, the header: ``{"kvspec_replay": 1, "adapter": NAME, "config":
-  {ManagerConfig}, "protocol_only": bool, "failure": {"rule", "step", "what"}}``,
-  and, since files record the implementation they ran against
-  (``replay_store.Target``), ``"impl"`` (the ``--impl`` value as given),
-  ``"adapter_path"`` (the adapter folder, absolute), ``"variant"``,
-  ``"effort"`` and ``"hypothesis_seed"``; a file without them (written by an
-  older kvspec) still loads, and is replayed against the adapter it names;
+- line 1, the header: ``{"kvspec_replay": 2, "adapter": NAME, "config":
+  {ManagerConfig}, "protocol_only": bool, "failure": {"rule", "step", "what"}}``
+  and the run it comes from (its provenance): ``"impl"`` (the ``--impl``
+  value as given), ``"adapter_path"`` (the adapter folder, absolute),
+  ``"variant"``, ``"effort"``, ``"hypothesis_seed"`` (``replay_store.Target``)
+  and ``"versions"`` (kvspec and its spec digest, Hypothesis, Python:
+  ``provenance.Versions``);
 - then one line per operation, in order: ``{"op": {operation}, "expect":
   {the reference model's outcome when the file was written}}``.
+
+Format 1 (older kvspec) had no ``versions`` and, before that, no adapter
+folder: it still loads (``ReplayFile.recorded`` is False), and ``kvspec
+replay`` refuses it unless ``--impl`` says what to run it against, because
+replaying it against whatever its ``adapter`` name finds once said "passed"
+for the bundled reference instead of the port that had failed.
 
 ``write_replay`` writes one (atomically: a reader never sees half a file),
 ``load_replay`` reads and validates one; ``kvspec replay``
@@ -27,12 +33,16 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from kvspec.conformance.verdicts.provenance import Versions
 from kvspec.conformance.verdicts.replay_store import Target
+from kvspec.conformance.verdicts.results import current_versions
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.errors import KvSpecError
 from kvspec.spec.wire import Operation, StepOutcome, event_to_json, parse_operation
 
-REPLAY_FORMAT = 1
+REPLAY_FORMAT = 2
+#: the formats ``load_replay`` reads (1: no versions, maybe no adapter folder)
+READABLE_FORMATS = (1, 2)
 
 
 class ReplayFileError(KvSpecError):
@@ -74,8 +84,7 @@ def write_replay(
         "protocol_only": protocol_only,
         "failure": failure,
     }
-    if target is not None:
-        header.update(target.header())
+    header.update(recorded_header(target))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
     with tmp.open("w") as f:
@@ -95,8 +104,15 @@ class ReplayFile:
     failure: dict[str, Any] | None
     ops: list[Operation]
     expected: list[dict[str, Any] | None]
-    #: the implementation the file was written against (None: an older file)
+    #: the implementation the file was written against (None: not recorded)
     target: Target | None = None
+    #: the versions it was written under (None: an older file)
+    versions: Versions | None = None
+
+    @property
+    def recorded(self) -> bool:
+        """Does the file say what it ran against and under which versions?"""
+        return self.target is not None and self.versions is not None
 
 
 def load_replay(path: Path) -> ReplayFile:
@@ -115,8 +131,13 @@ def load_replay(path: Path) -> ReplayFile:
         header = json.loads(lines[0])
     except json.JSONDecodeError as e:
         raise ReplayFileError(f"{path}:1: header is not JSON: {e}") from e
-    if not isinstance(header, dict) or header.get("kvspec_replay") != REPLAY_FORMAT:
+    if not isinstance(header, dict) or "kvspec_replay" not in header:
         raise ReplayFileError(f'{path}:1: not a kvspec replay header (want "kvspec_replay": {REPLAY_FORMAT})')
+    if header["kvspec_replay"] not in READABLE_FORMATS:
+        raise ReplayFileError(
+            f"{path}:1: replay format {header['kvspec_replay']!r} is not one this kvspec reads "
+            f"({', '.join(map(str, READABLE_FORMATS))}): upgrade kvspec"
+        )
     try:
         config = ManagerConfig.model_validate(header.get("config"))
     except ValidationError as e:
@@ -146,10 +167,33 @@ def load_replay(path: Path) -> ReplayFile:
         ops=ops,
         expected=expected,
         target=_target(path, header),
+        versions=_versions(path, header),
     )
 
 
-def _target(path: Path, header: dict[str, Any]) -> Target | None:
+def recorded_header(target: Target | None) -> dict[str, Any]:
+    """The header fields that say which run a file comes from: the target's
+    (when known) and this process's versions."""
+    return {**(target.header() if target is not None else {}), "versions": current_versions().model_dump()}
+
+
+def recorded_run(where: str, header: dict[str, Any]) -> tuple[Target | None, Versions | None]:
+    """The implementation and versions a header records (None where it does
+    not); raises ReplayFileError naming ``where`` when they are malformed."""
+    return _target(where, header), _versions(where, header)
+
+
+def _versions(path: Path | str, header: dict[str, Any]) -> Versions | None:
+    raw = header.get("versions")
+    if raw is None:
+        return None
+    try:
+        return Versions.model_validate(raw)
+    except ValidationError as e:
+        raise ReplayFileError(f"{path}:1: invalid versions:\n{e}") from e
+
+
+def _target(path: Path | str, header: dict[str, Any]) -> Target | None:
     """The recorded implementation (None when the header has none)."""
     if "adapter_path" not in header:
         return None
@@ -164,3 +208,26 @@ def _target(path: Path, header: dict[str, Any]) -> Target | None:
         effort=header.get("effort"),
         hypothesis_seed=header.get("hypothesis_seed"),
     )
+
+
+def provenance_lines(target: Target | None, versions: Versions | None) -> list[str]:
+    """What ``kvspec replay`` prints about the run a file comes from, and
+    whether the kvspec judging it now differs from the one that wrote it."""
+    out: list[str] = []
+    if target is not None:
+        variant = f", variant {target.variant}" if target.variant else ""
+        seed = f", --hypothesis-seed={target.hypothesis_seed}" if target.hypothesis_seed else ""
+        out.append(f"recorded run: {target.adapter_path}{variant}, effort {target.effort}{seed}")
+    now = current_versions()
+    if versions is None:
+        out.append(f"recorded versions: none (an older file); replaying under {now.label()}")
+        return out
+    out.append(f"recorded versions: {versions.label()}")
+    if versions.spec_digest != now.spec_digest:
+        # the operations replay exactly (nothing is generated: Hypothesis and
+        # Python do not matter here); the model that judges them may differ
+        out.append(
+            f"note: written under kvspec {versions.kvspec}+{versions.spec_digest[:12]}, replayed under "
+            f"{now.kvspec}+{now.spec_digest[:12]}: the spec or the model judging the operations may have changed"
+        )
+    return out

@@ -30,11 +30,17 @@ import shutil
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from kvspec.conformance.run.manifest import load_manifest
 from kvspec.conformance.run.workdir import REPLAYS, working_dir
+from kvspec.spec.errors import ConfigError
+from kvspec.spec.manifest import Manifest
+
+if TYPE_CHECKING:
+    from kvspec.conformance.verdicts.provenance import Versions
 
 #: run folders kept under the root by default (the newest ones)
 DEFAULT_KEEP = 20
@@ -85,6 +91,36 @@ class Target:
         """An ``--impl`` value that selects this adapter and variant from any
         working directory."""
         return str(Path(self.adapter_path) / self.variant) if self.variant else self.adapter_path
+
+
+class NotRecordedError(ConfigError):
+    """A file that does not say what it ran against (and no ``--impl``)."""
+
+
+def unrecorded_message(path: Path, target: Target | None, versions: Versions | None, named: str | None) -> str:
+    """Why a file without its provenance is refused, and what to write instead."""
+    missing = []
+    if target is None:
+        missing.append("the adapter folder, variant and effort it ran against")
+    if versions is None:
+        missing.append("the kvspec, Hypothesis and Python versions it ran under")
+    hint = f"--impl={target.impl_option()}" if target is not None else "--impl=ADAPTER"
+    what = f" (it names the adapter {named!r})" if named and target is None else ""
+    return (
+        f"{path} does not record {' nor '.join(missing)}{what}: written by an older kvspec or by hand, "
+        f"it cannot say which implementation failed; pass {hint} to replay it against one"
+    )
+
+
+def open_recorded(t: Target) -> tuple[str, Path, Manifest]:
+    """The recorded implementation (a ConfigError when its folder is gone)."""
+    folder = Path(t.adapter_path)
+    if not (folder / "manifest.toml").is_file():
+        raise ConfigError(
+            f"the adapter folder recorded in the file ({folder}, given as --impl={t.impl}) has no manifest.toml "
+            "any more (moved or deleted?); pass --impl=FOLDER to replay against another"
+        )
+    return (t.impl_option(), folder, load_manifest(folder, t.variant))
 
 
 def replay_command(path: Path, target: Target | None) -> str:

@@ -25,8 +25,16 @@ Why each part is there:
   (the fields of format 1, where they were): a stream's rules pass or fail by
   their findings.
 
+- ``provenance`` (``provenance.py``) records what decided the run's traffic:
+  the kvspec, Hypothesis and Python versions, the effort, its settings and
+  seed, the adapter folder and variant, the profile's options. The gate
+  refuses to compare runs whose generated traffic came from different
+  Hypothesis versions or efforts; the report says when its columns differ.
+
 Format history: 1 was the stream-only shape of ``check-log --json``
-(``streams/results.py``); 2 is this model. ``load_results`` reads both.
+(``streams/results.py``); 2 is this model; 3 adds ``provenance``.
+``load_results`` reads all three (a file of format 1 or 2 has no provenance:
+the gate says it cannot tell what generated it).
 """
 
 from __future__ import annotations
@@ -42,10 +50,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 import kvspec
+from kvspec.conformance.verdicts.provenance import Provenance, Versions, versions_of
 from kvspec.spec.errors import ConfigError
 from kvspec.spec.rules import RULES, RuleId
 
-RESULTS_FORMAT = 2
+RESULTS_FORMAT = 3
+#: the formats ``load_results`` reads
+READABLE_FORMATS = (1, 2, 3)
 
 RuleStatus = Literal["pass", "fail", "deviation", "not_applicable", "not_exercised"]
 Status = Literal["clean", "findings", "unreadable", "error"]
@@ -131,6 +142,8 @@ class Results(_Model):
     capabilities: dict[str, Any] = {}
     status: Status
     exit_code: int
+    #: what decided the traffic (None: a file of format 1 or 2, which did not record it)
+    provenance: Provenance | None = None
     rules: dict[str, RuleResult] = Field(default_factory=dict)
     deviations: list[DeviationResult] = []
     failures: list[FailureResult] = []
@@ -229,6 +242,12 @@ def spec_version() -> SpecVersion:
     return SpecVersion(kvspec_version=kvspec.__version__, digest=digest, rules=rules)
 
 
+@cache
+def current_versions() -> Versions:
+    """The kvspec (and spec digest), Hypothesis and Python versions of this process."""
+    return versions_of(spec_version().digest)
+
+
 def spec_version_label(v: SpecVersion) -> str:
     return f"{v.kvspec_version}+{v.digest[:12]}"
 
@@ -237,7 +256,7 @@ def spec_version_label(v: SpecVersion) -> str:
 
 
 def load_results(path: str | Path) -> Results:
-    """Read a results file (format 2, or the stream-only format 1); a
+    """Read a results file (format 3 or 2, or the stream-only format 1); a
     ``ConfigError`` names the file and what is wrong with it."""
     p = Path(path)
     try:
@@ -251,10 +270,13 @@ def load_results(path: str | Path) -> Results:
     fmt = data.get("format")
     if fmt == 1:
         data = _from_format_1(data)
-    elif fmt != RESULTS_FORMAT:
+    elif fmt not in READABLE_FORMATS:
         raise ConfigError(
-            f"{p}: results format {fmt!r} is not one this kvspec reads (1 or {RESULTS_FORMAT}): upgrade kvspec"
+            f"{p}: results format {fmt!r} is not one this kvspec reads "
+            f"({', '.join(map(str, READABLE_FORMATS))}): upgrade kvspec"
         )
+    if fmt != RESULTS_FORMAT:
+        data = {**data, "provenance": None}  # an older file: nothing recorded, whatever it holds
     try:
         return Results.model_validate(data)
     except ValidationError as e:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 import pytest
@@ -32,6 +33,7 @@ import pytest
 from kvspec.conformance.run.settings import effort
 from kvspec.conformance.run.xdist_support import is_controller, is_worker
 from kvspec.conformance.verdicts.failures import ConformanceFailure
+from kvspec.conformance.verdicts.provenance import Provenance
 from kvspec.conformance.verdicts.replay_store import replay_root
 from kvspec.conformance.verdicts.results import (
     ERRORED,
@@ -41,6 +43,7 @@ from kvspec.conformance.verdicts.results import (
     Results,
     RuleResult,
     Status,
+    current_versions,
     spec_version,
     write_results,
 )
@@ -52,6 +55,7 @@ class _PluginState(Protocol):
     """What this module reads of the kvspec plugin's session state."""
 
     manifest: Manifest | None
+    adapter_dir: Path | None
     error: str | None
     #: observations per declared deviation (its index in the manifest)
     deviations_seen: Counter[int]
@@ -207,6 +211,7 @@ class SuiteResults:
                 options=self._options(),
                 status="error",
                 exit_code=exit_code or 2,
+                provenance=self.provenance(),
                 error=st.error,
             )
         m = st.manifest
@@ -243,6 +248,7 @@ class SuiteResults:
             capabilities=m.capabilities.model_dump(mode="json"),
             status=status,
             exit_code=exit_code,
+            provenance=self.provenance(),
             rules=self._rules(deviations),
             deviations=deviations,
             failures=failures,
@@ -289,6 +295,29 @@ class SuiteResults:
                 else:
                     out[rid] = RuleResult(status="not_exercised", note="no test of this run covers it")
         return out
+
+    def provenance(self) -> Provenance:
+        """What decided this run's traffic (``provenance.py``): the versions,
+        the effort with its settings and seed, the adapter folder, variant,
+        profile and the semantics options the manifest declares."""
+        st = self.state
+        current = effort(st.effort, seeded=st.seeded)
+        seed = self.config.getoption("hypothesis_seed", None)
+        m = st.manifest
+        return Provenance(
+            versions=current_versions(),
+            effort=st.effort,
+            hypothesis_seed=None if seed is None else str(seed),
+            settings={
+                "max_examples": current.max_examples,
+                "stateful_step_count": current.stateful_step_count,
+                "derandomize": current.derandomize,
+            },
+            adapter_path=None if st.adapter_dir is None else str(st.adapter_dir),
+            variant=None if m is None else m.variant,
+            profile=None if m is None else m.profile,
+            profile_options={} if m is None else dict(m.capabilities.semantics),
+        )
 
     def _options(self) -> dict[str, Any]:
         cfg = self.config
