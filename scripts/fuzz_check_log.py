@@ -15,6 +15,13 @@ way whose effect on the wire format is known by construction:
   1 is right, 2 is not;
 - ``noise``: random bytes flipped: any exit status is right.
 
+Inputs also come from the SGLang capture (signed hashes, SGLang's hash
+scheme) and the Dynamo event-plane capture (four frames, a framed msgpack
+envelope of RouterEvents, broken at the frame, envelope or event level), and
+text is broken as operators meet it: invalid UTF-8 inside a JSON string, a
+line re-encoded as Latin-1 or UTF-16 (malformed), a UTF-8 byte-order mark
+before a valid file and non-ASCII UTF-8 in a free-text field (valid).
+
 Every run must end with exit status 0, 1 or 2 within ``--time-limit``
 seconds, with nothing on stderr that looks like a Python traceback. The
 script prints the tally and exits 1 if any input crashed, hung, accepted a
@@ -63,7 +70,13 @@ def seeds() -> dict[str, list[Any]]:
             ev["data"] = {"stored": st}
         ev["event_id"] -= 1
         kv.append(ev)
-    return {"router": dyn, "zmq": cap, "vllm": payloads, "kvspec": kv}
+    sgl = [json.loads(x) for x in (DATA / "sglang-0.5.23-radix.zmq.jsonl").read_text().splitlines()[:40]]
+    plane = []
+    for x in (DATA / "dynamo-1.6.1-mocker-eventplane.zmq.jsonl").read_text().splitlines()[:40]:
+        frames = [base64.b64decode(p) for p in json.loads(x)["parts_b64"]]
+        env = msgpack.unpackb(frames[3][5:])
+        plane.append((frames, env, msgpack.unpackb(env["payload"])))
+    return {"router": dyn, "zmq": cap, "vllm": payloads, "kvspec": kv, "sglang": sgl, "eventplane": plane}
 
 
 # -------------------------------------------------------------- mutations
@@ -185,8 +198,9 @@ def mutate_json_record(rng: random.Random, rec: Any, kind: str) -> tuple[Any, st
     return rec, "valid"
 
 
-def mutate_payload(rng: random.Random, batch: Any) -> tuple[Any, str]:
-    """One change to a decoded vLLM batch (map-layout events)."""
+def mutate_payload(rng: random.Random, batch: Any, signed: bool = False) -> tuple[Any, str]:
+    """One change to a decoded vLLM batch (map-layout events); ``signed``:
+    SGLang's, whose hashes are signed int64 (new ones are drawn the same way)."""
     batch = json.loads(json.dumps(batch))
     ev = rng.choice(batch[1]) if batch[1] else None
     what = rng.random()
@@ -201,13 +215,17 @@ def mutate_payload(rng: random.Random, batch: Any) -> tuple[Any, str]:
             ev["block_hashes"] = "x"
             return batch, "valid"
         key = rng.choice(keys)
-        ev[key] = rng.choice(["x", [True], [-1], [1.5], 0])
+        ev[key] = rng.choice(["x", [True], [-1], [1.5], 0, [None]])
+        if key == "block_hashes" and ev[key] == [-1]:
+            # a signed hash is SGLang's: valid, unless the stream already showed unsigned ones above 2**63
+            return batch, "noise"
         return batch, "malformed"
     if what < 0.85 and ev.get("type") == "BlockStored":
         ev["token_ids"] = ev["token_ids"][:-1]  # tokens per block wrong: a finding, not unreadable
         return batch, "valid"
     if "block_hashes" in ev:
-        ev["block_hashes"] = [rng.randrange(2**64) for _ in ev["block_hashes"]]
+        lo, hi = (-(2**63), 2**63) if signed else (0, 2**64)
+        ev["block_hashes"] = [rng.randrange(lo, hi) for _ in ev["block_hashes"]]
     return batch, "valid"
 
 
@@ -215,9 +233,126 @@ def render_lines(recs: list[Any]) -> bytes:
     return b"".join(json.dumps(r).encode() + b"\n" for r in recs)
 
 
+def capture_line(frames: list[bytes]) -> dict[str, Any]:
+    return {"n_parts": len(frames), "parts_b64": [base64.b64encode(f).decode() for f in frames]}
+
+
+def plane_frames(frames: list[bytes], env: dict[str, Any], events: list[Any]) -> list[bytes]:
+    body = msgpack.packb(dict(env, payload=msgpack.packb(events)))
+    return [frames[0], frames[1], frames[2], b"\x01" + len(body).to_bytes(4, "big") + body]
+
+
+def make_eventplane(rng: random.Random, msgs: list[Any]) -> tuple[str, bytes, str]:
+    """An event-plane capture, broken at the frame, envelope or event level."""
+    n = rng.randint(1, min(12, len(msgs)))
+    start = rng.randrange(0, len(msgs) - n + 1)
+    recs = [(list(f), dict(e), json.loads(json.dumps(evs))) for f, e, evs in msgs[start : start + n]]
+    lines = [plane_frames(*r) for r in recs]
+    i = rng.randrange(n)
+    frames, env, events = recs[i]
+    how = rng.random()
+    label = "valid"
+    if how < 0.35 and events:
+        j = rng.randrange(len(events))
+        for _ in range(5):
+            ev, label = mutate_json_record(rng, events[j], "router")
+            try:
+                lines[i] = plane_frames(frames, env, [*events[:j], ev, *events[j + 1 :]])
+                break
+            except (OverflowError, TypeError, ValueError):  # a value msgpack cannot hold: try another
+                label = "valid"
+                continue
+    elif how < 0.5:
+        f = list(lines[i])
+        what = rng.choice(["length", "version", "short", "pid", "sequence", "parts"])
+        if what == "length":
+            f[3] = f[3][:1] + (len(f[3]) - 5 + rng.choice([-1, 1, 100])).to_bytes(4, "big") + f[3][5:]
+        elif what == "version":
+            f[3] = bytes([rng.choice([0, 2, 255])]) + f[3][1:]
+        elif what == "short":
+            f[3] = f[3][: rng.randrange(0, 5)]
+        elif what == "pid":
+            f[1] = f[1][:7]
+        elif what == "sequence":  # the frame and the envelope disagree
+            f[2] = (int.from_bytes(f[2], "big") + 1).to_bytes(8, "big")
+        else:
+            f = f[:3]
+        lines[i] = f
+        label = "malformed"
+    elif how < 0.6:
+        env2 = dict(env, payload=rng.choice([b"\xc1", b"\x92\x01", msgpack.packb({"a": 1}), b""]))
+        body = msgpack.packb(env2)
+        lines[i] = [frames[0], frames[1], frames[2], b"\x01" + len(body).to_bytes(4, "big") + body]
+        label = "malformed"
+    elif how < 0.7:
+        env2 = dict(env)
+        del env2[rng.choice(["publisher_id", "sequence", "payload"])]
+        body = msgpack.packb(env2)
+        lines[i] = [frames[0], frames[1], frames[2], b"\x01" + len(body).to_bytes(4, "big") + body]
+        label = "malformed"
+    elif how < 0.8:
+        data = bytearray(render_lines([capture_line(f) for f in lines]))
+        for _ in range(rng.randint(1, 5)):
+            data[rng.randrange(len(data))] = rng.randrange(256)
+        return "eventplane", bytes(data), "noise"
+    elif how < 0.9:  # whole messages dropped, repeated or swapped: a valid stream with findings
+        op = rng.choice(["drop", "repeat", "swap"])
+        j = rng.randrange(n)
+        if op == "drop" and n > 1:
+            del lines[i]
+        elif op == "repeat":
+            lines.insert(i, lines[i])
+        else:
+            lines[i], lines[j] = lines[j], lines[i]
+    return "eventplane", render_lines([capture_line(f) for f in lines]), label
+
+
+def break_text(rng: random.Random, data: bytes, label: str, kind: str) -> tuple[bytes, str]:
+    """Text as operators meet it (module docstring): (bytes, label)."""
+    lines = data.split(b"\n")
+    body = [k for k, x in enumerate(lines) if x.strip()]
+    if not body:
+        return data, label
+    k = rng.choice(body)
+    how = rng.random()
+    if how < 0.2 and label == "valid":
+        return b"\xef\xbb\xbf" + data, label  # a UTF-8 byte-order mark before a valid file
+    if how < 0.5:  # invalid UTF-8 inside a JSON string
+        starts = [m for m in range(len(lines[k]) - 1) if lines[k][m : m + 1] == b'"']
+        if not starts:
+            return data, label
+        at = rng.choice(starts) + 1
+        bad = rng.choice([b"\xff", b"\xc3\x28", b"\xed\xa0\x80", b"\xf8\x88\x80\x80\x80", b"\xe9", b"\xc0\xaf"])
+        lines[k] = lines[k][:at] + bad + lines[k][at:]
+        return b"\n".join(lines), "malformed"
+    if how < 0.65:
+        lines[k] = lines[k].decode("ascii").encode("utf-16")  # one line in another encoding
+        return b"\n".join(lines), "malformed"
+    if how < 0.8 and kind == "router" and b'"worker"' in lines[k]:
+        # a free-text field with non-ASCII text: valid in UTF-8, malformed in Latin-1
+        if rng.random() < 0.5:
+            lines[k] = lines[k].replace(b'"worker"', '"w\u00f6rker"'.encode())
+            return b"\n".join(lines), label
+        lines[k] = lines[k].replace(b'"worker"', '"w\u00f6rker"'.encode("latin-1"))
+        return b"\n".join(lines), "malformed"
+    if label == "valid":  # the whole file in UTF-16, with its byte-order mark
+        return data.decode("ascii").encode("utf-16"), "malformed"
+    return data, label
+
+
 def make_input(rng: random.Random, s: dict[str, list[Any]]) -> tuple[str, bytes, str]:
     """(format, bytes, label)."""
-    kind = rng.choice(["router", "router", "zmq", "vllm", "kvspec"])
+    fmt, data, label = _make_input(rng, s)
+    if fmt != "vllm" and label in ("valid", "malformed") and rng.random() < 0.15:
+        data, label = break_text(rng, data, label, fmt)
+    return fmt, data, label
+
+
+def _make_input(rng: random.Random, s: dict[str, list[Any]]) -> tuple[str, bytes, str]:
+    kind = rng.choice(["router", "router", "zmq", "vllm", "kvspec", "sglang", "eventplane"])
+    if kind == "eventplane":
+        return make_eventplane(rng, s["eventplane"])
+    fmt = "zmq" if kind == "sglang" else kind
     n = rng.randint(1, min(12, len(s[kind])))
     start = rng.randrange(0, len(s[kind]) - n + 1)
     recs = list(s[kind][start : start + n])
@@ -251,35 +386,35 @@ def make_input(rng: random.Random, s: dict[str, list[Any]]) -> tuple[str, bytes,
                 data[rng.randrange(len(data))] = rng.randrange(256)
             return kind, bytes(data), "noise"
         return kind, b"".join(payloads), label
-    if kind == "zmq" and how < 0.35:
+    if kind in ("zmq", "sglang") and how < 0.35:
         i = rng.randrange(n)
         rec = json.loads(json.dumps(recs[i]))
-        batch, label = mutate_payload(rng, msgpack.unpackb(base64.b64decode(rec["parts_b64"][2])))
+        batch, label = mutate_payload(rng, msgpack.unpackb(base64.b64decode(rec["parts_b64"][2])), kind == "sglang")
         rec["parts_b64"][2] = base64.b64encode(msgpack.packb(batch)).decode()
         recs[i] = rec
-        return kind, render_lines(recs), label
+        return fmt, render_lines(recs), label
     if how < 0.55:
         i = rng.randrange(n)
-        recs[i], label = mutate_json_record(rng, recs[i], kind)
-        return kind, render_lines(recs), label
+        recs[i], label = mutate_json_record(rng, recs[i], fmt)
+        return fmt, render_lines(recs), label
     if how < 0.7:
         data = render_lines(recs)
         cut = rng.randrange(1, len(data))
         # a cut just before a newline leaves whole records: only then may the run succeed
         whole = data[cut - 1 : cut] == b"\n" or data[cut : cut + 1] == b"\n"
-        return kind, data[:cut], "valid" if whole else "truncated"
+        return fmt, data[:cut], "valid" if whole else "truncated"
     if how < 0.78:
         depth = rng.choice([200, 3000, 100000])
         bad = b'{"worker_id": 1, "event": ' + b"[" * depth + b"]" * depth + b"}"
-        return kind, render_lines(recs) + bad + b"\n", "malformed"
+        return fmt, render_lines(recs) + bad + b"\n", "malformed"
     if how < 0.84:
         junk = rng.choice([b"\xff\xfe\x00garbage", b"{not json", b'{"a": "\xc3\x28"}', b"[1,2", b"null", b"123"])
-        return kind, render_lines(recs) + junk + b"\n", "malformed"
+        return fmt, render_lines(recs) + junk + b"\n", "malformed"
     if how < 0.92:
         data = bytearray(render_lines(recs))
         for _ in range(rng.randint(1, 5)):
             data[rng.randrange(len(data))] = rng.randrange(256)
-        return kind, bytes(data), "noise"
+        return fmt, bytes(data), "noise"
     # records dropped, repeated or swapped: a valid stream with findings
     i, j = rng.randrange(n), rng.randrange(n)
     op = rng.choice(["drop", "repeat", "swap"])
@@ -289,7 +424,7 @@ def make_input(rng: random.Random, s: dict[str, list[Any]]) -> tuple[str, bytes,
         recs.insert(i, recs[i])
     else:
         recs[i], recs[j] = recs[j], recs[i]
-    return kind, render_lines(recs), "valid"
+    return fmt, render_lines(recs), "valid"
 
 
 # ------------------------------------------------------------------ runner

@@ -273,6 +273,15 @@ def test_invalid_utf8_in_a_string_is_a_clean_error(
     assert "internal error" not in err
 
 
+def test_invalid_utf8_in_an_unread_key_of_a_capture_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    lines = VLLM.read_bytes().splitlines()
+    lines[2] = lines[2].replace(b'{"msg_idx"', b'{"x\xc3\x28": 1, "msg_idx"')
+    log = tmp_path / "bad.zmq.jsonl"
+    log.write_bytes(b"\n".join(lines) + b"\n")
+    code, _, err = run(capsys, str(log))
+    assert code == 2 and f"{log}:3: not valid UTF-8" in err
+
+
 def test_help_names_the_inputs(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["check-log", "--help"])

@@ -814,6 +814,8 @@ class CaptureReader:
                     continue
                 st.bytes += len(line) + 1
                 try:
+                    if not line.isascii():  # the decoder skips unknown keys unread: their UTF-8 too
+                        line.decode("utf-8")
                     rec = dec(line)
                 except (msgspec.DecodeError, RecursionError, ValueError) as e:
                     raise _json_error(e, lineno, lineno == unterminated, line) from None
