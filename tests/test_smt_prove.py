@@ -101,6 +101,11 @@ def test_kvspec_prove_at_the_default_bound(capsys: pytest.CaptureFixture[str]) -
     for p in ALL_PROPERTIES:
         assert any(ln.startswith(str(p.id) + " ") and " proven " in ln for ln in ops), p.id
     assert any(ln.startswith("SANITY-OPERATIONS") and " ok " in ln for ln in ops)
+    # the shared G3 tier of several workers (smt/tiers/shared.py)
+    tier = [ln for ln in out.splitlines() if "2 workers, 4 hashes, G3 3" in ln]
+    assert any(ln.startswith("TIER-ADMIT ") and " proven " in ln for ln in tier)
+    assert any(ln.startswith("TIER-DEDUP ") and " proven " in ln for ln in tier)
+    assert sum(ln.startswith("mutant ") and " refuted " in ln for ln in tier) == 3
 
 
 def test_kvspec_prove_reports_a_mutant_counterexample(capsys: pytest.CaptureFixture[str]) -> None:

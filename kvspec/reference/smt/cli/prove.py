@@ -214,6 +214,15 @@ def run(args: argparse.Namespace) -> int:
             print(_row(cols, widths))
     if not args.mutant and not args.invariant and not args.no_operations:
         problems += run_operation_rows(args, lambda cols: print(_row(_pad(cols, free), widths), flush=True))
+    if not args.mutant and not args.invariant:
+        # the shared G3 tier of several workers (smt/tiers/shared.py): its two
+        # invariants, a sanity row and its mutants, at their own small bound
+        from kvspec.reference.smt.tiers.shared import prove_shared_tier
+
+        for row in prove_shared_tier():
+            print(_row(_pad([row.name, row.verdict, row.detail, f"{row.seconds:.2f}s"], free), widths), flush=True)
+            if not row.ok:
+                problems.append(f"{row.name}: {row.verdict} ({row.detail})")
     if not args.mutant and not args.invariant and profile is None:
         from kvspec.reference.smt.cli.managers import prove_managers
 
