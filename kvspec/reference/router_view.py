@@ -229,6 +229,7 @@ class RouterView:
         stored_check: StoredCheck | None = None,
         keep: int | None = None,
         on_violation: Callable[[Violation], None] | None = None,
+        shared_tiers: Iterable[str] = (),
     ) -> None:
         """``first_event_id``: the id a manager's first event must carry (None:
         accept whatever comes first, for logs captured mid-stream).
@@ -238,7 +239,9 @@ class RouterView:
         follow from its tokens; ``stored_check`` is the general form (one of
         the two). ``keep``: how many violations to keep in ``violations``
         (all are counted in ``counts``); ``on_violation`` sees each as it
-        happens."""
+        happens. ``shared_tiers``: tiers one process shares among its workers
+        (the kvbm lower tiers, ``disk`` and ``external``): a hash live there
+        under one worker must not be Stored there by another (TIER-DEDUP)."""
         if hash_check is not None and stored_check is not None:
             raise ValueError("give hash_check or stored_check, not both")
         self.mode = mode
@@ -258,6 +261,9 @@ class RouterView:
         self._timing: _Timing | None = None
         self._collect: list[Violation] | None = None
         self._orphan_listings = 0
+        self.shared_tiers = frozenset(shared_tiers)
+        #: shared tier -> hash -> the manager whose Stored of it is live
+        self._shared: dict[str, dict[int, Source]] = {t: {} for t in self.shared_tiers}
 
     # ------------------------------------------------------------------ state
     def _source(self, key: Source) -> _Source:
@@ -449,6 +455,8 @@ class RouterView:
             prev = h
         if self._timing is not None and tier_name == "host_pinned":
             self._check_timing("stored", tier_name, hashes, key, ref)
+        if tier_name in self.shared_tiers:
+            self._shared_stored(key, tier_name, hashes, ref)
         self.index = index + 1
 
     def on_removed(
@@ -513,6 +521,11 @@ class RouterView:
                         self._orphaned(h, n_orphans, key, tier_name, tier, ref)
         if self._timing is not None and tier_name == "device":
             self._check_timing("removed", tier_name, hashes, key, ref)
+        if gone and tier_name in self.shared_tiers:
+            holders = self._shared[tier_name]
+            for h in gone:
+                if holders.get(h) == key:
+                    del holders[h]
         self.index = index + 1
 
     def on_cleared(
@@ -528,6 +541,11 @@ class RouterView:
         ref: Any = ev if ev is not None else ("cleared", event_id, tier_name, None, (), None, at)
         src, _ = self._begin(worker, dp_rank, tier_name, event_id, ref)
         src.tier(tier_name).reset()
+        if tier_name in self.shared_tiers:
+            key = (worker, dp_rank)
+            holders = self._shared[tier_name]
+            for h in [h for h, k in holders.items() if k == key]:
+                del holders[h]
         if self.check is not None:
             self.check.cleared((worker, dp_rank, tier_name))
         self.index += 1
@@ -582,6 +600,21 @@ class RouterView:
             self._collect.append(v)
         if self.on_violation is not None:
             self.on_violation(v)
+
+    def _shared_stored(self, key: Source, tier_name: str, hashes: Sequence[int], ref: Any) -> None:
+        """TIER-DEDUP across workers: a shared tier holds a block once."""
+        holders = self._shared[tier_name]
+        for h in hashes:
+            holder = holders.setdefault(h, key)
+            if holder != key:
+                self._flag(
+                    rid("TIER-DEDUP"),
+                    f"block {h} is in the shared {tier_name} tier already, Stored by worker {holder[0]}",
+                    key,
+                    tier_name,
+                    ref,
+                    holder=holder,
+                )
 
     def _flag(self, rule: RuleId, message: str, key: Source, tier: str, ref: Any, **context: Any) -> Violation:
         if isinstance(ref, tuple):

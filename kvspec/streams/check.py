@@ -116,6 +116,16 @@ def add_checker_arguments(p: argparse.ArgumentParser) -> None:
         help="tiers where a Stored's parent must be stored (PARENT-ANCHOR); default: all, device for kvspec",
     )
     g.add_argument(
+        "--shared-tier",
+        action="append",
+        choices=["disk", "external"],
+        default=[],
+        metavar="TIER",
+        help="a tier the stream's workers share, as the kvbm mocker's G3 (disk) and G4 (external) are shared by the "
+        "workers of one process (repeatable): a block live there under one worker must not be Stored there by "
+        "another (TIER-DEDUP). Default: none (each worker's tiers are its own)",
+    )
+    g.add_argument(
         "--ignore",
         action="append",
         default=[],
@@ -207,6 +217,7 @@ class Checker:
             stored_check=self.hashes,
             keep=0,
             on_violation=self._on_violation,
+            shared_tiers=getattr(args, "shared_tier", ()),
         )
         self.settings = {
             "producer": producer,
@@ -214,6 +225,7 @@ class Checker:
             "counting": counting,
             "first_event_id": first_id,
             "anchored_tiers": "all" if anchor_all else "device",
+            "shared_tiers": sorted(set(getattr(args, "shared_tier", ()))),
             "hash_scheme": args.hash_scheme or sem.hash_scheme,
         }
         self.max_report = args.max_report

@@ -383,6 +383,7 @@ class RouterReader:
             and view.expect_dp_rank is None
             and not view.expected_parents
             and view._timing is None
+            and not view.shared_tiers  # TIER-DEDUP is applied by the view's methods only
             and (check is None or type(check) is HashCheck)
         )
 
