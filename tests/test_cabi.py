@@ -271,7 +271,7 @@ def test_unsupported_config_is_a_config_error_in_both_isolations(
 # --------------------------------------------- rejected ops change nothing
 
 
-REJECTED = [
+REJECTED: list[tuple[Operation, str]] = [
     (Deref(blocks=[FullBlock(full=1), FullBlock(full=1)]), "DEREF-UNKNOWN"),  # one owner only
     (Deref(blocks=[FullBlock(full=1), FullBlock(full=99)]), "DEREF-UNKNOWN"),
     (Deref(blocks=[PartialBlock(partial="p"), PartialBlock(partial="p")]), "DEREF-UNKNOWN"),
@@ -292,7 +292,7 @@ def test_rejected_operation_leaves_state_unchanged(build_env: None, manifest: Ma
     afterwards the port still agrees with the reference model step by step."""
     impl = CAbiImplementation(manifest, PORT, CONFIG, isolation=isolation)
     ref = make_model(CONFIG)
-    setup = [use_op(1, 2), Use(blocks=[PartialBlock(partial="p")])]
+    setup: list[Operation] = [use_op(1, 2), Use(blocks=[PartialBlock(partial="p")])]
     try:
         for op in setup:
             assert impl.step(op) == outcome_of(ref, op)
@@ -303,7 +303,7 @@ def test_rejected_operation_leaves_state_unchanged(build_env: None, manifest: Ma
             assert out.events == [] and out.counters == before
             assert out == outcome_of(ref, op)
         # then the state is exactly the reference's: fill, evict, promote, drain
-        follow = [
+        follow: list[Operation] = [
             Deref(blocks=[FullBlock(full=2), FullBlock(full=1)]),
             use_op(5, 6),
             Promote(uuid="p", seq_hash=7, parent_hash=6, plh=Plh(hash=7, parent=6, position=2)),
@@ -430,7 +430,7 @@ def test_crash_under_process_isolation_is_an_adapter_error(build_env: None, cras
     try:
         assert impl.step(use_op(1)).counters.active_refs == 1
         with pytest.raises(AdapterError, match="SIGABRT") as e:
-            impl.step(RawOp(op="__crash__"))
+            impl.step(RawOp(op="__crash__"))  # type: ignore[arg-type]  # not a wire operation, on purpose
         assert e.value.exit_status is not None and e.value.exit_status < 0
         with pytest.raises(AdapterError, match="earlier failure"):
             impl.step(use_op(2))
@@ -447,7 +447,7 @@ def test_hang_under_process_isolation_times_out(build_env: None, crash_manifest:
     try:
         start = time.monotonic()
         with pytest.raises(AdapterError, match="hangs"):
-            impl.step(RawOp(op="__hang__"))
+            impl.step(RawOp(op="__hang__"))  # type: ignore[arg-type]  # not a wire operation, on purpose
         assert time.monotonic() - start < 8  # the 1 s timeout, plus kill and reap on a slow machine
     finally:
         impl.close()
@@ -460,7 +460,7 @@ def test_reply_that_breaks_the_schema_names_the_field(
     impl = CAbiImplementation(crash_manifest, PORT, CONFIG, isolation=isolation)
     try:
         with pytest.raises(AdapterError, match=r"counters\.active_blocks"):
-            impl.step(RawOp(op="__bad_reply__"))
+            impl.step(RawOp(op="__bad_reply__"))  # type: ignore[arg-type]  # not a wire operation, on purpose
     finally:
         impl.close()
 
@@ -491,7 +491,7 @@ def test_library_printing_to_stdout_does_not_corrupt_the_host_protocol(
 ) -> None:
     impl = CAbiImplementation(crash_manifest, PORT, CONFIG)
     try:
-        out = impl.step(RawOp(op="__print__"))
+        out = impl.step(RawOp(op="__print__"))  # type: ignore[arg-type]  # not a wire operation, on purpose
         assert out.error is not None and out.error.rule == "CLEAR-ALL"
         assert impl.step(use_op(1)).counters.active_refs == 1
     finally:
@@ -531,7 +531,8 @@ def test_valid_operation_refused_by_the_library_is_an_adapter_error(build_env: N
     impl = CAbiImplementation(manifest, PORT, CONFIG, isolation="inprocess")
     try:
         with pytest.raises(AdapterError, match=r"KVSPEC_E_REQUEST[\s\S]*unknown operation '__crash__'"):
-            impl.step(RawOp(op="__crash__"))  # not compiled in: an unknown op to this build
+            # not compiled in: an unknown op to this build
+            impl.step(RawOp(op="__crash__"))  # type: ignore[arg-type]  # not a wire operation, on purpose
         with pytest.raises(AdapterError, match="earlier failure"):
             impl.step(use_op(1))
     finally:

@@ -238,15 +238,15 @@ def test_raw_payloads_in_both_layouts(tmp_path: Path, capsys: pytest.CaptureFixt
     arrays = []
     for p in payloads():
         ts, events, dp = msgpack.unpackb(p)
-        out = []
+        tagged = []
         for e in events:
             if e["type"] == "BlockStored":
-                out.append(["BlockStored", *(e[f] for f in fields)])
+                tagged.append(["BlockStored", *(e[f] for f in fields)])
             elif e["type"] == "BlockRemoved":
-                out.append(["BlockRemoved", e["block_hashes"], e["medium"]])
+                tagged.append(["BlockRemoved", e["block_hashes"], e["medium"]])
             else:
-                out.append(["AllBlocksCleared"])
-        arrays.append(msgpack.packb([ts, out, dp]))
+                tagged.append(["AllBlocksCleared"])
+        arrays.append(msgpack.packb([ts, tagged, dp]))
     arr = tmp_path / "arrays.msgpack"
     arr.write_bytes(b"".join(arrays))
     code, out, _ = run(capsys, str(arr))

@@ -170,11 +170,11 @@ def test_the_fused_path_is_taken(make_router_stream: MakeStream, native: bool, r
         parser = argparse.ArgumentParser()
         add_arguments(parser)
         checker = Checker(parser.parse_args([str(path)]), "router")
-        calls = []
+        calls: list[str] = []
         view = checker.view
         on_stored, on_removed = view.on_stored, view.on_removed
-        view.on_stored = lambda *a, **k: (calls.append("s"), on_stored(*a, **k))[1]  # type: ignore[method-assign]
-        view.on_removed = lambda *a, **k: (calls.append("r"), on_removed(*a, **k))[1]  # type: ignore[method-assign]
+        view.on_stored = lambda *a, **k: (calls.append("s"), on_stored(*a, **k))[1]  # type: ignore[method-assign,func-returns-value]
+        view.on_removed = lambda *a, **k: (calls.append("r"), on_removed(*a, **k))[1]  # type: ignore[method-assign,func-returns-value]
         reader = RouterReader(checker.warn, native=native, raw=raw)
         decoded = []
         real = formats.ROUTER_DECODER

@@ -97,6 +97,7 @@ def test_a_field_of_the_wrong_type_or_range_is_refused(line: int, field: tuple[A
     if "stored" in field and "stored" not in target["event"]["data"]:
         field = ("event", "event_id")
     last = field[-1]
+    value: Any
     if last == "storage_tier":
         value = data.draw(wrong_for_tier)
     elif last in ("blocks", "stored"):

@@ -282,8 +282,8 @@ def test_the_fast_path_is_taken(tmp_path: Path) -> None:
     view = checker.view
     calls: list[str] = []
     on_stored, on_removed = view.on_stored, view.on_removed
-    view.on_stored = lambda *a, **k: (calls.append("s"), on_stored(*a, **k))[1]  # type: ignore[method-assign]
-    view.on_removed = lambda *a, **k: (calls.append("r"), on_removed(*a, **k))[1]  # type: ignore[method-assign]
+    view.on_stored = lambda *a, **k: (calls.append("s"), on_stored(*a, **k))[1]  # type: ignore[method-assign,func-returns-value]
+    view.on_removed = lambda *a, **k: (calls.append("r"), on_removed(*a, **k))[1]  # type: ignore[method-assign,func-returns-value]
     feed = ZmqFeed(view)
     reader = CaptureReader(feed)
     with path.open("rb") as f:

@@ -20,7 +20,7 @@ from kvspec.spec.config import ManagerConfig
 from kvspec.spec.deviations import CONDITIONS, Deviation, Scope, Site
 from kvspec.spec.errors import ConfigError
 from kvspec.spec.rules import RuleId
-from kvspec.spec.wire import Deref, FullBlock, Plh, StepOutcome, Use
+from kvspec.spec.wire import Deref, FullBlock, Operation, Plh, StepOutcome, Use
 
 ADAPTERS = Path(__file__).resolve().parent.parent / "adapters"
 MANIFEST = load_manifest(resolve_adapter_dir("adapters/reference"))
@@ -157,7 +157,7 @@ class FromOne(ReferenceImplementation):
         return out.model_copy(update={"events": events})
 
 
-TRAFFIC = [use(1, 2, 3), use(1, 2, 4), deref(3, 2, 1), use(5), deref(5), use(6, 7), deref(6, 7)]
+TRAFFIC: list[Operation] = [use(1, 2, 3), use(1, 2, 4), deref(3, 2, 1), use(5), deref(5), use(6, 7), deref(6, 7)]
 FROM_1 = Deviation(rule=RuleId.EVENT_ID, reason="from 1", scope=Scope(conditions=["event_ids_from_1"]))
 
 

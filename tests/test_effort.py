@@ -40,7 +40,9 @@ def test_importing_the_plugin_registers_no_profile() -> None:
     import kvspec.conformance.run.plugin  # noqa: F401
 
     assert settings._profiles.keys() == before.keys()
-    assert settings.default.max_examples == 100 or settings._current_profile != "default"
+    assert (
+        settings.default is not None and settings.default.max_examples == 100
+    ) or settings._current_profile != "default"
 
 
 def _run_fingerprint(profile: str) -> list[tuple[str, int]]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -114,7 +115,7 @@ def test_salted_and_eagle_local_hashes_match_the_wheel(
 def test_multimodal_local_hashes_match_the_wheel() -> None:
     wheel = pytest.importorskip("dynamo._core", reason="the ai-dynamo-runtime wheel is not installed")
     tokens = list(range(50, 62))
-    mm = [
+    mm: list[dict[str, Any] | None] = [
         {"mm_objects": [{"mm_hash": 9, "offsets": [[0, 2]]}, {"mm_hash": 4, "offsets": []}]},
         None,
         {"mm_objects": []},

@@ -247,7 +247,7 @@ def test_random_workload_with_offload_crosses_unchanged() -> None:
 
 def test_dict_operations_are_validated_and_sent() -> None:
     with JsonlImplementation(load_manifest(JSONL_DIR), JSONL_DIR, ManagerConfig(capacity=2)) as impl:
-        out = impl.step({"op": "use", "blocks": [{"full": 5}], "plhs": [{"hash": 5}]})
+        out = impl.step({"op": "use", "blocks": [{"full": 5}], "plhs": [{"hash": 5}]})  # type: ignore[arg-type]  # a dict, on purpose
         assert out.result is not None and out.result.value == 1
         assert [e.hashes() for e in out.events] == [[5]]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Collection
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -91,7 +91,7 @@ def replace(out: StepOutcome, **update: Any) -> StepOutcome:
 
 # A sequence with hits, a shared prefix, derefs and an eviction at capacity 4:
 # request A = 1,2,3; B shares 1,2 and adds 4; A finishes; C = 5 evicts 3.
-TRAFFIC = [use(1, 2, 3), use(1, 2, 4), deref(3, 2, 1), use(5), deref(5)]
+TRAFFIC: list[Operation] = [use(1, 2, 3), use(1, 2, 4), deref(3, 2, 1), use(5), deref(5)]
 
 
 @pytest.mark.parametrize("profile", ["kvbm", "atomic", "legacy"])
@@ -137,7 +137,7 @@ def test_missing_removed_is_remove_exact_with_a_readable_report(tmp_path: Path) 
 def test_long_hashes_get_short_names_in_the_report() -> None:
     big = [10**18 + i for i in range(3)]
     config = cfg(capacity=2)
-    ops = [use(big[0], big[1]), deref(big[1], big[0]), use(big[2])]
+    ops: list[Operation] = [use(big[0], big[1]), deref(big[1], big[0]), use(big[2])]
     f = _fail(config, tweaked(config, _drop_removed), ops)
     assert "Use [b1, b2]" in f.report
     assert f"b1 = {big[0]}" in f.report and f"b3 = {big[2]}" in f.report
@@ -202,7 +202,7 @@ def test_stored_again_on_a_hit_is_store_no_dup() -> None:
 
     def restore(op: Operation, out: StepOutcome) -> StepOutcome:
         if isinstance(op, Use) and not out.events and out.result is not None and out.result.value:
-            first = op.blocks[0].full
+            first = cast(FullBlock, op.blocks[0]).full
             out = replace(out, events=[make_stored(next_id[0], [first], [first * 10], None)])
         next_id[0] += len(out.events)
         return out
@@ -261,7 +261,15 @@ class PreferNewest(ReferenceImplementation):
 
 
 def test_an_allowed_tie_is_followed_and_a_disallowed_choice_is_evict_policy() -> None:
-    ops = [use(1), use(2), deref(1), deref(2), use(3), use(4), use(5)]  # capacity 2: 3 evicts, 4 evicts
+    ops: list[Operation] = [
+        use(1),
+        use(2),
+        deref(1),
+        deref(2),
+        use(3),
+        use(4),
+        use(5),
+    ]  # capacity 2: 3 evicts, 4 evicts
     ok = cfg(capacity=2, eviction="unordered")
     ls = run_ops(PreferNewest(ok), ok, ops, adapter="prefer-newest")
     removed = [e.hashes() for o in ls.actual for e in o.events if e.kind == "removed"]
@@ -274,7 +282,7 @@ def test_known_break_of_the_profile_is_coverage_not_failure() -> None:
     """kvbm under LRU evicts a parent before its child (REMOVE-NO-ORPHAN, a
     known break of the profile): excused and counted. Under lineage the same
     traffic evicts the leaf, and an implementation that orphans fails."""
-    ops = [use(1, 2), deref(1, 2), use(3)]  # capacity 2; root first deref: 1 is oldest
+    ops: list[Operation] = [use(1, 2), deref(1, 2), use(3)]  # capacity 2; root first deref: 1 is oldest
     lru = cfg(capacity=2, eviction="lru")
     ls = run_ops(ReferenceImplementation(lru, MANIFEST), lru, ops, adapter="reference")
     assert ls.known_breaks == {"REMOVE-NO-ORPHAN": 1}
@@ -331,7 +339,7 @@ def test_protocol_only_mode_accepts_router_equivalent_streams() -> None:
 
 def test_protocol_only_mode_catches_a_router_mismatch() -> None:
     config = cfg(capacity=8)
-    ops = [use(1, 2, 3), deref(3, 2, 1), use(1, 4)]
+    ops: list[Operation] = [use(1, 2, 3), deref(3, 2, 1), use(1, 4)]
     ls = Lockstep(tweaked(config, _one_stored_per_block), config, adapter="split", protocol_only=True)
     with pytest.raises(ConformanceFailure) as ei:
         for op in ops:

@@ -23,7 +23,7 @@ from kvspec.conformance.run.manifest import Manifest, load_manifest, resolve_ada
 from kvspec.conformance.verdicts.failures import ConformanceFailure
 from kvspec.spec.config import ManagerConfig, OffloadConfig
 from kvspec.spec.rules import RuleId
-from kvspec.spec.wire import Deref, FullBlock, Plh, SwapIn, SwapInBlock, Tick, Use
+from kvspec.spec.wire import Deref, FullBlock, Operation, Plh, SwapIn, SwapInBlock, Tick, Use
 
 REF_DIR = resolve_adapter_dir("adapters/reference")
 REF: Manifest = load_manifest(REF_DIR)
@@ -127,7 +127,7 @@ def test_release_of_a_swap_in_anchor_waits_for_the_onboard() -> None:
         def ok(out: Any, before: Any) -> None:
             assert out.error is None
 
-        ops = [
+        ops: list[Operation] = [
             Use(blocks=[FullBlock(full=1), FullBlock(full=2)], plhs=[Plh(hash=1), Plh(hash=2, parent=1, position=1)]),
             Deref(blocks=[FullBlock(full=2)]),
             Use(

@@ -14,7 +14,7 @@ from kvspec.conformance.verdicts.results import ImplementationInfo, Results, Rul
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _script():  # type: ignore[no-untyped-def]
+def _script():
     spec = importlib.util.spec_from_file_location("kvspec_matrix_script", ROOT / "scripts" / "matrix.py")
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)

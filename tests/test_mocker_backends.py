@@ -7,6 +7,7 @@ observed on its replay files (real engines; skipped without the wheel)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -82,7 +83,7 @@ def test_token_ids_are_joined_to_the_event_plane_by_block_hash() -> None:
     plane Stored); the join is per block hash, and a block no raw event names
     is an error, never a silent gap."""
     plane = [make_stored(1, [11, 12], [5, 6], None), make_removed(2, [11])]
-    raw = [
+    raw: list[dict[str, Any]] = [
         {"type": "BlockStored", "block_hashes": [11], "parent_block_hash": None, "token_ids": [1, 2]},
         {"type": "BlockStored", "block_hashes": [12], "parent_block_hash": 11, "token_ids": [3, 4]},
         {"type": "BlockRemoved", "block_hashes": [11]},

@@ -122,7 +122,7 @@ class ModelMachine(RuleBasedStateMachine):
         partial = f"r{rid}" if with_partial and self.model.config.profile != "legacy" else None
         first = path[: len(path) // 2] if chunked and len(path) > 1 else path
         placed = self._use(first, None, None if first is not path else partial)
-        req = {"path": path, "held": [], "partial": None}
+        req: dict[str, Any] = {"path": path, "held": [], "partial": None}
         if placed < 0:  # legacy failure leaves an unknown prefix held: drop the request
             return
         req["held"] = first[:placed] if placed <= len(first) else list(first)

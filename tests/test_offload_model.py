@@ -341,10 +341,10 @@ class OffloadModelMachine(RuleBasedStateMachine):
         op = SwapIn(
             blocks=[SwapInBlock(seq_hash=s, plh=plh(s)) for s in p[start:]], parent=p[start - 1] if start else None
         )
-        g2 = self.m.registered("host_pinned")
+        in_g2 = set(self.m.registered("host_pinned"))
         hits = 0
         for s in p[start:]:
-            if s not in g2:
+            if s not in in_g2:
                 break
             hits += 1
         fp = self.m.fingerprint()

@@ -234,10 +234,10 @@ def test_reference_jsonl_request_level_equals_the_in_process_reference(index: in
     impl = open_request_implementation(manifest, JSONL_DIR, w.setup)
     assert isinstance(impl, EngineImplementation)
     try:
-        got = impl.run_concurrent(w.requests) if w.concurrent else impl.run_sequential(w.requests)
+        got: Any = impl.run_concurrent(w.requests) if w.concurrent else impl.run_sequential(w.requests)
     finally:
         impl.close()
-    want = _reference_outcomes(w)
+    want: Any = _reference_outcomes(w)
     # the in-process adapter does not report output_tokens (0); through v2 the engine does
     got_out = got.outcomes if w.concurrent else got
     assert [o.output_tokens for o in got_out] == [r.max_tokens for r in w.requests]

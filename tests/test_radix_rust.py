@@ -18,7 +18,7 @@ from kvspec.conformance.radix.opener import open_radix
 from kvspec.conformance.run.manifest import load_manifest, resolve_adapter_dir
 from kvspec.conformance.transport.jsonl import reuse_children
 from kvspec.reference.radix import RadixModel
-from kvspec.spec.radix_wire import RadixConfig, RadixEvict, RadixInsert, RadixMatch, RadixRequest
+from kvspec.spec.radix_wire import RadixConfig, RadixEvict, RadixInsert, RadixMatch, RadixOp, RadixRequest
 from kvspec.spec.rules import RuleId
 
 pytestmark = [
@@ -36,7 +36,7 @@ def test_hashes_and_events_of_every_page_size_match_the_model(pages: tuple[int, 
         for page in pages:
             config = RadixConfig(page_size=page, capacity=8 * page)
             big = [2**32 - 1 - i for i in range(3 * page)]
-            ops = [
+            ops: list[RadixOp] = [
                 RadixInsert(tokens=big[: 2 * page + 1]),
                 RadixMatch(tokens=big[:page] + [7] * page),
                 RadixRequest(prompt=big[:page] + list(range(page + 1)), output=[5] * (page + 2)),

@@ -22,7 +22,7 @@ from kvspec.conformance.verdicts.failures import ConformanceFailure
 from kvspec.conformance.verdicts.replay_file import load_replay
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.rules import RuleId
-from kvspec.spec.wire import Deref, FullBlock, Plh, Use
+from kvspec.spec.wire import Deref, FullBlock, Operation, Plh, Use
 
 BROKEN_MODULE = '''
 """The reference, except that it never publishes a Removed event."""
@@ -129,7 +129,7 @@ def _write_failure(path: Path, adapter_name: str) -> None:
     config = ManagerConfig(profile="kvbm", capacity=1, eviction="lru")
     impl = mod.DropRemoved(config, None)
     ls = Lockstep(impl, config, adapter=adapter_name, replay_path=path)
-    ops = [
+    ops: list[Operation] = [
         Use(blocks=[FullBlock(full=1)], plhs=[Plh(hash=1)]),
         Deref(blocks=[FullBlock(full=1)]),
         Use(blocks=[FullBlock(full=2)], plhs=[Plh(hash=2)]),

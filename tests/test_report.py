@@ -161,7 +161,7 @@ def _png_pixels(data: bytes) -> tuple[int, int, set[tuple[int, int, int]]]:
         pos += 12 + n
     bpp = 3 if ctype == 2 else 4
     raw, stride = zlib.decompress(idat), w * bpp
-    prev, colours, i = bytearray(stride), set(), 0
+    prev, colours, i = bytearray(stride), set[tuple[int, int, int]](), 0
     for _ in range(h):
         f, line = raw[i], bytearray(raw[i + 1 : i + 1 + stride])
         i += 1 + stride
@@ -178,7 +178,7 @@ def _png_pixels(data: bytes) -> tuple[int, int, set[tuple[int, int, int]]]:
                 p = a + b - c
                 pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
                 line[x] = (line[x] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
-        colours.update(tuple(line[x : x + 3]) for x in range(0, stride, bpp))  # type: ignore[misc]
+        colours.update((line[x], line[x + 1], line[x + 2]) for x in range(0, stride, bpp))
         prev = line
     return w, h, colours
 

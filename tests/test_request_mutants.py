@@ -30,7 +30,7 @@ from kvspec.conformance.transport.engine import EngineImplementation, engine_con
 from kvspec.conformance.transport.jsonl import JsonlImplementation
 from kvspec.reference import make_model
 from kvspec.reference.requests import RequestSpec
-from kvspec.spec.engine_wire import AddRequest, EngineOutcome, EngineStep
+from kvspec.spec.engine_wire import EngineOp, EngineOutcome
 from kvspec.spec.errors import ConfigError
 from kvspec.spec.rules import RuleId
 
@@ -45,7 +45,7 @@ class InProcessCaller:
     def __init__(self, session: EngineSession) -> None:
         self.session = session
 
-    def engine_call(self, op: AddRequest | EngineStep) -> EngineOutcome:
+    def engine_call(self, op: EngineOp) -> EngineOutcome:
         return EngineOutcome.model_validate_json(self.session.apply(op).model_dump_json())
 
     def close(self) -> None:

@@ -4,6 +4,8 @@ rule is evident from the stream itself."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from kvspec.reference.router_view import Mode, RouterView
 from kvspec.spec.hashing import local_block_hash, sequence_hash
 from kvspec.spec.rules import RuleId
@@ -244,7 +246,7 @@ def test_field_entry_and_object_entry_report_the_same() -> None:
 
 
 def test_violations_are_counted_even_when_none_are_kept() -> None:
-    seen = []
+    seen: list[Any] = []
     view = RouterView(keep=0, on_violation=seen.append)
     feed(view, [stored(0, [1]), stored(1, [1]), removed(2, [7])])
     assert view.violations == []

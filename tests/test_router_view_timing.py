@@ -11,11 +11,13 @@ never on a stream some transfer order could produce.
 
 from __future__ import annotations
 
+from typing import Any
+
 from kvspec.adapters.mutants.offload_bugs import G2StoredAtEnqueue
 from kvspec.reference import G1Model, RouterView
 from kvspec.spec.config import ManagerConfig, OffloadConfig
 from kvspec.spec.rules import RuleId
-from kvspec.spec.wire import Deref, FullBlock, KvEvent, Plh, Tick, Use, make_removed, make_stored
+from kvspec.spec.wire import Deref, FullBlock, KvEvent, Operation, Plh, Tick, Use, make_removed, make_stored
 
 
 def dev_stored(eid: int, h: int) -> KvEvent:
@@ -34,7 +36,7 @@ def host_removed(eid: int, h: int) -> KvEvent:
     return make_removed(eid, [h], tier="host_pinned")
 
 
-def rules(vs: list) -> list[RuleId]:  # type: ignore[type-arg]
+def rules(vs: list[Any]) -> list[RuleId]:
     return [v.rule for v in vs]
 
 
@@ -124,11 +126,11 @@ def test_clock_rounding_is_tolerated() -> None:
     assert v.apply_batch([host_stored(2, 1)]) == []
 
 
-def _drive(model: G1Model, view: RouterView) -> list:  # type: ignore[type-arg]
+def _drive(model: G1Model, view: RouterView) -> list[Any]:
     """Evict block 1 from a one-slot G1 and tick to the deadline, as the
     lockstep checker would feed a live stream (clock on each Tick)."""
-    out = []
-    ops = [
+    out: list[Any] = []
+    ops: list[Operation] = [
         Use(blocks=[FullBlock(full=1)], plhs=[Plh(hash=1)]),
         Deref(blocks=[FullBlock(full=1)]),
         Use(blocks=[FullBlock(full=2)], plhs=[Plh(hash=2)]),

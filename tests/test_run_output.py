@@ -191,7 +191,7 @@ def test_negotiated_finds_the_version_through_wrappers() -> None:
     assert negotiated(object()) is None  # in process: nothing negotiated
     assert negotiated(Ns(ready=Ns(protocol=3))) == "JSON lines protocol version 3 (chosen in the handshake)"
     assert negotiated(Ns(_host=Ns(ready=Ns(protocol=2)))) == "JSON lines protocol version 2 (chosen in the handshake)"
-    assert negotiated(Ns(_session=Ns(lib=Ns(version=2)))).startswith("C ABI version 2")
+    assert (negotiated(Ns(_session=Ns(lib=Ns(version=2)))) or "").startswith("C ABI version 2")
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -88,13 +89,11 @@ def test_decode_event_refuses_what_it_cannot_read(raw: dict[str, object], messag
 
 
 def test_multimodal_info_is_refused_not_dropped() -> None:
-    raw = {**DEVICE_STORED, "event": {**DEVICE_STORED["event"]}}  # type: ignore[dict-item]
+    raw: dict[str, Any] = {**DEVICE_STORED, "event": {**DEVICE_STORED["event"]}}  # type: ignore[dict-item]
     raw["event"]["data"] = {
         "stored": {
             "parent_hash": None,
-            "blocks": [  # type: ignore[index]
-                {"block_hash": 1, "tokens_hash": 1, "mm_extra_info": {"mm_objects": []}}
-            ],
+            "blocks": [{"block_hash": 1, "tokens_hash": 1, "mm_extra_info": {"mm_objects": []}}],
         }
     }
     with pytest.raises(WireError, match="multimodal"):

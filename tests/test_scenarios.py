@@ -191,7 +191,7 @@ def test_hashing_scenarios_carry_dynamo_hashes() -> None:
 
 
 def _raw(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text())  # type: ignore[no-any-return]
+    return json.loads(path.read_text())
 
 
 def _first(raw: dict[str, Any], pred: Callable[[dict[str, Any]], bool]) -> int | None:

@@ -101,7 +101,7 @@ def _configure(manifest_semantics: dict[str, list[str]] | None) -> set[tuple[str
     @settings(max_examples=200, database=None, derandomize=True)
     @given(st.data())
     def draw(data: st.DataObject) -> None:
-        cfg = machine.configure(machine.__new__(machine), base, data)  # type: ignore[arg-type]
+        cfg = machine.configure(machine.__new__(machine), base, data)
         if cfg.offload is not None:
             seen.add(tuple(cfg.offload.options().values()))
 

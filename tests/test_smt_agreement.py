@@ -27,6 +27,7 @@ from kvspec.reference.smt.offload.agreement import (
     use_op,
 )
 from kvspec.reference.smt.witnesses import WITNESS_DIR, universe_of
+from kvspec.spec.config import PolicyName
 from kvspec.spec.scenario import all_scenarios
 from kvspec.spec.wire import Tick
 
@@ -42,7 +43,7 @@ def _op(data: st.DataObject, ls: Lockstep) -> Any:
         h = data.draw(st.sampled_from(range(len(u.par))))
         chain = u.chain(h)
         start = data.draw(st.integers(0, len(chain) - 1))
-        blocks: list[int | str] = list(chain[start:])[:3]
+        blocks: list[int | str] = [*chain[start:][:3]]
         if data.draw(st.booleans()):
             blocks.append(data.draw(st.sampled_from(uuids)))
         parent = chain[start - 1] if start > 0 else None
@@ -51,11 +52,11 @@ def _op(data: st.DataObject, ls: Lockstep) -> Any:
         return use_op(u, blocks, parent)
     if kind == "deref":
         held: list[int | str] = [h for h, n in model.owners().items() for _ in range(n)] + list(model.partial)
-        pool = held if held and data.draw(st.integers(0, 5)) else [*range(len(u.par)), *uuids]
+        pool: list[int | str] = held if held and bool(data.draw(st.integers(0, 5))) else [*range(len(u.par)), *uuids]
         return deref_op(data.draw(st.lists(st.sampled_from(pool), min_size=1, max_size=3)))
     if kind == "promote":
-        pool = list(model.partial) or uuids
-        return promote_op(u, data.draw(st.sampled_from(pool)), data.draw(st.sampled_from(range(len(u.par)))))
+        partials: list[str] = list(model.partial) or uuids
+        return promote_op(u, data.draw(st.sampled_from(partials)), data.draw(st.sampled_from(range(len(u.par)))))
     if kind == "tick":
         back = data.draw(st.integers(0, 7)) == 0
         return Tick(now_ms=max(0.0, ls.now - 1.0) if back else ls.now + data.draw(st.sampled_from([0.0, 1.0, 2.5])))
@@ -72,7 +73,7 @@ def _op(data: st.DataObject, ls: Lockstep) -> Any:
     policy=st.sampled_from(POLICY_NAMES),
     data=st.data(),
 )
-def test_random_operation_sequences_agree(slots: int, cap2: int, policy: str, data: st.DataObject) -> None:
+def test_random_operation_sequences_agree(slots: int, cap2: int, policy: PolicyName, data: st.DataObject) -> None:
     ls = Lockstep(Universe(slots, FOREST, cap2, policy))
     n = data.draw(st.integers(1, 25))
     for _ in range(n):

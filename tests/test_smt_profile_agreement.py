@@ -20,7 +20,7 @@ from kvspec.reference.smt.blocks.agreement import (
     steps_of,
 )
 from kvspec.reference.smt.cli.profiles import _blocks
-from kvspec.spec.wire import Deref, FullBlock, PartialBlock, Plh, Promote, Use
+from kvspec.spec.wire import Deref, FullBlock, Operation, PartialBlock, Plh, Promote, Use
 
 PROFILES = ("kvbm", "legacy", "atomic")
 #: the budget: sampled operations per policy (legacy has one policy; kill rates over 10 seeds: spec/INVARIANTS.md)
@@ -64,7 +64,7 @@ def test_removed_announced_only_is_caught_on_its_scenario() -> None:
     unannounced), released, then evicted and registered again by another Use,
     whose Removed must name it. The end state is the same whichever inactive
     block the encoding evicts, so only the Removed comparison sees the bug."""
-    ops = [
+    ops: list[Operation] = [
         _use(_f(0, 1)),
         Deref(blocks=_f(0, 1)),
         _use(_f(2, 0, 1)),  # 2 evicts 0, 0 evicts 1 and comes back unannounced, 1 finds no room
@@ -82,7 +82,7 @@ def test_promote_existing_no_owner_is_caught_on_its_scenario(profile: str) -> No
     """A held partial promoted onto a registered block: the block gains an owner
     (uniform traffic rarely promoted a held partial onto a registered hash:
     ``_aimed`` now does)."""
-    ops = [
+    ops: list[Operation] = [
         _use([PartialBlock(partial="u0")]),
         _use(_f(0)),
         Promote(uuid="u0", seq_hash=0, parent_hash=None, local_hash=100, plh=_plh(0)),

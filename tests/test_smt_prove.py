@@ -159,7 +159,7 @@ def test_a_contract_is_filed_only_under_its_own_new_id() -> None:
     assert step.requires["DEREF-UNKNOWN"][0] == "valid" and step.contracts() == {"ASSUME-X": z3.Bool("b")}
 
 
-def _narrowed(spec, state, prefix, policy, *, symmetry=False):  # type: ignore[no-untyped-def]
+def _narrowed(spec, state, prefix, policy, *, symmetry=False):
     """The rules with one more contract: a Deref never drops a block's last
     owner. Every invariant stays provable: the narrowing is silent there."""
     from kvspec.reference.smt.prover import default_applier

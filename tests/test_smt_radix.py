@@ -1,4 +1,3 @@
-# ruff: noqa: N803, N806  (S is a state, as in the encoding)
 """The radix profile's z3 encoding: INV-RADIX-* proven, not vacuous, every
 mutant refuted, and the encoding bound to ``reference/radix.py`` by sampled
 operation sequences (``kvspec prove --profile radix``)."""
@@ -14,7 +13,7 @@ from kvspec.reference.smt.radix import steps as profile_radix
 from kvspec.reference.smt.radix.agreement import Disagreement, Replayer, catches, check_agreement
 from kvspec.reference.smt.radix.encoding import INVARIANTS, ROOT, RadixBound, RState, Step
 from kvspec.reference.smt.radix.steps import LEMMA_ID, MUTANTS, prove_radix, refute, sanity
-from kvspec.spec.radix_wire import RadixInsert, RadixLock, RadixMatch, RadixRequest
+from kvspec.spec.radix_wire import RadixInsert, RadixLock, RadixMatch, RadixOp, RadixRequest
 from kvspec.spec.rules import RULES, Concern
 
 SMALL = RadixBound(pages=4, handles=2)
@@ -113,12 +112,13 @@ def test_encoding_agrees_with_the_model_on_sampled_sequences() -> None:
 
 def test_agreement_replays_a_split_lock_and_request_by_hand() -> None:
     r = Replayer(page=2, pages=6)
-    for op in [
+    ops: list[RadixOp] = [
         RadixInsert(tokens=[1, 1, 2, 2, 3, 3]),
         RadixLock(name="a", tokens=[1, 1, 2, 2]),  # splits the node before its third page
         RadixMatch(tokens=[1, 1, 5, 5]),  # splits again, after the first page
         RadixRequest(prompt=[1, 1, 2, 2, 4, 4, 9], output=[1, 2]),
-    ]:
+    ]
+    for op in ops:
         r.apply(op)
     names = [t.split("(")[0] for t in r.trace if not t.startswith("--")]
     assert names.count("split") == 2 and "lock" in names and "unlock" in names and "add_head" in names

@@ -1,4 +1,3 @@
-# ruff: noqa: N803, N806  (S is a state, as in the encoding)
 """The radix profile at operation level (``reference/smt/radix/ops.py``):
 every INV-RADIX-* kept by whole operations, each operation made of enabled
 steps, its events right, every operation and case possible, every operation

@@ -34,7 +34,7 @@ def test_the_invariants_have_finite_models_where_every_step_and_case_fires() -> 
 def test_a_contradictory_hypothesis_is_caught_by_the_finite_sanity_check(monkeypatch: pytest.MonkeyPatch) -> None:
     # a contradiction hidden in the hypothesis would make every proof pass;
     # the finite-model check must then fail
-    def narrowed(S: U.UR) -> list[z3.BoolRef]:  # noqa: N803
+    def narrowed(S: U.UR) -> list[z3.BoolRef]:
         return [*U.hypothesis(S), S.free < 0]
 
     monkeypatch.setattr(M, "hypothesis", narrowed)

@@ -37,7 +37,7 @@ def test_the_hypothesis_has_finite_models_where_every_rule_fires() -> None:
 def test_a_narrowed_hypothesis_is_caught_by_the_sanity_check() -> None:
     # a contradiction hidden in the census facts would make every proof pass;
     # the finite-model check must then fail
-    def contradictory(S: U.UState) -> list[z3.BoolRef]:  # noqa: N803
+    def contradictory(S: U.UState) -> list[z3.BoolRef]:
         return [*U.census_facts(S, "fi_"), S.cnt(U.FREE) == S.n + 1]
 
     r, _ = M.finite_check(contradictory)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from hypothesis import given, settings
@@ -227,8 +227,11 @@ def test_finish_derefs_leaf_first_and_partial_first() -> None:
     req = t.requests[0]
     fin = t.finish(req, forward=False)
     assert fin is not None
+    assert isinstance(fin.op, Use)
     refs = fin.op.blocks
-    assert isinstance(refs[0], PartialBlock) and [b.full for b in refs[1:]] == [n.seq for n in reversed(req.path)]
+    assert isinstance(refs[0], PartialBlock) and [cast(FullBlock, b).full for b in refs[1:]] == [
+        n.seq for n in reversed(req.path)
+    ]
 
 
 def test_configs_are_small_and_cover_the_policies() -> None:

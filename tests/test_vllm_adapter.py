@@ -121,7 +121,7 @@ def free_port() -> int:
 def replay_all(endpoint: str, timeout_s: float = 20.0) -> list[list[bytes]]:
     """Every batch vLLM's publisher still buffers, from its replay socket
     (ROUTER): ask from sequence 0, read until its end marker."""
-    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     sock.connect(endpoint)
     try:
@@ -146,7 +146,7 @@ def test_events_from_vllms_real_zmq_publisher_on_loopback() -> None:
     binds its replay socket there: the wire bytes are vLLM's own, numbered
     without gaps, the live ones equal the replayed ones, and they decode to
     exactly the events of the queue path."""
-    ctx = zmq.Context.instance()
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
     sub = ctx.socket(zmq.SUB)
     sub.setsockopt(zmq.SUBSCRIBE, b"")
     sub.setsockopt(zmq.LINGER, 0)

@@ -11,7 +11,7 @@ from kvspec.reference.vllm_pool import HostBlock, PoolVariant, VllmPoolModel
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.errors import ConfigError, InvalidOperation
 from kvspec.spec.rules import RuleId
-from kvspec.spec.wire import Deref, FullBlock, KvEvent, PartialBlock, Plh, Promote, Reset, Tick, Use
+from kvspec.spec.wire import Deref, FullBlock, KvEvent, Operation, PartialBlock, Plh, Promote, Reset, Tick, Use
 
 
 def cfg(capacity: int = 4, block_size: int = 4) -> ManagerConfig:
@@ -43,7 +43,7 @@ def promote(uuid: str, seq: int, parent: int | None) -> Promote:
 
 
 def brief(events: list[KvEvent]) -> list[tuple[int, str, str, list[int], int | None]]:
-    out = []
+    out: list[tuple[int, str, str, list[int], int | None]] = []
     for e in events:
         parent = e.data.stored.parent_hash if e.kind == "stored" else None  # type: ignore[union-attr]
         out.append((e.event_id, e.storage_tier, e.kind, e.hashes(), parent))
@@ -155,7 +155,7 @@ def test_capacity_is_all_or_nothing_and_pinned_hits_are_not_evictable() -> None:
         (Tick(now_ms=1.0), RuleId.USE_VALIDATE),
     ],
 )
-def test_invalid_operations_raise_their_rule_and_change_nothing(op: object, rule: RuleId) -> None:
+def test_invalid_operations_raise_their_rule_and_change_nothing(op: Operation, rule: RuleId) -> None:
     m = VllmPoolModel(cfg(capacity=4))
     m.apply(use(1, "held"))
     m.apply(use(2))

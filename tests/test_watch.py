@@ -130,7 +130,7 @@ def watch(
 
 
 @pytest.fixture
-def publisher(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
+def publisher(request: pytest.FixtureRequest):
     plan, replay = request.param
     pub = Publisher(plan, replay=replay)
     pub.start()

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from types import TracebackType
+from typing import Self
 
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.manifest import Manifest
@@ -39,7 +40,7 @@ class Implementation(ABC):
     def close(self) -> None:  # noqa: B027 - optional for in-process adapters
         """Release everything the implementation holds (processes, libraries)."""
 
-    def __enter__(self) -> Implementation:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:

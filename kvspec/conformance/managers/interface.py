@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from types import TracebackType
+from typing import Self
 
 from kvspec.spec.manager_wire import ManagerConfigKind, ManagerOp, ManagerOutcome
 
@@ -28,7 +29,7 @@ class ManagerImplementation(ABC):
     def close(self) -> None:  # noqa: B027 - optional for in-process adapters
         """Release what the implementation holds."""
 
-    def __enter__(self) -> ManagerImplementation:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:

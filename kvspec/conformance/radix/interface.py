@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from types import TracebackType
+from typing import Self
 
 from kvspec.spec.radix_wire import RadixConfig, RadixOp, RadixOutcome
 
@@ -33,7 +34,7 @@ class RadixImplementation(ABC):
     def close(self) -> None:  # noqa: B027 - optional for in-process adapters
         """Release what the implementation holds."""
 
-    def __enter__(self) -> RadixImplementation:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:

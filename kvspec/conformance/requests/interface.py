@@ -16,6 +16,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from types import TracebackType
+from typing import Self
 
 from pydantic import Field
 
@@ -85,7 +86,7 @@ class RequestImplementation(ABC):
     def close(self) -> None:  # noqa: B027 - optional for in-process adapters
         """Release everything the implementation holds (processes, sockets)."""
 
-    def __enter__(self) -> RequestImplementation:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:

@@ -1,4 +1,3 @@
-# ruff: noqa: N803, SIM300  (S is a state, as in the rules' notation; ranges read low <= x < high)
 """Bounded model checking over the model's operations.
 
 A trace is a sequence of operations of a small concrete universe (a few

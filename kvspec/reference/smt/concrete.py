@@ -1,4 +1,3 @@
-# ruff: noqa: N803  (S is a state, as in the rules' notation; ranges read low <= x < high)
 """Concrete states of the encoding: read from a z3 model, printed for people.
 
 A counterexample, a witness trace and the comparison with the Python model

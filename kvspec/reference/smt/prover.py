@@ -1,5 +1,3 @@
-# ruff: noqa: N803, N806  (S is a state, as in the rules' notation; ranges read low <= x < high)
-# ruff: noqa: N803  (S is a state, as in the rules' notation; ranges read low <= x < high)
 """The inductive prover: every invariant holds initially and every transition
 preserves it, for every state of the bounded universe.
 

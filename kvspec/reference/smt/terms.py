@@ -1,4 +1,3 @@
-# ruff: noqa: SIM300  (S is a state, as in the rules' notation; ranges read low <= x < high)
 """Small z3 term builders over Python lists of terms (symbolic arrays).
 
 The encoding keeps per-slot and per-hash state as Python lists of z3 terms

@@ -1,4 +1,3 @@
-# ruff: noqa: N803, N806  (S is a state, as in the rules' notation; ranges read low <= x < high)
 """The witnesses: interesting states found by bounded model checking, written
 as golden scenarios under spec/scenarios/witnesses/ (``kvspec witnesses``).
 

@@ -1,4 +1,3 @@
-# ruff: noqa: N803, N806  (S is a state, as in the rules' notation)
 """The kvbm, legacy and atomic encodings against the Python model, operation by operation.
 
 A proof about an encoding that has drifted from the model proves nothing. So

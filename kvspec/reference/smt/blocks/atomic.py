@@ -1,4 +1,3 @@
-# ruff: noqa: N803, N806  (S is a state, as in the rules' notation)
 """``kvspec prove --profile atomic``: the atomic profile's all-or-nothing Use and grouped Stored events.
 
 The atomic Use (``reference/g1.py``, ``G1Model._use_atomic``; SPEC.md "What

@@ -1,4 +1,3 @@
-# ruff: noqa: N803, N806  (S is a state, H the number of hashes, as in the rules' notation)
 """The shared encoding of the block-level profiles without an offload tier: ``kvbm``, ``atomic``, ``legacy``.
 
 The three models (``reference/g1.py`` without offload, ``reference/legacy.py``)

@@ -1,4 +1,3 @@
-# ruff: noqa: N803, N806  (S is a state, as in the rules' notation)
 """Seeded bugs of the kvbm, legacy and atomic *encodings* that only the model can expose.
 
 A profile's own mutants (``Profile.mutants``) break one of its invariants,

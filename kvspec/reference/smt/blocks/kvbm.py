@@ -1,4 +1,3 @@
-# ruff: noqa: N803, N806  (S is a state, as in the rules' notation)
 """``kvspec prove --profile kvbm``: the kvbm profile without an offload tier.
 
 Without an offload tier an eviction yields its slot at once, so one batch

@@ -1,4 +1,3 @@
-# ruff: noqa: N803, N806  (S is a state, as in the rules' notation)
 """``kvspec prove --profile legacy``: the hash cache of dynamo-mocker 1.0.2.
 
 The legacy manager (``reference/legacy.py``; ai-dynamo/dynamo

@@ -299,7 +299,7 @@ class _Following(Chooser):
         super().__init__("unordered", free_victims=False)
         self.victims = victims
 
-    def victim(self, S: State) -> z3.ExprRef:  # noqa: N803  (S is a state, as in the rules' notation)
+    def victim(self, S: State) -> z3.ExprRef:
         for h in self.victims:
             slots = [z3.And(S.st[k] == INACTIVE, S.blk[k] == h) for k in S.slots]
             if z3.is_true(z3.simplify(z3.Or(slots))):

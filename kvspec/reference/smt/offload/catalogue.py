@@ -1,4 +1,3 @@
-# ruff: noqa: N803  (S is a state, as in the rules' notation; ranges read low <= x < high)
 """The transitions the prover checks, with the domains of their inputs.
 
 Every input and choice of a transition ranges over a finite domain of the

@@ -1,4 +1,3 @@
-# ruff: noqa: N803  (S is a state, as in the rules' notation; ranges read low <= x < high)
 """The proven invariants and the lemmas that make them inductive.
 
 Each invariant is a list of named conjuncts, so a counterexample can say

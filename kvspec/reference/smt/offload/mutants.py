@@ -1,4 +1,3 @@
-# ruff: noqa: N803, SIM300  (S is a state, as in the rules' notation; ranges read low <= x < high)
 """Broken variants of the transition rules, for the bug-finding check.
 
 Each mutant breaks one rule the way an implementation could, and names the

@@ -1,4 +1,3 @@
-# ruff: noqa: N806  (S is a state, as in the rules' notation)
 """No silent narrowing: every branch and sub-case of every transition happens
 in some state the proof covers.
 

@@ -1,4 +1,3 @@
-# ruff: noqa: N803, SIM300  (S is a state, as in the rules' notation; ranges read low <= x < high)
 """Operation-level proofs: invariant and whole operation imply invariant.
 
 The step-level proofs (``prover.py``) show that every one-block step keeps

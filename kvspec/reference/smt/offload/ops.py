@@ -1,4 +1,3 @@
-# ruff: noqa: N803, N806  (S is a state, as in the rules' notation; ranges read low <= x < high)
 """The model's operations as sequences of the encoding's transitions.
 
 ``transitions.py`` has one relation per rule-level step; an operation of the

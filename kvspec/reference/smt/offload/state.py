@@ -1,4 +1,3 @@
-# ruff: noqa: SIM300  (S is a state, as in the rules' notation; ranges read low <= x < high)
 """One state of the encoding: G1 slots, swap-in jobs, G2, and the router's view.
 
 The fields mirror what the reference model (``reference/g1.py``) keeps, with

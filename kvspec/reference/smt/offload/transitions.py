@@ -1,4 +1,3 @@
-# ruff: noqa: N803, SIM300  (S is a state, as in the rules' notation; ranges read low <= x < high)
 """The transition rules of the kvbm profile with an offload tier, in z3.
 
 One function per operation, each the relation between a pre-state and a

@@ -36,7 +36,6 @@ under every victim choice, so under the LRU order the model uses
 here). Access times are not encoded.
 """
 
-# ruff: noqa: N803  (S is a state, as in the rules' notation)
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence

@@ -1,4 +1,3 @@
-# ruff: noqa: N803, N806  (S is a state, as in the rules' notation)
 """The radix profile's *operations* in z3: each a whole transition built from the steps.
 
 ``radix_encoding.STEPS`` are one-page steps; the model (``reference/radix.py``)

@@ -1,4 +1,3 @@
-# ruff: noqa: N803  (S is a state, as in the rules' notation)
 """The radix profile at operation level: invariant ∧ operation ⇒ invariant.
 
 For every operation of ``radix_operations.OPERATIONS`` (a whole match, insert,

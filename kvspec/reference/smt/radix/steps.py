@@ -1,4 +1,3 @@
-# ruff: noqa: N803, N806  (S is a state, as in the rules' notation)
 """``kvspec prove --profile radix``: the INV-RADIX-* invariants, proven 1-inductive with z3.
 
 For each invariant and each step of ``radix_encoding.STEPS``: from *any*

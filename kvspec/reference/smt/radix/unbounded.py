@@ -1,4 +1,3 @@
-# ruff: noqa: N803, N806  (S is a state, as in the rules' notation)
 """The INV-RADIX-* invariants for any number of pages, tokens and locks.
 
 ``radix_encoding.py`` names every page slot and lock handle, so its proofs

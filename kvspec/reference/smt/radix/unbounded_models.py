@@ -1,4 +1,3 @@
-# ruff: noqa: N803, N806  (S is a state, as in the rules' notation)
 """Finite models of the unbounded radix encoding: its non-vacuity checks and mutant counterexamples.
 
 z3 proves the quantified obligations of ``radix_unbounded.py`` ``unsat``;

@@ -1,4 +1,3 @@
-# ruff: noqa: N803, N806, SIM300  (S is a state, as in the rules' notation; ranges read low <= x < high)
 """The unbounded encoding takes the same steps as the bounded one.
 
 ``unbounded.py`` writes the kvbm-with-offload rules a second time, over

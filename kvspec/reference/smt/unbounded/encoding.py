@@ -1,4 +1,3 @@
-# ruff: noqa: N803, N806  (S is a state, as in the rules' notation)
 """The INV-* of the kvbm profile with an offload tier, for any number of slots and hashes.
 
 The bounded encoding (``state.py``, ``transitions.py``) names every slot and

@@ -1,4 +1,3 @@
-# ruff: noqa: N803, N806  (S is a state, H the number of hashes, as in the rules' notation)
 """Finite models of the unbounded encoding: the non-vacuity checks of ``kvspec prove --unbounded``.
 
 Deciding *satisfiability* of the quantified formulas of ``unbounded.py`` (the

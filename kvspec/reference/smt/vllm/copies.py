@@ -1,4 +1,3 @@
-# ruff: noqa: N803, N806, SIM300  (S is a state, as in the rules' notation; ranges read low <= x < high)
 """``INV-VLLM-COPIES``: the vllm profile's copy counting, proven for any pool size and any hashes.
 
 The ``vllm`` profile (``reference/vllm_pool.py``) may cache one block hash

@@ -1,4 +1,3 @@
-# ruff: noqa: N803, N806  (S is a state, as in the rules' notation)
 """The vllm profile at operation level: whole Uses (any length), their assembled events and parent.
 
 ``profile_vllm.py`` proves INV-VLLM-COPIES one block at a time, with every
