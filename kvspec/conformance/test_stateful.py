@@ -34,10 +34,11 @@ from hypothesis import Phase, settings
 from kvspec.conformance.block.machine import MachineSetup, machine_class, run_machine
 from kvspec.conformance.run.manifest import Manifest
 from kvspec.conformance.run.plugin import replay_run
+from kvspec.spec import registry
 from kvspec.spec.profiles import profile as get_profile
 from kvspec.spec.rules import Concern, rules_of
 
-PROFILES = ("kvbm", "atomic", "legacy")
+PROFILES = registry.names("block", stateful=True)
 
 LIFECYCLE_RULES = rules_of(Concern.LIFECYCLE)
 #: the offload tier's rules (checked where the adapter declares offload)

@@ -44,17 +44,15 @@ def __getattr__(name: str) -> Any:
 
 
 def make_model(config: ManagerConfig) -> Model:
-    """The reference model of the configuration's profile."""
-    from kvspec.reference.g1 import G1Model
-    from kvspec.reference.legacy import LegacyModel
+    """The reference model of a block-level profile (spec.registry names it);
+    the allocator-level and radix models take their own configs."""
+    from kvspec.spec import registry
     from kvspec.spec.errors import ConfigError
 
-    if config.profile in ("kvbm", "atomic"):
-        return G1Model(config)
-    if config.profile == "legacy":
-        return LegacyModel(config)
-    if config.profile == "vllm":
-        from kvspec.reference.vllm_pool import VllmPoolModel
-
-        return VllmPoolModel(config)
-    raise ConfigError(f"unknown profile {config.profile!r}")
+    entry = registry.PROFILES.get(config.profile)
+    if entry is None or entry.family != "block":
+        raise ConfigError(
+            f"no block-level model for profile {config.profile!r}; block-level: {registry.names('block')}"
+        )
+    model: Model = entry.resolve_model()(config)
+    return model

@@ -12,11 +12,12 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from kvspec.spec.registry import ProfileName
 from kvspec.spec.wire import Wire
 
-#: paged and session are the allocator-level profiles (spec.manager_wire): a
-#: ManagerConfig of theirs only heads a protocol-version-3 hello
-ProfileName = Literal["kvbm", "legacy", "atomic", "vllm", "paged", "session", "radix"]
+#: the profile names come from the registry (spec.registry); paged and session are the
+#: allocator-level profiles (spec.manager_wire): a ManagerConfig of theirs only heads a
+#: protocol-version-3 hello
 PolicyName = Literal["lineage", "lru", "multi_lru", "unordered"]
 
 

@@ -21,11 +21,12 @@ from typing import Annotated
 
 from pydantic import Field
 
+from kvspec.spec import registry
 from kvspec.spec.manager_wire import Admission, ManagerConfigKind, PagedOp, Pressure, SessionOp, SlotView, Tier
 from kvspec.spec.rules import RuleId
 from kvspec.spec.wire import Wire
 
-MANAGER_SCENARIO_DIRS = ("paged", "session")
+MANAGER_SCENARIO_DIRS = registry.scenario_dirs("manager")
 SCENARIO_ROOT = Path(__file__).parent / "scenarios"
 
 BlockPair = tuple[str, int, str, int]

@@ -27,6 +27,7 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import Field, field_validator, model_validator
 
+from kvspec.spec import registry
 from kvspec.spec.config import ManagerConfig, PolicyName
 from kvspec.spec.rules import RuleId
 from kvspec.spec.wire import KvEvent, Operation, Status, Wire
@@ -129,7 +130,8 @@ def all_scenarios(directory: Path = SCENARIO_DIR) -> list[tuple[Path, Scenario]]
     """Every scenario file under ``directory`` (recursively), sorted by path;
     the allocator-level folders (``paged/``, ``session/``), ``radix/`` and ``tiers/`` have their own
     format (``spec.manager_scenario``, ``spec.radix_wire``) and are left out."""
-    skip = {directory / d for d in ("paged", "session", "radix", "tiers")}
+    # every registered folder not in this format: the allocator-level, radix and multi-worker ones
+    skip = {directory / d for d in set(registry.all_scenario_dirs()) - set(registry.scenario_dirs("block"))}
     return [(p, _load_unchanged(p)) for p in sorted(directory.rglob("*.json")) if not skip & set(p.parents)]
 
 

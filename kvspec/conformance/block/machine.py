@@ -69,6 +69,7 @@ from kvspec.conformance.block.traffic import (
 )
 from kvspec.conformance.run.manifest import Manifest
 from kvspec.conformance.verdicts.replay_store import Target
+from kvspec.spec import registry
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.deviations import Site
 from kvspec.spec.errors import AdapterError
@@ -140,7 +141,7 @@ class RuleGroup:
     #: adapter capabilities every rule of the group needs
     requires: ClassVar[tuple[str, ...]] = ()
     #: profiles the group applies to
-    profiles: ClassVar[tuple[str, ...]] = ("kvbm", "atomic", "legacy")
+    profiles: ClassVar[tuple[str, ...]] = registry.names("block", stateful=True)
     _registry: ClassVar[list[type[RuleGroup]]] = []
 
     # set on the machine instance by LockstepMachine

@@ -18,13 +18,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from kvspec.conformance.requests.interface import ImplementationUnavailableError
+from kvspec.spec import registry
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.errors import KvSpecError
 from kvspec.spec.manifest import Manifest
 
-#: profiles a block-level adapter can be started with (the manager profiles
-#: paged and session start through their own factories)
-_BLOCK_PROFILES = ("kvbm", "atomic", "legacy", "vllm")
+#: profiles a block-level adapter can be started with (the manager and radix
+#: profiles start through their own factories)
+_BLOCK_PROFILES = registry.names("block")
 
 
 def _hint(manifest: Manifest, adapter_dir: Path, error: str) -> str:
