@@ -45,14 +45,12 @@ import msgspec
 from kvspec.reference.router_view import At, RouterView
 from kvspec.spec.codecs import RouterEventMsg, Uint, strip_unknown
 from kvspec.spec.errors import WireError
+from kvspec.streams.eventplane_frames import looks_like_event_plane, split
 from kvspec.streams.formats import apply_router_event
 from kvspec.streams.zmqfeed import FeedStats, ZmqFeed
 
 if TYPE_CHECKING:
     from kvspec.streams.check import Checker
-
-FRAME_VERSION = 1
-FRAME_HEADER = 5
 
 
 class Envelope(msgspec.Struct, gc=False):
@@ -68,36 +66,6 @@ class Envelope(msgspec.Struct, gc=False):
 _ENVELOPE = msgspec.msgpack.Decoder(Envelope)
 _EVENTS = msgspec.msgpack.Decoder(list[RouterEventMsg])
 _ANY = msgspec.msgpack.Decoder()
-
-
-def looks_like_event_plane(frames: list[bytes]) -> bool:
-    """Whether a message has the event plane's four frames (not vLLM's three)."""
-    return (
-        len(frames) == 4
-        and len(frames[1]) == 8
-        and len(frames[2]) == 8
-        and len(frames[3]) >= FRAME_HEADER
-        and frames[3][0] == FRAME_VERSION
-    )
-
-
-def split(frames: list[bytes]) -> tuple[bytes, int, int, bytes]:
-    """(topic, publisher id, sequence, envelope bytes); raises WireError."""
-    if len(frames) != 4:
-        raise WireError(
-            f"an event plane message has 4 frames (topic, publisher id, sequence, envelope), got {len(frames)}"
-        )
-    topic, pid_b, seq_b, frame = frames
-    if len(pid_b) != 8 or len(seq_b) != 8:
-        raise WireError(f"the publisher id and sequence frames are {len(pid_b)} and {len(seq_b)} bytes, not 8")
-    if len(frame) < FRAME_HEADER:
-        raise WireError(f"the envelope frame is {len(frame)} bytes, shorter than its {FRAME_HEADER}-byte header")
-    if frame[0] != FRAME_VERSION:
-        raise WireError(f"envelope frame version {frame[0]}, not {FRAME_VERSION}")
-    n = int.from_bytes(frame[1:5], "big")
-    if n != len(frame) - FRAME_HEADER:
-        raise WireError(f"the envelope frame header says {n} bytes, {len(frame) - FRAME_HEADER} follow")
-    return topic, int.from_bytes(pid_b, "big"), int.from_bytes(seq_b, "big"), frame[FRAME_HEADER:]
 
 
 class EventPlaneFeed:

@@ -133,7 +133,7 @@ def detect(source: Path | bytes) -> str:
 
 def _event_plane_capture(parts: object) -> bool:
     """Whether a capture line holds one of Dynamo's event plane messages."""
-    from kvspec.streams.eventplane import looks_like_event_plane
+    from kvspec.streams.eventplane_frames import looks_like_event_plane
 
     if not isinstance(parts, list) or len(parts) != 4 or not all(isinstance(p, str) for p in parts):
         return False
