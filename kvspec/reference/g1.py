@@ -41,7 +41,7 @@ from kvspec.reference.policies import Frequency, LineagePolicy, Policy, make_pol
 from kvspec.reference.validation import check_use_shape
 from kvspec.spec.config import ManagerConfig, OffloadConfig
 from kvspec.spec.errors import ConfigError, InvalidOperation
-from kvspec.spec.rules import rid
+from kvspec.spec.rules import RuleId, rid
 from kvspec.spec.wire import (
     BlockRef,
     Counters,
@@ -149,6 +149,17 @@ class _Batch:
 
 class G1Model:
     """Reference model of one G1 manager (profiles kvbm and atomic)."""
+
+    #: the lockstep's follow modes (``conformance/block/follow.py``):
+    #: condition -> (the rule departed from, the switch that runs it)
+    FOLLOW: dict[str, tuple[RuleId, str]] = {"offload_job_fails_whole": (RuleId.QUARANTINE_RELEASE, "job_fails_whole")}
+    #: an offload job with more blocks than G2 has room for fails whole:
+    #: none of it is sent and its source slots stay quarantined for good (an
+    #: older kvbm-engine executor's behaviour, where Dynamo's capacity policy
+    #: admits what fits; shared link only). Off in the spec; the lockstep
+    #: turns it on to follow an implementation that does this
+    #: (``_enqueue_offload``).
+    job_fails_whole: bool = False
 
     next_event_id: int
     free: int
@@ -909,7 +920,12 @@ class G1Model:
         assert self.offload is not None
         if self.offload.dedup == "filter":
             entries = [e for e in entries if e.pid not in self.inflight and not self.g2tier.holds_lineage(e.pid)]
-        if self.offload.g2_allocation == "at_start":
+        at_start = self.offload.g2_allocation == "at_start"
+        if self.job_fails_whole and len(entries) > self.g2tier.available() - (self.g2tier.admitted if at_start else 0):
+            # follow mode offload_job_fails_whole: nothing is sent, and the
+            # source slots are never given back
+            return []
+        if at_start:
             # Dynamo's capacity policy admits the job at enqueue, in order,
             # against what G2 could hand out; what does not fit is dropped
             entries = entries[: self.g2tier.admit(len(entries))]

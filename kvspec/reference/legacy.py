@@ -17,10 +17,25 @@ Operations the seed would panic on part-way (a Destroy of a block that is not
 active, a Promote of a partial that is not held, a Use that would make a held
 partial block the Stored parent, missing local hashes) are rejected here
 before anything changes, with the rule id.
+
+USE-VALIDATE is stricter than the source (a known break of the profile):
+kvspec wants one local hash and, when token ids are given, one token list
+per full block. The 1.0.2 source (ai-dynamo/dynamo lib/mocker/src/kv_manager.rs,
+``KvManager::process``, the ``MoveBlock::Use`` arm, and ``publish_kv_event``)
+checks neither: the Stored takes the *tail* of the local hashes, as many as
+it names blocks, and a token list is read, by the block's position in the
+batch, only for a block that is newly placed. ``source_validation = True``
+runs a Use that way (rejecting, before anything changes, only what the
+source would panic on: fewer local hashes than the blocks the Stored names,
+or no token list at a new block's position). It is the lockstep's follow
+mode ``legacy_source_validation`` (``FOLLOW``) and what a port that behaves
+like the source does; ports that have kvspec's checks declare the capability
+``strict_validation``.
 """
 
 from __future__ import annotations
 
+import copy
 from collections import OrderedDict
 from collections.abc import Collection
 from typing import Any
@@ -29,7 +44,7 @@ from kvspec.reference.labels import Trace, label
 from kvspec.reference.outcome import Step
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.errors import ConfigError, InvalidOperation
-from kvspec.spec.rules import rid
+from kvspec.spec.rules import RuleId, rid
 from kvspec.spec.wire import (
     BlockRef,
     Counters,
@@ -62,6 +77,12 @@ def key_of(ref: BlockRef) -> Key:
 
 class LegacyModel:
     """Reference model of the legacy profile (LRU only, no offload)."""
+
+    #: the lockstep's follow modes (``conformance/block/follow.py``):
+    #: condition -> (the rule departed from, the switch that runs it)
+    FOLLOW: dict[str, tuple[RuleId, str]] = {"legacy_source_validation": (RuleId.USE_VALIDATE, "source_validation")}
+    #: validate a Use as the 1.0.2 source does (see the module doc)
+    source_validation: bool = False
 
     def __init__(self, config: ManagerConfig) -> None:
         if config.profile != "legacy":
@@ -148,6 +169,8 @@ class LegacyModel:
 
     # ------------------------------------------------------------------- Use
     def _use(self, op: Use) -> Step:
+        if self.source_validation:
+            return self._use_as_source(op)
         n_full = sum(1 for b in op.blocks if isinstance(b, FullBlock))
         if len(op.local_hashes) != n_full:
             raise InvalidOperation(
@@ -158,6 +181,10 @@ class LegacyModel:
             raise InvalidOperation(
                 rid("USE-VALIDATE"), f"token_ids has {len(op.token_ids)} entries for {n_full} full blocks"
             )
+        self._check_parent_and_partials(op)
+        return self._place(op)
+
+    def _check_parent_and_partials(self, op: Use) -> None:
         if op.parent is not None:
             raise InvalidOperation(rid("USE-VALIDATE"), "the legacy Use takes no parent")
         for ref in op.blocks:
@@ -165,14 +192,31 @@ class LegacyModel:
                 raise InvalidOperation(
                     rid("USE-VALIDATE"), f"partial block {ref.partial} is already held (it would become the parent)"
                 )
+
+    def _use_as_source(self, op: Use) -> Step:
+        """A Use validated as the 1.0.2 source does it (module doc): run it,
+        and if the source would have panicked part-way, put everything back
+        and reject it."""
+        self._check_parent_and_partials(op)
+        saved = (copy.copy(self.active), copy.copy(self.inactive), set(self.unannounced), self.next_event_id)
+        try:
+            return self._place(op, by_position=True)
+        except InvalidOperation:
+            self.active, self.inactive, self.unannounced, self.next_event_id = saved
+            raise
+
+    def _place(self, op: Use, *, by_position: bool = False) -> Step:
+        """Place the blocks of a validated Use (``by_position``: token lists
+        read by the block's position in the batch, local hashes not counted
+        up front: the source's way)."""
         events: list[KvEvent] = []
         stored: list[int] = []
         stored_tokens: list[list[int]] = []
         parent: int | None = None
         fi = 0
-        for ref in op.blocks:
+        for pos, ref in enumerate(op.blocks):
             k = key_of(ref)
-            idx = fi
+            idx = pos if by_position else fi
             if isinstance(ref, FullBlock):
                 fi += 1
             if k in self.active:
@@ -204,8 +248,16 @@ class LegacyModel:
             if isinstance(ref, FullBlock):
                 stored.append(ref.full)
                 if op.token_ids is not None:
+                    if idx >= len(op.token_ids):
+                        raise InvalidOperation(
+                            rid("USE-VALIDATE"), f"no token list at position {idx} for new block {ref.full}"
+                        )
                     stored_tokens.append(op.token_ids[idx])
         if stored:
+            if len(op.local_hashes) < len(stored):
+                raise InvalidOperation(
+                    rid("USE-VALIDATE"), f"{len(op.local_hashes)} local hashes for {len(stored)} stored blocks"
+                )
             tokens_hashes = op.local_hashes[len(op.local_hashes) - len(stored) :]
             ev = make_stored(
                 self._event_id(),

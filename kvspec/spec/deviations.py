@@ -210,6 +210,25 @@ CONDITIONS: dict[str, Condition] = _conditions(
         "every event the implementation and the model disagree on at the failing step is on the host_pinned tier",
     ),
     Condition(
+        "legacy_source_validation",
+        "legacy profile, block level: the implementation accepted a Use that kvspec refuses and the Dynamo mocker "
+        "1.0.2 source accepts (more local hashes than full blocks, of which the Stored takes the tail; token lists "
+        "read by batch position for new blocks only), and the model, validating that Use as the source does, "
+        "reproduced its outcome exactly; the lockstep follows it (the model takes that outcome and state) and checks "
+        "every rule from the next step on",
+        frozenset({R.USE_VALIDATE}),
+    ),
+    Condition(
+        "offload_job_fails_whole",
+        "kvbm with an offload tier on a shared link, block level: an offload batch with more blocks than G2 had room "
+        "for (free destinations plus blocks G2 could evict) failed whole: none of it was sent or stored in G2, and "
+        "its job's source slots stay quarantined for good (an older kvbm-engine executor's behaviour), where the "
+        "spec sends what fits and frees the slots when the job settles; the model, run that way for the step, "
+        "reproduced the implementation's outcome exactly, and the lockstep follows it and checks every rule from the "
+        "next step on",
+        frozenset({R.QUARANTINE_RELEASE}),
+    ),
+    Condition(
         "handle_of_free_slot",
         "session profile: the diverging finalize or reset carries a handle whose slot is free and whose "
         "generation is that free slot's own (a handle no lease ever issued, such as a default-constructed one)",

@@ -140,6 +140,12 @@ PROFILES: dict[str, Profile] = {
                     "blocks placed by a failed Use were never Stored, yet their eviction publishes Removed"
                 ),
                 R.REMOVE_NO_ORPHAN: _ORPHAN,
+                R.USE_VALIDATE: (
+                    "the source checks none of a Use's list counts: the Stored takes the tail of extra local "
+                    "hashes, and a token list is read only for a block newly placed, so a Use with more local "
+                    "hashes than full blocks, or a token list missing for a reused block, is accepted; kvspec "
+                    "rejects these (capability strict_validation)"
+                ),
             },
         ),
         Profile(

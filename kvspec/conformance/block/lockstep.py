@@ -20,17 +20,33 @@ against the manifest's scoped deviations (``kvspec.spec.deviations``):
   sequence again;
 - inside a declared scope, it is recorded and counted (``deviations``,
   ``on_deviation``), never raised, so a run never ends on it and Hypothesis
-  never shrinks into it. The lockstep then *adopts* the implementation's
-  observable outcome and goes on checking every rule: the router view keeps
-  the implementation's stream, INV-ROUTER-MATCH is compared against what the
-  model announced corrected by the blocks the departure added or left out
-  (until the model itself stores or removes them), and later events are
-  expected with the implementation's event numbering. The manager's state
-  stays the model's own (the victim choice is followed anyway, see above):
-  a later difference that a departure causes is judged again against the
-  scopes, inside one it is recorded, outside every one it fails. At the
-  step of an adopted departure, INV-ROUTER-MATCH is its consequence and is
-  recorded with it.
+  never shrinks into it, and the model is **resynchronised** to the
+  implementation (``follow``), so that one root cause needs one
+  declaration and every rule is checked again from the next step on:
+
+  - when the manifest declares deviations, the lockstep keeps a copy of the
+    model from before each step. At a step that differs, it first asks
+    ``follow.candidates`` for a way to run the step again from that copy
+    that gives the implementation's outcome exactly: a refusal taken back,
+    or one of the model's follow modes (a named condition, e.g.
+    ``legacy_source_validation``, ``offload_job_fails_whole``). If a
+    declared deviation covers that departure (its rule, the operation,
+    the condition now established), the model becomes that copy: it holds
+    the implementation's state, and the step is checked again against it;
+  - otherwise each difference is judged as before; one in scope is
+    *adopted*: the router view keeps the implementation's stream,
+    INV-ROUTER-MATCH is compared against what the model announced
+    corrected by the blocks the departure added or left out (until the
+    model itself stores or removes them), and later events are expected
+    with the implementation's event numbering. That contains a departure
+    of the stream only. If the implementation's state differs too (it
+    refused what the model accepted or the other way round, or its
+    counters or earliest deadline differ) and nothing followed it, the
+    run fails with ``DeviationNotFollowed``: the rest of it could not be
+    checked, and a declaration never hides what it does not explain.
+
+  At the step of an adopted departure, INV-ROUTER-MATCH is its consequence
+  and is recorded with it.
 
 ``caller_contracts=True`` (the lockstep machine, a well-behaved caller by
 design) also evaluates the caller contracts the proofs of the profile under test
@@ -46,26 +62,28 @@ still keep a router's view right.
 
 from __future__ import annotations
 
+import copy
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from kvspec.conformance.block.coverage import Before, cover_step
 from kvspec.conformance.block.diff import Divergence
+from kvspec.conformance.block.follow import Followed, Past, candidates, nearest, same_outcome
 from kvspec.conformance.block.interface import Implementation
 from kvspec.conformance.block.lockstep_report import divergence_report, unfinished_note
 from kvspec.conformance.block.step_check import StepCheck
 from kvspec.conformance.block.stream_check import StreamCheck
 from kvspec.conformance.run.deviation_scope import site_of, step_conditions
-from kvspec.conformance.verdicts.failures import CallerContractBroken, ConformanceFailure
+from kvspec.conformance.verdicts.failures import CallerContractBroken, ConformanceFailure, DeviationNotFollowed
 from kvspec.conformance.verdicts.replay_file import write_replay
 from kvspec.conformance.verdicts.replay_store import Target, replay_command
-from kvspec.reference import RouterView, make_model
+from kvspec.reference import Model, RouterView, make_model
 from kvspec.reference.caller_contracts import ContractBreak, broken_contracts, settle
 from kvspec.reference.g1 import G1Model
 from kvspec.reference.labels import StepLabels
 from kvspec.spec.config import ManagerConfig
-from kvspec.spec.deviations import Deviation, Site
+from kvspec.spec.deviations import Deviation, Site, covering
 from kvspec.spec.errors import AdapterError, InvalidOperation
 from kvspec.spec.profiles import Profile, profile
 from kvspec.spec.rules import RuleId
@@ -132,6 +150,17 @@ class Lockstep:
         self.on_deviation = on_deviation
         #: declared deviations observed: (step, site, index into deviations)
         self.adopted: list[tuple[int, Site, int]] = []
+        #: steps at which the model was resynchronised to the implementation
+        #: (``follow``): (step, the condition followed, or None for a refusal)
+        self.followed: list[tuple[int, str | None]] = []
+        #: a follow mode that reproduced the last failing step, though no
+        #: declaration covered it (a hint for the report)
+        self._unclaimed: Followed | None = None
+        #: what following needs (only kept when deviations are declared):
+        #: the initial model, every step so far, the modes' switches followed
+        self._initial: Model | None = copy.deepcopy(self.model) if self.deviations and not protocol_only else None
+        self._past: list[Past] = []
+        self._switches: set[str] = set()
         #: event ids: the implementation's numbering minus the model's (adopted)
         self.id_offset = 0
         self._next_ids = (0, 0)  # (model, implementation) next event id
@@ -174,7 +203,11 @@ class Lockstep:
         except AdapterError as e:
             e.add_note(unfinished_note([*self.ops, op], self.expected))
             raise
-        expected = self._model_step(op, prefer=_removed_device(actual.events))
+        # the model before the step, to follow a declared deviation (``follow``)
+        saved = copy.deepcopy(self.model) if self._initial is not None else None
+        prefer = _removed_device(actual.events)
+        expected = self._model_step(op, prefer=prefer)
+        now = Past(op, prefer, self.id_offset, expected)
         self.ops.append(op)
         self.expected.append(expected)
         self.actual.append(actual)
@@ -184,24 +217,92 @@ class Lockstep:
             if breaks:
                 raise CallerContractBroken(breaks[0].id, self._contract_report(breaks))
         self.before = expected.counters
-        adopted = False
+        if saved is not None:
+            if not same_outcome(expected, actual):
+                expected = self._follow(saved, now, actual)
+            now.expected = expected
+            self._past.append(now)
+        adopted: Site | None = None
         for div in self.checker.divergences(op, expected, actual, before.counters, self.model, self.labels):
-            if adopted and div.rule == RuleId.INV_ROUTER_MATCH:
+            if adopted is not None and div.rule == RuleId.INV_ROUTER_MATCH:
                 continue  # the consequence of this step's adopted departure (module doc)
             site = self.site_of(div, op, expected, actual)
-            i = next((k for k, d in enumerate(self.deviations) if d.covers(site)), None)
+            i = covering(self.deviations, site)
             if i is None:
                 self.fail(div, site)
             assert i is not None
-            self.adopted.append((len(self.ops) - 1, site, i))
-            if self.on_deviation is not None:
-                self.on_deviation(i, site)
-            adopted = True
-        self._track_ids(expected, actual, adopt=adopted)
+            self._observed(site, i)
+            if adopted is None and not self.protocol_only and _state_differs(expected, actual):
+                self._not_followed(div, site, i)
+            adopted = site
+        self._track_ids(expected, actual, adopt=adopted is not None)
         if adopted:
             self.stream.adopt(self.model)
         cover_step(self.coverage, op, expected, before, offload=self.config.offload is not None)
         return expected
+
+    def _observed(self, site: Site, i: int) -> None:
+        self.adopted.append((len(self.ops) - 1, site, i))
+        if self.on_deviation is not None:
+            self.on_deviation(i, site)
+
+    def _follow(self, saved: Model, now: Past, actual: StepOutcome) -> StepOutcome:
+        """The step differs: if a declared deviation covers a way of running
+        it that gives the implementation's outcome (``follow``), the model
+        becomes that run (resynchronised) and its outcome is returned; else
+        the model's own outcome as it was."""
+        self._unclaimed = None
+        op, expected = now.op, now.expected
+        found = candidates(
+            saved, now, actual, self._run, initial=self._initial, past=self._past, followed=self._switches
+        )
+        for alt in found:
+            conds = step_conditions(alt.rule, expected.events, actual.events, first_events=not self._events_seen)
+            if alt.condition is not None:
+                conds.add(alt.condition)
+            site = site_of(alt.rule, config=self.config, op=op, conditions=conds)
+            i = covering(self.deviations, site)
+            if i is None:
+                self._unclaimed = self._unclaimed or alt
+                continue
+            self._observed(site, i)
+            self.followed.append((len(self.ops) - 1, alt.condition))
+            now.refused = alt.condition is None
+            if alt.switch is not None:
+                self._switches.add(alt.switch)
+            return self._take(alt)
+        near = nearest(saved, now, actual, self._run)
+        if near is not None:
+            site = site_of(near.rule, config=self.config, op=op, conditions={near.condition or ""} - {""})
+            i = covering(self.deviations, site)
+            if i is not None:
+                # the declared departure explains the acceptance (or refusal);
+                # the rest of the step is judged against it (module doc)
+                self._observed(site, i)
+                return self._take(near)
+        return expected
+
+    def _take(self, alt: Followed) -> StepOutcome:
+        """The model becomes ``alt``'s (resynchronised); its outcome is the step's."""
+        self.model = alt.model
+        self.labels = alt.labels
+        self.expected[-1] = alt.outcome
+        self.before = alt.outcome.counters
+        return alt.outcome
+
+    def _not_followed(self, div: Divergence, site: Site, i: int) -> None:
+        """A declared deviation covers ``div``, but the implementation's state
+        differs from the model's and nothing followed it: fail (module doc)."""
+        d = self.deviations[i]
+        text = self.report(div, site)
+        text += (
+            f"\ndeclared deviation {d.rule} ({d.describe_scope()}) covers this step, but the implementation's state "
+            "after it differs from the model's (it refused what the model accepted or the other way round, or its "
+            "counters or earliest deadline differ), and no follow mode of the model reproduces its outcome: kvspec "
+            "cannot check the rest of the run against it. Either the step breaks a rule outside the declared cause "
+            "(a bug), or the departure is one kvspec cannot follow yet (spec/ADAPTERS.md, 'Declared deviations')."
+        )
+        raise DeviationNotFollowed(div.rule, text, site=site)
 
     def _contract_breaks(self, op: Operation) -> list[ContractBreak] | None:
         """The caller contracts ``op`` breaks in the model's state before it
@@ -242,30 +343,37 @@ class Lockstep:
     def _model_step(self, op: Operation, *, prefer: set[int]) -> StepOutcome:
         """The model's outcome of ``op`` (following the implementation's
         victims where the policy allows)."""
-        self.labels = None
+        out, self.labels = self._run(self.model, op, prefer, self.id_offset)
+        return out
+
+    def _run(self, model: Model, op: Operation, prefer: set[int], offset: int) -> tuple[StepOutcome, StepLabels | None]:
+        """``model``'s outcome of ``op`` as the implementation's is compared
+        (event ids shifted by ``offset``, what was adopted; token ids as the
+        manifest says) and the labels of its step (None: it rejected ``op``)."""
         try:
-            step = self.model.apply(op, prefer=prefer)
+            step = model.apply(op, prefer=prefer)
         except InvalidOperation as err:
-            return StepOutcome.model_construct(
+            rejected = StepOutcome.model_construct(
                 result=None,
                 error=ErrorInfo(rule=str(err.rule), message=err.message),
-                counters=self.model.counters(),
+                counters=model.counters(),
                 events=[],
-                earliest_deadline_ms=self.model.earliest_deadline(),
+                earliest_deadline_ms=model.earliest_deadline(),
             )
-        self.labels = step.labels
+            return rejected, None
         events = step.events
         if not self.event_token_ids:
             events = [e.model_copy(update={"block_token_ids": None}) if e.block_token_ids else e for e in events]
-        if self.id_offset:
-            events = [e.model_copy(update={"event_id": e.event_id + self.id_offset}) for e in events]
-        return StepOutcome.model_construct(
+        if offset:
+            events = [e.model_copy(update={"event_id": e.event_id + offset}) for e in events]
+        out = StepOutcome.model_construct(
             result=step.result,
             error=None,
-            counters=self.model.counters(),
+            counters=model.counters(),
             events=events,
-            earliest_deadline_ms=self.model.earliest_deadline(),
+            earliest_deadline_ms=model.earliest_deadline(),
         )
+        return out, step.labels
 
     # --------------------------------------------------------------- failure
     def _replay_command(self, path: Path) -> str:
@@ -291,6 +399,13 @@ class Lockstep:
         )
         if site is not None and self.deviations:
             text += f"\nnot a declared deviation: {site.describe()}"
+        alt = self._unclaimed
+        if alt is not None and alt.condition is not None:
+            text += (
+                f"\nthe step is what the model does under condition {alt.condition} (rule {alt.rule}): if that is "
+                f'a known departure of the implementation, declare rule = "{alt.rule}" with '
+                f'scope = {{ conditions = ["{alt.condition}"] }}'
+            )
         if self.adopted:
             seen = ", ".join(f"step {k} {self.deviations[i].rule}" for k, _, i in self.adopted[:8])
             more = f" and {len(self.adopted) - 8} more" if len(self.adopted) > 8 else ""
@@ -312,6 +427,17 @@ class Lockstep:
             ops=self.ops,
             expected=self.expected,
         )
+
+
+def _state_differs(expected: StepOutcome, actual: StepOutcome) -> bool:
+    """Does the implementation's state after a step differ from the model's
+    in what the step shows of it (a refusal on one side only, the counters,
+    the earliest pending deadline)?"""
+    return (
+        (expected.error is None) != (actual.error is None)
+        or expected.counters != actual.counters
+        or expected.earliest_deadline_ms != actual.earliest_deadline_ms
+    )
 
 
 def run_ops(

@@ -312,7 +312,9 @@ class LockstepMachine(RuleGroup, RuleBasedStateMachine, register=False):
             on_deviation=s.record_deviation,
             caller_contracts=True,  # the traffic is a well-behaved caller: check it is
         )
-        self.traffic = Traffic(config, partial_blocks=caps.partial_blocks, promote=caps.promote)
+        self.traffic = Traffic(
+            config, partial_blocks=caps.partial_blocks, promote=caps.promote, strict_validation=caps.strict_validation
+        )
 
     @classmethod
     def policies(cls) -> list[str]:
@@ -350,7 +352,10 @@ class LockstepMachine(RuleGroup, RuleBasedStateMachine, register=False):
         except AdapterError as e:
             self._halt(e)
             raise _Halted from e
-        planned.commit(expected, before)
+        if not self.check.followed or self.check.followed[-1][0] != len(self.check.ops) - 1:
+            # a step the lockstep followed (a declared deviation) is not what
+            # the traffic planned: it keeps its own bookkeeping as it was
+            planned.commit(expected, before)
         self.steps += 1
         self.after_step(planned, expected)
         return expected

@@ -232,10 +232,26 @@ INVALID_KINDS: dict[str, tuple[RuleId, tuple[str, ...]]] = {
 }
 
 
-class Traffic:
-    """The scheduler side of the machine: the token tree and the requests."""
+#: invalid kinds a legacy port sees only if it declares strict_validation:
+#: the Dynamo mocker 1.0.2 source accepts them (more local hashes than full
+#: blocks, a token list missing for a block that is not new; a known break of
+#: USE-VALIDATE in the legacy profile, spec/profiles.py)
+LEGACY_STRICT_ONLY = frozenset({"short_token_lists", "extra_local_hash"})
 
-    def __init__(self, config: ManagerConfig, *, partial_blocks: bool = True, promote: bool = True) -> None:
+
+class Traffic:
+    """The scheduler side of the machine: the token tree and the requests.
+    ``strict_validation``: the adapter's capability (the legacy Uses its
+    profile's source accepts and kvspec refuses are sent only with it)."""
+
+    def __init__(
+        self,
+        config: ManagerConfig,
+        *,
+        partial_blocks: bool = True,
+        promote: bool = True,
+        strict_validation: bool = True,
+    ) -> None:
         self.config = config
         self.profile = config.profile
         self.legacy = config.profile == "legacy"
@@ -247,7 +263,9 @@ class Traffic:
         self.invalid_kinds = [
             k
             for k, (_, profs) in INVALID_KINDS.items()
-            if self.profile in profs and (promote or k != "promote_unknown")
+            if self.profile in profs
+            and (promote or k != "promote_unknown")
+            and (strict_validation or not self.legacy or k not in LEGACY_STRICT_ONLY)
         ]
 
     # ---------------------------------------------------------------- helpers

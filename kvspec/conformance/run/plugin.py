@@ -48,10 +48,10 @@ from kvspec.conformance.run import example_db, workdir, xdist_support
 from kvspec.conformance.run.manifest import Manifest, load_impl
 from kvspec.conformance.run.progress import Progress
 from kvspec.conformance.run.settings import EFFORTS, effort, effort_name, is_deterministic
-from kvspec.conformance.verdicts.failures import ConformanceFailure
+from kvspec.conformance.verdicts.failures import ConformanceFailure, DeviationNotFollowed
 from kvspec.conformance.verdicts.replay_store import DEFAULT_KEEP, ReplayRun, Target, replay_root
 from kvspec.spec.config import ManagerConfig
-from kvspec.spec.deviations import Site
+from kvspec.spec.deviations import Site, covering
 from kvspec.spec.errors import HANG_MARK, ConfigError
 from kvspec.spec.rules import RuleId
 
@@ -485,7 +485,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> 
     if not isinstance(exc, ConformanceFailure) or st.manifest is None:
         return
     site = _site_of(item, exc)
-    i = next((k for k, d in enumerate(st.manifest.deviations) if d.covers(site)), None)
+    # a declared deviation the lockstep could not follow fails the run (DeviationNotFollowed)
+    i = None if isinstance(exc, DeviationNotFollowed) else covering(st.manifest.deviations, site)
     if i is not None:
         dev = st.manifest.deviations[i]
         st.deviations_seen[i] += 1

@@ -25,6 +25,15 @@ class ConformanceFailure(AssertionError):
         self.site = replace(site, rule=self.rule) if site is not None else Site(self.rule)
 
 
+class DeviationNotFollowed(ConformanceFailure):
+    """A declared deviation covers a step's difference, but the model cannot
+    take the implementation's state after it (no follow mode reproduces the
+    step, and the counters, the deadline or the refusal differ): the rest of
+    the run could not be checked honestly, so it fails here, naming the rule.
+    Never an expected deviation itself (the plugin does not match it against
+    the manifest): a declaration contains its cause or the run fails."""
+
+
 class CallerContractBroken(AssertionError):
     """The driver broke caller contract ``contract`` (an ASSUME-* id): the
     operations it sent are not those of a well-behaved caller, so the

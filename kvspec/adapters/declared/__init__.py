@@ -1,0 +1,1 @@
+"""Ports with one declared difference from the spec each (see adapter.py)."""
