@@ -5,8 +5,8 @@ a bug outside the declared cause is still caught.
 
 The ports are ``adapters/declared``: the reference with one state-changing
 departure each (a legacy Use the spec refuses and Dynamo mocker 1.0.2
-accepts; an offload batch larger than G2's room that fails whole and keeps
-its job's source slots quarantined)."""
+accepts; an offload job larger than G2's room that fails whole and keeps
+its source slots quarantined)."""
 
 from __future__ import annotations
 
@@ -128,37 +128,40 @@ def test_a_covered_difference_nothing_follows_fails_the_run() -> None:
 
 
 def offload_cfg() -> ManagerConfig:
-    off = OffloadConfig(num_g2_blocks=1, batch_size=2)  # Dynamo's defaults: shared link, at_start, instant
-    return ManagerConfig(profile="kvbm", capacity=3, eviction="lru", offload=off)
+    off = OffloadConfig(num_g2_blocks=3)  # Dynamo's defaults: shared link, at_start, instant transfers
+    return ManagerConfig(profile="kvbm", capacity=4, eviction="lru", offload=off)
 
 
-#: a job of three evictions in batches [3, 2] and [1] with room for one
-#: block in G2: the spec sends 3 and fails 2 and 1; the port fails [3, 2]
-#: whole and sends 1. Nothing shows until the tick (instant transfers), then
-#: the port keeps all three slots quarantined for good.
+#: a job of one eviction (4) that fits, then a job of three (3, 2, 1) while
+#: G2 has room for one more: the spec admits 3 and drops 2 and 1, the port
+#: fails the job whole. Nothing shows at once (the same events, counters and
+#: earliest deadline), then at the tick the port stores only 4 and keeps the
+#: second job's three slots quarantined for good.
 OFFLOAD_OPS: list[Operation] = [
-    use(1, 2, 3),
-    deref(3, 2, 1),
-    use(4, 5, 6),
+    use(1, 2, 3, 4),
+    deref(4, 3, 2, 1),
+    use(5),
+    use(6, 7, 8),
     Tick(now_ms=0.0),
-    use(4, 5, 6),
+    use(5),
     Tick(now_ms=1.0),
-    use(7),
+    use(9),
 ]
 
 
 def test_an_offload_job_that_fails_whole_is_followed_from_the_start_of_the_run() -> None:
     ls, seen = run("offload_job_fails_whole", offload_cfg(), OFFLOAD_OPS, [FAILS_WHOLE])
-    assert ls.followed == [(3, "offload_job_fails_whole")]
+    assert ls.followed == [(4, "offload_job_fails_whole")]  # seen at the tick, caused at step 3
     assert {(s.rule, s.operation) for s in seen} == {(RuleId.QUARANTINE_RELEASE, "tick")}
+    assert ls.expected[4].events[0].hashes() == [4] and len(ls.expected[4].events) == 1  # the port's outcome
     assert ls.model.counters().quarantined_blocks == 3  # the model holds the port's leaked slots
-    assert ls.expected[3].events[0].hashes() == [1]  # the port's host-pinned Stored, not the spec's [3]
 
 
 def test_the_offload_port_undeclared_fails_and_names_the_condition() -> None:
     with pytest.raises(ConformanceFailure) as ei:
         run("offload_job_fails_whole", offload_cfg(), OFFLOAD_OPS, [_elsewhere()])
     assert ei.value.site.operation == "tick"
+    assert ei.value.rule != RuleId.QUARANTINE_RELEASE  # the first difference, named by its own rule
     assert 'scope = { conditions = ["offload_job_fails_whole"] }' in ei.value.report
 
 

@@ -220,12 +220,13 @@ CONDITIONS: dict[str, Condition] = _conditions(
     ),
     Condition(
         "offload_job_fails_whole",
-        "kvbm with an offload tier on a shared link, block level: an offload batch with more blocks than G2 had room "
-        "for (free destinations plus blocks G2 could evict) failed whole: none of it was sent or stored in G2, and "
-        "its job's source slots stay quarantined for good (an older kvbm-engine executor's behaviour), where the "
-        "spec sends what fits and frees the slots when the job settles; the model, run that way for the step, "
-        "reproduced the implementation's outcome exactly, and the lockstep follows it and checks every rule from the "
-        "next step on",
+        "kvbm with an offload tier on a shared link, block level: an offload job (the evictions of one operation) "
+        "with more blocks than G2 had room for (its available blocks, less those admitted and not arrived under "
+        "at_start) failed whole: none of it was sent or stored in G2, and its source slots stay quarantined for good "
+        "(an older kvbm-engine executor's behaviour), where the spec admits what fits and frees the slots when the "
+        "job settles; the model, run that way (from the start of the example when the departure showed nothing at "
+        "first), reproduced the implementation's outcome exactly, and the lockstep follows it and checks every rule "
+        "from the next step on",
         frozenset({R.QUARANTINE_RELEASE}),
     ),
     Condition(

@@ -12,8 +12,8 @@ manifest (``[[variants.deviations]]``):
 - ``legacy_source_strict_traffic``: the same port declaring
   ``strict_validation``, so it does get those Uses and accepts them; its one
   declaration (USE-VALIDATE on Uses) is followed by the lockstep.
-- ``offload_job_fails_whole``: a kvbm port whose offload batch larger than
-  G2's room fails whole, its job's source slots staying quarantined (an
+- ``offload_job_fails_whole``: a kvbm port whose offload job larger than G2's
+  room fails whole, its source slots staying quarantined for good (an
   older kvbm-engine executor; ``G1Model.job_fails_whole``), declared once
   (QUARANTINE-RELEASE, condition ``offload_job_fails_whole``).
 

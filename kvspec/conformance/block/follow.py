@@ -20,13 +20,13 @@ events, counters, earliest deadline):
   ``kvspec.spec.deviations.CONDITIONS``, the rule its departure breaks and
   the model's switch that runs it): first the step alone again from the
   copy with the switch on; then, because a departure can lie silent for a
-  while (an offload batch that failed whole shows only when the transfer
+  while (an offload job that failed whole may show only when the transfer
   would have completed), the whole run again from the initial state with
   that switch and those of the modes followed before it on, every earlier
   step giving the outcome the lockstep accepted for it. The legacy model
   runs Dynamo mocker 1.0.2's own Use validation
-  (``legacy_source_validation``); the G1 model lets an offload batch larger
-  than G2's room fail whole with its job's source slots kept quarantined
+  (``legacy_source_validation``); the G1 model lets an offload job larger
+  than G2's room fail whole with its source slots kept quarantined
   (``offload_job_fails_whole``).
 
 A mode is taken only when it reproduces the implementation exactly: its

@@ -352,9 +352,11 @@ class LockstepMachine(RuleGroup, RuleBasedStateMachine, register=False):
         except AdapterError as e:
             self._halt(e)
             raise _Halted from e
-        if not self.check.followed or self.check.followed[-1][0] != len(self.check.ops) - 1:
-            # a step the lockstep followed (a declared deviation) is not what
-            # the traffic planned: it keeps its own bookkeeping as it was
+        followed = bool(self.check.followed) and self.check.followed[-1][0] == len(self.check.ops) - 1
+        if not followed or (expected.error is None) == (planned.expect_error is None):
+            # a followed step (a declared deviation) that refused valid traffic
+            # or accepted invalid traffic did nothing the traffic planned: it
+            # keeps its own bookkeeping as it was
             planned.commit(expected, before)
         self.steps += 1
         self.after_step(planned, expected)
