@@ -1,11 +1,17 @@
 """Events per second of ``kvspec check-log``, beside what bounds it.
 
-Two streams are generated (a seeded random prefix forest, every block's hash
-chained from its parent as Dynamo does, leaves removed first so the stream
-is clean, about 20k blocks live):
+Three streams are generated (a seeded random prefix forest, every block's
+hash chained from its parent as Dynamo does, leaves removed first so the
+stream is clean, about 20k blocks live):
 
 - Dynamo: RouterEvent JSON lines, 4 blocks per Stored (--events, default
-  500k), checked with every check on (hash chain included);
+  500k), checked with every check on (hash chain included); a random path
+  loses its last blocks, so the removed blocks are mostly young;
+- Dynamo, old-leaf eviction: the same lines from an LRU cache of 20k blocks
+  (``lru_ops``): a request extends a cached prefix (touching it) by 4
+  blocks, and when the cache is full the least recently used leaves go, one
+  Removed per request naming them in eviction order, from different
+  branches, so the removed blocks are the oldest the checker holds;
 - vLLM: a ZMQ capture of ``KVEventBatch`` payloads (events as maps, one per
   batch, as vLLM 0.32 sends them), block hashes vLLM's sha256 chain with its
   default seed, checked with copy counting, the sequence checks and the
@@ -37,6 +43,7 @@ from __future__ import annotations
 import argparse
 import base64
 import hashlib
+import heapq
 import inspect
 import json
 import os
@@ -91,12 +98,81 @@ def forest_ops(n_events: int, blocks_per_stored: int, seed: int):  # type: ignor
             yield "stored", (parent, new)
 
 
-def write_dynamo(path: Path, n: int) -> None:
+def lru_ops(n_events: int, blocks_per_stored: int, seed: int, max_depth: int = 32):  # type: ignore[no-untyped-def]
+    """(kind, ...) steps of a clean stream from an LRU cache of LIVE blocks:
+    each request touches a cached prefix (or none) and stores
+    ``blocks_per_stored`` new blocks below it; before that, the least
+    recently used leaves are evicted (one Removed), a parent becoming a leaf
+    when its last child goes."""
+    rng = random.Random(seed)
+    parent: dict[int, int | None] = {}
+    kids: dict[int, int] = {}
+    last: dict[int, int] = {}
+    depth: dict[int, int] = {}
+    ids: list[int] = []  # live blocks, for drawing a prefix
+    pos: dict[int, int] = {}
+    heap: list[tuple[int, int]] = []  # (last use, block) of leaves, stale entries skipped
+    clock = 0
+    next_id = 1
+    n = 0
+    while n < n_events:
+        p = ids[rng.randrange(len(ids))] if ids and rng.random() < 0.8 else None
+        if p is not None and depth[p] + blocks_per_stored > max_depth:
+            p = None
+        x = p
+        while x is not None:  # the prefix is used: newest
+            clock += 1
+            last[x] = clock
+            if kids[x] == 0:
+                heapq.heappush(heap, (clock, x))
+            x = parent[x]
+        need = len(ids) + blocks_per_stored - LIVE
+        gone = []
+        while need > 0:
+            t, x = heapq.heappop(heap)
+            if last.get(x) != t or kids[x] != 0 or x == p:
+                continue
+            gone.append(x)
+            need -= 1
+            q = parent.pop(x)
+            del kids[x], last[x], depth[x]
+            i = pos.pop(x)
+            y = ids.pop()
+            if y != x:
+                ids[i] = y
+                pos[y] = i
+            if q is not None:
+                kids[q] -= 1
+                if kids[q] == 0:
+                    heapq.heappush(heap, (last[q], q))
+        if gone:
+            yield "removed", gone
+            n += 1
+        new = list(range(next_id, next_id + blocks_per_stored))
+        next_id += blocks_per_stored
+        prev = p
+        for x in new:
+            parent[x] = prev
+            kids[x] = 0
+            depth[x] = depth[prev] + 1 if prev is not None else 1
+            if prev is not None:
+                kids[prev] += 1
+            clock += 1
+            last[x] = clock
+            pos[x] = len(ids)
+            ids.append(x)
+            prev = x
+        heapq.heappush(heap, (last[new[-1]], new[-1]))
+        yield "stored", (p, new)
+        n += 1
+
+
+def write_dynamo(path: Path, n: int, ops=forest_ops) -> None:  # type: ignore[no-untyped-def]
     enc = msgspec.json.Encoder()
     rng = random.Random(7)
     seq: dict[int, int] = {}  # block id -> sequence hash
     with path.open("wb") as f:
-        for eid, (kind, arg) in enumerate(forest_ops(n, 4, 1), 1):
+        for eid, (kind, arg) in enumerate(ops(n, 4, 1), 1):
             if kind == "stored":
                 parent, new = arg
                 prev = None if parent is None else seq[parent]
@@ -169,10 +245,14 @@ def write_vllm(path: Path, n: int) -> None:
             f.write(json.dumps(rec, separators=(",", ":")) + "\n")
 
 
+def write_dynamo_lru(path: Path, n: int) -> None:
+    write_dynamo(path, n, lru_ops)
+
+
 def cached(cache: Path, name: str, n: int, write) -> Path:  # type: ignore[no-untyped-def]
     """The stream ``name`` of ``n`` events, generated by ``write`` once per
     generator source (written to a temporary name, then renamed)."""
-    src = "".join(inspect.getsource(f) for f in (forest_ops, write, cached))
+    src = "".join(inspect.getsource(f) for f in (forest_ops, lru_ops, write_dynamo, write, cached))
     key = hashlib.sha256(f"{src}{n}{LIVE}{WORKER}".encode()).hexdigest()[:12]
     path = cache / f"{name}-{n}-{key}.jsonl"
     if not path.exists():
@@ -290,9 +370,13 @@ def main() -> None:
     args = ap.parse_args()
     t = time.perf_counter()
     dyn = cached(args.cache_dir, "dynamo", args.events, write_dynamo)
+    old = cached(args.cache_dir, "dynamo-lru", args.events, write_dynamo_lru)
     vll = cached(args.cache_dir, "vllm.zmq", args.vllm_events, write_vllm)
     print(f"streams ready in {time.perf_counter() - t:.1f} s (cache {args.cache_dir})")
-    print(f"  Dynamo stream {dyn.stat().st_size / 1e6:.0f} MB, vLLM capture {vll.stat().st_size / 1e6:.0f} MB")
+    print(
+        f"  Dynamo stream {dyn.stat().st_size / 1e6:.0f} MB, old-leaf eviction {old.stat().st_size / 1e6:.0f} MB, "
+        f"vLLM capture {vll.stat().st_size / 1e6:.0f} MB"
+    )
     # the C part of the fused reader is built once, before any timing
     from kvspec.streams import fastview
 
@@ -308,12 +392,15 @@ def main() -> None:
         run_command(first_line(dyn, Path(tmp, "warm.jsonl")), 1)
         _, start_cpu, _ = run_command(first_line(dyn, Path(tmp, "one.jsonl")), args.repeat)
         _, vstart_cpu, _ = run_command(first_line(vll, Path(tmp, "one.zmq.jsonl")), args.repeat)
+    # the two Dynamo patterns side by side: command and floor interleaved, so that both see the same load
     cmd_s, cmd_cpu, peak = run_command(dyn, args.repeat)
+    old_s, old_cpu, old_peak = run_command(old, args.repeat)
+    floor_s, floor_cpu = decode_floor(dyn, False, args.repeat)
+    ofloor_s, ofloor_cpu = decode_floor(old, False, args.repeat)
     py_s, py_cpu, _ = run_command(dyn, args.repeat, off)
     dl_s, dl_cpu, _ = run_command(dyn, args.repeat, {"KVSPEC_FASTVIEW_RAW": "0"})
     vcmd_s, vcmd_cpu, vpeak = run_command(vll, args.repeat)
     vpy_s, vpy_cpu, _ = run_command(vll, args.repeat, off)
-    floor_s, floor_cpu = decode_floor(dyn, False, args.repeat)
     vfloor_s, vfloor_cpu = decode_floor(vll, True, args.repeat)
     rt = radix(dyn, args.radix_events)
     rows = [
@@ -321,6 +408,8 @@ def main() -> None:
         ("dynamo", "check-log, C per decoded line (..._RAW=0)", n / dl_s, n / dl_cpu),
         ("dynamo", "check-log, pure Python path (KVSPEC_FASTVIEW=0)", n / py_s, n / py_cpu),
         ("dynamo", "decode floor: msgspec untyped, every line", n / floor_s, n / floor_cpu),
+        ("old-leaf", "check-log, whole command (every check on)", n / old_s, n / old_cpu),
+        ("old-leaf", "decode floor: msgspec untyped, every line", n / ofloor_s, n / ofloor_cpu),
     ]
     if rt is not None:
         rs, rc, rn = rt
@@ -334,6 +423,11 @@ def main() -> None:
     for stream, what, wall, cpu in rows:
         print(f"{stream:<8} {what:<48} {wall:>14,.0f} {cpu:>14,.0f}")
     print(f"start-up (the command on one line): dynamo {start_cpu:.2f} CPU s, vllm {vstart_cpu:.2f} CPU s")
+    print(
+        f"both Dynamo patterns, check-log / decode floor, CPU: benchmark stream {cmd_cpu / floor_cpu:.2f}x, "
+        f"old-leaf eviction {old_cpu / ofloor_cpu:.2f}x (without start-up {(cmd_cpu - start_cpu) / floor_cpu:.2f}x, "
+        f"{(old_cpu - start_cpu) / ofloor_cpu:.2f}x)"
+    )
     for name, c, p, fl, s0 in (
         ("dynamo", cmd_cpu, py_cpu, floor_cpu, start_cpu),
         ("vllm", vcmd_cpu, vpy_cpu, vfloor_cpu, vstart_cpu),
@@ -345,7 +439,7 @@ def main() -> None:
     print(f"dynamo   check-log / decode floor, wall: {cmd_s / floor_s:.2f}x; vllm {vcmd_s / vfloor_s:.2f}x")
     if rt is None:
         print("dynamo   RadixTree.apply_event: the ai-dynamo-runtime wheel is not installed")
-    print(f"peak memory of check-log: dynamo {peak:.0f} MB, vllm {vpeak:.0f} MB")
+    print(f"peak memory of check-log: dynamo {peak:.0f} MB, old-leaf {old_peak:.0f} MB, vllm {vpeak:.0f} MB")
     print(f"host: {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
     print(f"vllm: {vn / vcmd_cpu:.0f} events/s (CPU time)")
     print(f"check_log_throughput: {n / cmd_cpu:.0f} events/s (CPU time)")

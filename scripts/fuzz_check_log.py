@@ -326,7 +326,7 @@ def break_text(rng: random.Random, data: bytes, label: str, kind: str) -> tuple[
         lines[k] = lines[k][:at] + bad + lines[k][at:]
         return b"\n".join(lines), "malformed"
     if how < 0.65:
-        lines[k] = lines[k].decode("ascii").encode("utf-16")  # one line in another encoding
+        lines[k] = lines[k].decode("latin-1").encode("utf-16")  # one line in another encoding
         return b"\n".join(lines), "malformed"
     if how < 0.8 and kind == "router" and b'"worker"' in lines[k]:
         # a free-text field with non-ASCII text: valid in UTF-8, malformed in Latin-1
@@ -336,7 +336,7 @@ def break_text(rng: random.Random, data: bytes, label: str, kind: str) -> tuple[
         lines[k] = lines[k].replace(b'"worker"', '"w\u00f6rker"'.encode("latin-1"))
         return b"\n".join(lines), "malformed"
     if label == "valid":  # the whole file in UTF-16, with its byte-order mark
-        return data.decode("ascii").encode("utf-16"), "malformed"
+        return data.decode("latin-1").encode("utf-16"), "malformed"
     return data, label
 
 

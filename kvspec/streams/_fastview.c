@@ -1533,6 +1533,7 @@ out:
 static int raw_removed(const rawev *e, rawkey *k, PyObject *eid, PyObject *index, int strict) {
     PyObject *live = k->live, *kids = k->kids;
     PyObject *hobj[RAW_MAX_REMOVED];
+    PyObject *recs[RAW_MAX_REMOVED]; /* borrowed from live: it does not change until the blocks go */
     uint64_t par[RAW_MAX_REMOVED];
     char has_par[RAW_MAX_REMOVED];
     Py_ssize_t made = 0;
@@ -1547,15 +1548,35 @@ static int raw_removed(const rawev *e, rawkey *k, PyObject *eid, PyObject *index
             goto out;
         }
         hobj[made++] = ho;
-        PyObject *rec = PyDict_GetItemWithError(live, ho); /* borrowed */
+    }
+    /* the lookups first, then the records' fields: an old block's record is
+     * rarely in the CPU's cache, and independent lookups let its misses
+     * overlap instead of waiting for one block's before the next block's */
+    for (Py_ssize_t i = 0; i < e->n; i++) {
+        PyObject *rec = PyDict_GetItemWithError(live, hobj[i]); /* borrowed */
         if (rec == NULL) {
             r = PyErr_Occurred() ? -1 : 0;
             goto out;
         }
-        if (!PyTuple_CheckExact(rec) || PyTuple_GET_SIZE(rec) < 2) goto out;
-        PyObject *p = PyTuple_GET_ITEM(rec, 1);
+        __builtin_prefetch(rec);
+        recs[i] = rec;
+    }
+    for (Py_ssize_t i = 0; i < e->n; i++) {
+        if (!PyTuple_CheckExact(recs[i]) || PyTuple_GET_SIZE(recs[i]) < 2) goto out;
+        __builtin_prefetch(PyTuple_GET_ITEM(recs[i], 1));
+    }
+    for (Py_ssize_t i = 0; i < e->n; i++) {
+        PyObject *p = PyTuple_GET_ITEM(recs[i], 1);
         has_par[i] = p != Py_None;
         if (has_par[i] && !u64_of(p, &par[i])) goto out;
+    }
+    /* the parents' child counts are decremented below, one block after the
+     * other: look them up together now, so that their misses overlap too */
+    for (Py_ssize_t i = 0; i < e->n; i++) {
+        if (has_par[i] && PyDict_GetItemWithError(kids, PyTuple_GET_ITEM(recs[i], 1)) == NULL && PyErr_Occurred()) {
+            r = -1;
+            goto out;
+        }
     }
     if (strict) { /* a block left with stored children: Python reports the orphans */
         for (Py_ssize_t i = 0; i < e->n; i++) {
@@ -1586,11 +1607,7 @@ static int raw_removed(const rawev *e, rawkey *k, PyObject *eid, PyObject *index
         goto out;
     }
     for (Py_ssize_t i = 0; i < e->n; i++) {
-        PyObject *rec = PyDict_GetItemWithError(live, hobj[i]);
-        if (rec == NULL) {
-            r = -1; /* checked above: cannot happen */
-            goto out;
-        }
+        PyObject *rec = recs[i]; /* live has not changed but for the blocks before this one, all distinct */
         Py_INCREF(rec);
         if (PyDict_DelItem(live, hobj[i]) < 0 || PyDict_SetItem(cur, hobj[i], mark) < 0) {
             Py_DECREF(rec);
