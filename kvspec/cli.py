@@ -19,8 +19,11 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "prove": ("kvspec.reference.smt.cli.prove", "prove the lifecycle invariants with z3"),
     "witnesses": ("kvspec.reference.smt.cli.witnesses", "regenerate the bounded-model-checking scenarios"),
     "schemas": ("kvspec.spec.schema_export", "write (or --check) the JSON Schemas in spec/schema/"),
-    "check-log": ("kvspec.streams.check_log", "check a recorded event stream (Dynamo, vLLM, kvspec) offline"),
-    "watch": ("kvspec.streams.watch", "subscribe to a live ZMQ KV event feed and check it continuously"),
+    "check-log": ("kvspec.streams.check_log", "check a recorded event stream (Dynamo, vLLM, SGLang, kvspec) offline"),
+    "watch": (
+        "kvspec.streams.watch",
+        "subscribe to a live ZMQ KV event feed (vLLM-style or Dynamo's event plane) and check it continuously",
+    ),
     "report": (
         "kvspec.conformance.commands.report",
         "results files as a rules x implementations matrix (Markdown, HTML)",

@@ -10,10 +10,16 @@ the first record (``--format`` forces one):
 - ``kvspec``: kvspec event JSON lines (``spec/schema/kv_event.json``);
 - ``zmq``: a ZMQ capture (what ``kvspec watch --record`` writes: one JSON
   line per multipart message; the vLLM-style feed of vLLM, SGLang and
-  Dynamo's mocker), with its sequence numbers checked for gaps, duplicates
-  and reordering;
+  Dynamo's mocker; SGLang's signed hashes are recognised), with its sequence
+  numbers checked for gaps, duplicates and reordering;
+- ``eventplane``: a ZMQ capture of Dynamo's event plane (four frames, the
+  RouterEvents in a msgpack envelope: ``eventplane.py``);
 - ``vllm``: vLLM ``KVEventBatch`` msgpack payloads, concatenated (array or
   map layout).
+
+Inputs (``inputs.py``): files or ``-`` (standard input), gzip recognised by
+its bytes, several inputs in one router view, ``--follow`` for a file still
+being written.
 
 Speed: Dynamo RouterEvent lines are decoded straight into compact structs
 and clean events are applied by a fused path (``streams/formats.py``,
