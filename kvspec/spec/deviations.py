@@ -8,8 +8,10 @@ rule (a bug of the same rule elsewhere stays visible).
 
 A scope is given by any of (all that are given must match):
 
-- ``scenarios``: golden scenario ids (``PROFILE/NAME``, as the test ids of
-  ``test_golden_scenario`` show them);
+- ``scenarios``: golden scenario ids (``FOLDER/NAME``: the scenario file's
+  folder under spec/scenarios and its name, as a test id shows it without
+  the ``@POLICY`` suffix a scenario run under several policies gets; it
+  covers every policy);
 - ``operations``: the kinds of operation whose step may diverge (``use``,
   ``deref``, ``destroy``, ``promote``, ``tick``, ``swap_in``, ``reset``);
 - ``conditions``: names from ``CONDITIONS`` below, each a fact the checker
@@ -26,7 +28,11 @@ lockstep, request level) decides the same way.
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -346,9 +352,80 @@ class Deviation(Wire):
         return "; ".join(parts)
 
 
+#: where the golden scenarios live (every format: block, allocator, radix)
+_SCENARIO_DIR = Path(__file__).parent / "scenarios"
+
+
+@cache
+def golden_ids() -> frozenset[str]:
+    """Every golden scenario id a scope may name (``FOLDER/NAME``)."""
+    return frozenset(f"{p.parent.name}/{p.stem}" for p in _SCENARIO_DIR.rglob("*.json"))
+
+
+def scope_problems(dev: Deviation, *, profiles: Sequence[str], block_level: bool) -> list[str]:
+    """Why ``dev`` could never match a failure of an adapter that runs
+    ``profiles`` (block-level operations when ``block_level``): each a
+    sentence saying what to write instead. A scope that matches nothing
+    would otherwise be accepted and silently do nothing."""
+    out: list[str] = []
+    where = f"deviation {dev.rule}"
+    if dev.profile is not None and dev.profile not in profiles:
+        out.append(
+            f"{where}: profile = {dev.profile!r} is not a profile this adapter runs ({', '.join(profiles)}); "
+            "write one of those, or leave profile out"
+        )
+    if not isinstance(dev.scope, Scope):
+        return out
+    known = golden_ids()
+    for sid in dev.scope.scenarios:
+        if sid in known:
+            continue
+        base = sid.split("@", 1)[0]
+        if "@" in sid and base in known:
+            out.append(
+                f"{where}: scenario {sid!r} names a policy; a scope names the golden without the @POLICY suffix "
+                f"of its test id (it covers every policy the golden runs under): write {base!r}"
+            )
+            continue
+        close = difflib.get_close_matches(base, sorted(known), n=3, cutoff=0.6)
+        hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+        out.append(
+            f"{where}: no golden scenario {sid!r} (an id is FOLDER/NAME of a file under kvspec/spec/scenarios, "
+            f"e.g. 'kvbm/promote_existing'){hint}"
+        )
+    if dev.scope.operations:
+        if not block_level:
+            out.append(
+                f"{where}: operations = {dev.scope.operations} never match: the adapter runs no block-level "
+                "operations (request-level findings have no operation kind); scope it by conditions instead"
+            )
+        else:
+            from kvspec.spec.profiles import PROFILES
+
+            ops = {o for p in profiles if p in PROFILES for o in PROFILES[p].operations}
+            never = [o for o in dev.scope.operations if o not in ops]
+            if never and all(p in PROFILES for p in profiles):
+                out.append(
+                    f"{where}: operation(s) {', '.join(never)} are not operations of the profiles this adapter "
+                    f"runs ({', '.join(profiles)}: {', '.join(sorted(ops))}); the scope would match nothing"
+                )
+    return out
+
+
 def covering(deviations: list[Deviation], site: Site) -> int | None:
     """The index of the first deviation that covers ``site`` (None: none does)."""
     return next((i for i, d in enumerate(deviations) if d.covers(site)), None)
 
 
-__all__ = ["CONDITIONS", "NONDETERMINISTIC", "OPERATION_KINDS", "Condition", "Deviation", "Scope", "Site", "covering"]
+__all__ = [
+    "CONDITIONS",
+    "NONDETERMINISTIC",
+    "OPERATION_KINDS",
+    "Condition",
+    "Deviation",
+    "Scope",
+    "Site",
+    "covering",
+    "golden_ids",
+    "scope_problems",
+]

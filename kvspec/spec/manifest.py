@@ -10,12 +10,13 @@ manifests is the suite's job (``kvspec.conformance.run.manifest``).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from kvspec.spec.config import SEMANTICS, PolicyName, ProfileName
-from kvspec.spec.deviations import Deviation, Site
+from kvspec.spec.deviations import Deviation, Site, scope_problems
 from kvspec.spec.errors import ConfigError
 from kvspec.spec.rules import RuleId
 from kvspec.spec.wire import StorageTier, Wire
@@ -127,6 +128,36 @@ class Capabilities(Wire):
         if not isinstance(val, bool):
             raise ConfigError(f"unknown capability {name!r}")
         return val
+
+
+#: capabilities that only do something under a profile or another capability:
+#: (capability, what it needs, why)
+_NEEDS: tuple[tuple[str, str, str], ...] = (
+    ("destroy", "profile:legacy", "Destroy is an operation of the legacy profile only"),
+    ("reset", "profile:vllm", "the prefix-cache reset is an operation of the vllm profile only"),
+    ("swap_in", "offload", "swap-in brings blocks back from the offload tier"),
+)
+
+
+def idle_capabilities(caps: dict[str, Any], profiles: Sequence[str]) -> list[str]:
+    """Declared capabilities that would do nothing (no test could ever use
+    them), each with what to write instead: a manifest that claims one would
+    read as checked when it never is."""
+    out: list[str] = []
+    for name, need, why in _NEEDS:
+        if not caps.get(name):
+            continue
+        kind, _, value = need.partition(":")
+        if (value in profiles) if kind == "profile" else bool(caps.get(kind)):
+            continue
+        fix = f"add {value!r} to the profiles" if kind == "profile" else f"declare {kind} = true"
+        out.append(f"capability {name} = true does nothing: {why}; {fix} or remove it")
+    return out
+
+
+def scope_problems_of(deviations: list[Deviation], profiles: Sequence[str], block_level: bool) -> list[str]:
+    """Every reason one of ``deviations`` could never match (``scope_problems``)."""
+    return [p for d in deviations for p in scope_problems(d, profiles=profiles, block_level=block_level)]
 
 
 #: a variant name: snake_case, so that it is a path segment, an argv word
@@ -244,7 +275,32 @@ class Manifest(Wire):
         if self.variant is not None and self.variant not in names:
             known = ", ".join(names) or "none declared"
             raise ValueError(f"unknown variant {self.variant!r} of {self.name} (known: {known})")
+        self._scopes_match_something()
         return self
+
+    def _scopes_match_something(self) -> None:
+        """Every declared deviation (the adapter's and each backend's) can
+        match a failure of the profiles and operations it runs: a scope that
+        matches nothing is refused here, at load time, with what to write."""
+        problems = idle_capabilities(self.capabilities.model_dump(), self.supported_profiles())
+        problems += scope_problems_of(self.deviations, self.supported_profiles(), self.capabilities.block_level)
+        for v in self.variants:
+            if v.kind != "backend":
+                continue
+            profile = v.profile or self.profile
+            caps = {**self.capabilities.model_dump(), **v.capabilities}
+            profiles = list(dict.fromkeys([profile, *caps.get("profiles", [])]))
+            devs = self.deviations if v.deviations is None else v.deviations
+            # a capability the variant sets itself must do something under it;
+            # one inherited from the adapter is the adapter's claim
+            own = {k: caps[k] for k in v.capabilities}
+            problems += [
+                f"variant {v.name}: {p}"
+                for p in idle_capabilities({**own, "offload": caps.get("offload")}, profiles)
+                + scope_problems_of(devs, profiles, bool(caps.get("block_level", True)))
+            ]
+        if problems:
+            raise ValueError("; ".join(problems))
 
     def find_variant(self, name: str) -> Variant | None:
         return next((v for v in self.variants if v.name == name), None)

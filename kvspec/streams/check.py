@@ -72,6 +72,26 @@ SEMANTICS: dict[str, Semantics] = {
 }
 
 
+#: what ``--strict`` says: it once switched the strict rules on, which every
+#: check now runs; a flag that does nothing is refused rather than accepted
+STRICT_REMOVED = (
+    "--strict does nothing any more: every rule, the strict ones (REMOVE-NO-ORPHAN) included, is checked "
+    "by default; remove the flag (to leave a rule out of the report write --ignore RULE)"
+)
+
+
+class _Removed(argparse.Action):
+    """An option that no longer does anything: giving it is a usage error
+    (exit 2) whose message says what to write instead."""
+
+    def __init__(self, *args: Any, message: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.message = message
+
+    def __call__(self, parser: argparse.ArgumentParser, ns: argparse.Namespace, values: Any, opt: Any = None) -> None:
+        parser.error(self.message)
+
+
 def add_checker_arguments(p: argparse.ArgumentParser) -> None:
     """The options ``check-log`` and ``watch`` share."""
     g = p.add_argument_group("semantics (defaults follow the producer)")
@@ -132,7 +152,7 @@ def add_checker_arguments(p: argparse.ArgumentParser) -> None:
         metavar="RULE",
         help="do not report this rule (repeatable), e.g. --ignore REMOVE-NO-ORPHAN",
     )
-    g.add_argument("--strict", action="store_true", help=argparse.SUPPRESS)  # the default now; kept for old scripts
+    g.add_argument("--strict", action=_Removed, nargs=0, help=argparse.SUPPRESS, message=STRICT_REMOVED)
     g.add_argument(
         "--worker-id",
         type=int,
