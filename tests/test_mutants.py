@@ -170,6 +170,11 @@ CASES: list[Case] = [
     Case("removed_extra_block", G1, (U(1), D(1), U(2), D(2), U(3)), "events", capacity=2),
     Case("removed_missing_last", G1, EVICT1, "events", capacity=1),
     Case("legacy_destroy_silent", ("legacy",), (U(1), X(1)), "events"),
+    # a block two requests hold: removed outright (one Removed), not dereferenced
+    Case("legacy_destroy_shared_drops_one_owner", ("legacy",), (U(1), U(1), X(1)), "events"),
+    Case("legacy_destroy_shared_derefs_all", ("legacy",), (U(1), U(1), X(1)), "events"),
+    # a Destroy of an inactive block is rejected, not applied to the rest
+    Case("legacy_destroy_unheld_accepted", ("legacy",), (U(1), D(1), X(1)), "error"),
     Case("event_id_skip", G1, (*EVICT1, D(2), U(3)), "events", capacity=1),
     Case("event_id_per_tier", ("kvbm",), (*EVICT1, T(0)), "events", capacity=1, offload=True),
     Case("removed_before_stored", G1, EVICT1, "events", capacity=1),

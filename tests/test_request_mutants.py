@@ -24,10 +24,12 @@ from kvspec.adapters.mutants.request_bugs import REQUEST_MUTANTS, engine_types, 
 from kvspec.adapters.reference_jsonl.engine_session import EngineSession
 from kvspec.adapters.reference_requests.adapter import ReferenceRequests
 from kvspec.conformance.requests.check import check_run
+from kvspec.conformance.requests.reset_check import ResetCheck
 from kvspec.conformance.requests.workloads import Workload, seed_workloads, setup_of
 from kvspec.conformance.run.manifest import load_manifest
 from kvspec.conformance.transport.engine import EngineImplementation, engine_config
 from kvspec.conformance.transport.jsonl import JsonlImplementation
+from kvspec.conformance.verdicts.failures import ConformanceFailure
 from kvspec.reference import make_model
 from kvspec.reference.requests import RequestSpec
 from kvspec.spec.engine_wire import EngineOp, EngineOutcome
@@ -82,11 +84,36 @@ DIRECTED = {
 }
 
 
+#: mutants of the prefix-cache reset: a workload never resets, the reset check does
+RESET = ("reset_no_cleared", "reset_while_held", "reset_keeps_cache")
+
+
 def test_every_request_mutant_has_a_directed_workload() -> None:
-    assert set(DIRECTED) == {m.id for m in REQUEST_MUTANTS}
+    assert set(DIRECTED) | set(RESET) == {m.id for m in REQUEST_MUTANTS}
 
 
-@pytest.mark.parametrize("mutant", [m.id for m in REQUEST_MUTANTS])
+def _reset_check(name: str, dp_rank: int = 0) -> None:
+    setup = setup_of(8, 4, dp_rank=dp_rank)
+    driver, model = engine_types(name)
+    session = EngineSession(setup.manager, engine_config(setup), driver_type=driver, model_type=model)
+    impl = EngineImplementation(load_manifest(MUTANTS_DIR), setup, InProcessCaller(session))
+    ResetCheck(impl, setup).run()
+
+
+@pytest.mark.parametrize("dp_rank", [0, 2])
+def test_the_reset_check_passes_the_reference(dp_rank: int) -> None:
+    _reset_check("none", dp_rank)
+
+
+@pytest.mark.parametrize("mutant", RESET)
+def test_each_reset_mutant_fails_the_reset_check_under_clear_all(mutant: str) -> None:
+    with pytest.raises(ConformanceFailure) as ei:
+        _reset_check(mutant)
+    assert ei.value.rule == RuleId.CLEAR_ALL and MUTANTS[mutant].rule == RuleId.CLEAR_ALL
+    assert "calls so far" in ei.value.report
+
+
+@pytest.mark.parametrize("mutant", sorted(DIRECTED))
 def test_request_mutant_breaks_its_rule_and_the_reference_does_not(mutant: str) -> None:
     w = DIRECTED[mutant]
     assert run("none", w) == set()

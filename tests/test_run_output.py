@@ -69,7 +69,7 @@ def test_golden_run_header_failure_first_rules_table_and_junit(
     assert "legend: RULE COUNT" in table
     assert re.search(r"never exercised \(\d+ of \d+ rules\):", table)
     assert re.search(r"QUARANTINE-HOLD\s+does not apply: missing capability .*offload", table), table
-    assert re.search(r"INV-NO-DUP\s+no test of this run covers it", table), table
+    assert re.search(r"INV-NO-DUP\s+APPLIES, never exercised: no test of this run covers it", table), table
 
     # JUnit: every test case carries its rules and the implementation
     cases = ET.parse(junit).getroot().iter("testcase")

@@ -31,6 +31,7 @@ from typing import Any
 import pytest
 from hypothesis import Phase, settings
 
+from kvspec.conformance.block.coverage import STEP_INVARIANTS
 from kvspec.conformance.block.machine import MachineSetup, machine_class, run_machine
 from kvspec.conformance.run.manifest import Manifest
 from kvspec.conformance.run.plugin import replay_run
@@ -43,6 +44,8 @@ PROFILES = registry.names("block", stateful=True)
 LIFECYCLE_RULES = rules_of(Concern.LIFECYCLE)
 #: the offload tier's rules (checked where the adapter declares offload)
 OFFLOAD_RULES = rules_of(Concern.OFFLOAD)
+#: the invariants a lockstep step exercises (``coverage.STEP_INVARIANTS``)
+LOCKSTEP_INVARIANTS = tuple(str(r) for r in STEP_INVARIANTS)
 #: what the protocol-only variant checks of the offload tier (the stream)
 OFFLOAD_STREAM_RULES = ("G2-STORE-ON-COMPLETE", "G2-EVICT")
 PROTOCOL_RULES = (
@@ -85,7 +88,7 @@ def _setup(
         record_all = record
 
         def record(rule: str, n: int = 1) -> None:
-            if rule in checked or rule not in LIFECYCLE_RULES + OFFLOAD_RULES:
+            if rule in checked or rule not in LIFECYCLE_RULES + OFFLOAD_RULES + LOCKSTEP_INVARIANTS:
                 record_all(rule, n)
 
     return MachineSetup(
@@ -117,7 +120,7 @@ def _settings(current: settings, manifest: Manifest, profile: str, share: int) -
     )
 
 
-@pytest.mark.kvspec_rules(*LIFECYCLE_RULES, *PROTOCOL_RULES, *OFFLOAD_RULES)
+@pytest.mark.kvspec_rules(*LIFECYCLE_RULES, *PROTOCOL_RULES, *OFFLOAD_RULES, *LOCKSTEP_INVARIANTS)
 @pytest.mark.kvspec_requires("block_level")
 @pytest.mark.parametrize("profile", PROFILES)
 def test_lockstep(

@@ -54,6 +54,9 @@ MODELS: dict[str, tuple[G1Cls, LegacyCls]] = {
     "removed_extra_block": (ev.RemovedExtraBlock, None),
     "removed_missing_last": (ev.RemovedMissingLast, None),
     "legacy_destroy_silent": (None, lg.LegacyDestroySilent),
+    "legacy_destroy_shared_drops_one_owner": (None, lg.LegacyDestroySharedDropsOneOwner),
+    "legacy_destroy_shared_derefs_all": (None, lg.LegacyDestroySharedDerefsAll),
+    "legacy_destroy_unheld_accepted": (None, lg.LegacyDestroyUnheldAccepted),
     # event ids, order, source
     "event_id_skip": (ev.EventIdSkip, None),
     "event_id_per_tier": (off.EventIdPerTier, None),

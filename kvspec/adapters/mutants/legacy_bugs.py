@@ -14,7 +14,7 @@ from kvspec.adapters.mutants.edits import first_id, is_device, rebuild_stored, r
 from kvspec.reference.legacy import Key, LegacyModel, key_of
 from kvspec.reference.outcome import Step
 from kvspec.spec.config import ManagerConfig
-from kvspec.spec.wire import Destroy, FullBlock, Use, make_stored
+from kvspec.spec.wire import BlockRef, Destroy, FullBlock, OpResult, Use, make_stored
 
 
 class LegacyStoredOnFailedUse(LegacyModel):
@@ -68,6 +68,59 @@ class LegacyDestroySilent(LegacyModel):
         step = super()._destroy(op)
         self.next_event_id -= len(step.events)
         return Step(step.result, [])
+
+
+class LegacyDestroySharedDropsOneOwner(LegacyModel):
+    """Destroy treats a block several requests hold as one more Deref: it
+    loses one owner and stays active (and is not in the Removed); a block
+    with one owner is destroyed as it should be."""
+
+    def _destroy(self, op: Destroy) -> Step:
+        shared = [k for k in map(key_of, op.blocks) if self.active.get(k, 0) > 1]
+        if not shared:
+            return super()._destroy(op)
+        for k in shared:
+            self.active[k] -= 1
+        rest = [r for r in op.blocks if key_of(r) not in shared]
+        if not rest:
+            return Step(OpResult(value=True), [])
+        return super()._destroy(Destroy(blocks=rest))
+
+
+class LegacyDestroySharedDerefsAll(LegacyModel):
+    """Destroy of a block several requests hold drops every owner: the block
+    becomes inactive (cached, evictable later, no Removed now) instead of
+    being removed outright; a block with one owner is destroyed as it should be."""
+
+    def _destroy(self, op: Destroy) -> Step:
+        shared = [k for k in map(key_of, op.blocks) if self.active.get(k, 0) > 1]
+        if not shared:
+            return super()._destroy(op)
+        for k in shared:
+            del self.active[k]
+            self.inactive[k] = None
+        rest = [r for r in op.blocks if key_of(r) not in shared]
+        if not rest:
+            return Step(OpResult(value=True), [])
+        return super()._destroy(Destroy(blocks=rest))
+
+
+class LegacyDestroyUnheldAccepted(LegacyModel):
+    """Destroy ignores the blocks it cannot destroy (not active, or named a
+    second time) and destroys the rest, where the whole Destroy must be
+    rejected before anything changes."""
+
+    def _destroy(self, op: Destroy) -> Step:
+        keep: list[BlockRef] = []
+        seen: set[Key] = set()
+        for r in op.blocks:
+            k = key_of(r)
+            if k in self.active and k not in seen:
+                seen.add(k)
+                keep.append(r)
+        if not keep:
+            return Step(OpResult(value=True), [])
+        return super()._destroy(Destroy(blocks=keep))
 
 
 class _NewestFirst(OrderedDict[Any, None]):

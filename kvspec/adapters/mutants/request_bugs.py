@@ -27,7 +27,7 @@ from kvspec.reference.vllm_pool import SPEC_VARIANT, HostTier, PoolVariant, Vllm
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.errors import ConfigError
 from kvspec.spec.rules import RuleId
-from kvspec.spec.wire import Deref, Use
+from kvspec.spec.wire import Deref, OpResult, Use, make_cleared
 
 R = RuleId
 
@@ -84,6 +84,49 @@ class HostBatchRootFirst(VllmPoolModel):
             self.host = RootFirstHostTier(self.host.capacity, self.host.order)
 
 
+class ResetNoCleared(VllmPoolModel):
+    """The prefix-cache reset forgets every cached block but publishes no
+    Cleared (AllBlocksCleared), so a router keeps every block it was told of."""
+
+    def _reset(self) -> Step:
+        step = super()._reset()
+        if step.events:
+            self.next_event_id -= len(step.events)
+        return Step(step.result, [])
+
+
+class ResetWhileHeld(VllmPoolModel):
+    """The reset is not refused while a request holds blocks: it drops the
+    cached blocks nobody holds, reports success and publishes a Cleared,
+    though the held blocks stay cached (the router forgets them too)."""
+
+    def _reset(self) -> Step:
+        if not (self.held or any(c.owners for c in self.copies.values())):
+            return super()._reset()
+        self.trace.did("CLEAR-ALL")
+        for cid in list(self.inactive):
+            c = self.copies.pop(cid)
+            self.inactive.pop(cid)
+            self.free += 1
+            if c.seq is not None:
+                ids = self.by_hash[c.seq]
+                ids.remove(cid)
+                if not ids:
+                    del self.by_hash[c.seq]
+        return Step(OpResult(value=True), [make_cleared(self._next_id(), dp_rank=self.dp_rank)])
+
+
+class ResetKeepsCache(VllmPoolModel):
+    """The reset reports success and publishes a Cleared but forgets nothing:
+    the next request hits blocks the router was told are gone."""
+
+    def _reset(self) -> Step:
+        if self.held or any(c.owners for c in self.copies.values()):
+            return super()._reset()
+        self.trace.did("CLEAR-ALL")
+        return Step(OpResult(value=True), [make_cleared(self._next_id(), dp_rank=self.dp_rank)])
+
+
 @dataclass(frozen=True, slots=True)
 class RequestMutant:
     id: str
@@ -113,6 +156,27 @@ REQUEST_MUTANTS: tuple[RequestMutant, ...] = (
         "request level: an allocation publishes its Stored before the Removed of the slots it reused",
         R.EVENT_ORDER,
         model=StoredBeforeRemoved,
+    ),
+    RequestMutant(
+        "reset_no_cleared",
+        "request level: the prefix-cache reset forgets every block but publishes no Cleared",
+        R.CLEAR_ALL,
+        model=ResetNoCleared,
+        needs=("reset",),
+    ),
+    RequestMutant(
+        "reset_while_held",
+        "request level: the reset is not refused while a request holds blocks (drops the rest, publishes Cleared)",
+        R.CLEAR_ALL,
+        model=ResetWhileHeld,
+        needs=("reset",),
+    ),
+    RequestMutant(
+        "reset_keeps_cache",
+        "request level: the reset publishes Cleared and reports success but forgets no cached block",
+        R.CLEAR_ALL,
+        model=ResetKeepsCache,
+        needs=("reset",),
     ),
     RequestMutant(
         "host_batch_root_first",

@@ -11,10 +11,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from kvspec.conformance.requests.api import ConcurrentRun, RequestImplementation, RequestOutcome
 from kvspec.conformance.run.manifest import Manifest
-from kvspec.reference.requests import PoolSetup, RequestSpec, SyntheticDecode, interleave, run_sequential
+from kvspec.reference.requests import (
+    Finished,
+    PoolSetup,
+    RequestEngine,
+    RequestSpec,
+    SyntheticDecode,
+    interleave,
+    make_engine,
+    run_sequential,
+)
+from kvspec.spec.wire import KvEvent
 
 
 class ReferenceRequests(RequestImplementation):
@@ -22,6 +33,8 @@ class ReferenceRequests(RequestImplementation):
         self.setup = setup
         self.manifest = manifest
         self.runs = 0
+        self.engine: RequestEngine | None = None
+        self.pending: list[Finished] = []
 
     def _decode(self) -> SyntheticDecode:
         self.runs += 1  # a fresh salt per run: decode tokens differ between runs, as in the mocker
@@ -34,6 +47,29 @@ class ReferenceRequests(RequestImplementation):
     def run_concurrent(self, requests: Sequence[RequestSpec]) -> ConcurrentRun:
         results, stream = interleave(self.setup, requests, decode=self._decode())
         return ConcurrentRun(outcomes=[RequestOutcome(cached_tokens=r.cached_tokens) for r in results], events=stream)
+
+    # step by step, on one engine kept across calls (the reset test)
+    def _engine(self) -> RequestEngine:
+        if self.engine is None:
+            self.engine = make_engine(self.setup, decode=self._decode())
+        return self.engine
+
+    def add(self, request_id: str, spec: RequestSpec) -> None:
+        self.pending.extend(self._engine().add(request_id, spec).finished)
+
+    def step(self) -> tuple[list[KvEvent], list[dict[str, Any]], bool]:
+        engine = self._engine()
+        call = engine.step()
+        finished, self.pending = [*self.pending, *call.finished], []
+        return (
+            call.events,
+            [{"id": f.request_id, "cached_tokens": f.result.cached_tokens} for f in finished],
+            engine.idle,
+        )
+
+    def reset_prefix_cache(self) -> tuple[bool, list[KvEvent]]:
+        ok, call = self._engine().reset_prefix_cache()
+        return ok, call.events
 
 
 def open_reference_requests(setup: PoolSetup, manifest: Manifest, adapter_dir: Path) -> ReferenceRequests:

@@ -5,6 +5,27 @@ before the step), so that the count says what the traffic asked of the
 implementation, whatever it did. The lockstep adds each step to its
 ``coverage`` counter; the plugin's summary (``kvspec: rules exercised``)
 and the generator reach tests read it.
+
+Invariants (``INV-*``) are proven of the model (INVARIANTS.md); a lockstep
+step exercises one on the implementation where it asks for what the
+invariant constrains and compares what shows it (``STEP_INVARIANTS``):
+
+- INV-CONSERVE: every step (the counters, which sum to the capacity, are compared);
+- INV-OWNERS: a step that takes a block's last owner (Deref, Destroy) or
+  gives an inactive block one (a hit, a Promote onto it): active exactly
+  while owned, shown by the active and inactive counters and, later, by a
+  Deref of it being refused;
+- INV-NO-DUP: a step that names a registered block again (a hit, a Promote
+  of an existing block): it must take no second slot (free_blocks) nor be
+  Stored again;
+- INV-PARTIAL-UUID: a step that places or drops a partial block (its slot
+  count is compared);
+- INV-QUARANTINE: a step that ends with slots quarantined (offload);
+- INV-KVBM-ANNOUNCED / INV-LEGACY-ANNOUNCED: every INV-ROUTER-MATCH check
+  under that profile (the router view against the model's announced blocks);
+- INV-ATOMIC-NO-HALF: every accepted atomic Use (its count is compared);
+  INV-ATOMIC-ANCHOR: every atomic device Stored (its parent is checked
+  against the router's view, with no known break to excuse it).
 """
 
 from __future__ import annotations
@@ -40,6 +61,22 @@ def use_placed(op: Use, result: OpResult, refs_delta: int) -> int:
     return int(v or 0)
 
 
+#: the invariants a lockstep step exercises (module doc), by profile (None: every profile)
+STEP_INVARIANTS: dict[RuleId, tuple[str, ...] | None] = {
+    RuleId.INV_CONSERVE: None,
+    RuleId.INV_OWNERS: None,
+    RuleId.INV_NO_DUP: None,
+    RuleId.INV_PARTIAL_UUID: None,
+    RuleId.INV_QUARANTINE: ("kvbm",),
+    RuleId.INV_KVBM_ANNOUNCED: ("kvbm",),
+    RuleId.INV_LEGACY_ANNOUNCED: ("legacy",),
+    RuleId.INV_ATOMIC_NO_HALF: ("atomic",),
+    RuleId.INV_ATOMIC_ANCHOR: ("atomic",),
+}
+#: what each profile's INV-ROUTER-MATCH check also is
+_ANNOUNCED = {"kvbm": RuleId.INV_KVBM_ANNOUNCED, "legacy": RuleId.INV_LEGACY_ANNOUNCED}
+
+
 @dataclass(frozen=True, slots=True)
 class Before:
     """What coverage (and rule attribution) needs to know about the model's
@@ -52,18 +89,24 @@ class Before:
 
     @classmethod
     def of(cls, model: Model, op: Operation, counters: Counters) -> Before:
-        """The snapshot before ``op`` (only Use and Promote read the blocks)."""
-        if not isinstance(op, Use | Promote):
+        """The snapshot before ``op`` (only Use, Promote, Deref and Destroy read the blocks)."""
+        if not isinstance(op, Use | Promote | Deref | Destroy):
             return cls(counters)
         owners: dict[int, int] = getattr(model, "owners", dict)()
         return cls(counters, frozenset(model.registered()), owners)
 
 
-def cover_step(c: Counter[str], op: Operation, exp: StepOutcome, before: Before, *, offload: bool) -> None:
+def cover_step(
+    c: Counter[str], op: Operation, exp: StepOutcome, before: Before, *, offload: bool, profile: str = ""
+) -> None:
     """Add the rules step ``op`` exercised (outcome ``exp``) to ``c``.
-    ``offload``: the manager has a G2 tier."""
+    ``offload``: the manager has a G2 tier; ``profile``: the profile checked
+    (for the profile's own invariants, module doc)."""
     c[RuleId.COUNTERS] += 1
+    c[RuleId.INV_CONSERVE] += 1
     c[RuleId.INV_ROUTER_MATCH] += 1
+    if profile in _ANNOUNCED:
+        c[_ANNOUNCED[profile]] += 1
     if exp.error is not None:
         c[exp.error.rule] += 1
         return
@@ -76,20 +119,40 @@ def cover_step(c: Counter[str], op: Operation, exp: StepOutcome, before: Before,
             c[RuleId.USE_CAPACITY] += 1
         if res.status == "blocked_on_offload":
             c[RuleId.OFFLOAD_BLOCKS_USE] += 1
+        if profile == "atomic":
+            c[RuleId.INV_ATOMIC_NO_HALF] += 1
         for b in op.blocks[:placed]:
             if isinstance(b, PartialBlock):
                 c[RuleId.USE_PARTIAL] += 1
+                c[RuleId.INV_PARTIAL_UUID] += 1
             elif b.full in before.registered:
-                c[RuleId.USE_HIT_ACTIVE if before.owners.get(b.full, 0) else RuleId.USE_HIT_INACTIVE] += 1
+                owned = before.owners.get(b.full, 0)
+                c[RuleId.USE_HIT_ACTIVE if owned else RuleId.USE_HIT_INACTIVE] += 1
+                c[RuleId.INV_NO_DUP] += 1
+                if not owned:
+                    c[RuleId.INV_OWNERS] += 1
             else:
                 c[RuleId.USE_NEW] += 1
     elif isinstance(op, Deref):
         for b in op.blocks:
-            c[RuleId.DEREF_PARTIAL if isinstance(b, PartialBlock) else RuleId.DEREF_OWNER] += 1
+            if isinstance(b, PartialBlock):
+                c[RuleId.DEREF_PARTIAL] += 1
+                c[RuleId.INV_PARTIAL_UUID] += 1
+            else:
+                c[RuleId.DEREF_OWNER] += 1
+                if before.owners.get(b.full, 0) == 1:
+                    c[RuleId.INV_OWNERS] += 1
     elif isinstance(op, Promote):
-        c[RuleId.PROMOTE_EXISTING if op.seq_hash in before.registered else RuleId.PROMOTE_NEW] += 1
+        if op.seq_hash in before.registered:
+            c[RuleId.PROMOTE_EXISTING] += 1
+            c[RuleId.INV_NO_DUP] += 1
+            if not before.owners.get(op.seq_hash, 0):
+                c[RuleId.INV_OWNERS] += 1
+        else:
+            c[RuleId.PROMOTE_NEW] += 1
     elif isinstance(op, Destroy):
         c[RuleId.DESTROY_ACTIVE] += 1
+        c[RuleId.INV_OWNERS] += sum(1 for b in op.blocks if not isinstance(b, PartialBlock))
     elif isinstance(op, Tick):
         c[RuleId.TIME_MONOTONIC] += 1
         if exp.counters.quarantined_blocks < prev.quarantined_blocks:
@@ -98,6 +161,7 @@ def cover_step(c: Counter[str], op: Operation, exp: StepOutcome, before: Before,
         c[RuleId.SWAPIN_RESERVE] += 1
     if exp.counters.quarantined_blocks:
         c[RuleId.QUARANTINE_HOLD] += 1
+        c[RuleId.INV_QUARANTINE] += 1
     for e in exp.events:
         c[RuleId.EVENT_ID] += 1
         c[RuleId.EVENT_SOURCE] += 1
@@ -107,6 +171,8 @@ def cover_step(c: Counter[str], op: Operation, exp: StepOutcome, before: Before,
             c[RuleId.STORE_NEW_ONLY] += 1
             c[RuleId.PARENT_ANCHOR] += 1
             c[RuleId.STORE_NO_DUP] += 1
+            if profile == "atomic":
+                c[RuleId.INV_ATOMIC_ANCHOR] += 1
             if e.block_token_ids is not None:
                 c[RuleId.STORE_TOKENS_HASH] += 1
         elif e.kind == "removed":

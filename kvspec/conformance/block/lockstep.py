@@ -238,7 +238,9 @@ class Lockstep:
         self._track_ids(expected, actual, adopt=adopted is not None)
         if adopted:
             self.stream.adopt(self.model)
-        cover_step(self.coverage, op, expected, before, offload=self.config.offload is not None)
+        cover_step(
+            self.coverage, op, expected, before, offload=self.config.offload is not None, profile=self.config.profile
+        )
         return expected
 
     def _observed(self, site: Site, i: int) -> None:

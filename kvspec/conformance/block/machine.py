@@ -313,7 +313,11 @@ class LockstepMachine(RuleGroup, RuleBasedStateMachine, register=False):
             caller_contracts=True,  # the traffic is a well-behaved caller: check it is
         )
         self.traffic = Traffic(
-            config, partial_blocks=caps.partial_blocks, promote=caps.promote, strict_validation=caps.strict_validation
+            config,
+            partial_blocks=caps.partial_blocks,
+            promote=caps.promote,
+            strict_validation=caps.strict_validation,
+            destroy=caps.destroy,
         )
 
     @classmethod
@@ -492,6 +496,12 @@ class LockstepMachine(RuleGroup, RuleBasedStateMachine, register=False):
         """Legacy: destroy a request's blocks outright."""
         t = self.t
         return t.destroy(t.pick(t.destroyable(), d.take(64)))
+
+    @action("destroy", weight=1, ready=lambda self: bool(self.t.shared_destroyable()))
+    def destroy_shared(self, d: Digits) -> Planned | None:
+        """Legacy: destroy blocks several requests hold (removed outright, not dereferenced)."""
+        t = self.t
+        return t.destroy_shared(t.pick(t.shared_destroyable(), d.take(64)))
 
     def _cached(self) -> list[Node]:
         """Tree blocks the model has registered (device tier), in tree order."""

@@ -229,7 +229,13 @@ INVALID_KINDS: dict[str, tuple[RuleId, tuple[str, ...]]] = {
     "deref_unheld": (RuleId.DEREF_UNKNOWN, ("kvbm", "atomic")),
     "deref_twice": (RuleId.DEREF_UNKNOWN, ("kvbm", "atomic")),
     "promote_unknown": (RuleId.PROMOTE_UNKNOWN, ("kvbm", "atomic", "legacy")),
+    # Destroy (legacy, capability destroy) of a block that is not active, or
+    # naming a block twice: the whole Destroy is rejected
+    "destroy_unheld": (RuleId.DESTROY_ACTIVE, ("legacy",)),
+    "destroy_twice": (RuleId.DESTROY_ACTIVE, ("legacy",)),
 }
+#: invalid kinds that need capability destroy
+_DESTROY_KINDS = frozenset({"destroy_unheld", "destroy_twice"})
 
 
 #: invalid kinds a legacy port sees only if it declares strict_validation:
@@ -251,6 +257,7 @@ class Traffic:
         partial_blocks: bool = True,
         promote: bool = True,
         strict_validation: bool = True,
+        destroy: bool = False,
     ) -> None:
         self.config = config
         self.profile = config.profile
@@ -266,6 +273,7 @@ class Traffic:
             if self.profile in profs
             and (promote or k != "promote_unknown")
             and (strict_validation or not self.legacy or k not in LEGACY_STRICT_ONLY)
+            and (destroy or k not in _DESTROY_KINDS)
         ]
 
     # ---------------------------------------------------------------- helpers
@@ -323,6 +331,28 @@ class Traffic:
             return []
         counts = self.holds()
         return [r for r in self.requests if r.holds_anything() and all(counts[n.seq] == 1 for n in r.path[: r.held])]
+
+    def shared_destroyable(self) -> list[Request]:
+        """Legacy: requests holding a block some other request holds too."""
+        if not self.legacy:
+            return []
+        counts = self.holds()
+        return [r for r in self.requests if any(counts[n.seq] > 1 for n in r.path[: r.held])]
+
+    def sharing_group(self, req: Request) -> list[Request]:
+        """``req`` and every request that holds a block of the group (closed
+        over): what a Destroy of all their blocks leaves nobody holding."""
+        group = [req]
+        seqs = {n.seq for n in req.path[: req.held]}
+        grew = True
+        while grew:
+            grew = False
+            for r in self.requests:
+                if r not in group and any(n.seq in seqs for n in r.path[: r.held]):
+                    group.append(r)
+                    seqs |= {n.seq for n in r.path[: r.held]}
+                    grew = True
+        return group
 
     # ------------------------------------------------------------- commits
     def _placed(self, req: Request, op: Use, n_full: int, uuid: str | None) -> Callable[[StepOutcome, Counters], None]:
@@ -514,6 +544,28 @@ class Traffic:
 
         return Planned(op, "destroy", commit)
 
+    def destroy_shared(self, req: Request) -> Planned:
+        """Legacy: a Destroy of blocks several requests hold (each removed
+        outright, whatever its owner count): ``req``'s and those of every
+        request sharing one of them, each named once; all of them end."""
+        group = self.sharing_group(req)
+        refs: list[BlockRef] = []
+        seen: set[int | str] = set()
+        for r in group:
+            for ref in r.refs():
+                key = ref.full if isinstance(ref, FullBlock) else ref.partial
+                if key not in seen:
+                    seen.add(key)
+                    refs.append(ref)
+        op = Destroy(blocks=refs)
+
+        def commit(out: StepOutcome, before: Counters) -> None:
+            self._ok(out)
+            for r in group:
+                self.requests.remove(r)
+
+        return Planned(op, "destroy_shared", commit)
+
     # ------------------------------------------------------------- invalid
     def invalid(self, kind_choice: int, choices: Sequence[int], req_choice: int) -> Planned:
         """An operation the profile must reject (rule id in ``expect_error``)."""
@@ -557,6 +609,18 @@ class Traffic:
                 op = Deref(blocks=[FullBlock(full=s), FullBlock(full=s)])
             else:
                 op = Deref(blocks=[FullBlock(full=UNKNOWN_HASH)])
+        elif kind == "destroy_unheld":
+            counts = self.holds()
+            free = [n for n in self.tree.nodes.values() if n.seq not in counts]
+            target = free[req_choice % len(free)].seq if free else UNKNOWN_HASH
+            op = Destroy(blocks=[FullBlock(full=target)])
+        elif kind == "destroy_twice":
+            held = sorted(self.holds())
+            if held:
+                s = held[req_choice % len(held)]
+                op = Destroy(blocks=[FullBlock(full=s), FullBlock(full=s)])
+            else:
+                op = Destroy(blocks=[FullBlock(full=UNKNOWN_HASH)])
         elif kind == "promote_unknown":
             n = nodes[0]
             op = Promote(

@@ -18,7 +18,11 @@ a table of what changed, when:
   remains blocks);
 - the implementation's capabilities shrink (a capability turned off, a
   profile, policy or tier gone, a lower ``max_capacity``);
-- the run itself did not complete (status ``error`` / ``unreadable``).
+- the run itself did not complete (status ``error`` / ``unreadable``);
+- the run is incomplete (status ``incomplete``: a rule that applies to the
+  implementation was never exercised) and the baseline was not incomplete
+  for those same rules (each such rule is a row; an accepted baseline that
+  was incomplete for them makes them notes).
 
 Other differences (a failure fixed, more coverage, a deviation no longer
 observed, more findings of an already failing stream rule, another kvspec)
@@ -94,6 +98,7 @@ def compare(base: Results, cur: Results, *, min_coverage: float = 0.5) -> list[C
     out: list[Change] = []
     if cur.status in ("error", "unreadable"):
         out.append(Change("run did not complete", "-", base.status, f"{cur.status}: {cur.error or ''}", ENGINE, True))
+    out += _incomplete_changes(base, cur)
     if base.spec.digest != cur.spec.digest:
         out.append(
             Change(
@@ -137,6 +142,32 @@ def compare(base: Results, cur: Results, *, min_coverage: float = 0.5) -> list[C
 _ORDER = {"run": 0, "passing": 1, "rule": 2, "new": 3, "deviation": 4, "capability": 5, "coverage": 6}
 
 
+def _incomplete_changes(base: Results, cur: Results) -> list[Change]:
+    """An incomplete run: one row per applicable rule it never exercised,
+    blocking unless the accepted baseline was incomplete for it too."""
+    if cur.status != "incomplete" and not cur.incomplete:
+        return []
+    accepted = set(base.incomplete)
+    out = [
+        Change(
+            "rule never exercised (run incomplete)",
+            rid,
+            "incomplete (accepted)" if rid in accepted else _describe(base.rules.get(rid)),
+            "applies, never exercised",
+            _rule_source(base, cur, rid),
+            rid not in accepted,
+        )
+        for rid in cur.incomplete
+    ]
+    if any(c.blocking for c in out):
+        n = sum(c.blocking for c in out)
+        out.insert(
+            0,
+            Change("run incomplete", "-", base.status, f"incomplete: {n} rule(s) newly never exercised", ENGINE, True),
+        )
+    return out
+
+
 def _rule_changes(base: Results, cur: Results, min_coverage: float) -> list[Change]:
     out: list[Change] = []
     complete = cur.status not in ("error", "unreadable")
@@ -162,8 +193,8 @@ def _rule_changes(base: Results, cur: Results, min_coverage: float) -> list[Chan
         if b.status == "fail" and c.failures > b.failures:
             add("more findings", False)
             continue
-        if not complete:
-            continue
+        if not complete or rid in cur.incomplete:
+            continue  # an incomplete rule has its own row (_incomplete_changes)
         if b.exercised > 0 and c.exercised == 0:
             add("coverage dropped to zero", True)
         elif b.exercised > 0 and c.exercised < min_coverage * b.exercised:

@@ -163,18 +163,36 @@ def _tail(text: str, lines: int = 25) -> str:
     return "\n".join(text.rstrip().splitlines()[-lines:])
 
 
+def run_outcome(junit: Path) -> tuple[str | None, list[str]]:
+    """The suite's own verdict in a JUnit report (the ``kvspec_outcome`` and
+    ``kvspec_rules_not_exercised`` properties the plugin writes)."""
+    try:
+        root = ET.parse(junit).getroot()
+    except (OSError, ET.ParseError):
+        return None, []
+    props = {p.get("name"): p.get("value") or "" for p in root.iter("property")}
+    return props.get("kvspec_outcome"), (props.get("kvspec_rules_not_exercised") or "").split()
+
+
 def classify(name: str, returncode: int, junit: Path, output: str, seconds: float) -> SuiteRun:
     """Turn a finished pytest run into a SuiteRun.
 
     Exit 0: the suite passed (a mutant survived). Exit 1 with a failed test
-    case: killed, by that test. Anything else (collection error, usage
-    error, internal error, no report) is an error of the run, not a kill."""
+    case: killed, by that test. Exit 1 with no failed test and the run
+    judged incomplete (applicable rules never exercised): a mutant survived
+    it (no test failed), the sanity run is an error (the campaign cannot
+    trust a suite that leaves rules out). Anything else (collection error,
+    usage error, internal error, no report) is an error of the run, not a kill."""
     if returncode == 0:
         return SuiteRun(name, "passed", seconds)
     failure = first_failure(junit)
     if returncode == 1 and failure is not None:
         test, rule, message = failure
         return SuiteRun(name, "killed", seconds, test, rule, message)
+    outcome, missing = run_outcome(junit)
+    if returncode == 1 and outcome == "incomplete":
+        detail = f"the run was incomplete: rules never exercised: {', '.join(missing)}"
+        return SuiteRun(name, "error" if name == UNMUTATED else "passed", seconds, detail=detail)
     return SuiteRun(name, "error", seconds, detail=f"pytest exit status {returncode}\n{_tail(output)}")
 
 

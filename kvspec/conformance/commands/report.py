@@ -11,8 +11,8 @@ rule:
 | ``✓ N`` | passed, exercised N times |
 | ``≈ deviation`` | a declared deviation (its reason in the notes; whether the run observed it) |
 | ``✗ fail`` | failed, with a link to the replay file |
-| ``n/a`` | not applicable: the capability the implementation lacks |
-| ``–`` | not exercised |
+| ``n/a`` | not applicable: the capability the implementation lacks, or why the rule does not apply to it |
+| ``! not exercised`` | the rule applies and the run never exercised it: the run is incomplete |
 
 The HTML page is self-contained (inline style, no script, no external
 resource), so a CI job can upload it as one artifact; hovering a rule shows
@@ -41,7 +41,7 @@ from kvspec.conformance.verdicts.results import (
 from kvspec.spec.errors import ConfigError
 from kvspec.spec.rules import RULES
 
-SYMBOL = {"pass": "✓", "fail": "✗", "deviation": "≈", "not_applicable": "n/a", "not_exercised": "–"}
+SYMBOL = {"pass": "✓", "fail": "✗", "deviation": "≈", "not_applicable": "n/a", "not_exercised": "! not exercised"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +89,7 @@ def _link(replay: str, out_dir: Path | None) -> str:
 
 def _cell(r: RuleResult | None, out_dir: Path | None) -> Cell:
     if r is None:
-        return Cell("not_exercised", SYMBOL["not_exercised"], "not in this results file")
+        return Cell("absent", "–", "not in this results file")
     if r.status == "pass":
         return Cell("pass", f"✓ {r.exercised}", f"passed, exercised {r.exercised} times")
     if r.status == "fail":
@@ -148,7 +148,8 @@ def render_markdown(m: Matrix) -> str:
     out = ["\n".join(lines), ""]
     out.append(
         "✓ N: passed, exercised N times; ≈: declared deviation (reason below); ✗: failed (linked to its replay file); "
-        "n/a: not applicable (the missing capability); –: not exercised."
+        "n/a: not applicable (the missing capability, or why the rule does not apply); "
+        "! not exercised: the rule applies and the run never exercised it (an incomplete run, not a pass)."
     )
     out.append("")
     out.append("Runs: " + "; ".join(_run_line(c, r) for c, r in zip(m.columns, m.runs, strict=True)) + ".")
@@ -160,7 +161,10 @@ def render_markdown(m: Matrix) -> str:
 
 def _run_line(label: str, r: Results) -> str:
     src = f" (profile {r.profile})" if r.profile else ""
-    return f"{label}{src}: {r.status}, kvspec {spec_version_label(r.spec)}"
+    missing = (
+        f" ({len(r.incomplete)} applicable rule(s) never exercised: {', '.join(r.incomplete)})" if r.incomplete else ""
+    )
+    return f"{label}{src}: {r.status}{missing}, kvspec {spec_version_label(r.spec)}"
 
 
 # ------------------------------------------------------------------ HTML
@@ -175,7 +179,8 @@ td.pass { background: #c8e6c9; }
 td.fail { background: #ef9a9a; font-weight: bold; }
 td.deviation { background: #ffe0b2; }
 td.not_applicable { background: #e0e0e0; color: #555; }
-td.not_exercised { background: #fff; color: #888; }
+td.not_exercised { background: #fff3e0; color: #b71c1c; font-weight: bold; }
+td.absent { background: #fff; color: #888; }
 td[title] { cursor: help; }
 .legend span { display: inline-block; padding: 1px 6px; margin-right: 6px; border: 1px solid #bbb; }
 ol.notes { font-size: 13px; }
@@ -211,7 +216,8 @@ def render_html(m: Matrix, title: str = "kvspec conformance matrix") -> str:
         '<span style="background:#ffe0b2">≈ declared deviation</span>'
         '<span style="background:#ef9a9a">✗ failed (link: replay file)</span>'
         '<span style="background:#e0e0e0">n/a not applicable (missing capability)</span>'
-        "<span>– not exercised</span></p>"
+        "<span>! not exercised: applies, never exercised (an incomplete run)</span> "
+        "<span>– not in the results file</span></p>"
     )
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'

@@ -16,7 +16,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 from pydantic import Field
 
@@ -82,6 +82,26 @@ class RequestImplementation(ABC):
     @abstractmethod
     def run_concurrent(self, requests: Sequence[RequestSpec]) -> ConcurrentRun:
         """Run the requests all at once."""
+
+    # -- step by step, with the prefix-cache reset (capability ``reset``) ------
+    # The reset test (``requests/reset_check.py``) drives one engine session
+    # by these: a request runs while another call comes in only this way. An
+    # adapter that declares ``reset`` implements all three.
+
+    def add(self, request_id: str, spec: RequestSpec) -> None:
+        """Queue one request (it is admitted and run by ``step``)."""
+        raise NotImplementedError(f"{type(self).__name__} does not run requests step by step (capability reset)")
+
+    def step(self) -> tuple[list[KvEvent], list[dict[str, Any]], bool]:
+        """One engine step: its events, the requests that finished (each a
+        dict with at least ``id`` and ``cached_tokens``), whether the engine
+        is idle (nothing running or waiting)."""
+        raise NotImplementedError(f"{type(self).__name__} does not run requests step by step (capability reset)")
+
+    def reset_prefix_cache(self) -> tuple[bool, list[KvEvent]]:
+        """The prefix-cache reset (CLEAR-ALL): whether it happened, and the
+        events it published."""
+        raise NotImplementedError(f"{type(self).__name__} has no prefix-cache reset (capability reset)")
 
     def close(self) -> None:  # noqa: B027 - optional for in-process adapters
         """Release everything the implementation holds (processes, sockets)."""

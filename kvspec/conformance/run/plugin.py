@@ -32,6 +32,11 @@ profile for the session (the suite applies its efforts explicitly,
 - The terminal summary shows how often each rule was exercised and which
   deviations were observed; ``--kvspec-results FILE`` writes all of it as the
   results JSON (``conformance/verdicts/results_suite.py``).
+- A run of the whole suite that never exercised a rule that applies to the
+  adapter (``verdicts/applicability.py``) is **incomplete**: not a pass. The
+  summary names each such rule, the results file and the JUnit report carry
+  the outcome, and the session fails unless ``--kvspec-allow-incomplete``
+  is given (a narrowed selection or a single test module is not judged).
 """
 
 from __future__ import annotations
@@ -89,6 +94,12 @@ class _KvspecState:
         self.replays: ReplayRun | None = None
         #: the status line of a long run (``progress.py``; None: off)
         self.progress: Progress | None = None
+        #: some conformance test module was not collected (coverage is not judged)
+        self.partial_suite = False
+        #: ``--kvspec-allow-incomplete``
+        self.allow_incomplete = False
+        #: the applicable rules a judged run never exercised (set at the session's end)
+        self.incomplete: list[str] = []
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -126,6 +137,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     workdir.add_options(group)
     example_db.add_options(group)
     group.addoption(
+        "--kvspec-allow-incomplete",
+        action="store_true",
+        default=False,
+        help="do not fail a run that never exercised a rule that applies to the adapter (the run is still "
+        "reported incomplete, in the summary, the results file and JUnit)",
+    )
+    group.addoption(
         "--kvspec-results",
         action="store",
         default=None,
@@ -156,6 +174,7 @@ def pytest_configure(config: pytest.Config) -> None:
     profile = config.getoption("hypothesis_profile", None)
     state.effort = effort_name(profile)
     state.seeded = config.getoption("hypothesis_seed", None) is not None
+    state.allow_incomplete = bool(config.getoption("--kvspec-allow-incomplete", False))
     impl = config.getoption("--impl")
     if profile is not None and profile not in EFFORTS and (impl is not None or _names_conformance(config.args)):
         _check_profile_known(profile)
@@ -298,6 +317,13 @@ def _working_files_header(config: pytest.Config, st: _KvspecState) -> list[str]:
     return [*lines, db] if db else lines
 
 
+@functools.cache
+def suite_modules() -> tuple[str, ...]:
+    """The conformance suite's test modules (a run that collects them all is
+    a whole-suite run, whose coverage is judged)."""
+    return tuple(sorted(p.name for p in _CONFORMANCE_DIR.glob("test_*.py")))
+
+
 def _is_conformance_test(item: pytest.Item) -> bool:
     """A test of the conformance suite: collected from kvspec/conformance/
     (where every test carries the kvspec_rules marker)."""
@@ -325,6 +351,8 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         if bad:
             raise pytest.UsageError(f"{it.nodeid}: kvspec_rules names unknown rule ids {', '.join(bad)}")
     st.conformance_tests = sum(1 for it in items if it.get_closest_marker("kvspec_rules") is not None)
+    collected = {Path(str(it.path)).name for it in conformance}
+    st.partial_suite = bool(set(suite_modules()) - collected)
     st.selection_narrowed = bool(config.getoption("keyword") or config.getoption("markexpr")) or any(
         "::" in str(a) for a in config.args
     )
@@ -565,12 +593,36 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     tr = terminalreporter
     if st.rule_hits or st.conformance_ran:
         _write_rules_table(tr, st, config, exitstatus)
+    if st.incomplete:
+        _write_incomplete(tr, st)
     if st.manifest.deviations:
         tr.section("kvspec: declared deviations")
         for i, d in enumerate(st.manifest.deviations):
             seen = st.deviations_seen.get(i, 0)
             state = f"observed {seen}x" if seen else "NOT OBSERVED"
             tr.write_line(f"  {d.rule:<26} {state} [{d.describe_scope()}]: {d.reason}")
+
+
+def _write_incomplete(tr: Any, st: _KvspecState) -> None:
+    """The INCOMPLETE verdict: which applicable rules were never exercised,
+    and what the run's exit status is because of it."""
+    assert st.manifest is not None
+    n = len(st.incomplete)
+    tr.section("kvspec: INCOMPLETE", red=not st.allow_incomplete, yellow=st.allow_incomplete)
+    tr.write_line(
+        f"kvspec: INCOMPLETE: {n} rule(s) apply to {st.manifest.name} (its profiles and capabilities) and were "
+        f"never exercised: {', '.join(st.incomplete)}",
+        red=not st.allow_incomplete,
+        yellow=st.allow_incomplete,
+    )
+    tr.write_line(
+        "  not a pass: the run never asked the implementation what these rules govern (see 'never exercised' "
+        "above for why); spec/ADAPTERS.md ('Complete coverage') says how a port reaches every rule"
+    )
+    if st.allow_incomplete:
+        tr.write_line("  --kvspec-allow-incomplete: the run does not fail for it")
+    else:
+        tr.write_line("  the run fails for it; --kvspec-allow-incomplete accepts an incomplete run (still reported)")
 
 
 def _write_rules_table(tr: Any, st: _KvspecState, config: pytest.Config, exitstatus: int) -> None:
@@ -587,7 +639,10 @@ def _write_rules_table(tr: Any, st: _KvspecState, config: pytest.Config, exitsta
         tr.write_line(line)
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Judge the whole run (tryfirst: before the JUnit report and the results
+    file are written, so both carry the outcome)."""
     st = _state(session.config)
     _stop_progress(st)
     if xdist_support.is_worker(session.config):
@@ -598,6 +653,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     if not st.active or st.manifest is None or st.conformance_tests == 0:
         return
+    _judge_coverage(session, st)
     if st.selection_narrowed or st.conformance_ran == 0:
         return  # nothing ran (e.g. every test skipped: the implementation is not installed)
     unseen = [
@@ -621,6 +677,33 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         if rep is not None:
             rep.write_line(msg, red=True)
     session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _judge_coverage(session: pytest.Session, st: _KvspecState) -> None:
+    """A whole-suite run that never exercised an applicable rule is
+    incomplete: recorded (summary, results file, JUnit) and, unless
+    allowed, a failed session."""
+    watcher = session.config.pluginmanager.get_plugin("kvspec-results")
+    if watcher is None or not watcher.judged():
+        outcome = "not judged (a narrowed selection)"
+    else:
+        st.incomplete = watcher.build(int(session.exitstatus)).incomplete
+        failed = int(session.exitstatus) not in (0, 5)
+        outcome = "fail" if failed else "incomplete" if st.incomplete else "pass"
+        if st.incomplete and not st.allow_incomplete and not failed:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    _junit_outcome(session.config, outcome, st.incomplete)
+
+
+def _junit_outcome(config: pytest.Config, outcome: str, incomplete: list[str]) -> None:
+    """The run's outcome as JUnit ``<properties>`` of the test suite (with ``--junitxml``)."""
+    from _pytest.junitxml import xml_key
+
+    xml = config.stash.get(xml_key, None)
+    if xml is None:
+        return
+    xml.add_global_property("kvspec_outcome", outcome)
+    xml.add_global_property("kvspec_rules_not_exercised", " ".join(incomplete))
 
 
 # ---------------------------------------------------------------- fixtures

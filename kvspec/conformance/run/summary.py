@@ -105,9 +105,14 @@ def rules_table(hits: Mapping[str, int], verdicts: Mapping[str, RuleResult] | No
         return lines
     catalogue = {str(r) for r in RULES}
     missing = [r for r in sorted(catalogue) if not hits.get(r)]
-    if missing:
-        lines.append(f"  never exercised ({len(missing)} of {len(catalogue)} rules):")
-        for r in missing:
+    if not missing:
+        return lines
+    lines.append(f"  never exercised ({len(missing)} of {len(catalogue)} rules):")
+    applies = [r for r in missing if (v := verdicts.get(r)) is None or v.status == "not_exercised"]
+    for r in applies:
+        lines.append(f"    {r:<26} APPLIES, never exercised: {never_reason(verdicts.get(r))}")
+    for r in missing:
+        if r not in applies:
             lines.append(f"    {r:<26} {never_reason(verdicts.get(r))}")
     return lines
 

@@ -54,6 +54,7 @@ class _State(Protocol):
     conformance_tests: int
     conformance_ran: int
     selection_narrowed: bool
+    partial_suite: bool
 
 
 def is_worker(config: pytest.Config) -> bool:
@@ -100,6 +101,7 @@ def export_state(st: _State) -> dict[str, Any]:
         "conformance_tests": st.conformance_tests,
         "conformance_ran": st.conformance_ran,
         "selection_narrowed": st.selection_narrowed,
+        "partial_suite": st.partial_suite,
     }
 
 
@@ -114,6 +116,7 @@ def merge_state(st: _State, data: dict[str, Any]) -> None:
     st.conformance_tests = max(st.conformance_tests, int(data.get("conformance_tests", 0)))
     st.conformance_ran += int(data.get("conformance_ran", 0))
     st.selection_narrowed = st.selection_narrowed or bool(data.get("selection_narrowed"))
+    st.partial_suite = st.partial_suite or bool(data.get("partial_suite"))
 
 
 class Controller:

@@ -24,11 +24,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from kvspec.conformance.requests.interface import ConcurrentRun, RequestImplementation, RequestOutcome
 from kvspec.reference.requests import PoolSetup, RequestSpec
-from kvspec.spec.engine_wire import AddRequest, EngineConfig, EngineOp, EngineOutcome, EngineStep, FinishedRequest
+from kvspec.spec.engine_wire import (
+    AddRequest,
+    EngineConfig,
+    EngineOp,
+    EngineOutcome,
+    EngineStep,
+    FinishedRequest,
+    ResetPrefixCache,
+)
 from kvspec.spec.errors import AdapterError, ConfigError
 from kvspec.spec.manifest import Manifest
 from kvspec.spec.wire import KvEvent
@@ -64,6 +72,9 @@ class EngineImplementation(RequestImplementation):
         self.setup = setup
         self.caller = caller
         self._runs = 0
+        #: what ``add`` got back, handed out by the next ``step``
+        self._pending_events: list[KvEvent] = []
+        self._pending_finished: list[FinishedRequest] = []
 
     def _finish(
         self, out: EngineOutcome, pending: dict[str, int], done: dict[str, FinishedRequest], during: str
@@ -133,6 +144,30 @@ class EngineImplementation(RequestImplementation):
     def run_concurrent(self, requests: Sequence[RequestSpec]) -> ConcurrentRun:
         outcomes, stream = self._run(requests, sequential=False)
         return ConcurrentRun(outcomes=outcomes, events=stream)
+
+    # ------------------------------------------------ step by step (reset test)
+
+    def add(self, request_id: str, spec: RequestSpec) -> None:
+        out = self.caller.engine_call(
+            AddRequest(op="add_request", request_id=request_id, prompt=spec.prompt, max_tokens=spec.max_tokens)
+        )
+        self._pending_events.extend(out.events)
+        self._pending_finished.extend(out.finished)
+
+    def step(self) -> tuple[list[KvEvent], list[dict[str, Any]], bool]:
+        out = self.caller.engine_call(EngineStep(op="step"))
+        events, self._pending_events = [*self._pending_events, *out.events], []
+        finished, self._pending_finished = [*self._pending_finished, *out.finished], []
+        done = [{"id": f.request_id, "cached_tokens": f.cached_tokens} for f in finished]
+        return events, done, out.running == 0 and out.waiting == 0
+
+    def reset_prefix_cache(self) -> tuple[bool, list[KvEvent]]:
+        out = self.caller.engine_call(ResetPrefixCache(op="reset_prefix_cache"))
+        if out.reset is None:
+            raise AdapterError(
+                f"adapter {self.manifest.name!r}: reset_prefix_cache: the reply has no 'reset' field (true or false)"
+            )
+        return out.reset, list(out.events)
 
     def close(self) -> None:
         self.caller.close()

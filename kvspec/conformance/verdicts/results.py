@@ -17,7 +17,12 @@ Why each part is there:
   (``pass``, ``fail``, ``deviation``, ``not_applicable``,
   ``not_exercised``) and how often the run exercised it: the gate needs the
   coverage as well as the verdict, because a rule that silently stops being
-  exercised is a regression too.
+  exercised is a regression too. ``not_applicable`` says why the rule does
+  not apply to this adapter (``applicability.py``); ``not_exercised`` is a
+  rule that applies and that the run never reached.
+- ``status`` is the run's outcome; ``incomplete`` lists the applicable
+  rules a whole-suite run never exercised (status ``incomplete`` when that
+  is all that is wrong: not a pass, whatever the exit code).
 - ``deviations`` lists the manifest's declared deviations with their scope and
   whether the run observed them; ``failures`` the failures with their rule and
   replay file; ``capabilities`` what the implementation declared.
@@ -59,7 +64,11 @@ RESULTS_FORMAT = 3
 READABLE_FORMATS = (1, 2, 3)
 
 RuleStatus = Literal["pass", "fail", "deviation", "not_applicable", "not_exercised"]
-Status = Literal["clean", "findings", "unreadable", "error"]
+#: the run's outcome: ``clean`` (pass: every applicable rule exercised, no
+#: failure outside a declared scope), ``findings`` (fail), ``incomplete``
+#: (no failure, but a rule that applies was never exercised: not a pass),
+#: ``error`` / ``unreadable`` (the implementation or the input could not run)
+Status = Literal["clean", "findings", "incomplete", "unreadable", "error"]
 Tool = Literal["pytest conformance", "kvspec check-log", "kvspec watch"]
 
 _PKG = Path(kvspec.__file__).resolve().parent
@@ -145,6 +154,9 @@ class Results(_Model):
     #: what decided the traffic (None: a file of format 1 or 2, which did not record it)
     provenance: Provenance | None = None
     rules: dict[str, RuleResult] = Field(default_factory=dict)
+    #: suite: the applicable rules a whole-suite run never exercised (empty:
+    #: complete, or not judged: a narrowed selection, see ``options``)
+    incomplete: list[str] = []
     deviations: list[DeviationResult] = []
     failures: list[FailureResult] = []
     warnings: list[str] = []

@@ -13,11 +13,18 @@ How a rule's status is decided, in this order:
 1. ``fail``: a test failed naming the rule (and no declared deviation covered it);
 2. ``deviation``: the manifest declares a deviation for it (observed or not);
 3. ``pass``: the run exercised it at least once;
-4. ``not_applicable``: every test covering it was skipped for a missing
-   capability (the note names the capability);
-5. ``not_exercised``: otherwise (a test ran but never reached the rule, a
-   covering test failed without naming a rule, e.g. an adapter error, or no
-   test of this run covers it: the z3 invariants, a narrowed selection).
+4. ``not_applicable``: the rule does not apply to the adapter's profiles and
+   capabilities (``applicability.not_applicable_reason``, the note says
+   why), or every test covering it was skipped for a missing capability
+   (the note names the capability);
+5. ``not_exercised``: otherwise: it applies and the run never reached it (a
+   test ran but never asked for it, a covering test failed without naming a
+   rule, e.g. an adapter error, or no test of this run covers it).
+
+A run that collected the whole suite (no ``-k``/``-m``, no node id, every
+test module) and ended with applicable rules not exercised is
+**incomplete** (``Results.incomplete``, status ``incomplete`` when nothing
+failed): the plugin fails it unless ``--kvspec-allow-incomplete`` is given.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ import pytest
 
 from kvspec.conformance.run.settings import effort
 from kvspec.conformance.run.xdist_support import is_controller, is_worker
+from kvspec.conformance.verdicts.applicability import not_applicable_reason
 from kvspec.conformance.verdicts.failures import ConformanceFailure
 from kvspec.conformance.verdicts.provenance import Provenance
 from kvspec.conformance.verdicts.replay_store import replay_root
@@ -64,9 +72,15 @@ class _PluginState(Protocol):
     #: the effort (``--hypothesis-profile``) and whether a seed pins it
     effort: str
     seeded: bool
+    #: some test module of the suite was not collected (coverage is not judged)
+    partial_suite: bool
+    conformance_ran: int
+    #: ``--kvspec-allow-incomplete``: an incomplete run does not fail
+    allow_incomplete: bool
 
 
 _REPLAY = re.compile(r"replay file: (\S+)")
+RULE_IDS = frozenset(map(str, RULES))
 _MISSING = re.compile(r"does not declare (?:capability )?(.+?)$|declares no (eviction policy.*)$")
 
 
@@ -101,6 +115,11 @@ def item_rules(item: pytest.Item) -> set[str] | None:
     scenario = params.get("scenario")
     rules.update(str(r) for r in getattr(scenario, "rules", ()) or ())
     return rules
+
+
+def incomplete_rules(rules: dict[str, RuleResult]) -> list[str]:
+    """The applicable rules a run never exercised (catalogue ids only)."""
+    return [rid for rid, r in rules.items() if r.status == "not_exercised" and rid in RULE_IDS]
 
 
 def missing_capability(reason: str) -> str | None:
@@ -216,18 +235,13 @@ class SuiteResults:
             )
         m = st.manifest
         tests = self.seen.tests.values()
+        rules = self._rules(self._deviations(m), m)
+        incomplete = incomplete_rules(rules) if self.judged() else []
+        failed = any(t.outcome == "failed" for t in tests) or any(r.status == "fail" for r in rules.values())
+        if incomplete and exit_code in (0, 1) and not failed:
+            status = "incomplete"
         outcomes = Counter(t.outcome for t in tests)
-        deviations = [
-            DeviationResult(
-                rule=str(d.rule),
-                reason=d.reason,
-                link=d.link,
-                scope={k: v for k, v in d.model_dump(mode="json").items() if k not in ("rule", "reason", "link")},
-                observed=st.deviations_seen.get(i, 0),
-                deterministic=d.deterministic(),
-            )
-            for i, d in enumerate(m.deviations)
-        ]
+        deviations = self._deviations(m)
         failures = [
             FailureResult(rule=t.rule, test=nodeid, message=t.message, replay=t.replay)
             for nodeid, t in self.seen.tests.items()
@@ -249,14 +263,38 @@ class SuiteResults:
             status=status,
             exit_code=exit_code,
             provenance=self.provenance(),
-            rules=self._rules(deviations),
+            rules=rules,
+            incomplete=incomplete,
             deviations=deviations,
             failures=failures,
             counts={k: outcomes.get(k, 0) for k in ("passed", "failed", "skipped", "deviation", "not run")},
             error=st.error,
         )
 
-    def _rules(self, deviations: list[DeviationResult]) -> dict[str, RuleResult]:
+    def judged(self) -> bool:
+        """Can this run be called complete or incomplete? Only a run of the
+        whole suite (nothing deselected, every test module collected): a
+        narrower run leaves rules out on purpose. A whole-suite
+        run whose tests were all skipped (the implementation is not installed)
+        is judged, and is incomplete."""
+        st = self.state
+        return not st.selection_narrowed and not st.partial_suite
+
+    def _deviations(self, m: Manifest) -> list[DeviationResult]:
+        st = self.state
+        return [
+            DeviationResult(
+                rule=str(d.rule),
+                reason=d.reason,
+                link=d.link,
+                scope={k: v for k, v in d.model_dump(mode="json").items() if k not in ("rule", "reason", "link")},
+                observed=st.deviations_seen.get(i, 0),
+                deterministic=d.deterministic(),
+            )
+            for i, d in enumerate(m.deviations)
+        ]
+
+    def _rules(self, deviations: list[DeviationResult], m: Manifest) -> dict[str, RuleResult]:
         hits = self.state.rule_hits
         declared: dict[str, list[DeviationResult]] = defaultdict(list)
         for d in deviations:
@@ -283,6 +321,8 @@ class SuiteResults:
                 out[rid] = RuleResult(status="deviation", exercised=n, reason=reason, note=note, replays=replays)
             elif n:
                 out[rid] = RuleResult(status="pass", exercised=n)
+            elif rid in RULE_IDS and (why := not_applicable_reason(rid, m)) is not None:
+                out[rid] = RuleResult(status="not_applicable", note=why)
             else:
                 skipped = [t for t in ts if t.outcome == "skipped"]
                 caps = sorted({c for t in skipped if (c := missing_capability(t.reason))})
@@ -331,6 +371,8 @@ class SuiteResults:
             "stateful_step_count": current.stateful_step_count,
             "replay_dir": str(replay_root(cfg)),
             "selection_narrowed": self.state.selection_narrowed,
+            "whole_suite": not self.state.partial_suite,
+            "allow_incomplete": self.state.allow_incomplete,
         }
         for name in ("keyword", "markexpr"):
             if v := cfg.getoption(name, None):
