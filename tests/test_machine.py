@@ -17,6 +17,7 @@ from kvspec.conformance.block import machine as mm
 from kvspec.conformance.block.machine import Digits, MachineSetup, RuleGroup, action, machine_class, run_machine
 from kvspec.conformance.block.traffic import Planned
 from kvspec.conformance.run.manifest import Manifest, load_manifest, resolve_adapter_dir
+from kvspec.conformance.verdicts.failures import ConformanceFailure
 from kvspec.spec.config import ManagerConfig, OffloadConfig
 from kvspec.spec.errors import AdapterError
 from kvspec.spec.rules import RuleId
@@ -132,7 +133,13 @@ def test_an_adapter_that_cannot_start_is_reported_once(monkeypatch: pytest.Monke
     assert cls.adapter_failure is None  # reset for the next run
 
 
-def test_a_crash_mid_run_is_reported_once_with_the_operations(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_crash_mid_run_is_reported_once_naming_the_rule_with_a_replay(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A process that dies at an operation the model answers: reported once,
+    as the verdict naming the rule that decides the operation (DEREF-OWNER
+    for a Deref), with the operations, the model's answer and a replay file;
+    the transport's error is its cause."""
     from kvspec.adapters.reference.adapter import ReferenceImplementation
     from kvspec.spec.wire import Deref
 
@@ -149,12 +156,38 @@ def test_a_crash_mid_run_is_reported_once_with_the_operations(monkeypatch: pytes
         return CrashOnDeref(config, manifest)
 
     monkeypatch.setattr(mm, "open_implementation", open_implementation)
-    cls = machine_class(MachineSetup(REF, REF_DIR, "kvbm"))
-    with pytest.raises(AdapterError, match="child exited") as ei:
+    replay = tmp_path / "crash.jsonl"
+    cls = machine_class(MachineSetup(REF, REF_DIR, "kvbm", replay_path=replay))
+    with pytest.raises(ConformanceFailure, match="child exited") as ei:
         run_machine(cls, settings=settings(QUICK, phases=[Phase.generate, Phase.shrink]))
     assert opened["n"] == 1  # never started again after the crash
-    notes = "\n".join(getattr(ei.value, "__notes__", []))
+    assert ei.value.rule == RuleId.DEREF_OWNER
+    assert "the implementation crashed at step" in ei.value.report and "the model answers" in ei.value.report
+    assert f"replay file: {replay}" in ei.value.report and replay.exists()
+    cause = ei.value.__cause__
+    assert isinstance(cause, AdapterError)
+    notes = "\n".join(getattr(cause, "__notes__", []))
     assert "operations so far" in notes and "Deref" in notes
+
+
+def test_an_in_process_assert_names_the_rule_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An implementation's own assert (in process) is a failure naming the
+    operation's rule, shrunk by Hypothesis like any divergence."""
+    from kvspec.adapters.reference.adapter import ReferenceImplementation
+    from kvspec.spec.wire import Deref
+
+    class AssertsOnDeref(ReferenceImplementation):
+        def step(self, op: Operation) -> StepOutcome:
+            if isinstance(op, Deref):
+                raise AssertionError("ref_cnt > 0")
+            return super().step(op)
+
+    monkeypatch.setattr(mm, "open_implementation", lambda m, d, c: AssertsOnDeref(c, m))
+    cls = machine_class(MachineSetup(REF, REF_DIR, "kvbm"))
+    with pytest.raises(ConformanceFailure) as ei:
+        run_machine(cls, settings=settings(QUICK, phases=[Phase.generate, Phase.shrink]))
+    assert ei.value.rule == RuleId.DEREF_OWNER
+    assert "--- its error (AssertionError) ---\nref_cnt > 0" in ei.value.report
 
 
 HANGING_SERVER = """
@@ -191,11 +224,12 @@ def test_a_hanging_subprocess_adapter_is_reported_once_and_cleaned_up(tmp_path: 
         '[capabilities]\nprofiles = ["kvbm"]\npolicies = ["lru"]\n'
     )
     cls = machine_class(MachineSetup(load_manifest(tmp_path), tmp_path, "kvbm"))
-    with reuse_children(), pytest.raises(AdapterError, match="no reply") as ei:
+    with reuse_children(), pytest.raises(ConformanceFailure, match="no reply") as ei:
         run_machine(cls, settings=settings(QUICK, phases=[Phase.generate, Phase.shrink]))
+    assert ei.value.rule == RuleId.DEREF_OWNER and isinstance(ei.value.__cause__, AdapterError)
     started = [int(p) for p in pids.read_text().split()]
     assert len(started) == 1, f"the adapter was started {len(started)} times"
     for pid in started:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)  # no process left behind
-    assert "operations so far" in "\n".join(getattr(ei.value, "__notes__", []))
+    assert "operations so far" in "\n".join(getattr(ei.value.__cause__, "__notes__", []))

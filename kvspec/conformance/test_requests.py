@@ -107,7 +107,12 @@ def findings_dir(manifest: Manifest, adapter_dir: Path) -> Path:
 
 
 def _run_one(manifest: Manifest, adapter_dir: Path, w: Workload, exp: Exploration, *, raise_undeclared: bool) -> None:
-    checked = run_workload(manifest, adapter_dir, w)
+    try:
+        checked = run_workload(manifest, adapter_dir, w)
+    except AdapterError as e:
+        e.add_note(f"the workload it crashed on:\n{w.describe()}")
+        e.workload = w  # type: ignore[attr-defined]  # written as the replay file (_session_exploration)
+        raise
     exp.runs += 1
     exp.exercised.update(checked.exercised)
     undeclared = None
@@ -176,7 +181,31 @@ def _session_exploration(
     except ImplementationUnavailableError as e:
         pytest.skip(f"adapter {kvspec_manifest.name!r} cannot run here: {e}")
     except AdapterError as e:
-        pytest.fail(f"adapter {kvspec_manifest.name!r} failed during the request-level runs:\n{e}", pytrace=False)
+        pytest.fail(_crash_report(kvspec_manifest, pytestconfig, e), pytrace=False)
+
+
+def _crash_report(manifest: Manifest, config: pytest.Config, e: AdapterError) -> str:
+    """What a crash of the engine during a request-level run says: plainly
+    that it crashed (a request-level run cannot tell which rule's
+    precondition the engine's own assert guards), with the workload it
+    crashed on and its replay file."""
+    text = (
+        f"adapter {manifest.name!r}: the implementation crashed during a request-level run (no rule: the engine "
+        f"stopped instead of answering; a request the engine cannot schedule should finish 'stalled', which "
+        f"USE-CAPACITY judges):\n{e}"
+    )
+    w: Workload | None = getattr(e, "workload", None)
+    replays = replay_run(config)
+    if w is not None and replays is not None:
+        try:
+            path = replays.path_for("requests-crash")
+            path.write_text(w.model_copy(update={"note": f"the implementation crashed: {str(e)[:200]}"}).to_jsonl())
+            text += f"\nreplay file: {path}"
+        except OSError:
+            pass
+    for note in getattr(e, "__notes__", []):
+        text += f"\n{note}"
+    return text
 
 
 @pytest.fixture(scope="session")

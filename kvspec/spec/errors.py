@@ -57,3 +57,8 @@ class AdapterError(KvSpecError):
         super().__init__(text)
         self.stderr_tail = stderr_tail
         self.exit_status = exit_status
+        #: the verdict a checker made of this failure when it came in answer to
+        #: an operation (the rule whose precondition the crash reveals, the
+        #: operations and a replay file: ``conformance.block.lockstep``); None:
+        #: a failure outside any operation (start-up, close)
+        self.verdict: AssertionError | None = None

@@ -255,7 +255,10 @@ class VllmKvCacheManager(RequestImplementation):
     def _outcome(self, o: dict[str, Any], events: list[KvEvent]) -> RequestOutcome:
         self.preemptions += int(o.get("preemptions", 0))
         return RequestOutcome(
-            cached_tokens=o.get("cached_tokens"), output_tokens=int(o["output_tokens"]), events=events
+            cached_tokens=o.get("cached_tokens"),
+            finish=str(o.get("finish", "length")),
+            output_tokens=int(o["output_tokens"]),
+            events=events,
         )
 
     def run_sequential(self, requests: Sequence[RequestSpec]) -> list[RequestOutcome]:

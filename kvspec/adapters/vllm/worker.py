@@ -45,6 +45,7 @@ def _outcome(t: Any) -> dict[str, Any]:
         "id": t.request_id,
         "cached_tokens": t.cached_tokens,
         "output_tokens": t.req.num_output_tokens,
+        "finish": "stalled" if t.stalled else "length",
         "preemptions": t.preemptions,
         "tokens": list(t.req.all_token_ids),
     }

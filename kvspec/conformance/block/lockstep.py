@@ -68,11 +68,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from kvspec.conformance.block.coverage import Before, cover_step
-from kvspec.conformance.block.diff import Divergence
+from kvspec.conformance.block.diff import Divergence, op_rule
 from kvspec.conformance.block.follow import Followed, Past, candidates, nearest, same_outcome
 from kvspec.conformance.block.interface import Implementation
 from kvspec.conformance.block.lockstep_report import divergence_report, unfinished_note
-from kvspec.conformance.block.step_check import StepCheck
+from kvspec.conformance.block.step_check import StepCheck, brief_outcome
 from kvspec.conformance.block.stream_check import StreamCheck
 from kvspec.conformance.run.deviation_scope import site_of, step_conditions
 from kvspec.conformance.verdicts.failures import CallerContractBroken, ConformanceFailure, DeviationNotFollowed
@@ -201,8 +201,13 @@ class Lockstep:
         try:
             actual = self.impl.step(op)
         except AdapterError as e:
+            # not raised here: the machine stops the run and raises the verdict
+            # after Hypothesis (shrinking would restart a broken process)
             e.add_note(unfinished_note([*self.ops, op], self.expected))
+            e.verdict = self.crash_verdict(op, e)
             raise
+        except Exception as e:  # an in-process implementation's own assert or crash
+            raise self.crash_verdict(op, e) from e
         # the model before the step, to follow a declared deviation (``follow``)
         saved = copy.deepcopy(self.model) if self._initial is not None else None
         prefer = _removed_device(actual.events)
@@ -305,6 +310,42 @@ class Lockstep:
             "(a bug), or the departure is one kvspec cannot follow yet (spec/ADAPTERS.md, 'Declared deviations')."
         )
         raise DeviationNotFollowed(div.rule, text, site=site)
+
+    def crash_verdict(self, op: Operation, e: Exception) -> ConformanceFailure:
+        """The verdict on an implementation that crashed (or hung, or
+        answered garbage) at ``op``: the rule the model says decides the
+        operation's result (its rejection rule for an operation the model
+        refuses: a port must refuse it, not crash) whose precondition the
+        crash reveals, the operations so far and a replay file. The model
+        applies ``op`` here; the run ends with this step."""
+        expected = self._model_step(op, prefer=set())
+        if expected.error is not None:
+            rid = RuleId(expected.error.rule)
+            why = f"the model rejects this operation under {rid}; the implementation must reject it, not crash"
+        else:
+            rid = (self.labels.result if self.labels is not None else None) or op_rule(op)
+            why = (
+                f"the model answers this operation ({brief_outcome(expected)}): the implementation's state left the "
+                f"model's before this step, or it does not keep {rid}'s precondition"
+            )
+        first = (str(e).strip().splitlines() or ["(no message)"])[0]
+        crashed = StepOutcome.model_construct(
+            result=None,
+            error=ErrorInfo.model_construct(rule="(crashed)", message=first),
+            counters=expected.counters,
+            events=[],
+            earliest_deadline_ms=None,
+        )
+        self.ops.append(op)
+        self.expected.append(expected)
+        self.actual.append(crashed)
+        div = Divergence(rid, "the implementation crashed instead of answering", brief_outcome(expected), first)
+        text = self.report(div, Site(rid, operation=op.op))
+        text += (
+            f"\nthe implementation crashed at step {len(self.ops) - 1}: {why}\n"
+            f"--- its error ({type(e).__name__}) ---\n{e}"
+        )
+        return ConformanceFailure(rid, text, site=Site(rid, operation=op.op, profile=self.config.profile))
 
     def _contract_breaks(self, op: Operation) -> list[ContractBreak] | None:
         """The caller contracts ``op`` breaks in the model's state before it

@@ -601,13 +601,18 @@ class _Halted(Exception):
 
 def run_machine(cls: type[LockstepMachine], settings: Any = None) -> None:
     """Run the machine under Hypothesis; then raise the adapter failure it
-    recorded, if any (conformance failures are raised, shrunk, by Hypothesis)."""
+    recorded, if any (conformance failures are raised, shrunk, by Hypothesis):
+    as the lockstep's verdict on it when it came in answer to an operation
+    (a ``ConformanceFailure`` naming the rule, with the operations and a
+    replay file: ``Lockstep.crash_verdict``), else as it is."""
     cls.adapter_failure = None
     try:
         run_state_machine_as_test(cls, settings=settings)
     finally:
         failure, cls.adapter_failure = cls.adapter_failure, None
     if failure is not None:
+        if failure.verdict is not None:
+            raise failure.verdict from failure
         raise failure
 
 
