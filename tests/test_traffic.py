@@ -227,7 +227,7 @@ def test_finish_derefs_leaf_first_and_partial_first() -> None:
     req = t.requests[0]
     fin = t.finish(req, forward=False)
     assert fin is not None
-    assert isinstance(fin.op, Use)
+    assert isinstance(fin.op, Deref)
     refs = fin.op.blocks
     assert isinstance(refs[0], PartialBlock) and [cast(FullBlock, b).full for b in refs[1:]] == [
         n.seq for n in reversed(req.path)
