@@ -183,7 +183,7 @@ def capture_lines() -> list[dict]:
     ("edit", "message"),
     [
         ("drop", "sequence 6 where 5 was due: 1 batch(es) lost"),
-        ("repeat", "sequence 4 was already received: duplicate batch (not applied)"),
+        ("repeat-other", "sequence 4 was already received with a different payload: duplicate batch (not applied)"),
         ("swap", "sequence 5 arrived after 6: out of order"),
     ],
 )
@@ -191,13 +191,59 @@ def test_capture_sequence_defects(edit: str, message: str, tmp_path: Path, capsy
     lines = capture_lines()
     if edit == "drop":
         del lines[5]
-    elif edit == "repeat":
-        lines.insert(5, lines[4])
+    elif edit == "repeat-other":  # sequence 4 again, carrying batch 6's payload
+        lines.insert(5, {**lines[4], "parts_b64": [*lines[4]["parts_b64"][:2], lines[6]["parts_b64"][2]]})
     else:
         lines[5], lines[6] = lines[6], lines[5]
     code, out, _ = run(capsys, str(write_lines(tmp_path / "c.jsonl", lines)), "--max-report", "100")
     assert code == 1
     assert message in out and "EVENT-ID" in out
+
+
+def test_capture_redelivery_is_counted_not_a_finding(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # at-least-once delivery: batch 4 again, byte for byte, right after it and ten batches later
+    lines = capture_lines()
+    lines.insert(5, lines[4])
+    lines.insert(15, lines[4])
+    res = tmp_path / "r.json"
+    code, out, _ = run(capsys, str(write_lines(tmp_path / "c.jsonl", lines)), "--json", str(res))
+    assert code == 0, out
+    doc = json.loads(res.read_text())
+    assert doc["counts"]["redelivered"] == 2 and doc["counts"]["duplicates"] == 0
+    assert doc["counts"]["events"] == 80  # each batch applied once
+    assert "sequence 4 delivered again (skipped)" in out
+
+
+def events_in(o: dict) -> int:
+    return len(msgpack.unpackb(base64.b64decode(o["parts_b64"][2]))[1])
+
+
+def test_capture_sequence_reset_is_a_restart(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # the publisher restarts after batch 19: its sequence starts at 0 again with an empty cache (the
+    # engine's batches from its prefix-cache reset on, renumbered), and every batch after it is checked
+    lines = capture_lines()
+    cut = next(i for i, o in enumerate(lines) if b"AllBlocksCleared" in base64.b64decode(o["parts_b64"][2]))
+    restart = [dict(o) for o in lines[cut:]]
+    for i, o in enumerate(restart):
+        o["parts_b64"] = [o["parts_b64"][0], base64.b64encode(i.to_bytes(8, "big")).decode(), o["parts_b64"][2]]
+    res = tmp_path / "r.json"
+    code, out, _ = run(capsys, str(write_lines(tmp_path / "c.jsonl", lines[:20] + restart)), "--json", str(res))
+    assert code == 0, out
+    doc = json.loads(res.read_text())
+    assert doc["counts"]["restarts"] == 1
+    assert doc["counts"]["events"] == sum(events_in(o) for o in lines[:20] + restart)
+    assert "sequence 0 after 19: the publisher restarted" in out
+    # a defect in the last batch after the restart is found: its first Removed names a block never stored
+    for k in range(len(restart)):
+        edited = [dict(o) for o in restart]
+        batch = msgpack.unpackb(base64.b64decode(edited[k]["parts_b64"][2]))
+        removed = [e for e in batch[1] if e["type"] == "BlockRemoved"]
+        if not removed:
+            continue
+        removed[0]["block_hashes"] = [*removed[0]["block_hashes"], 12345]
+        edited[k]["parts_b64"] = [*edited[k]["parts_b64"][:2], base64.b64encode(msgpack.packb(batch)).decode()]
+        code, out, _ = run(capsys, str(write_lines(tmp_path / "c2.jsonl", lines[:20] + edited)))
+        assert code == 1 and "REMOVE-COPY" in out and "block 12345 is not stored" in out, (k, out)
 
 
 def test_capture_that_starts_mid_stream(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -374,6 +420,9 @@ def test_help_documents_every_option(capsys: pytest.CaptureFixture[str]) -> None
         "--junit",
         "--quiet",
         "--max-record-bytes",
+        "--findings",
+        "--stats",
+        "--sequential-orphans",
         "exit status",
     ]:
         assert opt in text, opt

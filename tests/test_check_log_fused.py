@@ -58,7 +58,6 @@ CORRUPTIONS = [
     "event_id",
     "cleared",
     "drop",
-    "repeat",
     "swap",
 ]
 OPTIONS = [[], ["--hash-scheme", "none"], ["--anchor-tiers", "device"], ["--counting", "copies"]]
@@ -148,6 +147,19 @@ def test_every_corruption_is_found_by_both_paths(
         elif res["error"] is not None or res["counts"]:
             return
     assert how == "none", f"{how}: 20 corrupted streams all passed"
+
+
+def test_a_redelivered_event_is_skipped_alike(
+    tmp_path: Path, check_log_run: CheckLogRun, make_router_stream: MakeStream, corrupt_stream: Corrupt
+) -> None:
+    """An event delivered twice ("repeat": at-least-once delivery) is no
+    finding on either path: it is counted and skipped."""
+    rng = random.Random("repeat")
+    for _ in range(20):
+        events = corrupt_stream(rng, make_router_stream(rng, 30), "repeat")
+        compare(check_log_run, tmp_path, events)
+        res = run(check_log_run, tmp_path / "s.jsonl", [], True)
+        assert res["error"] is None and not res["counts"], res
 
 
 def test_the_c_extension_is_built() -> None:

@@ -80,13 +80,27 @@ def test_check_log_agrees_with_dynamos_radix_tree(
     rng = random.Random(seed)
     events = corrupt_stream(rng, make_router_stream(rng, n, tiers=["device"]), how)
     code, doc = check_log(events)
-    errors = radix_errors(events)
+    # delivered at least once: the router skips an event it has applied (same worker, id and payload),
+    # as check-log does; the RadixTree itself would refuse a repeated Removed
+    seen: set[str] = set()
+    once = []
+    for e in events:
+        key = json.dumps(e, sort_keys=True)
+        if key not in seen:
+            seen.add(key)
+            once.append(e)
+    errors = radix_errors(once)
     assert code in (0, 1), doc
     if code == 0:
         assert errors == [], f"check-log called the stream clean; the RadixTree refused: {errors}"
     if errors:
         assert code == 1
         rules = set(doc["findings_by_rule"])
+        if how in ("drop", "swap", "wrong_worker") and "EVENT-ID" in rules:
+            # events lost or moved: check-log reports the gap once and takes what the missing events may
+            # have touched as unknown from there on (spec/SPEC.md, EVENT-ID), so the indexer's follow-on
+            # errors have the gap as their root
+            rules |= {"PARENT-ANCHOR", "REMOVE-NO-ORPHAN", "REMOVE-EXACT"}
         for _, msg in errors:
             if "find parent block" in msg:
                 # never stored (or removed): PARENT-ANCHOR; or dropped with an ancestor's subtree when the

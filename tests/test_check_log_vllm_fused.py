@@ -52,7 +52,7 @@ CORRUPTIONS = [
     "bytes_hash",
     "cleared",
     "drop",
-    "repeat",
+    "repeat_other",
     "swap",
 ]
 OPTIONS: list[list[str]] = [[], ["--anchor-tiers", "device"], ["--hash-scheme", "none"], ["--counting", "set"]]
@@ -181,12 +181,15 @@ def capture(rng: random.Random, batches: list[list[dict[str, Any]]], how: str) -
         evs = [{**e, "block_hashes": [_h(h) for h in e["block_hashes"]]} if "block_hashes" in e else e for e in b]
         payload = msgpack.packb([0.5, evs, 0])
         msgs.append([b"kv", seq.to_bytes(8, "big"), payload])
-    if how in ("drop", "repeat", "swap") and len(msgs) > 1:
+    if how in ("drop", "repeat", "repeat_other", "swap") and len(msgs) > 1:
         i = rng.randrange(len(msgs))
         if how == "drop":
             del msgs[i]
-        elif how == "repeat":
+        elif how == "repeat":  # at-least-once delivery: the same bytes again
             msgs.insert(i, msgs[i])
+        elif how == "repeat_other":  # the same sequence with another batch's payload
+            other = msgs[(i + 1) % len(msgs)][2]
+            msgs.insert(i + 1, [*msgs[i][:2], other if other != msgs[i][2] else other + b"\x00"])
         else:
             j = rng.randrange(len(msgs))
             msgs[i], msgs[j] = msgs[j], msgs[i]
@@ -267,6 +270,14 @@ def test_every_corruption_is_found_by_both_paths(tmp_path: Path, check_log_run: 
         elif res["error"] is not None or res["counts"]:
             return
     assert how in ("none", "bytes_hash"), f"{how}: 20 corrupted streams all passed"  # bytes: a valid form
+
+
+def test_a_redelivered_batch_is_skipped_alike(tmp_path: Path, check_log_run: CheckLogRun) -> None:
+    """A batch delivered twice, byte for byte, is no finding on either path."""
+    rng = random.Random("repeat")
+    for _ in range(20):
+        res = compare(check_log_run, tmp_path, capture(rng, valid_batches(rng, 30), "repeat"))
+        assert res["error"] is None and not res["counts"], res
 
 
 def test_the_fast_path_is_taken(tmp_path: Path) -> None:

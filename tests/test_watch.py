@@ -39,7 +39,7 @@ class Publisher:
     lose the first batches; the watcher must cope with both) and a ROUTER
     replay socket on 127.0.0.1, run by a thread."""
 
-    def __init__(self, plan: dict[int, str], *, replay: bool = True) -> None:
+    def __init__(self, plan: dict[int, str], *, replay: bool = True, delay: float = 0.002) -> None:
         self.ctx = zmq.Context()
         self.pub = self.ctx.socket(zmq.XPUB)
         self.pub.setsockopt(zmq.LINGER, 0)
@@ -53,6 +53,7 @@ class Publisher:
             rport = self.router.bind_to_random_port("tcp://127.0.0.1")
             self.replay_endpoint = f"tcp://127.0.0.1:{rport}"
         self.plan = plan
+        self.delay = delay
         self.messages = recorded()
         self.stop = threading.Event()
         self.replay_requests = 0
@@ -96,6 +97,9 @@ class Publisher:
             elif action == "repeat":
                 self.pub.send_multipart(frames)
                 self.pub.send_multipart(frames)
+            elif action == "repeat-other":  # the same sequence again, with the next batch's payload
+                self.pub.send_multipart(frames)
+                self.pub.send_multipart([frames[0], frames[1], self.messages[i + 1][2]])
             elif action == "hold":  # sent after the next one
                 held = frames
             elif action == "corrupt":
@@ -106,7 +110,7 @@ class Publisher:
                     self.pub.send_multipart(held)
                     held = None
             self.sent = i + 1
-            time.sleep(0.002)
+            time.sleep(self.delay)
             if self.router is not None:
                 self._serve_replay()
         while not self.stop.is_set():
@@ -179,13 +183,23 @@ def test_dropped_batch_without_replay_is_reported_lost(publisher: Publisher, tmp
     assert "EVENT-ID" in out
 
 
-@pytest.mark.parametrize("publisher", [({7: "repeat"}, True)], indirect=True)
-def test_repeated_batch_is_a_duplicate(publisher: Publisher, tmp_path: Path) -> None:
+@pytest.mark.parametrize("publisher", [({7: "repeat"}, False)], indirect=True)
+def test_repeated_batch_is_a_redelivery(publisher: Publisher, tmp_path: Path) -> None:
+    # at-least-once delivery: the same sequence with the same payload is counted and skipped
+    code, out, _, doc = watch(publisher, tmp_path)
+    assert code == 0, out
+    assert doc["counts"]["redelivered"] == 1 and doc["counts"]["duplicates"] == 0
+    assert doc["counts"]["events"] == TOTAL_EVENTS
+    assert doc["findings_by_rule"] == {}
+
+
+@pytest.mark.parametrize("publisher", [({7: "repeat-other"}, False)], indirect=True)
+def test_repeated_sequence_with_another_payload_is_a_duplicate(publisher: Publisher, tmp_path: Path) -> None:
     code, _, _, doc = watch(publisher, tmp_path)
     assert code == 1
     assert doc["counts"]["duplicates"] == 1 and doc["counts"]["events"] == TOTAL_EVENTS
     assert doc["findings_by_rule"] == {"EVENT-ID": 1}
-    assert "already received" in doc["findings"][0]["message"]
+    assert "already received with a different payload" in doc["findings"][0]["message"]
 
 
 @pytest.mark.parametrize("publisher", [({5: "hold"}, False)], indirect=True)
@@ -257,7 +271,19 @@ def test_nothing_received_before_the_timeout(tmp_path: Path) -> None:
 def test_watch_help_documents_every_option() -> None:
     r = subprocess.run([sys.executable, "-m", "kvspec.cli", "watch", "--help"], capture_output=True, text=True)
     assert r.returncode == 0
-    for opt in ["--replay", "--topic", "--record", "--timeout", "--max-events", "--status-interval", "--json"]:
+    for opt in [
+        "--replay",
+        "--topic",
+        "--record",
+        "--timeout",
+        "--max-events",
+        "--status-interval",
+        "--json",
+        "--metrics-port",
+        "--idle-timeout",
+        "--findings",
+        "--stats",
+    ]:
         assert opt in r.stdout, opt
 
 
@@ -265,3 +291,72 @@ def test_not_an_endpoint_is_a_usage_error() -> None:
     r = subprocess.run([sys.executable, "-m", "kvspec.cli", "watch", "localhost:5557"], capture_output=True, text=True)
     assert r.returncode == 2 and "not a ZMQ endpoint" in r.stderr
     assert os.environ.get("KVSPEC_NEVER_SET") is None
+
+
+def scrape(url: str) -> dict[str, float]:
+    """The samples of a Prometheus text page: 'name{labels}' -> value."""
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=5) as r:
+        text = r.read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            out[name] = float(value)
+    return out
+
+
+def total(samples: dict[str, float], name: str, **labels: str) -> float:
+    want = [f'{k}="{v}"' for k, v in labels.items()]
+    return sum(v for k, v in samples.items() if (k == name or k.startswith(name + "{")) and all(w in k for w in want))
+
+
+def test_metrics_are_served_while_the_publisher_runs(tmp_path: Path) -> None:
+    """--metrics-port: scraped while batches arrive (some, not all, counted) and after the last one
+    (every event by kind and tier, the lost batch as a gap and its EVENT-ID finding, live blocks)."""
+    pub = Publisher({5: "drop"}, replay=False, delay=0.08)
+    pub.start()
+    res = tmp_path / "w.json"
+    cmd = [sys.executable, "-m", "kvspec.cli", "watch", pub.endpoint, "--metrics-port", "0", "--json", str(res)]
+    cmd += ["--idle-timeout", "3", "--timeout", "40", "--status-interval", "0"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        url = None
+        deadline = time.monotonic() + 20
+        while url is None and time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            if "metrics on http://" in line:
+                url = line.split("metrics on ", 1)[1].strip()
+        assert url is not None, "no metrics line on standard error"
+        seen: list[float] = []
+        last: dict[str, float] = {}
+        lost = events_in(recorded()[5])
+        while time.monotonic() < deadline + 20:
+            try:
+                last = scrape(url)
+            except OSError:
+                break  # the watch stopped (idle timeout)
+            seen.append(total(last, "kvspec_watch_events_total"))
+            if seen[-1] == TOTAL_EVENTS - lost and total(last, "kvspec_watch_gaps_total") == 1:
+                break
+            time.sleep(0.05)
+        assert any(0 < n < TOTAL_EVENTS - lost for n in seen), seen  # scraped while the publisher ran
+        assert total(last, "kvspec_watch_events_total") == TOTAL_EVENTS - lost
+        assert total(last, "kvspec_watch_events_total", tier="device", kind="stored") > 0
+        assert total(last, "kvspec_watch_events_total", kind="cleared") == 1
+        assert total(last, "kvspec_watch_findings_total", rule="EVENT-ID", worker="0", dp_rank="0") == 1
+        assert total(last, "kvspec_watch_gaps_total", worker="0") == 1
+        assert total(last, "kvspec_watch_live_blocks", tier="device") > 0
+        assert total(last, "kvspec_watch_messages_total") == len(recorded()) - 1
+        assert 'kvspec_watch_lag_seconds{worker="0"}' in last
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+        pub.close()
+    assert proc.returncode == 1
+    doc = json.loads(res.read_text())
+    assert doc["counts"]["gaps"] == 1 and doc["findings_by_rule"] == {"EVENT-ID": 1}

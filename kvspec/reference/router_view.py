@@ -38,6 +38,28 @@ Stored events may also be checked by a ``StoredCheck`` (hashes against
 tokens, ``kvspec/streams/hashcheck.py``) or, for the lockstep checker, by
 a per-block ``hash_check`` function.
 
+Streams from a live fleet (``resync=True``, what ``check-log`` and ``watch``
+use; the lockstep checker keeps every step strict): a tier whose history
+before the first event seen is unknown (a capture started mid-stream, a
+publisher that joined late, events lost in a gap) is *partial*. In a
+partial tier a hash the stream has not shown since is unknown, not absent:
+a Removed of it, or a Stored naming it as parent, is no finding (in set
+counting such a parent is taken as stored from then on; in copies counting
+any hash may still have copies from before, so REMOVE-COPY, PARENT-ANCHOR
+and REMOVE-NO-ORPHAN stay silent there until the tier is cleared). A hash
+seen removed since (within the recent-removals memory) is known absent, and
+the rules apply to it as usual. An event id past the one due is a gap:
+reported once (EVENT-ID), then the source's tiers are reset to partial, so
+a lost batch costs one finding and no follow-on. An id back at the
+producer's first id is a restart: a notice (not a finding), the source's
+state reset to empty, checking goes on. Any other id already passed is a
+redelivery when the view's state shows that event applied exactly
+(a Stored's blocks still stored by that event id under the same parents,
+a Removed's blocks removed by it): counted and skipped; otherwise it is an
+EVENT-ID finding, and skipped too (applying a stale event would cascade).
+``sequential_orphans`` checks REMOVE-NO-ORPHAN after each hash of a Removed
+instead of after the whole event.
+
 Transfer timing (G2-STORE-ON-COMPLETE), only where time is observable: a
 caller that knows the manager's clock (the lockstep checker, on every Tick)
 calls ``enable_timing(min_transfer_ms)`` and then ``observe_time(now_ms)``;
@@ -76,6 +98,11 @@ At = int | tuple[int, ...] | None
 RECENT_REMOVALS = 4096
 #: orphan reports that list the orphaned children (each costs a scan of the tier)
 ORPHAN_LISTINGS = 1000
+#: the event id and stream index of a block taken as stored before the
+#: capture (named as a parent in a partial tier)
+PRESUMED = -1
+#: closed id segments each source remembers (to tell an id applied before from one never seen)
+SEGMENTS = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +124,18 @@ class Violation:
         ev = f"\n  event: {self.event.brief()}" if self.event is not None else ""
         ctx = "".join(f"\n  {k}: {v}" for k, v in self.context.items())
         return f"[{self.rule}] {self.message}{where}{ev}{ctx}"
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """Something about the stream that is no finding: a publisher restart,
+    an event delivered again."""
+
+    kind: str
+    message: str
+    source: Source = (0, 0)
+    tier: str = "device"
+    at: At = None
 
 
 class StoredCheck(Protocol):
@@ -197,23 +236,57 @@ class _Tier:
     #: parent hash -> how many stored blocks name it as parent
     kids: dict[int, int] = field(default_factory=dict)
     removed: _Recent = field(default_factory=_Recent)
+    #: what the tier held before the first event seen is unknown (see the module docstring)
+    partial: bool = False
 
-    def reset(self) -> None:
+    def reset(self, partial: bool = False) -> None:
         self.live.clear()
         self.kids.clear()
         self.removed.clear()
+        self.partial = partial
 
 
 @dataclass(slots=True)
 class _Source:
     next_id: int | None
     tiers: dict[str, _Tier] = field(default_factory=dict)
+    #: tiers made from here on start partial
+    partial: bool = False
+    #: events counted in closed id segments (a gap, a restart or a step back closes one)
+    counted: int = 0
+    #: the first id of the current segment (None: the stream carries no ids)
+    seg_start: int | None = None
+    gaps: int = 0
+    restarts: int = 0
+    redelivered: int = 0
+    #: the id ranges [first, next) of the last closed segments
+    history: list[tuple[int, int]] = field(default_factory=list)
 
     def tier(self, name: str) -> _Tier:
         t = self.tiers.get(name)
         if t is None:
-            t = self.tiers[name] = _Tier()
+            t = self.tiers[name] = _Tier(partial=self.partial)
         return t
+
+    def events(self) -> int | None:
+        """Events applied, from the ids (None: the stream carries none)."""
+        if self.seg_start is None or self.next_id is None:
+            return None
+        return self.counted + self.next_id - self.seg_start
+
+    def new_segment(self, event_id: int) -> None:
+        if self.seg_start is not None and self.next_id is not None:
+            self.counted += self.next_id - self.seg_start
+            self.history.append((self.seg_start, self.next_id))
+            if len(self.history) > SEGMENTS:
+                del self.history[0]
+        self.seg_start = event_id
+
+    def applied(self, event_id: int) -> bool:
+        """Whether an event under this id was applied (in the recent id segments)."""
+        if self.seg_start is not None and self.next_id is not None and self.seg_start <= event_id < self.next_id:
+            return True
+        return any(a <= event_id < b for a, b in self.history)
 
 
 class RouterView:
@@ -230,6 +303,10 @@ class RouterView:
         keep: int | None = None,
         on_violation: Callable[[Violation], None] | None = None,
         shared_tiers: Iterable[str] = (),
+        resync: bool = False,
+        start_event_id: int | None = None,
+        sequential_orphans: bool = False,
+        on_notice: Callable[[Notice], None] | None = None,
     ) -> None:
         """``first_event_id``: the id a manager's first event must carry (None:
         accept whatever comes first, for logs captured mid-stream).
@@ -241,7 +318,13 @@ class RouterView:
         (all are counted in ``counts``); ``on_violation`` sees each as it
         happens. ``shared_tiers``: tiers one process shares among its workers
         (the kvbm lower tiers, ``disk`` and ``external``): a hash live there
-        under one worker must not be Stored there by another (TIER-DEDUP)."""
+        under one worker must not be Stored there by another (TIER-DEDUP).
+
+        ``resync``: the stream semantics of a live fleet (module docstring):
+        partial tiers, gaps reported once, restarts, redeliveries skipped.
+        ``start_event_id``: the id a publisher's first event carries, which
+        tells a restart and a source seen from its start (default:
+        ``first_event_id``). ``on_notice`` sees restarts and redeliveries."""
         if hash_check is not None and stored_check is not None:
             raise ValueError("give hash_check or stored_check, not both")
         self.mode = mode
@@ -264,13 +347,55 @@ class RouterView:
         self.shared_tiers = frozenset(shared_tiers)
         #: shared tier -> hash -> the manager whose Stored of it is live
         self._shared: dict[str, dict[int, Source]] = {t: {} for t in self.shared_tiers}
+        self.resync = resync
+        self.start_event_id = first_event_id if start_event_id is None else start_event_id
+        self.sequential_orphans = sequential_orphans
+        self.on_notice = on_notice
+        #: notices by kind (restart, redelivered, unknown)
+        self.notices: Counter[str] = Counter()
+        #: workers whose sources start partial when made (an id-less feed joined late or lost batches)
+        self.start_unknown: set[int] = set()
+        #: gaps (lost events or batches) per worker, each also an EVENT-ID finding
+        self.gaps: Counter[int] = Counter()
 
     # ------------------------------------------------------------------ state
     def _source(self, key: Source) -> _Source:
         s = self.sources.get(key)
         if s is None:
-            s = self.sources[key] = _Source(next_id=self.first_event_id)
+            s = self.sources[key] = _Source(next_id=self.first_event_id, partial=key[0] in self.start_unknown)
         return s
+
+    def reset_worker(self, worker: int, *, partial: bool) -> None:
+        """Forget what this worker's sources hold (a restart seen by the
+        transport, ``partial`` False; or batches lost, ``partial`` True):
+        their tiers start over, the next event id is taken as it comes, and
+        sources of the worker made later start ``partial`` too."""
+        if partial:
+            self.start_unknown.add(worker)
+        else:
+            self.start_unknown.discard(worker)
+        for key, src in self.sources.items():
+            if key[0] == worker:
+                self._reset_source(key, src, partial)
+                src.next_id = None
+
+    def _reset_source(self, key: Source, src: _Source, partial: bool) -> None:
+        src.partial = partial
+        for name, t in src.tiers.items():
+            t.reset(partial)
+            if self.check is not None:
+                self.check.cleared((key[0], key[1], name))
+            holders = self._shared.get(name)
+            if holders:
+                for h in [h for h, k in holders.items() if k == key]:
+                    del holders[h]
+
+    def notice(self, kind: str, message: str, worker: int, dp_rank: int, tier: str = "device", at: At = None) -> None:
+        """Record something the operator should know that is no finding (a
+        restart, a redelivery): counted by kind, passed to ``on_notice``."""
+        self.notices[kind] += 1
+        if self.on_notice is not None:
+            self.on_notice(Notice(kind, message, (worker, dp_rank), tier, at))
 
     def stored(self, tier: str = "device", worker_id: int = 0, dp_rank: int = 0) -> set[int]:
         """The hashes this view holds for one manager and tier."""
@@ -346,14 +471,18 @@ class RouterView:
             self._collect = None
         return out
 
-    def _begin(self, worker: int, dp_rank: int, tier: str, event_id: int | None, ev: Any) -> tuple[_Source, int]:
+    def _begin(self, worker: int, dp_rank: int, tier: str, event_id: int | None, ev: Any) -> tuple[_Source | None, int]:
         """EVENT-SOURCE and EVENT-ID, shared by the three kinds; returns the
         source and the event id to record (the stream index when the stream
-        carries none)."""
+        carries none); the source is None for a redelivery, to be skipped."""
         key = (worker, dp_rank)
         src = self.sources.get(key)
         if src is None:
             src = self._source(key)
+            if self.resync and event_id is not None:
+                # seen from its start, or joined late: what it held before is unknown
+                start = self.start_event_id
+                src.partial = start is None or event_id != start
         if self.expect_dp_rank is not None and dp_rank != self.expect_dp_rank:
             self._flag(
                 rid("EVENT-SOURCE"),
@@ -367,10 +496,96 @@ class RouterView:
             return src, self.index
         nxt = src.next_id
         if nxt is not None and event_id != nxt:
-            what = "a gap" if event_id > nxt else "a repeat or step back"
-            self._flag(rid("EVENT-ID"), f"event id {event_id} is {what}", key, tier, ev, expected_id=nxt)
+            if self.resync:
+                if not self._resync(key, src, tier, event_id, nxt, ev):
+                    return None, event_id
+            else:
+                what = "a gap" if event_id > nxt else "a repeat or step back"
+                self._flag(rid("EVENT-ID"), f"event id {event_id} is {what}", key, tier, ev, expected_id=nxt)
+        if src.seg_start is None or (nxt is not None and event_id != nxt):
+            src.new_segment(event_id)
         src.next_id = event_id + 1
         return src, event_id
+
+    def _resync(self, key: Source, src: _Source, tier: str, event_id: int, nxt: int, ev: Any) -> bool:
+        """An event id other than the one due, in a live fleet's stream:
+        False when the event is a redelivery to skip."""
+        if event_id > nxt:
+            src.gaps += 1
+            self.gaps[key[0]] += 1
+            self._flag(rid("EVENT-ID"), f"event id {event_id} is a gap", key, tier, ev, expected_id=nxt)
+            self._reset_source(key, src, True)  # what the lost events did is unknown
+            return True
+        if self._same_as_applied(src, ev, event_id):
+            src.redelivered += 1
+            self.notice("redelivered", f"event id {event_id} delivered again (skipped)", key[0], key[1], tier)
+            return False
+        start = self.start_event_id
+        if start is not None and event_id == start:
+            src.restarts += 1
+            self._reset_source(key, src, False)
+            self.notice(
+                "restart",
+                f"event id {event_id} after {nxt - 1}: the publisher restarted (its state starts empty)",
+                key[0],
+                key[1],
+                tier,
+            )
+            return True
+        if src.applied(event_id):
+            # an id applied before, with other content (or content the state no longer shows): one
+            # finding, not applied, the ids go on from where they were
+            self._flag(
+                rid("EVENT-ID"),
+                f"event id {event_id} is a repeat or step back, other than the event applied under it (not applied)",
+                key,
+                tier,
+                ev,
+                expected_id=nxt,
+            )
+            return False
+        # back into ids never applied (the ids moved): one finding; not applied, the ids go on from it
+        # and the worker's state is unknown from here
+        self._flag(
+            rid("EVENT-ID"),
+            f"event id {event_id} is a step back to an id never seen (not applied; the state is unknown from here)",
+            key,
+            tier,
+            ev,
+            expected_id=nxt,
+        )
+        self._reset_source(key, src, True)
+        src.new_segment(event_id + 1)
+        src.next_id = event_id + 1
+        return False
+
+    @staticmethod
+    def _same_as_applied(src: _Source, ref: Any, event_id: int) -> bool:
+        """Whether an event under an id already passed is the one applied
+        under it, as far as the state shows: a Stored whose blocks are all
+        still stored by that id with the same parents, a Removed whose
+        blocks were all removed by that id and not stored since."""
+        if not isinstance(ref, tuple):
+            return False
+        kind, _, tname, parent, hashes, _, _ = ref
+        tier = src.tiers.get(tname)
+        if tier is None or not hashes:
+            return False
+        if kind == "stored":
+            prev = parent
+            for h in hashes:
+                rec = tier.live.get(h)
+                if rec is None or rec[2] != event_id or rec[1] != prev:
+                    return False
+                prev = h
+            return True
+        if kind == "removed":
+            for h in hashes:
+                gone = tier.removed.get(h)
+                if h in tier.live or gone is None or gone[0] != event_id:
+                    return False
+            return True
+        return False
 
     def on_stored(
         self,
@@ -391,9 +606,12 @@ class RouterView:
         ``meta`` is passed to the StoredCheck)."""
         ref: Any = ev if ev is not None else ("stored", event_id, tier_name, parent, hashes, tokens_hashes, at)
         key = (worker, dp_rank)
-        src = self.sources.get(key)
+        src: _Source | None = self.sources.get(key)
         if src is None or event_id is None or src.next_id != event_id or self.expect_dp_rank is not None:
             src, eid = self._begin(worker, dp_rank, tier_name, event_id, ref)
+            if src is None:  # delivered again: applied already
+                self.index += 1
+                return
         else:  # the common case: the id expected, nothing else to check
             src.next_id = event_id + 1
             eid = event_id
@@ -403,13 +621,19 @@ class RouterView:
         live = tier.live
         anchored = self.anchored_tiers
         if parent is not None and (anchored is None or tier_name in anchored) and parent not in live:
-            ctx: dict[str, Any] = {"parent": parent}
             gone = tier.removed.get(parent)
-            if gone is not None:
-                ctx["parent_removed_by_event"] = gone[0]
+            if tier.partial and (gone is None or self.mode != "set"):
+                # stored before the capture (or the gap): unknown, not missing
+                self.notices["unknown"] += 1
+                if self.mode == "set":
+                    live[parent] = (1, None, PRESUMED, PRESUMED)
             else:
-                ctx["parent_state"] = f"never stored in tier {tier_name}"
-            self._flag(rid("PARENT-ANCHOR"), f"parent {parent} is not stored", key, tier_name, ref, **ctx)
+                ctx: dict[str, Any] = {"parent": parent}
+                if gone is not None:
+                    ctx["parent_removed_by_event"] = gone[0]
+                else:
+                    ctx["parent_state"] = f"never stored in tier {tier_name}"
+                self._flag(rid("PARENT-ANCHOR"), f"parent {parent} is not stored", key, tier_name, ref, **ctx)
         if self.expected_parents and (anchored is None or tier_name in anchored) and hashes:
             first = hashes[0]
             if first in self.expected_parents and self.expected_parents[first] != parent:
@@ -448,7 +672,7 @@ class RouterView:
                         key,
                         tier_name,
                         ref,
-                        stored_by_event=rec[2],
+                        stored_by_event=rec[2] if rec[2] != PRESUMED else "before the capture (named as a parent)",
                     )
             else:
                 live[h] = (rec[0] + 1, rec[1], eid, index)
@@ -472,9 +696,12 @@ class RouterView:
         """Apply a Removed given as fields."""
         ref: Any = ev if ev is not None else ("removed", event_id, tier_name, None, hashes, None, at)
         key = (worker, dp_rank)
-        src = self.sources.get(key)
+        src: _Source | None = self.sources.get(key)
         if src is None or event_id is None or src.next_id != event_id or self.expect_dp_rank is not None:
             src, eid = self._begin(worker, dp_rank, tier_name, event_id, ref)
+            if src is None:  # delivered again: applied already
+                self.index += 1
+                return
         else:
             src.next_id = event_id + 1
             eid = event_id
@@ -490,6 +717,7 @@ class RouterView:
         set_mode = self.mode == "set"
         check = self.check
         gone: list[int] = []
+        sequential = self.sequential_orphans and self.strict
         for h in hashes:
             rec = live.pop(h, None) if set_mode else live.get(h)
             if rec is None:
@@ -507,6 +735,8 @@ class RouterView:
                     elif k:
                         kids[p] = k - 1
                 gone.append(h)
+                if sequential and kids.get(h):  # per hash, in the order the Removed lists them
+                    self._orphaned(h, kids[h], key, tier_name, tier, ref)
             else:
                 live[h] = (rec[0] - 1, rec[1], rec[2], rec[3])
         if len(recent) >= removed.cap:
@@ -514,7 +744,7 @@ class RouterView:
         if gone:
             if check is not None:
                 check.gone((worker, dp_rank, tier_name), gone)
-            if self.strict:
+            if self.strict and not sequential:
                 for h in gone:
                     n_orphans = kids.get(h, 0)
                     if n_orphans:
@@ -540,7 +770,10 @@ class RouterView:
         """Apply a Cleared: the tier forgets everything it held for the source."""
         ref: Any = ev if ev is not None else ("cleared", event_id, tier_name, None, (), None, at)
         src, _ = self._begin(worker, dp_rank, tier_name, event_id, ref)
-        src.tier(tier_name).reset()
+        if src is None:
+            self.index += 1
+            return
+        src.tier(tier_name).reset()  # known empty from here on
         if tier_name in self.shared_tiers:
             key = (worker, dp_rank)
             holders = self._shared[tier_name]
@@ -558,6 +791,12 @@ class RouterView:
         if set_mode and gone is not None and gone[1] == index:
             self._flag(rule, f"block {h} appears twice in one Removed", key, tier_name, ref)
             return
+        if tier.partial and (gone is None or not set_mode):
+            # stored before the capture (or the gap): unknown, not missing; known absent from here on
+            self.notices["unknown"] += 1
+            if set_mode:
+                tier.removed.cur[h] = (ref[1] if isinstance(ref, tuple) and ref[1] is not None else -1, index)
+            return
         ctx: dict[str, Any] = {}
         if gone is not None:
             ctx["already_removed_by_event"] = gone[0]
@@ -566,6 +805,8 @@ class RouterView:
         self._flag(rule, f"block {h} is not stored in tier {tier_name}", key, tier_name, ref, **ctx)
 
     def _orphaned(self, h: int, n: int, key: Source, tier_name: str, tier: _Tier, ref: Any) -> None:
+        if tier.partial and self.mode != "set":
+            return  # copies of h from before the capture may remain
         ctx: dict[str, Any] = {}
         if self._orphan_listings < ORPHAN_LISTINGS:
             self._orphan_listings += 1

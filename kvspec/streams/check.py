@@ -30,13 +30,14 @@ on the findings (they are still findings).
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import IO, Any, TextIO
 
-from kvspec.reference.router_view import RouterView, Violation
+from kvspec.reference.router_view import Notice, RouterView, Violation
 from kvspec.spec.profiles import PROFILES, Profile
 from kvspec.spec.rules import RULES, RuleId
 from kvspec.streams.hashcheck import SCHEMES, HashCheck
@@ -52,8 +53,8 @@ FORMAT_PRODUCER = {
     "live": "vllm",
     "eventplane": "dynamo",
 }
-#: findings kept in memory for the results file
-KEEP = 1000
+#: notices (restarts, redeliveries) printed at most, after --max-report findings
+NOTICES_SHOWN = 50
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +128,9 @@ def add_checker_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--mid-stream",
         action="store_true",
-        help="the capture started mid-stream: accept any first event id and first ZMQ sequence number",
+        help="the capture started mid-stream: accept any first event id and first ZMQ sequence number, and take "
+        "what was stored before the first event seen as unknown (a Removed of it, or a parent naming it, is no "
+        "finding). Without it a late start is one EVENT-ID finding, with the same unknown state after it",
     )
     g.add_argument(
         "--anchor-tiers",
@@ -151,6 +154,13 @@ def add_checker_arguments(p: argparse.ArgumentParser) -> None:
         default=[],
         metavar="RULE",
         help="do not report this rule (repeatable), e.g. --ignore REMOVE-NO-ORPHAN",
+    )
+    g.add_argument(
+        "--sequential-orphans",
+        action="store_true",
+        help="REMOVE-NO-ORPHAN after each hash of a Removed, in the order it lists them (a parent listed before its "
+        "child is a finding); default: after the whole Removed, as a router applying it at once sees it. Slower: "
+        "the fast paths are off",
     )
     g.add_argument("--strict", action=_Removed, nargs=0, help=argparse.SUPPRESS, message=STRICT_REMOVED)
     g.add_argument(
@@ -181,7 +191,24 @@ def add_checker_arguments(p: argparse.ArgumentParser) -> None:
     )
     o = p.add_argument_group("output")
     o.add_argument("--max-report", type=int, default=50, help="findings to print (all are counted); default 50")
-    o.add_argument("--json", default=None, metavar="FILE", help="write the results JSON here ('-': stdout)")
+    o.add_argument(
+        "--json",
+        default=None,
+        metavar="FILE",
+        help="write the results JSON here ('-': stdout), with every finding (memory grows with their number) and "
+        "the per-worker and per-tier statistics",
+    )
+    o.add_argument(
+        "--findings",
+        default=None,
+        metavar="FILE",
+        help="stream every finding as it is found to FILE, one JSON object per line ('-': stdout), in constant memory",
+    )
+    o.add_argument(
+        "--stats",
+        action="store_true",
+        help="print per-worker (events, gaps, restarts, redeliveries, findings, live blocks) and per-tier statistics",
+    )
     o.add_argument("--junit", default=None, metavar="FILE", help="write JUnit XML here ('-': stdout)")
     o.add_argument("--quiet", action="store_true", help="print only the summary")
 
@@ -212,6 +239,7 @@ class Checker:
             first_id = args.first_event_id
         else:
             first_id = sem.first_event_id
+        start_id = args.first_event_id if args.first_event_id is not None else sem.first_event_id
         anchor_all = sem.anchor_all_tiers if args.anchor_tiers is None else args.anchor_tiers == "all"
         self.ignore: set[str] = set()
         for r in args.ignore:
@@ -238,6 +266,10 @@ class Checker:
             keep=0,
             on_violation=self._on_violation,
             shared_tiers=getattr(args, "shared_tier", ()),
+            resync=True,
+            start_event_id=start_id,
+            sequential_orphans=bool(getattr(args, "sequential_orphans", False)),
+            on_notice=self._on_notice,
         )
         self.settings = {
             "producer": producer,
@@ -253,12 +285,37 @@ class Checker:
         self.counts: Counter[str] = Counter()
         self.ignored: Counter[str] = Counter()
         self.findings: list[dict[str, Any]] = []
+        #: every finding is kept for the results file and JUnit (when asked for)
+        self.keep_findings = args.json is not None or args.junit is not None
+        #: findings per (worker, dp rank, tier)
+        self.by_tier: Counter[tuple[int, int, str]] = Counter()
         self.shown = 0
+        self.notices_shown = 0
         self.on_finding: Callable[[Violation], None] | None = None
         self.feed: Any = None  # the ZmqFeed of feed formats (the latest input's)
         self.feeds: list[Any] = []  # every input's ZmqFeed
         #: several inputs: a finding's place in the results names its input
         self.multi = False
+        self.on_notice: Callable[[Notice], None] | None = None
+        self._stream: IO[str] | None = None
+        self._stream_owned = False
+        dest = getattr(args, "findings", None)
+        if dest == "-":
+            self._stream = sys.stdout
+        elif dest is not None:
+            try:
+                self._stream = open(dest, "w")  # noqa: SIM115 - closed in close()
+            except OSError as e:
+                raise UsageError(f"--findings {dest}: cannot write it: {e.strerror or e}") from None
+            self._stream_owned = True
+
+    def close(self) -> None:
+        """Flush and close the findings stream."""
+        if self._stream is not None:
+            self._stream.flush()
+            if self._stream_owned:
+                self._stream.close()
+            self._stream = None
 
     def warn(self, msg: str) -> None:
         self.warnings.append(msg)
@@ -273,14 +330,29 @@ class Checker:
             self.ignored[rid] += 1
             return
         self.counts[rid] += 1
+        self.by_tier[(v.source[0], v.source[1], v.tier)] += 1
         at = format_at(v.at, self.fmt)
-        if len(self.findings) < KEEP:
-            self.findings.append(finding_json(v, f"{self.where} {at}" if self.multi else at))
+        if self.keep_findings or self._stream is not None:
+            doc = finding_json(v, f"{self.where} {at}" if self.multi else at)
+            if self.keep_findings:
+                self.findings.append(doc)
+            if self._stream is not None:
+                self._stream.write(json.dumps(doc) + "\n")
+                self._stream.flush()
         if not self.quiet and self.shown < self.max_report:
             self.shown += 1
             print(self.line(v, at), file=self.out)
         if self.on_finding is not None:
             self.on_finding(v)
+
+    def _on_notice(self, n: Notice) -> None:
+        if not self.quiet and self.notices_shown < NOTICES_SHOWN:
+            self.notices_shown += 1
+            at = format_at(n.at, self.fmt)
+            place = f"{self.where} {at}" if self.where else at
+            print(f"{place}: note: {n.kind} worker {n.source[0]} dp {n.source[1]} {n.tier}: {n.message}", file=self.out)
+        if self.on_notice is not None:
+            self.on_notice(n)
 
     def line(self, v: Violation, at: str) -> str:
         """One finding on one line: place, rule, source, tier, message, cause."""
@@ -341,6 +413,71 @@ class Checker:
 
     def live_blocks(self) -> int:
         return sum(self.view.live_blocks().values())
+
+    def statistics(self) -> dict[str, Any]:
+        """Per worker (and dp rank) and per tier: events, gaps, restarts,
+        redeliveries, findings and live blocks. Events come from the event
+        ids where the stream carries them, else from the feed's count."""
+        feeds = list(self.feeds) or ([self.feed] if self.feed is not None else [])
+        fed: dict[tuple[int, int], int] = {}
+        by_worker: dict[int, Any] = {}  # the id-less feed of each worker: its transport counts
+        for feed in feeds:
+            fed.update(getattr(feed, "per_source", {}) or {})
+            if isinstance(getattr(feed, "worker_id", None), int) and getattr(feed, "plane", None) is None:
+                by_worker[feed.worker_id] = feed.stats
+        workers: list[dict[str, Any]] = []
+        tiers: dict[str, dict[str, int]] = {}
+        for (w, dp), src in sorted(self.view.sources.items()):
+            events = src.events()
+            if events is None:
+                events = fed.get((w, dp))
+            per_tier: dict[str, dict[str, Any]] = {}
+            for name, t in sorted(src.tiers.items()):
+                n = self.by_tier.get((w, dp, name), 0)
+                per_tier[name] = {"live_blocks": len(t.live), "findings": n, "partial": t.partial}
+                agg = tiers.setdefault(name, {"sources": 0, "live_blocks": 0, "findings": 0})
+                agg["sources"] += 1
+                agg["live_blocks"] += len(t.live)
+                agg["findings"] += n
+            entry: dict[str, Any] = {
+                "worker_id": w,
+                "dp_rank": dp,
+                "events": events,
+                "next_event_id": src.next_id,
+                "gaps": src.gaps,
+                "restarts": src.restarts,
+                "redelivered": src.redelivered,
+                "findings": sum(n for (ww, dd, _), n in self.by_tier.items() if (ww, dd) == (w, dp)),
+                "tiers": per_tier,
+            }
+            fst = by_worker.get(w)
+            if fst is not None and src.seg_start is None:  # the feed's sequence numbers stand for the ids
+                entry["feed"] = {"lost": fst.lost, "duplicates": fst.duplicates, "late": fst.late}
+                entry["restarts"] += fst.restarts
+                entry["redelivered"] += fst.redelivered
+                entry["gaps"] += fst.gaps
+            workers.append(entry)
+        return {"workers": workers, "tiers": tiers}
+
+    def print_statistics(self, out: IO[str]) -> None:
+        st = self.statistics()
+        print("per worker (worker dp: events, gaps, restarts, redelivered, findings; live blocks per tier):", file=out)
+        for e in st["workers"]:
+            live = " ".join(
+                f"{name}={t['live_blocks']}{' (partial)' if t['partial'] else ''}" for name, t in e["tiers"].items()
+            )
+            ev = "?" if e["events"] is None else e["events"]
+            print(
+                f"  {e['worker_id']} dp {e['dp_rank']}: {ev} events, {e['gaps']} gaps, {e['restarts']} restarts, "
+                f"{e['redelivered']} redelivered, {e['findings']} findings; {live or '-'}",
+                file=out,
+            )
+        print("per tier (tier: sources, live blocks, findings):", file=out)
+        for name, t in sorted(st["tiers"].items()):
+            print(
+                f"  {name}: {t['sources']} source(s), {t['live_blocks']} live blocks, {t['findings']} findings",
+                file=out,
+            )
 
 
 def _short(x: Any) -> str:

@@ -159,7 +159,11 @@ def run(args: argparse.Namespace) -> int:
     if error is not None:
         print(f"kvspec check-log: {error}", file=sys.stderr)
     if checker is not None:
-        _summary(checker, readers, fmt, error, code, sys.stderr if args.json == "-" else sys.stdout)
+        checker.close()
+        out = sys.stderr if "-" in (args.json, args.findings) else sys.stdout
+        _summary(checker, readers, fmt, error, code, out)
+        if args.stats:
+            checker.print_statistics(out)
         _outputs(checker, readers, args, fmt, error, code, time.perf_counter() - t0)
     elif args.json is not None:
         doc = results(
@@ -278,6 +282,9 @@ def _counts(checker: Checker, readers: list[Reader]) -> dict[str, int]:
         "sources": len(checker.view.sources),
         "live_blocks": checker.live_blocks(),
         "hash_checked_blocks": checker.hashes.checked_blocks,
+        "restarts": checker.view.notices["restart"],
+        "redelivered": checker.view.notices["redelivered"],
+        "unknown_refs": checker.view.notices["unknown"],
     }
     feeds: list[ZmqFeed | EventPlaneFeed] = checker.feeds
     if feeds:
@@ -305,6 +312,13 @@ def _summary(checker: Checker, readers: list[Reader], fmt: str, error: str | Non
         f"hashes: {checker.hashes.describe()}, {c['hash_checked_blocks']} blocks]",
         file=out,
     )
+    if c["restarts"] or c["redelivered"] or c["unknown_refs"]:
+        print(
+            f"resynchronised: {c['restarts']} restart(s), {c['redelivered']} redelivered event(s) or batch(es) "
+            f"skipped, {c['unknown_refs']} reference(s) to blocks stored before the capture or a gap (unknown, "
+            "not findings)",
+            file=out,
+        )
     if checker.counts:
         shown = min(checker.shown, sum(checker.counts.values()))
         print(f"findings by rule ({shown} shown, --max-report to see more):", file=out)
@@ -332,6 +346,7 @@ def _outputs(
             error=error,
             checked=checker.rules_checked(),
             ignored=checker.ignore,
+            statistics=checker.statistics(),
         )
         write_json(doc, args.json)
     if args.junit is not None:

@@ -384,6 +384,7 @@ class RouterReader:
             and not view.expected_parents
             and view._timing is None
             and not view.shared_tiers  # TIER-DEDUP is applied by the view's methods only
+            and not view.sequential_orphans
             and (check is None or type(check) is HashCheck)
         )
 

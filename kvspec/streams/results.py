@@ -10,7 +10,7 @@ suite runs. A stream fills these fields of the model (where format 1 had them)::
     "counts": {"records": 487, "events": 487, "stored": 241, ...},
     "findings_by_rule": {"EVENT-ID": 2},   # every finding, by rule id (ignored rules left out)
     "ignored_by_rule": {},                 # findings of rules the user chose to ignore
-    "findings": [                          # the first ones, in stream order
+    "findings": [                          # every finding, in stream order
       {"rule": "EVENT-ID", "message": "...", "at": "line 17", "worker_id": 3, "dp_rank": 0,
        "tier": "device", "event": "#5 Stored[...] parent=None", "context": {...}}
     ]
@@ -86,6 +86,7 @@ def results(
     error: str | None,
     checked: Iterable[str] | None = None,
     ignored: Iterable[str] = (),
+    statistics: Mapping[str, Any] | None = None,
 ) -> Results:
     """The results document of a stream check. ``checked``: the rules the
     checker ran (default: every stream-checkable rule); ``ignored``: the
@@ -122,6 +123,7 @@ def results(
         findings=[dict(f) for f in findings],
         warnings=list(warnings),
         error=error,
+        statistics=dict(statistics or {}),
     )
 
 

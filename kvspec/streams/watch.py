@@ -18,10 +18,13 @@ only what the replay cannot supply is reported lost. ``--record FILE`` writes
 every message received, replayed ones marked, in the capture format
 ``check-log`` reads (``capture.py``).
 
-It stops on SIGINT (Ctrl-C), after ``--timeout`` seconds or after
-``--max-events`` events, prints the summary and exits 0 (clean), 1
-(findings) or 2 (a message could not be read, nothing was received, or the
-command line is wrong).
+``--metrics-port`` serves Prometheus metrics (``metrics.py``).
+
+It stops on SIGINT (Ctrl-C), after ``--timeout`` seconds, after
+``--idle-timeout`` seconds without a message or after ``--max-events``
+events, prints the summary and exits 0 (clean), 1 (findings) or 2 (a
+message could not be read, nothing was received, or the command line is
+wrong).
 """
 
 from __future__ import annotations
@@ -31,12 +34,13 @@ import contextlib
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import FrameType
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import zmq
 
+from kvspec.spec.codecs import REMOVED_TYPES, STORED_TYPES, vllm_tier
 from kvspec.spec.errors import WireError
 from kvspec.streams.capture import CaptureWriter
 from kvspec.streams.check import Checker, UsageError, add_checker_arguments
@@ -46,10 +50,14 @@ from kvspec.streams.junit import junit_xml, write_junit
 from kvspec.streams.results import results, write_json
 from kvspec.streams.zmqfeed import END_SEQ, ZmqFeed
 
+if TYPE_CHECKING:
+    from kvspec.streams.metrics import Metrics
+
 EPILOG = """\
 exit status: 0 no findings, 1 findings, 2 unreadable messages, nothing received, or usage error.
-example:
+examples:
   kvspec watch tcp://127.0.0.1:5557 --replay tcp://127.0.0.1:5558 --record feed.jsonl --timeout 60
+  kvspec watch tcp://127.0.0.1:5557 --metrics-port 9400 --stats
 """
 
 
@@ -72,8 +80,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=None, metavar="S", help="stop after S seconds")
     parser.add_argument("--max-events", type=int, default=None, metavar="N", help="stop after N events")
     parser.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=None,
+        metavar="S",
+        help="stop after S seconds without a message, once one has arrived",
+    )
+    parser.add_argument(
         "--status-interval", type=float, default=2.0, metavar="S", help="seconds between status lines (0: none)"
     )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="serve Prometheus metrics on http://127.0.0.1:PORT/metrics: events and findings per rule, worker, "
+        "dp rank and tier, lag, gaps, restarts, redeliveries, live blocks (0: a free port, printed)",
+    )
+    parser.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST", help="address to serve metrics on")
     parser.add_argument(
         "--max-record-bytes",
         type=int,
@@ -113,6 +137,8 @@ class Watch:
         self.messages = 0
         self.unreadable = 0
         self.replay_requests = 0
+        self.metrics: Metrics | None = None
+        self.last_message: float | None = None
 
     def close(self) -> None:
         if self._record is not None:
@@ -180,6 +206,8 @@ class Watch:
     def _apply(self, frames: list[bytes], *, replayed: bool = False) -> None:
         at = self.messages
         self.messages += 1
+        if self.metrics is not None:
+            self.metrics.messages += 1
         try:
             self.feed.feed(frames, at, replayed=replayed)
         except WireError as e:
@@ -209,6 +237,11 @@ class Watch:
                 break
             if args.max_events is not None and self.feed.stats.events >= args.max_events:
                 break
+            idle = args.idle_timeout
+            if idle is not None and self.last_message is not None and now - self.last_message >= idle:
+                break
+            if self.metrics is not None:
+                self.metrics.refresh()
             if next_status is not None and now >= next_status:
                 ev = self.feed.stats.events
                 self.status(ev - last_events, now - last_t)
@@ -223,6 +256,7 @@ class Watch:
                 except zmq.Again:
                     break
                 self.on_message(frames)
+                self.last_message = time.monotonic()
                 if args.max_events is not None and self.feed.stats.events >= args.max_events:
                     break
             if self.writer is not None:
@@ -245,13 +279,120 @@ class Watch:
         )
 
 
+def check_common(args: argparse.Namespace) -> None:
+    """The options both transports check; raises UsageError."""
+    if args.max_events is not None and args.max_events <= 0:
+        raise UsageError("--max-events must be positive")
+    if args.max_record_bytes <= 0:
+        raise UsageError("--max-record-bytes must be positive")
+    if args.idle_timeout is not None and args.idle_timeout <= 0:
+        raise UsageError("--idle-timeout must be positive")
+    if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
+        raise UsageError("--metrics-port must be a port number (0: a free one)")
+
+
+def start_metrics(args: argparse.Namespace, checker: Checker) -> Metrics | None:
+    """Serve --metrics-port, wired to the checker's findings and notices."""
+    if args.metrics_port is None:
+        return None
+    try:
+        from kvspec.streams.metrics import Metrics, start
+    except ImportError as e:  # prometheus_client missing
+        raise UsageError(f"--metrics-port needs the prometheus_client package ({e})") from None
+    m = Metrics(checker.view)
+    checker.on_finding = m.finding
+    checker.on_notice = m.notice
+    port = args.metrics_port
+    if port == 0:
+        import socket
+
+        with socket.socket() as sock:
+            sock.bind((args.metrics_host, 0))
+            port = sock.getsockname()[1]
+    try:
+        start(m, port, args.metrics_host)
+    except OSError as e:
+        raise UsageError(f"--metrics-port {port}: cannot serve on it: {e.strerror or e}") from None
+    print(f"watch: metrics on http://{args.metrics_host}:{port}/metrics", file=sys.stderr, flush=True)
+    return m
+
+
+def finish(
+    args: argparse.Namespace,
+    checker: Checker,
+    *,
+    headline: str,
+    counts: dict[str, int],
+    error: str | None,
+    fmt: str,
+    input: dict[str, Any],
+    seconds: float,
+) -> int:
+    """Print the summary, write --json and --junit; returns the exit code."""
+    checker.close()
+    code = 2 if error is not None else (1 if checker.counts else 0)
+    out = sys.stderr if "-" in (args.json, args.findings) else sys.stdout
+    notices = checker.view.notices
+    counts = {
+        **counts,
+        "sources": len(checker.view.sources),
+        "live_blocks": checker.live_blocks(),
+        "restarts": notices["restart"],
+        "redelivered": notices["redelivered"],
+        "unknown_refs": notices["unknown"],
+        "gaps": sum(checker.view.gaps.values()),
+    }
+    print(headline, file=out)
+    if counts["restarts"] or counts["redelivered"] or counts["unknown_refs"]:
+        print(
+            f"resynchronised: {counts['restarts']} restart(s), {counts['redelivered']} redelivered batch(es) or "
+            f"event(s) skipped, {counts['unknown_refs']} reference(s) to blocks stored before the watch joined or a "
+            "gap (unknown, not findings)",
+            file=out,
+        )
+    for rid, n in sorted(checker.counts.items()):
+        print(f"  {rid:<24} {n}", file=out)
+    if args.stats:
+        checker.print_statistics(out)
+    verdict = {0: "no findings", 1: f"{sum(checker.counts.values())} finding(s)", 2: error}[code]
+    print(f"result: {verdict} (exit {code})", file=out)
+    if args.json is not None:
+        doc = results(
+            tool="kvspec watch",
+            exit_code=code,
+            input={**input, "format": fmt, **checker.settings},
+            counts=counts,
+            findings_by_rule=checker.counts,
+            ignored_by_rule=checker.ignored,
+            findings=checker.findings,
+            warnings=checker.warnings,
+            error=error,
+            checked=checker.rules_checked(),
+            ignored=checker.ignore,
+            statistics=checker.statistics(),
+        )
+        write_json(doc, args.json)
+    if args.junit is not None:
+        write_junit(
+            junit_xml(
+                tool="kvspec watch",
+                fmt=fmt,
+                rules=checker.rules_checked(),
+                findings_by_rule=checker.counts,
+                ignored=checker.ignore,
+                findings=checker.findings,
+                error=error,
+                seconds=seconds,
+            ),
+            args.junit,
+        )
+    return code
+
+
 def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     try:
-        if args.max_events is not None and args.max_events <= 0:
-            raise UsageError("--max-events must be positive")
-        if args.max_record_bytes <= 0:
-            raise UsageError("--max-record-bytes must be positive")
+        check_common(args)
         if not args.endpoint.startswith(("tcp://", "ipc://", "inproc://")):
             raise UsageError(f"endpoint {args.endpoint!r} is not a ZMQ endpoint (tcp://HOST:PORT)")
         checker = Checker(args, "live", where=args.endpoint)
@@ -262,7 +403,11 @@ def run(args: argparse.Namespace) -> int:
         )
         checker.feed = feed
         checker.feeds.append(feed)
+        metrics = start_metrics(args, checker)
+        if metrics is not None:
+            feed.on_batch = _batch_metrics(metrics)
         watch = Watch(args, checker, feed)
+        watch.metrics = metrics
     except (UsageError, zmq.ZMQError, OSError) as e:
         print(f"kvspec watch: {e}", file=sys.stderr)
         return 2
@@ -291,19 +436,12 @@ def run(args: argparse.Namespace) -> int:
         error = f"{watch.unreadable} message(s) could not be read"
     elif st.messages == 0:
         error = "no message received"
-    code = 2 if error is not None else (1 if checker.counts else 0)
-    out = sys.stderr if args.json == "-" else sys.stdout
-    print(
+    headline = (
         f"watched {args.endpoint}: {st.messages} messages ({st.replayed} replayed to fill gaps, "
         f"{watch.replay_requests} replay request(s)), {st.events} events ({st.stored} stored, {st.removed} removed, "
         f"{st.cleared} cleared), sequence {st.first_seq}..{st.last_seq}, lost {st.lost}, duplicates {st.duplicates}, "
-        f"out of order {st.late}; hashes: {checker.hashes.describe()}",
-        file=out,
+        f"out of order {st.late}; hashes: {checker.hashes.describe()}"
     )
-    for rid, n in sorted(checker.counts.items()):
-        print(f"  {rid:<24} {n}", file=out)
-    verdict = {0: "no findings", 1: f"{sum(checker.counts.values())} finding(s)", 2: error}[code]
-    print(f"result: {verdict} (exit {code})", file=out)
     counts = {
         "messages": st.messages,
         "events": st.events,
@@ -315,41 +453,32 @@ def run(args: argparse.Namespace) -> int:
         "late": st.late,
         "replayed": st.replayed,
         "unreadable": watch.unreadable,
-        "sources": len(checker.view.sources),
-        "live_blocks": checker.live_blocks(),
     }
-    if args.json is not None:
-        doc = results(
-            tool="kvspec watch",
-            exit_code=code,
-            input={
-                "endpoint": args.endpoint,
-                "replay": args.replay,
-                "format": "eventplane" if checker.fmt == "eventplane" else "zmq",
-                **checker.settings,
-            },
-            counts=counts,
-            findings_by_rule=checker.counts,
-            ignored_by_rule=checker.ignored,
-            findings=checker.findings,
-            warnings=checker.warnings,
-            error=error,
-            checked=checker.rules_checked(),
-            ignored=checker.ignore,
-        )
-        write_json(doc, args.json)
-    if args.junit is not None:
-        write_junit(
-            junit_xml(
-                tool="kvspec watch",
-                fmt="zmq",
-                rules=checker.rules_checked(),
-                findings_by_rule=checker.counts,
-                ignored=checker.ignore,
-                findings=checker.findings,
-                error=error,
-                seconds=time.perf_counter() - t0,
-            ),
-            args.junit,
-        )
-    return code
+    return finish(
+        args,
+        checker,
+        headline=headline,
+        counts=counts,
+        error=error,
+        fmt="eventplane" if checker.fmt == "eventplane" else "zmq",
+        input={"endpoint": args.endpoint, "replay": args.replay},
+        seconds=time.perf_counter() - t0,
+    )
+
+
+def _batch_metrics(metrics: Metrics) -> Callable[[int, int, Any], None]:
+    """The feed's per-batch hook that counts a vLLM-style batch's events by tier and kind."""
+
+    def on_batch(w: int, dp: int, batch: Any) -> None:
+        ts = getattr(batch, "ts", None)
+        metrics.published(w, float(ts) if isinstance(ts, int | float) else None)
+        for ev in batch.events:
+            if isinstance(ev, STORED_TYPES):
+                metrics.event(w, dp, vllm_tier(ev.medium, ev.group_idx), "stored")
+            elif isinstance(ev, REMOVED_TYPES):
+                metrics.event(w, dp, vllm_tier(ev.medium, ev.group_idx), "removed")
+            else:
+                metrics.event(w, dp, "device", "cleared")
+        metrics.refresh()
+
+    return on_batch

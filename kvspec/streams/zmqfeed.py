@@ -15,6 +15,15 @@ of order: EVENT-ID, since these events carry no ids of their own and the
 sequence is what a router resynchronises on), decodes the payload and
 applies its events to the router view in order. The same object serves
 ``kvspec check-log`` on a capture and ``kvspec watch`` on a live socket.
+
+Resynchronising as a router must (spec/SPEC.md, EVENT-ID): a gap is one
+finding, after which the worker's state is unknown (``RouterView.reset_worker``
+with ``partial``) rather than wrong; a first sequence other than 0 (joined
+late) leaves it unknown the same way; the sequence back at 0 is a publisher
+restart (a notice; its state starts empty); a batch under a sequence number
+already applied, with the same payload bytes, is a redelivery (counted and
+skipped: transports deliver at least once), and with other bytes an
+EVENT-ID finding.
 """
 
 from __future__ import annotations
@@ -23,6 +32,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
+
+import xxhash
 
 from kvspec.reference.router_view import At, RouterView
 from kvspec.spec.codecs import (
@@ -43,8 +54,13 @@ from kvspec.streams import fastview
 from kvspec.streams.hashcheck import HashCheck, StoredMeta, _VllmScheme
 
 I64_MAX = 2**63 - 1
+
+_xxh = xxhash.xxh3_64_intdigest
+
 #: gaps remembered (to tell a late batch from a duplicate)
 MISSING_LIMIT = 65536
+#: payload digests remembered per sequence number (to tell a redelivery from a different batch)
+DIGESTS = 4096
 END_SEQ = -1
 
 
@@ -62,6 +78,11 @@ class FeedStats:
     duplicates: int = 0
     late: int = 0
     replayed: int = 0
+    #: gaps (each one finding, however many batches it lost)
+    gaps: int = 0
+    restarts: int = 0
+    #: batches received again with the same payload, skipped
+    redelivered: int = 0
     topics: set[bytes] = field(default_factory=set)
 
 
@@ -110,6 +131,14 @@ class ZmqFeed:
         #: batches applied from the replay socket that may still arrive live
         #: (a live copy of one of them is expected, not a duplicate)
         self.via_replay: OrderedDict[int, None] = OrderedDict()
+        #: sequence -> xxh3 of the payload, for the last DIGESTS batches applied
+        self.digests: OrderedDict[int, int] = OrderedDict()
+        #: events per (worker, dp rank): these feeds carry no event ids to count them by
+        self.per_source: dict[tuple[int, int], int] = {}
+        #: called with (worker, dp rank, batch) for each batch applied (watch's metrics)
+        self.on_batch: Callable[[int, int, Any], None] | None = None
+        if mid_stream:  # until a first sequence of 0 shows the stream from its start
+            view.start_unknown.add(worker_id)
 
     # ------------------------------------------------------------ framing
     @staticmethod
@@ -138,6 +167,7 @@ class ZmqFeed:
                     st.topics.add(frames[0])
                 st.last_seq = nxt
                 self.next_seq = nxt + 1
+                self._remember(nxt, frames[2])
                 self.apply_payload(frames[2], at)
                 return nxt
         topic, seq, payload = self.split(frames)
@@ -147,27 +177,38 @@ class ZmqFeed:
             st.topics.add(topic)
         if seq < 0:
             raise WireError(f"sequence {seq} on a data message (-1 only ends a replay)")
-        if not self._sequence(seq, at, replayed):
+        if not self._sequence(seq, at, replayed, payload):
             return seq
+        self._remember(seq, payload)
         self.apply_payload(payload, at)
         return seq
 
-    def _sequence(self, seq: int, at: At, replayed: bool) -> bool:
+    def _remember(self, seq: int, payload: bytes) -> None:
+        d = self.digests
+        d[seq] = _xxh(payload)
+        if len(d) > DIGESTS:
+            d.popitem(last=False)
+
+    def _sequence(self, seq: int, at: At, replayed: bool, payload: bytes = b"") -> bool:
         """Check ``seq``; True when the batch is to be applied."""
-        ok = self._check_sequence(seq, at, replayed)
+        ok = self._check_sequence(seq, at, replayed, payload)
         if ok and replayed:
             self.via_replay[seq] = None
             if len(self.via_replay) > MISSING_LIMIT:
                 self.via_replay.popitem(last=False)
         return ok
 
-    def _check_sequence(self, seq: int, at: At, replayed: bool) -> bool:
+    def _check_sequence(self, seq: int, at: At, replayed: bool, payload: bytes = b"") -> bool:
         st = self.stats
         if st.first_seq is None:
             st.first_seq = seq
         st.last_seq = seq
         nxt = self.next_seq
         if nxt is None:
+            if seq == self.first_seq:
+                self.view.start_unknown.discard(self.worker_id)  # seen from its start: known empty
+            else:
+                self.view.reset_worker(self.worker_id, partial=True)  # joined late: unknown before
             if seq != self.first_seq and not self.mid_stream:
                 self.view.report(
                     RuleId.EVENT_ID,
@@ -190,6 +231,9 @@ class ZmqFeed:
         if seq > nxt:
             lost = seq - nxt
             st.lost += lost
+            st.gaps += 1
+            self.view.gaps[self.worker_id] += 1
+            self.view.reset_worker(self.worker_id, partial=True)  # what the lost batches did is unknown
             for s in range(nxt, min(seq, nxt + MISSING_LIMIT)):
                 self.missing[s] = None
             while len(self.missing) > MISSING_LIMIT:
@@ -227,10 +271,33 @@ class ZmqFeed:
         if seq in self.via_replay:
             del self.via_replay[seq]  # the live copy of a batch the replay socket supplied first
             return False
+        seen = self.digests.get(seq)
+        if seen is not None and seen == _xxh(payload):
+            st.redelivered += 1
+            self.view.notice(
+                "redelivered", f"sequence {seq} delivered again (skipped)", self.worker_id, 0, "device", at
+            )
+            return False
+        if seq == self.first_seq:
+            st.restarts += 1
+            self.view.reset_worker(self.worker_id, partial=False)
+            self.missing.clear()
+            self.digests.clear()
+            self.next_seq = seq + 1
+            self.view.notice(
+                "restart",
+                f"sequence {seq} after {nxt - 1}: the publisher restarted (its state starts empty)",
+                self.worker_id,
+                0,
+                "device",
+                at,
+            )
+            return True
         st.duplicates += 1
+        what = "with a different payload" if seen is not None else "(too long ago to compare)"
         self.view.report(
             RuleId.EVENT_ID,
-            f"sequence {seq} was already received: duplicate batch (not applied)",
+            f"sequence {seq} was already received {what}: duplicate batch (not applied)",
             self.worker_id,
             0,
             "device",
@@ -254,6 +321,10 @@ class ZmqFeed:
             raise WireError(f"data_parallel_rank {dp} does not fit in 32 bits")
         view = self.view
         w = self.worker_id
+        key = (w, dp)
+        self.per_source[key] = self.per_source.get(key, 0) + len(batch.events)
+        if self.on_batch is not None:
+            self.on_batch(w, dp, batch)
         base = at if isinstance(at, int) else (at[0] if isinstance(at, tuple) and at else 0)
         ctx = self._ctx if self._ctx is not None else self._native_ctx()
         c_event = self._c_event
@@ -297,6 +368,7 @@ class ZmqFeed:
             or view.expect_dp_rank is not None
             or view.expected_parents
             or view._timing is not None
+            or view.sequential_orphans
             or type(check) is not HashCheck
             or check.is_eagle
             or not isinstance(check.scheme, _VllmScheme)

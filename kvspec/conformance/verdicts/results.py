@@ -170,8 +170,10 @@ class Results(_Model):
     findings_by_rule: dict[str, int] = {}
     #: findings of rules the user chose to ignore
     ignored_by_rule: dict[str, int] = {}
-    #: the first findings, in stream order
+    #: the findings, in stream order
     findings: list[dict[str, Any]] = []
+    #: per worker (and dp rank) and per tier: events, gaps, restarts, redeliveries, findings, live blocks
+    statistics: dict[str, Any] = {}
 
     @property
     def is_stream(self) -> bool:
