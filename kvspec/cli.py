@@ -17,6 +17,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "replay": ("kvspec.conformance.commands.replay", "run a replay file against an implementation"),
     "mutants": ("kvspec.conformance.commands.mutants", "run the suite against every mutant; table of kills"),
     "prove": ("kvspec.reference.smt.cli.prove", "prove the lifecycle invariants with z3"),
+    "equivalence": (
+        "kvspec.reference.smt.cli.equivalence",
+        "model and z3 encoding: equal successor sets in every state of a small bound",
+    ),
     "witnesses": ("kvspec.reference.smt.cli.witnesses", "regenerate the bounded-model-checking scenarios"),
     "schemas": ("kvspec.spec.schema_export", "write (or --check) the JSON Schemas in spec/schema/"),
     "check-log": ("kvspec.streams.check_log", "check a recorded event stream (Dynamo, vLLM, SGLang, kvspec) offline"),

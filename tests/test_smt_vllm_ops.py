@@ -14,7 +14,13 @@ def test_every_property_is_proven_for_every_step_of_an_operation() -> None:
     proofs = ops.prove_ops()
     assert {p.verdict for p in proofs} == {"proven"}, [p for p in proofs if p.verdict != "proven"]
     props = {str(p.prop) for p in proofs}
-    assert props == {"INV-VLLM-COPIES", "PARENT-ANCHOR", "USE-CAPACITY", "USE-CAPACITY (never: stuck)"}
+    assert props == {
+        "INV-VLLM-COPIES",
+        "INV-VLLM-OWNER-SAFE",
+        "PARENT-ANCHOR",
+        "USE-CAPACITY",
+        "USE-CAPACITY (never: stuck)",
+    }
     for prop in ("INV-VLLM-COPIES", "PARENT-ANCHOR", "USE-CAPACITY"):
         steps = {p.transition for p in proofs if p.prop == prop}
         assert steps == {"initial state", *ops.TRANSITIONS}
@@ -48,10 +54,23 @@ def test_sanity_catches_a_narrowed_step(monkeypatch: pytest.MonkeyPatch) -> None
         ("remove-last-only", "use(new) (INV-VLLM-COPIES)"),
         ("check-before-pins", "use(check) (USE-CAPACITY)"),
         ("contract-registered-only", "use(begin) (PARENT-ANCHOR)"),
+        ("evict-ignores-owners", "use(new) (INV-VLLM-COPIES)"),
     ],
 )
 def test_each_operation_mutant_is_refuted_where_it_breaks(mutant: str, where: str) -> None:
     assert ops.refute(mutant) == where
+
+
+@pytest.mark.parametrize(("mutant", "refuted"), [("evict-ignores-owners", True), (None, False)])
+def test_owner_safety_alone_refutes_an_eviction_of_an_owned_copy(mutant: str | None, refuted: bool) -> None:
+    """INV-VLLM-OWNER-SAFE by itself (not only through the copy counts) has a finite counterexample."""
+    tw = frozenset({mutant}) if mutant else frozenset()
+
+    def build(s: ops.OState) -> list:
+        step, hyp = ops.base("use(new)", s, ops.inputs(), tw, "fi_")
+        return [*hyp, z3.Not(ops.goal(ops.OWNER_SAFE, step))]
+
+    assert (ops.finite_check(build) == z3.sat) is refuted
 
 
 def test_prove_with_an_operation_mutant_shows_its_counterexample(capsys: pytest.CaptureFixture[str]) -> None:

@@ -80,6 +80,7 @@ class RuleId(StrEnum):
     INV_ANCHOR = "INV-ANCHOR"
     INV_PARTIAL_UUID = "INV-PARTIAL-UUID"
     INV_VLLM_COPIES = "INV-VLLM-COPIES"
+    INV_VLLM_OWNER_SAFE = "INV-VLLM-OWNER-SAFE"
     INV_KVBM_ANNOUNCED = "INV-KVBM-ANNOUNCED"
     INV_LEGACY_ANNOUNCED = "INV-LEGACY-ANNOUNCED"
     INV_ATOMIC_NO_HALF = "INV-ATOMIC-NO-HALF"
@@ -238,6 +239,7 @@ RULES: dict[RuleId, Rule] = {
         Rule(RuleId.INV_ANCHOR, _I, "every Stored's parent is registered (or the root) when emitted"),
         Rule(RuleId.INV_PARTIAL_UUID, _I, "no partial-block uuid is held by two G1 slots"),
         Rule(RuleId.INV_VLLM_COPIES, _I, "vllm: the router's copy count of every hash equals its cached copies"),
+        Rule(RuleId.INV_VLLM_OWNER_SAFE, _I, "vllm: a cached copy with an owner is never evicted"),
         Rule(RuleId.INV_KVBM_ANNOUNCED, _I, "kvbm: the router's view is the registered blocks still marked announced"),
         Rule(RuleId.INV_LEGACY_ANNOUNCED, _I, "legacy: the router view is the registered blocks no failed Use placed"),
         Rule(RuleId.INV_ATOMIC_NO_HALF, _I, "atomic: a Use that passed its capacity check places every block"),
@@ -369,6 +371,7 @@ RuleName = Literal[
     "INV-ANCHOR",
     "INV-PARTIAL-UUID",
     "INV-VLLM-COPIES",
+    "INV-VLLM-OWNER-SAFE",
     "INV-KVBM-ANNOUNCED",
     "INV-LEGACY-ANNOUNCED",
     "INV-ATOMIC-NO-HALF",

@@ -307,6 +307,9 @@ def steps_of(profile: str, op: Operation, result_value: object) -> list[tuple[st
                     else ("use(place partial)", {"u": _uid(r)})
                 )
         else:
+            if profile == "legacy":  # USE-VALIDATE: no partial the Use names is held already
+                parts = dict.fromkeys(_uid(r) for r in op.blocks if isinstance(r, PartialBlock))
+                out += [("use(validate partial)", {"u": u}) for u in parts]
             for r in op.blocks:
                 out.append(
                     ("use(full)", {"h": r.full}) if isinstance(r, FullBlock) else ("use(partial)", {"u": _uid(r)})

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 
 import z3
 
-from kvspec.reference.smt.blocks.encoding import NONE, PLACE, BState, BStep, Profile, Transition
+from kvspec.reference.smt.blocks.encoding import IDLE, NONE, PLACE, BState, BStep, Profile, Transition
 
 
 @dataclass(frozen=True)
@@ -169,15 +169,65 @@ PROFILE_ENCODING_MUTANTS: list[ProfileEncodingMutant] = [
 ]
 
 
+def _widen(extra: Callable[[BState, dict[str, z3.ExprRef]], z3.BoolRef]) -> Callable[..., BStep]:
+    """A guard made too weak: the step is also enabled when ``extra`` holds."""
+
+    def patch(step: BStep, i: dict[str, z3.ExprRef]) -> BStep:
+        step.requires = [z3.Or(z3.And(step.requires), extra(step.pre, i))]
+        return step
+
+    return patch
+
+
+def _validate_dropped(step: BStep, i: dict[str, z3.ExprRef]) -> BStep:
+    step.requires = [step.pre.v["phase"] == PLACE]
+    return step
+
+
+#: guard bugs: the encoding allows a move the model refuses. The sampled agreement checks only
+#: the model's moves (one direction), so these are for the exhaustive check (``blocks/equivalence.py``)
+GUARD_MUTANTS: list[ProfileEncodingMutant] = [
+    ProfileEncodingMutant(
+        "deref-guard-off-by-one",
+        ("kvbm", "legacy", "atomic"),
+        "deref(full)",
+        "DEREF-UNKNOWN",
+        "a Deref of a registered block is enabled at zero owners too (own >= 0, not >= 1)",
+        _widen(lambda S, i: z3.And(S.v["phase"] == IDLE, S.a["reg"][i["h"]], S.a["own"][i["h"]] == 0)),
+    ),
+    ProfileEncodingMutant(
+        "promote-guard-unheld",
+        ("kvbm", "atomic"),
+        "promote",
+        "PROMOTE-UNKNOWN",
+        "a Promote of a uuid no partial block holds is enabled",
+        _widen(lambda S, i: z3.And(S.v["phase"] == IDLE, z3.Not(S.a["preg"][i["u"]]), i["h"] >= 0)),
+    ),
+    ProfileEncodingMutant(
+        "validate-partial-dropped",
+        ("legacy",),
+        "use(validate partial)",
+        "USE-VALIDATE",
+        "a Use may name a partial block that is already held",
+        _validate_dropped,
+    ),
+]
+
+
 def profile_encoding_mutants(profile: str) -> list[ProfileEncodingMutant]:
     return [m for m in PROFILE_ENCODING_MUTANTS if profile in m.profiles]
 
 
+def guard_mutants(profile: str) -> list[ProfileEncodingMutant]:
+    return [m for m in GUARD_MUTANTS if profile in m.profiles]
+
+
 def patched(prof: Profile, name: str) -> Profile:
     """``prof`` with encoding mutant ``name`` swapped in for its transition."""
-    m = next((m for m in profile_encoding_mutants(prof.name) if m.name == name), None)
+    every = [*profile_encoding_mutants(prof.name), *guard_mutants(prof.name)]
+    m = next((m for m in every if m.name == name), None)
     if m is None:
-        known = [m.name for m in profile_encoding_mutants(prof.name)]
+        known = [m.name for m in every]
         raise KeyError(f"the {prof.name} profile has no encoding mutant {name!r}; known: {known}")
     original = prof.transitions[m.transition]
 

@@ -72,6 +72,17 @@ def begin(S: BState, i: dict[str, z3.ExprRef], tw: frozenset[str]) -> BStep:
     return step
 
 
+def validate_partial(S: BState, i: dict[str, z3.ExprRef], tw: frozenset[str]) -> BStep:
+    """USE-VALIDATE, before any block moves: a partial block the Use names is
+    not already held (the model refuses the whole Use; one step per partial
+    the Use names, right after ``use(begin)``)."""
+    u = i["u"]
+    active = z3.And(S.a["preg"][u], S.a["pown"][u] >= 1)
+    step = BStep("use(validate partial)", S, S, [S.v["phase"] == PLACE, z3.Not(active)])
+    step.rules = {"USE-VALIDATE": z3.BoolVal(True)}
+    return step
+
+
 def use_full(S: BState, i: dict[str, z3.ExprRef], tw: frozenset[str]) -> BStep:
     h = i["h"]
     placing = S.v["phase"] == PLACE
@@ -217,6 +228,7 @@ PROFILE = Profile(
     name="legacy",
     transitions={
         "use(begin)": begin,
+        "use(validate partial)": validate_partial,
         "use(full)": use_full,
         "use(partial)": use_partial,
         "use(close)": close,

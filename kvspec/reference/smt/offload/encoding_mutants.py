@@ -25,10 +25,10 @@ import z3
 from kvspec.reference.smt.offload import ops
 from kvspec.reference.smt.offload.step import Step
 from kvspec.reference.smt.terms import sel, upd
-from kvspec.reference.smt.universe import NONE
+from kvspec.reference.smt.universe import INACTIVE, NONE
 from kvspec.spec.rules import RuleId as R
 
-Kind = Literal["parent", "recency"]
+Kind = Literal["parent", "recency", "frame"]
 
 
 @dataclass(frozen=True)
@@ -155,8 +155,65 @@ ENCODING_MUTANTS: list[EncodingMutant] = [
 ]
 
 
+def _lru_clock_reversed(step: Step) -> Step:
+    t = step.params["t"]
+    last = sel(step.pre.own, t) == 1
+    # the clock counts down: the block made inactive last gets the smallest tick (evicted first)
+    step.post = step.post.but(itick=upd(step.post.itick, t, -step.pre.clock, last))
+    return step
+
+
+def _deref_frame_other_ticks(step: Step) -> Step:
+    t = step.params["t"]
+    last = sel(step.pre.own, t) == 1
+    # the frame of the other slots dropped: every inactive block's tick is refreshed too
+    ticks = [
+        z3.If(z3.And(last, t != k, step.pre.st[k] == INACTIVE), step.pre.clock, step.post.itick[k])
+        for k in step.pre.slots
+    ]
+    step.post = step.post.but(itick=ticks)
+    return step
+
+
+def _hit_frame_other_owner(step: Step) -> Step:
+    t = step.params["t"]
+    hit = step.rules[R.USE_HIT_ACTIVE]
+    # the frame of the other slots dropped: a hit on an active block also drops an owner of slot 0
+    own0 = z3.If(z3.And(hit, t != 0, step.post.own[0] >= 2), step.post.own[0] - 1, step.post.own[0])
+    step.post = step.post.but(own=[own0, *step.post.own[1:]])
+    return step
+
+
+#: seeded encoding bugs written for the exhaustive model-encoding check
+#: (``offload/equivalence.py``), kept out of the sampled agreement campaign's budget tests
+EQUIVALENCE_MUTANTS: list[EncodingMutant] = [
+    EncodingMutant(
+        "lru-clock-reversed",
+        "recency",
+        "a block going inactive takes minus the clock as its LRU tick (the order is reversed)",
+        "deref_full",
+        _lru_clock_reversed,
+    ),
+    EncodingMutant(
+        "deref-frame-refreshes-others",
+        "frame",
+        "a Deref that makes a block inactive also refreshes every other inactive block's LRU tick",
+        "deref_full",
+        _deref_frame_other_ticks,
+    ),
+    EncodingMutant(
+        "hit-frame-drops-other-owner",
+        "frame",
+        "a hit on an active block also drops one owner of slot 0 (when it has two or more)",
+        "use_full",
+        _hit_frame_other_owner,
+    ),
+]
+
+
 def encoding_mutant(name: str) -> EncodingMutant:
-    for m in ENCODING_MUTANTS:
+    for m in [*ENCODING_MUTANTS, *EQUIVALENCE_MUTANTS]:
         if m.name == name:
             return m
-    raise KeyError(f"unknown encoding mutant {name!r}; known: {[m.name for m in ENCODING_MUTANTS]}")
+    known = [m.name for m in [*ENCODING_MUTANTS, *EQUIVALENCE_MUTANTS]]
+    raise KeyError(f"unknown encoding mutant {name!r}; known: {known}")

@@ -142,8 +142,12 @@ def _state(m: Mirror, snap: Snapshot, bs: list[z3.ExprRef]) -> ops.OState:
         "cached": z3.IntVal(len(cached)),
         "idle": z3.IntVal(sum(1 for c in cached if snap.owners[c] == 0)),
     }
+    uo = z3.K(Block, z3.BoolVal(False))
+    for cid in snap.held.values():
+        if snap.seqs.get(cid) is not None:
+            uo = z3.Store(uo, bs[m.slot[cid]], z3.BoolVal(True))
     return ops.OState(
-        st, hsh, own, z3.K(Block, z3.BoolVal(False)), ccnt, zero, view, zero, zero, cnt,
+        st, hsh, own, z3.K(Block, z3.BoolVal(False)), uo, ccnt, zero, view, zero, zero, cnt,
         z3.IntVal(ops.IDLE), z3.IntVal(ops.NONE), bs[0], z3.IntVal(ops.NONE), bs[0], z3.BoolVal(False),
         z3.IntVal(0), z3.IntVal(0),
     )  # fmt: skip
@@ -218,7 +222,7 @@ def compare(m: Mirror, op: Operation, tw: frozenset[str] = frozenset()) -> str:
         pb = bs[pre_slot[pc]] if pc is not None else bs[0]
         steps.append(("use(begin)", _inp(p=ops.NONE if p is None else p, pb=pb, F=fresh)))
         steps += [("use(hit)", _inp(h=h, b=bs[pre_slot[snap.by_hash[h][0]]])) for h in fulls[:hits]]
-        steps.append(("use(check)", _inp()))
+        steps.append(("use(check)", _inp(h=fulls[hits] if hits < len(fulls) else ops.NONE)))
         if result.result.status == "capacity":
             refused = True
         else:
@@ -251,8 +255,8 @@ def compare(m: Mirror, op: Operation, tw: frozenset[str] = frozenset()) -> str:
                 steps.append(("deref(full)", _inp(b=bs[pre_slot[cid]])))
             else:
                 cid = snap.held[ref.partial]
-                name = "deref(partial)" if snap.seqs[cid] is None else "deref(full)"
-                if name == "deref(full)":
+                name = "deref(partial)" if snap.seqs[cid] is None else "deref(promoted)"
+                if name == "deref(promoted)":
                     owners[cid] -= 1
                 steps.append((name, _inp(b=bs[pre_slot[cid]])))
         _follow(m, snap)

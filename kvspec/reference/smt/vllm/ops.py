@@ -72,6 +72,8 @@ Int = z3.IntSort()
 Bool = z3.BoolSort()
 NONE = -1
 IDLE, HITS, PLACE = 0, 1, 2
+#: the step property ``owner_safe`` proves
+OWNER_SAFE = rid("INV-VLLM-OWNER-SAFE")
 #: census name -> predicate over (st, own) of one physical block
 CENSUS: dict[str, Callable[[z3.ExprRef, z3.ArithRef], z3.BoolRef]] = {
     "free": lambda st, own: st == V_FREE,
@@ -94,6 +96,7 @@ class OState:
     hsh: z3.ArrayRef  # Block -> Int
     own: z3.ArrayRef  # Block -> Int
     nb: z3.ArrayRef  # Block -> Bool: cached by the Use in progress (its Stored pending)
+    uo: z3.ArrayRef  # Block -> Bool: a promoted block still held by its uuid (one of its owners is the uuid's)
     ccnt: z3.ArrayRef  # ghost Int -> Int: cached copies per hash
     ncnt: z3.ArrayRef  # ghost Int -> Int: cached copies per hash with ``nb``
     view: z3.ArrayRef  # router: Int -> Int, copies per hash from the published events
@@ -116,6 +119,7 @@ class OState:
             z3.Array(f"{p}hsh", Block, Int),
             z3.Array(f"{p}own", Block, Int),
             z3.Array(f"{p}nb", Block, Bool),
+            z3.Array(f"{p}uo", Block, Bool),
             z3.Array(f"{p}ccnt", Int, Int),
             z3.Array(f"{p}ncnt", Int, Int),
             z3.Array(f"{p}view", Int, Int),
@@ -181,6 +185,9 @@ class OStep:
     obligations: dict[str, list[z3.BoolRef]] = field(default_factory=dict)
     #: the Stored the step publishes: (when, parent) (for the agreement check)
     stored: tuple[z3.BoolRef, z3.ArithRef] | None = None
+    #: when the step refuses the whole operation, leaving the state as it was
+    #: (a Use that does not fit: USE-CAPACITY); None: the step never refuses
+    refusal: z3.BoolRef | None = None
 
 
 #: inputs: a hash, a physical block, the caller's parent and its copy, the fresh count
@@ -227,9 +234,15 @@ def hit(S: OState, inp: dict[str, z3.ExprRef], tw: frozenset[str]) -> OStep:
 
 def check(S: OState, inp: dict[str, z3.ExprRef], tw: frozenset[str]) -> OStep:
     """USE-CAPACITY, passed: the fresh blocks fit in the free blocks plus the
-    unowned copies left after the pins (else the Use changes nothing)."""
+    unowned copies left after the pins (else the Use changes nothing:
+    ``refusal``). VLLM-PREFIX-HIT: the hits are the longest cached prefix, so
+    ``h``, the Use's first full block after them (NONE: none), has no cached
+    copy; without it a cached block could be stored again as a new copy."""
     room = S.cnt["free"] + S.cnt["idle"] + (S.pins if "check-before-pins" in tw else 0)
-    step = OStep("use(check)", S, S, [S.phase == HITS, S.budget <= room])
+    nxt = inp["h"]
+    longest = z3.Or(nxt == NONE, S.ccnt[nxt] == 0)
+    step = OStep("use(check)", S, S, [S.phase == HITS, longest, S.budget <= room])
+    step.refusal = z3.And(S.phase == HITS, longest, z3.Not(S.budget <= room))
     step.rules = {R.USE_CAPACITY: S.budget == S.cnt["free"] + S.cnt["idle"]}
     step.post = replace(S, phase=z3.IntVal(PLACE))
     return step
@@ -240,7 +253,8 @@ def _slot(S: OState, b: z3.ExprRef, tw: frozenset[str]) -> tuple[list[z3.BoolRef
     copy, evicted (VLLM-FREE-ORDER: hashless blocks go first). Returns the
     requirement, "it evicts", and the state with the Removed pending."""
     evicts = S.st[b] == V_CACHED
-    req = [S.phase == PLACE, S.budget >= 1, z3.Or(S.st[b] == V_FREE, z3.And(evicts, S.own[b] == 0, S.cnt["free"] == 0))]
+    unowned = z3.BoolVal(True) if "evict-ignores-owners" in tw else S.own[b] == 0
+    req = [S.phase == PLACE, S.budget >= 1, z3.Or(S.st[b] == V_FREE, z3.And(evicts, unowned, S.cnt["free"] == 0))]
     h = S.hsh[b]
     announced = z3.And(evicts, S.ccnt[h] == 1) if "remove-last-only" in tw else evicts
     return req, evicts, replace(S, prem=_bump(S.prem, h, 1, announced), budget=S.budget - 1)
@@ -253,7 +267,7 @@ def new(S: OState, inp: dict[str, z3.ExprRef], tw: frozenset[str]) -> OStep:
     step = OStep("use(new)", S, S, [*req, h >= 0])
     step.rules = {R.USE_NEW: z3.BoolVal(True), R.STORE_COPY: S.ccnt[h] >= 1, R.VLLM_LAZY_REMOVE: evicts}
     announced = S.ccnt[h] == 0 if "store-new-only" in tw else z3.BoolVal(True)
-    S2 = S1.write(b, V_CACHED, h, z3.IntVal(1), z3.BoolVal(True))
+    S2 = replace(S1.write(b, V_CACHED, h, z3.IntVal(1), z3.BoolVal(True)), uo=z3.Store(S1.uo, b, z3.BoolVal(False)))
     first = z3.Not(S.sopen)
     moves = z3.BoolVal(True) if "parent-moves" in tw else first
     step.post = replace(
@@ -274,7 +288,8 @@ def partial(S: OState, inp: dict[str, z3.ExprRef], tw: frozenset[str]) -> OStep:
     req, evicts, S1 = _slot(S, b, tw)
     step = OStep("use(partial)", S, S, req)
     step.rules = {R.USE_PARTIAL: z3.BoolVal(True), R.VLLM_LAZY_REMOVE: evicts}
-    step.post = S1.write(b, V_HELD, S.hsh[b], z3.IntVal(0), z3.BoolVal(False))
+    post = S1.write(b, V_HELD, S.hsh[b], z3.IntVal(0), z3.BoolVal(False))
+    step.post = replace(post, uo=z3.Store(S1.uo, b, z3.BoolVal(False)))
     return step
 
 
@@ -310,16 +325,29 @@ def promote(S: OState, inp: dict[str, z3.ExprRef], tw: frozenset[str]) -> OStep:
     step.obligations = {R.PARENT_ANCHOR: [z3.Or(inp["p"] == NONE, S.view[inp["p"]] >= 1)]}
     step.stored = (z3.BoolVal(True), inp["p"])
     post = S.write(b, V_CACHED, h, z3.IntVal(1), z3.BoolVal(False))
-    step.post = replace(post, view=_bump(S.view, h, 1, announced))
+    step.post = replace(post, view=_bump(S.view, h, 1, announced), uo=z3.Store(S.uo, b, z3.BoolVal(True)))
     return step
 
 
 def deref_full(S: OState, inp: dict[str, z3.ExprRef], tw: frozenset[str]) -> OStep:
-    """DEREF-OWNER: one owner of a cached copy released (an unowned copy becomes evictable)."""
+    """DEREF-OWNER: one owner of a cached copy released by naming its hash
+    (an unowned copy becomes evictable). The owner a promoted block's uuid
+    holds is not one of them (DEREF-UNKNOWN: releasing it by hash too would
+    free the block twice)."""
     b = inp["b"]
-    step = OStep("deref(full)", S, S, [S.phase == IDLE, S.st[b] == V_CACHED, S.own[b] >= 1])
+    step = OStep("deref(full)", S, S, [S.phase == IDLE, S.st[b] == V_CACHED, S.own[b] - _ind(S.uo[b]) >= 1])
     step.rules = {R.DEREF_OWNER: S.own[b] == 1}
     step.post = S.write_own(b, S.own[b] - 1)
+    return step
+
+
+def deref_promoted(S: OState, inp: dict[str, z3.ExprRef], tw: frozenset[str]) -> OStep:
+    """DEREF-OWNER: a promoted block released by its uuid: the uuid's owner goes."""
+    b = inp["b"]
+    step = OStep("deref(promoted)", S, S, [S.phase == IDLE, S.st[b] == V_CACHED, S.uo[b]])
+    step.rules = {R.DEREF_OWNER: S.own[b] == 1}
+    post = S.write_own(b, S.own[b] - 1)
+    step.post = replace(post, uo=z3.Store(S.uo, b, z3.BoolVal(False)))
     return step
 
 
@@ -337,6 +365,7 @@ def reset(S: OState, inp: dict[str, z3.ExprRef], tw: frozenset[str]) -> OStep:
     x = z3.Const("xr", Block)
     idle = z3.ForAll([x], z3.And(S.st[x] != V_HELD, z3.Implies(S.st[x] == V_CACHED, S.own[x] == 0)))
     step = OStep("reset", S, S, [S.phase == IDLE, idle])
+    step.refusal = z3.And(S.phase == IDLE, z3.Not(idle))
     step.rules = {R.CLEAR_ALL: S.cnt["cached"] >= 1}
     zero = z3.K(Int, z3.IntVal(0))
     cnt = {"free": S.cnt["free"] + S.cnt["cached"], "held": S.cnt["held"], "cached": z3.IntVal(0), "idle": z3.IntVal(0)}
@@ -355,6 +384,7 @@ TRANSITIONS: dict[str, Transition] = {
     "promote": promote,
     "deref(full)": deref_full,
     "deref(partial)": deref_partial,
+    "deref(promoted)": deref_promoted,
     "reset": reset,
 }
 
@@ -364,6 +394,7 @@ MUTANTS: dict[str, tuple[str, str]] = {
     "store-new-only": (R.STORE_COPY, "a new copy of a hash already cached gets no Stored"),
     "remove-last-only": (R.REMOVE_COPY, "an evicted copy gets no Removed while another copy stays"),
     "check-before-pins": (R.USE_CAPACITY, "the capacity check counts the pinned prefix hits as evictable"),
+    "evict-ignores-owners": (OWNER_SAFE, "a fresh block may evict a cached copy that still has owners"),
     "contract-registered-only": (
         R.PARENT_ANCHOR,
         "ASSUME-PARENT-REGISTERED read as 'registered' only: the caller's parent may have no owner",
@@ -381,6 +412,7 @@ def invariants(S: OState) -> dict[str, list[z3.BoolRef]]:
             z3.ForAll([h], S.psto[h] == S.ncnt[h]),
             z3.ForAll([h], z3.And(S.prem[h] >= 0, z3.Implies(idle, z3.And(S.prem[h] == 0, S.psto[h] == 0)))),
             z3.ForAll([x], z3.Implies(S.nb[x], z3.And(S.st[x] == V_CACHED, S.own[x] >= 1))),
+            z3.ForAll([x], z3.Implies(S.uo[x], z3.And(S.st[x] == V_CACHED, S.own[x] >= 1, z3.Not(S.nb[x])))),
             z3.ForAll([x], z3.Implies(z3.Not(S.sopen), z3.Not(S.nb[x]))),
             z3.Or(S.phase == IDLE, S.phase == HITS, S.phase == PLACE),
             z3.Implies(S.sopen, S.phase == PLACE),
@@ -389,6 +421,7 @@ def invariants(S: OState) -> dict[str, list[z3.BoolRef]]:
             z3.Implies(z3.And(z3.Not(idle), S.prev != NONE), _held_copy(S, S.pblk, S.prev)),
             z3.Implies(z3.And(S.sopen, S.spar != NONE), z3.And(_held_copy(S, S.sblk, S.spar), z3.Not(S.nb[S.sblk]))),
         ],
+        OWNER_SAFE: [],  # a property of steps (``owner_safe``), none of states
         R.USE_CAPACITY: [
             S.budget >= 0,
             S.pins >= 0,
@@ -432,9 +465,18 @@ def base(
     return step, [*facts(S, p), *hypothesis(S), *step.requires]
 
 
+def owner_safe(pre: OState, post: OState) -> z3.BoolRef:
+    """INV-VLLM-OWNER-SAFE: a cached copy with an owner is still that cached
+    copy after the step (only an unowned copy is ever evicted or reused)."""
+    x = z3.Const("xo", Block)
+    owned = z3.And(pre.st[x] == V_CACHED, pre.own[x] >= 1)
+    return z3.ForAll([x], z3.Implies(owned, z3.And(post.st[x] == V_CACHED, post.hsh[x] == pre.hsh[x])))
+
+
 def goals(prop: str, step: OStep) -> list[z3.BoolRef]:
     """What the step must establish for ``prop``: its conjuncts on the post-state and the step's obligations."""
-    return [*invariants(step.post)[prop], *step.obligations.get(prop, [])]
+    two_state = [owner_safe(step.pre, step.post)] if prop == OWNER_SAFE else []
+    return [*invariants(step.post)[prop], *step.obligations.get(prop, []), *two_state]
 
 
 def goal(prop: str, step: OStep) -> z3.BoolRef:
@@ -452,7 +494,7 @@ def initial(S: OState) -> list[z3.BoolRef]:
     """An empty pool of any size: every block free, the router empty, no batch."""
     x, h = z3.Const("x0", Block), z3.Int("h0")
     return [
-        z3.ForAll([x], z3.And(S.st[x] == V_FREE, z3.Not(S.nb[x]), S.own[x] == 0, S.hsh[x] == 0)),
+        z3.ForAll([x], z3.And(S.st[x] == V_FREE, z3.Not(S.nb[x]), z3.Not(S.uo[x]), S.own[x] == 0, S.hsh[x] == 0)),
         z3.ForAll([h], z3.And(S.view[h] == 0, S.ccnt[h] == 0, S.ncnt[h] == 0, S.prem[h] == 0, S.psto[h] == 0)),
         S.cnt["free"] >= 1,
         S.cnt["held"] == 0,

@@ -1,0 +1,209 @@
+"""``kvspec equivalence``: model and encoding have the same successors, every state at a small bound.
+
+For each profile, breadth-first over every state the Python model reaches
+within ``--depth`` operations of a finite alphabet; in each state, for every
+operation, the model's outcome set must equal the encoding's (enabled in one
+iff in the other, same post-state, same events; ``smt/equivalence.py``).
+Exit 0 when every profile's sets are equal in every state explored, 1 on a
+difference (printed as a trace from the initial state), 2 on bad arguments.
+``--mutant`` runs one profile's encoding with a seeded bug in force: a
+difference is then the expected outcome (exit 1: caught).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kvspec.reference.smt.equivalence import Report, explore
+
+
+@dataclass(frozen=True)
+class Bound:
+    """One profile's exhaustive bound: what its subject is built with, and the depth."""
+
+    profile: str
+    depth: int
+    text: str
+    build: Callable[[str | None, str | None], Any]
+
+
+def _vllm(mutant: str | None, model_bug: str | None) -> Any:
+    from kvspec.reference.smt.vllm.equivalence import VllmSubject
+
+    return VllmSubject(capacity=2, hashes=2, uuids=1, tw=frozenset({mutant}) if mutant else frozenset())
+
+
+def _blocks(profile: str) -> Callable[[str | None, str | None], Any]:
+    def build(mutant: str | None, model_bug: str | None) -> Any:
+        from kvspec.reference.smt.blocks.equivalence import BlocksSubject
+        from kvspec.reference.smt.blocks.model_bugs import MODEL_BUGS
+
+        cls = MODEL_BUGS[model_bug][1] if model_bug else None
+        return BlocksSubject(profile, capacity=2, hashes=3, mutant=mutant, model_class=cls)
+
+    return build
+
+
+def _offload(mutant: str | None, model_bug: str | None) -> Any:
+    from kvspec.reference.smt.offload.equivalence import OffloadSubject
+
+    return OffloadSubject(mutant=mutant)
+
+
+#: profile -> its bound (the default depth reaches every state of the bound: see INVARIANTS.md)
+BOUNDS: dict[str, Bound] = {
+    "kvbm-offload": Bound("kvbm-offload", 3, "2 slots, hashes 0->1 and 2, G2 of 1, uuid u0, LRU", _offload),
+    "vllm": Bound("vllm", 6, "2 blocks, hashes 0-1, uuid u0", _vllm),
+    "kvbm": Bound("kvbm", 3, "2 slots, hashes 0-2, uuid u0", _blocks("kvbm")),
+    "legacy": Bound("legacy", 3, "2 slots, hashes 0-2, uuid u0", _blocks("legacy")),
+    "atomic": Bound("atomic", 3, "2 slots, hashes 0-2, uuid u0", _blocks("atomic")),
+}
+
+
+def mutants(profile: str) -> list[str]:
+    """The seeded encoding bugs of ``profile`` this check runs (``--mutant``): those that change
+    what the encoding does (a mutant that only drops a caller contract is for ``kvspec prove``)."""
+    if profile == "vllm":
+        from kvspec.reference.smt.vllm import ops
+
+        return [m for m in ops.MUTANTS if not m.startswith("contract-")]
+    if profile == "kvbm-offload":
+        from kvspec.reference.smt.offload.encoding_mutants import ENCODING_MUTANTS, EQUIVALENCE_MUTANTS
+
+        return [m.name for m in [*ENCODING_MUTANTS, *EQUIVALENCE_MUTANTS]]
+    from kvspec.reference.smt.blocks.agreement import agreement_mutants
+    from kvspec.reference.smt.blocks.encoding_mutants import guard_mutants
+
+    return agreement_mutants(profile) + [m.name for m in guard_mutants(profile)]
+
+
+def model_bugs(profile: str) -> list[str]:
+    """The seeded model bugs that apply to ``profile`` (``--model-bug``)."""
+    from kvspec.reference.smt.blocks.model_bugs import MODEL_BUGS
+
+    return [name for name, (profiles, _cls, _rule) in MODEL_BUGS.items() if profile in profiles]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--profile",
+        action="append",
+        choices=sorted(BOUNDS),
+        help="check this profile (repeatable; default: every profile with an equivalence check)",
+    )
+    p.add_argument("--depth", type=int, default=None, help="operations from the initial state (default: per profile)")
+    p.add_argument("--mutant", default=None, help="an encoding mutant of the one --profile given (expect: caught)")
+    p.add_argument("--model-bug", default=None, help="a seeded bug of the Python model (expect: caught)")
+    p.add_argument(
+        "--campaign",
+        action="store_true",
+        help="run every encoding mutant and model bug of the profiles; print each verdict and the kill rate",
+    )
+    p.add_argument("--max-states", type=int, default=None, help="stop after this many states (then: incomplete)")
+
+
+def row(profile: str, rep: Report, bound: str) -> str:
+    verdict = "equal" if rep.equal and rep.complete else ("DIFFERENT" if rep.differences else "incomplete")
+    reach = "every reachable state" if rep.closed else f"depth {rep.depth}"
+    return (
+        f"EQUIV-{profile.upper():<8} {verdict:<10} {bound}, {reach}: {rep.states} states,"
+        f" {rep.pairs} (state, operation) pairs, {rep.outcomes} model outcomes  {rep.seconds:.1f}s CPU"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    profiles = args.profile or list(BOUNDS)
+    if args.depth is not None and args.depth < 0:
+        print("kvspec equivalence: --depth must be at least 0", file=sys.stderr)
+        return 2
+    if args.mutant is not None:
+        if len(profiles) != 1:
+            print("kvspec equivalence: --mutant needs exactly one --profile", file=sys.stderr)
+            return 2
+        if args.mutant not in mutants(profiles[0]):
+            names = ", ".join(mutants(profiles[0]))
+            print(f"kvspec equivalence: {profiles[0]} has no mutant {args.mutant!r}; its mutants: {names}",
+                  file=sys.stderr)  # fmt: skip
+            return 2
+    if args.model_bug is not None and (len(profiles) != 1 or args.model_bug not in model_bugs(profiles[0])):
+        known = {p: model_bugs(p) for p in BOUNDS if model_bugs(p)}
+        print(f"kvspec equivalence: --model-bug {args.model_bug!r} needs one --profile it applies to: {known}",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    if args.campaign:
+        return campaign(profiles, args.depth)
+    bad = False
+    for prof in profiles:
+        b = BOUNDS[prof]
+        depth = b.depth if args.depth is None else args.depth
+        rep = explore(b.build(args.mutant, args.model_bug), depth, max_states=args.max_states)
+        seeded = (
+            f", MUTANT {args.mutant}" if args.mutant else (f", MODEL BUG {args.model_bug}" if args.model_bug else "")
+        )
+        print(row(prof, rep, b.text + seeded), flush=True)
+        for d in rep.differences:
+            print(d.render())
+        bad |= not (rep.equal and rep.complete)
+    return 1 if bad else 0
+
+
+def _prove_refutes(profile: str, mutant: str) -> str | None:
+    """Where ``kvspec prove``'s machinery refutes ``mutant`` (None: it does not, or has no such mutant)."""
+    if profile == "vllm":
+        from kvspec.reference.smt.vllm import ops
+
+        return ops.refute(mutant) if mutant in ops.MUTANTS else None
+    if profile in ("kvbm", "legacy", "atomic"):
+        from kvspec.reference.smt.blocks.encoding import refute
+
+        prof = _blocks_profile(profile)
+        return refute(prof, mutant) if mutant in prof.mutants else None
+    return None
+
+
+def _blocks_profile(profile: str) -> Any:
+    from kvspec.reference.smt.blocks.atomic import PROFILE as ATOMIC
+    from kvspec.reference.smt.blocks.kvbm import PROFILE as KVBM
+    from kvspec.reference.smt.blocks.legacy import PROFILE as LEGACY
+
+    return {"kvbm": KVBM, "legacy": LEGACY, "atomic": ATOMIC}[profile]
+
+
+def campaign(profiles: list[str], depth: int | None) -> int:
+    """Every seeded encoding mutant and model bug of ``profiles``: killed when the exhaustive
+    check finds a difference (or, failing that, ``kvspec prove``'s refutation finds a
+    counterexample). Prints one row each and ``kill rate: K/N``; exit 0 only at 100%."""
+    killed = total = 0
+    for prof in profiles:
+        b = BOUNDS[prof]
+        d = b.depth if depth is None else depth
+        seeded = [(m, None) for m in mutants(prof)] + [(None, bug) for bug in model_bugs(prof)]
+        for mutant, bug in seeded:
+            total += 1
+            rep = explore(b.build(mutant, bug), d)
+            how = f"equivalence (after {len(rep.differences[0].trace) + 1} operations)" if rep.differences else None
+            if how is None and mutant is not None:
+                where = _prove_refutes(prof, mutant)
+                how = f"prove (refuted at {where})" if where else None
+            killed += how is not None
+            name = mutant if mutant is not None else f"model bug {bug}"
+            verdict = "killed" if how else "SURVIVED"
+            print(f"{prof:<13} {name:<34} {verdict:<9} {how or f'no difference at depth {d}'}  {rep.seconds:.1f}s CPU",
+                  flush=True)  # fmt: skip
+    rate = 100.0 * killed / total if total else 100.0
+    print(f"kill rate: {killed}/{total} ({rate:.0f}%)")
+    return 0 if killed == total else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="kvspec equivalence", description=__doc__.splitlines()[0] if __doc__ else None)
+    add_arguments(p)
+    return run(p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
