@@ -1,4 +1,3 @@
-# ruff: noqa: N803, N806  (S is a state, as in the rules' notation)
 """kvbm, legacy, atomic: the step encodings and the models have the same successors.
 
 Every state the model (``reference/g1.py`` without offload,

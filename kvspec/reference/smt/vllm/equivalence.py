@@ -1,4 +1,3 @@
-# ruff: noqa: N803, N806  (S is a state, F the fresh count, H the hashes, as in the rules' notation)
 """vllm: the operation encoding (``vllm/ops.py``) and ``VllmPoolModel`` have the same successors.
 
 Every state the model reaches from an empty pool of ``capacity`` blocks
