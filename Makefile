@@ -14,7 +14,7 @@ QUICK_TESTS ?= tests/test_rule_map.py tests/test_spec_catalogue.py tests/test_wi
 	tests/test_policies.py tests/test_lockstep.py tests/test_request_check.py tests/test_vllm_pool.py \
 	tests/test_requests_driver.py
 
-.PHONY: conformance test quick setup engines clean matrix
+.PHONY: conformance test quick setup engines clean matrix bounds
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	@echo "setting up $(VENV) (first run only, about a minute; log in $(VENV)/install.log)"
@@ -74,6 +74,11 @@ test: setup engines
 # the README's conformance matrix: the suite on each adapter (pinned seed, ci effort), kvspec report
 matrix: setup
 	$(BIN)/python scripts/matrix.py
+
+# kvspec's Hypothesis-sensitive tests on the oldest and the newest Hypothesis pyproject.toml admits
+# (venvs under .kvspec/bounds/, from the registry; several minutes each)
+bounds: setup
+	$(BIN)/python scripts/dependency_bounds.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis .kvspec build *.egg-info

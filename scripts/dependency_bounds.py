@@ -50,7 +50,7 @@ DEFAULT_TESTS = (
     "tests/test_replay.py",
     "tests/test_replay_runs.py",
     "tests/test_request_replay.py",
-    "tests/test_provenance.py",
+    "tests/test_dependency_bounds.py",
     "tests/test_lockstep.py",
     "tests/test_traffic.py",
     "tests/test_model_stateful.py",

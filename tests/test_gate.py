@@ -5,12 +5,14 @@ a missing baseline / an unreadable file behave as documented."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
 from kvspec.cli import main
-from kvspec.conformance.commands.gate import Change, compare
+from kvspec.conformance.commands.gate import NOT_COMPARABLE, Change, compare
+from kvspec.conformance.verdicts.provenance import Provenance, Versions
 from kvspec.conformance.verdicts.results import (
     DeviationResult,
     ImplementationInfo,
@@ -19,6 +21,16 @@ from kvspec.conformance.verdicts.results import (
     SpecVersion,
     spec_version,
     write_results,
+)
+
+#: a suite run's provenance (written out, not computed by the code under test)
+PROVENANCE = Provenance(
+    versions=Versions(kvspec="0.1.0", spec_digest="0123456789abcdef", hypothesis="6.155.2", python="3.11.7"),
+    effort="ci",
+    hypothesis_seed="20260101",
+    settings={"max_examples": 60, "stateful_step_count": 40, "derandomize": True},
+    adapter_path="/repo/kvspec-adapter",
+    profile="kvbm",
 )
 
 CAPS = {"offload": True, "profiles": ["kvbm", "atomic"], "max_capacity": 100, "tiers": ["device", "host_pinned"]}
@@ -40,6 +52,7 @@ def run_results(**kw: object) -> Results:
             "CLEAR-ALL": RuleResult(status="not_exercised"),
         },
         "deviations": [DeviationResult(rule="STORE-COPY", reason="copies", scope={"profile": "vllm"}, observed=2)],
+        "provenance": PROVENANCE,
     }
     base.update(kw)
     return Results.model_validate(base)
@@ -256,3 +269,83 @@ def test_a_recorded_stream_is_gated_like_a_suite_run(tmp_path: Path, capsys: pyt
     assert main(["gate", str(tonight), "--baseline", str(baseline), "--markdown"]) == 1
     out = capsys.readouterr().out
     assert "| passing rule fails | `EVENT-ID` |" in out and "| engine | **yes** |" in out
+
+
+def _with_provenance(r: Results, *, versions: dict[str, str] | None = None, **kw: object) -> Results:
+    prov = PROVENANCE.model_copy(update={**kw, "versions": PROVENANCE.versions.model_copy(update=versions or {})})
+    return r.model_copy(update={"provenance": prov})
+
+
+def test_runs_under_different_hypothesis_versions_are_not_comparable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The same port under Hypothesis 6.155 and 6.170 got different coverage
+    counts: the gate says NOT COMPARABLE (exit 3), not regressions and not a
+    pass, even when the rules look better or the same."""
+    baseline = _write(tmp_path, "baseline.json", run_results())
+    for cur in (
+        run_results(),  # the same rules: still not a pass
+        with_rule(run_results(), "USE-NEW", exercised=1),  # a coverage drop: not a regression
+    ):
+        newer = _write(tmp_path, "newer.json", _with_provenance(cur, versions={"hypothesis": "6.170.17"}))
+        assert main(["gate", newer, "--baseline", baseline]) == NOT_COMPARABLE == 3
+        out = capsys.readouterr().out
+        assert "NOT COMPARABLE" in out and "Hypothesis 6.155.2 vs 6.170.17" in out, out
+        assert "regression" not in out.split("NOT COMPARABLE")[1].split(".")[0] and "passed" not in out
+        assert re.search(r"FAIL\s+not comparable\s+Hypothesis\s+6\.155\.2\s+6\.170\.17", out), out
+    # --update accepts the new run deliberately; then the gate compares again
+    assert main(["gate", newer, "--baseline", baseline, "--update"]) == 0
+    capsys.readouterr()
+    assert main(["gate", newer, "--baseline", baseline]) == 0
+
+
+@pytest.mark.parametrize(
+    ("change", "what"),
+    [
+        ({"effort": "thorough"}, "effort ci vs thorough"),
+        ({"settings": {**PROVENANCE.settings, "max_examples": 200}}, "effort setting max_examples 60 vs 200"),
+        (
+            {"settings": {**PROVENANCE.settings, "derandomize": False}, "hypothesis_seed": "7"},
+            "seed 20260101 vs 7",
+        ),
+    ],
+    ids=["effort", "budget", "random-seed"],
+)
+def test_other_traffic_deciding_differences_are_not_comparable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], change: dict[str, object], what: str
+) -> None:
+    baseline = _write(tmp_path, "baseline.json", run_results())
+    cur = _write(tmp_path, "cur.json", _with_provenance(run_results(), **change))
+    assert main(["gate", cur, "--baseline", baseline]) == 3
+    assert what in capsys.readouterr().out
+
+
+def test_differences_that_do_not_decide_the_traffic_are_noted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A derandomised effort ignores the seed; another Python is listed, not judged."""
+    baseline = _write(tmp_path, "baseline.json", run_results())
+    cur = _write(
+        tmp_path, "cur.json", _with_provenance(run_results(), hypothesis_seed="7", versions={"python": "3.12.1"})
+    )
+    assert main(["gate", cur, "--baseline", baseline]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"note\s+provenance differs\s+Python\s+3\.11\.7\s+3\.12\.1", out), out
+    assert "seed" not in out
+
+
+def test_a_baseline_that_records_no_provenance_is_not_comparable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A results file of format 2 does not say which Hypothesis generated it."""
+    import json
+
+    old = json.loads(run_results().to_json())
+    old["format"] = 2
+    del old["provenance"]
+    baseline = tmp_path / "old.json"
+    baseline.write_text(json.dumps(old))
+    assert main(["gate", _write(tmp_path, "cur.json", run_results()), "--baseline", str(baseline)]) == 3
+    out = capsys.readouterr().out
+    assert "NOT COMPARABLE" in out and "the baseline does not record what generated its traffic" in out
+    assert "results format 2" in out and "--update" in out

@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -48,6 +49,33 @@ def test_the_workflow_runs_the_script_and_uploads_what_it_writes() -> None:
     for setting in ("KVSPEC_PACKAGE", "ADAPTER", "BASELINE", "KVSPEC_SEED", "KVSPEC_EFFORT"):
         assert f"{setting}:" in yaml and setting in script
     assert "\t" not in yaml  # YAML refuses tabs
+
+
+def test_the_documented_constraints_pin_the_hypothesis_kvspec_is_tested_with() -> None:
+    """The recipe's constraints file pins Hypothesis exactly, to the version of
+    kvspec's own constraints.txt (what CI runs), inside pyproject's range."""
+    from packaging.requirements import Requirement
+
+    block = fenced(GATING.read_text(), "**The constraints file", "text")
+    pins = [Requirement(line) for line in block.splitlines() if line and not line.startswith("#")]
+    hyp = [r for r in pins if r.name == "hypothesis"]
+    assert len(hyp) == 1 and str(hyp[0].specifier).startswith("=="), pins
+    version = str(hyp[0].specifier)[2:]
+    ours = (ROOT / "constraints.txt").read_text().splitlines()
+    assert f"hypothesis=={version}" in ours, "GATING.md's pin differs from constraints.txt"
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    (dep,) = [Requirement(d) for d in project["dependencies"] if Requirement(d).name == "hypothesis"]
+    assert version in dep.specifier
+
+
+def test_the_script_refuses_to_run_without_its_constraints_file(tmp_path: Path) -> None:
+    repo = tmp_path / "engine-repo"
+    (repo / "ci").mkdir(parents=True)
+    (repo / "ci" / "kvspec-gate.sh").write_text(fenced(GATING.read_text(), "## The shell script", "sh"))
+    proc = _run(repo, {"PATH": os.environ["PATH"]})
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "no constraints file ci/kvspec-constraints.txt: it pins Hypothesis" in proc.stderr
+    assert not (repo / ".kvspec-venv").exists()  # nothing installed before the check
 
 
 @pytest.fixture(scope="module")
@@ -111,6 +139,7 @@ def test_the_recipe_gates_a_regression_and_only_it(tmp_path: Path, wheel: Path) 
     (repo / "kvspec-adapter").mkdir()
     shutil.copy(ROOT / "adapters" / "reference" / "manifest.toml", repo / "kvspec-adapter" / "manifest.toml")
     (repo / "ci" / "kvspec-gate.sh").write_text(fenced(GATING.read_text(), "## The shell script", "sh"))
+    (repo / "ci" / "kvspec-constraints.txt").write_text(fenced(GATING.read_text(), "**The constraints file", "text"))
     shutil.copy(wheel, repo / "ci" / wheel.name)
     (repo / ".gitignore").write_text(".kvspec-venv/\nkvspec-out/\n")
     _venv_with_dependencies(repo)

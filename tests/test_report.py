@@ -17,6 +17,7 @@ import pytest
 
 from kvspec.cli import main
 from kvspec.conformance.commands.report import build_matrix, render_html, render_markdown
+from kvspec.conformance.verdicts.provenance import Provenance, Versions
 from kvspec.conformance.verdicts.results import (
     DeviationResult,
     ImplementationInfo,
@@ -29,6 +30,13 @@ from kvspec.spec.rules import RULES
 
 CHROMIUM_INSTALL = "apt-get install -y chromium"
 
+PROVENANCE = Provenance(
+    versions=Versions(kvspec="0.1.0", spec_digest="0123456789abcdef", hypothesis="6.155.2", python="3.11.7"),
+    effort="ci",
+    hypothesis_seed="1",
+    settings={"max_examples": 60, "stateful_step_count": 40, "derandomize": True},
+)
+
 
 def engine(name: str, rules: dict[str, RuleResult], **kw: object) -> Results:
     return Results.model_validate(
@@ -40,6 +48,7 @@ def engine(name: str, rules: dict[str, RuleResult], **kw: object) -> Results:
             "status": "clean",
             "exit_code": 0,
             "rules": rules,
+            "provenance": PROVENANCE,
             **kw,
         }
     )
@@ -100,6 +109,35 @@ def test_the_cli_writes_both_and_refuses_a_bad_file(
     (tmp_path / "bad.json").write_text("{}")
     assert main(["report", str(tmp_path / "bad.json")]) == 2
     assert "not a kvspec results file" in capsys.readouterr().err
+
+
+def test_columns_generated_differently_are_said_to_be_not_comparable(
+    runs: list[Results], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A report never mixes provenances silently: runs under another
+    Hypothesis (or that record none) are named above the matrix and on
+    standard error; each run line carries its versions and effort."""
+    alike = render_markdown(build_matrix(runs, tmp_path))
+    assert "not comparable" not in alike
+    assert "engine-a (profile kvbm): clean, kvspec 0.1.0+0123456789ab, Hypothesis 6.155.2, Python 3.11.7" in alike
+    newer = PROVENANCE.model_copy(
+        update={"versions": PROVENANCE.versions.model_copy(update={"hypothesis": "6.170.17"})}
+    )
+    mixed = [runs[0], runs[1].model_copy(update={"provenance": newer})]
+    md = render_markdown(build_matrix(mixed, tmp_path))
+    assert md.startswith("**Note:** these runs were not generated alike, so their counts are not comparable")
+    assert "engine-a vs engine-b: Hypothesis 6.155.2 vs 6.170.17" in md
+    page = render_html(build_matrix(mixed, tmp_path))
+    assert '<p class="mixed" id="mixed"><strong>Note:</strong> these runs were not generated alike' in page
+    unrecorded = [runs[0], runs[1].model_copy(update={"provenance": None})]
+    files = []
+    for i, r in enumerate(unrecorded):
+        write_results(r, tmp_path / f"r{i}.json")
+        files.append(str(tmp_path / f"r{i}.json"))
+    assert main(["report", *files]) == 0
+    out, err = capsys.readouterr()
+    assert "kvspec report: note: these runs were not generated alike" in err
+    assert "provenance recorded vs not recorded" in err and "(provenance not recorded)" in out
 
 
 def test_the_page_is_self_contained(runs: list[Results], tmp_path: Path) -> None:

@@ -35,6 +35,17 @@ changed, or that one side lacks, is the spec's; a difference in an unchanged
 rule under a changed kvspec is marked as the engine's with that caveat, so a
 team can upgrade kvspec deliberately (run, read the table, ``--update``).
 
+**Not comparable (exit 3).** Coverage counts and the failures a run finds
+depend on the traffic Hypothesis generated, and that depends on the
+Hypothesis version, the effort, its settings and (for a random effort) the
+seed: the same port got different counts under Hypothesis 6.155 and 6.170.
+Both files record these (``provenance``); when they differ between two suite
+runs, or a file does not record them (results format 1 or 2), the gate says
+NOT COMPARABLE, lists what differs and exits 3 instead of reporting the
+differences as regressions (or as a pass). Pin Hypothesis (spec/GATING.md),
+or accept the new run deliberately with ``--update``. Streams generate
+nothing: only a difference in kvspec or Python is listed for them, as a note.
+
 ``--update`` writes the run as the new baseline (after printing the table)
 and exits 0; ``--markdown`` prints the table as Markdown for a pull-request
 comment. Exit 2: a file cannot be read, or the baseline is missing (the
@@ -51,10 +62,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kvspec.conformance.verdicts.provenance import Difference, describe, differences
 from kvspec.conformance.verdicts.results import DeviationResult, Results, load_results, spec_version_label
 from kvspec.spec.errors import ConfigError
 
 ENGINE = "engine"
+#: the exit code of a comparison whose runs' traffic came from different generators
+NOT_COMPARABLE = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,9 +107,27 @@ def _describe(r: Any) -> str:
     return str(r.status)
 
 
+def provenance_differences(base: Results, cur: Results) -> list[Difference]:
+    """What differs in the two runs' provenance (``provenance.differences``):
+    for suite runs the traffic-deciding differences make them not comparable;
+    a stream generates nothing, so only its versions are listed."""
+    generated = not (base.is_stream and cur.is_stream)
+    return differences(base.provenance, cur.provenance, generated=generated)
+
+
+def not_comparable(diffs: Sequence[Difference]) -> list[Difference]:
+    """The differences that make two runs' counts not comparable."""
+    return [d for d in diffs if d.decides_traffic]
+
+
 def compare(base: Results, cur: Results, *, min_coverage: float = 0.5) -> list[Change]:
-    """Every difference between the baseline and the current run, blocking first."""
+    """Every difference between the baseline and the current run, blocking first
+    (the provenance differences that do not decide the traffic are notes; the
+    ones that do are reported by ``run`` as NOT COMPARABLE before this)."""
     out: list[Change] = []
+    for d in provenance_differences(base, cur):
+        if not d.decides_traffic and d.what != "kvspec":  # kvspec: the "kvspec changed" row below
+            out.append(Change("provenance differs", d.what, d.first, d.second, "run", False))
     if cur.status in ("error", "unreadable"):
         out.append(Change("run did not complete", "-", base.status, f"{cur.status}: {cur.error or ''}", ENGINE, True))
     out += _incomplete_changes(base, cur)
@@ -307,6 +339,26 @@ def render_markdown(changes: Sequence[Change]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def not_comparable_message(diffs: Sequence[Difference], base: Results, cur: Results) -> str:
+    """Why the gate does not judge the run (exit 3), and what to do."""
+    missing = any(d.what == "provenance" for d in diffs)
+    if missing:
+        older = "the baseline" if base.provenance is None else "the run"
+        why = (
+            f"{older} does not record what generated its traffic (results format "
+            f"{base.format if base.provenance is None else cur.format}: written by an older kvspec)"
+        )
+    else:
+        why = f"their traffic was generated differently: {describe(list(diffs))}"
+    return (
+        f"kvspec gate: NOT COMPARABLE: {cur.implementation.label} against baseline {base.implementation.label}: "
+        f"{why}. Coverage counts and the failures found depend on the Hypothesis version, the effort and the "
+        "seed, so differences between these runs are not regressions or fixes of the implementation. Run with "
+        "the baseline's Hypothesis (pin it: spec/GATING.md) and effort, or accept this run as the new baseline "
+        "with --update."
+    )
+
+
 def verdict(changes: Sequence[Change], base: Results, cur: Results) -> str:
     n = sum(c.blocking for c in changes)
     what = f"{cur.implementation.label} against baseline {base.implementation.label}"
@@ -356,6 +408,16 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as e:
         print(f"kvspec gate: baseline: {e}", file=sys.stderr)
         return 2
+    blocking = not_comparable(provenance_differences(base, cur))
+    if blocking:
+        rows = [Change("not comparable", d.what, d.first, d.second, "run", True) for d in blocking]
+        sys.stdout.write(render_markdown(rows) if args.markdown else render_text(rows))
+        print(("\n" if args.markdown else "") + not_comparable_message(blocking, base, cur))
+        if args.update:
+            _write_baseline(args.results, baseline)
+            print(f"kvspec gate: baseline {baseline} updated from {args.results}")
+            return 0
+        return NOT_COMPARABLE
     changes = compare(base, cur, min_coverage=args.min_coverage)
     if changes:
         sys.stdout.write(render_markdown(changes) if args.markdown else render_text(changes))

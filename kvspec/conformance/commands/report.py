@@ -14,6 +14,13 @@ rule:
 | ``n/a`` | not applicable: the capability the implementation lacks, or why the rule does not apply to it |
 | ``! not exercised`` | the rule applies and the run never exercised it: the run is incomplete |
 
+Each run's provenance (kvspec, Hypothesis and Python versions, effort and
+seed) is listed under the matrix. When the suite runs of the columns were not
+generated alike (another Hypothesis, effort, budget or random seed, or a file
+that does not record it), their counts are not comparable: the report says
+so above the matrix and on standard error, naming what differs, rather than
+mixing them silently.
+
 The HTML page is self-contained (inline style, no script, no external
 resource), so a CI job can upload it as one artifact; hovering a rule shows
 its text (title and the first paragraph of its SPEC.md section), hovering a
@@ -30,6 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from kvspec.conformance.verdicts.provenance import describe, differences
 from kvspec.conformance.verdicts.results import (
     ERRORED,
     Results,
@@ -65,6 +73,8 @@ class Matrix:
     rows: list[tuple[str, str]]
     cells: dict[tuple[str, int], Cell]
     notes: list[str]
+    #: why the columns' counts are not comparable (None: generated alike)
+    mixed: str | None = None
 
 
 def _label_columns(runs: Sequence[Results]) -> list[str]:
@@ -121,7 +131,28 @@ def build_matrix(runs: Sequence[Results], out_dir: Path | None = None) -> Matrix
                 notes.append(f"{columns[j]} {rid}: {c.detail}")
                 c = replace(c, note=len(notes))
             cells[(rid, j)] = c
-    return Matrix(columns, list(runs), rows, cells, notes)
+    return Matrix(columns, list(runs), rows, cells, notes, mixed_provenance(runs, columns))
+
+
+def mixed_provenance(runs: Sequence[Results], columns: Sequence[str]) -> str | None:
+    """Why the suite runs among ``runs`` were not generated alike (each
+    compared with the first one), or None. Streams generate nothing."""
+    suite = [(c, r) for c, r in zip(columns, runs, strict=True) if not r.is_stream]
+    if len(suite) < 2:
+        return None
+    first_col, first = suite[0]
+    parts = []
+    for col, r in suite[1:]:
+        diffs = [d for d in differences(first.provenance, r.provenance) if d.decides_traffic]
+        if diffs:
+            parts.append(f"{first_col} vs {col}: {describe(diffs)}")
+    if not parts:
+        return None
+    return (
+        "these runs were not generated alike, so their counts are not comparable ("
+        + "; ".join(parts)
+        + "): the Hypothesis version, the effort and a random effort's seed decide the traffic"
+    )
 
 
 # ------------------------------------------------------------------ Markdown
@@ -145,7 +176,8 @@ def render_markdown(m: Matrix) -> str:
                 text += f" [{c.note}]"
             row.append(_md_escape(text))
         lines.append("| " + " | ".join(row) + " |")
-    out = ["\n".join(lines), ""]
+    out = [f"**Note:** {_md_escape(m.mixed)}", ""] if m.mixed else []
+    out += ["\n".join(lines), ""]
     out.append(
         "✓ N: passed, exercised N times; ≈: declared deviation (reason below); ✗: failed (linked to its replay file); "
         "n/a: not applicable (the missing capability, or why the rule does not apply); "
@@ -164,7 +196,9 @@ def _run_line(label: str, r: Results) -> str:
     missing = (
         f" ({len(r.incomplete)} applicable rule(s) never exercised: {', '.join(r.incomplete)})" if r.incomplete else ""
     )
-    return f"{label}{src}: {r.status}{missing}, kvspec {spec_version_label(r.spec)}"
+    if r.provenance is not None:
+        return f"{label}{src}: {r.status}{missing}, {r.provenance.label()}"
+    return f"{label}{src}: {r.status}{missing}, kvspec {spec_version_label(r.spec)} (provenance not recorded)"
 
 
 # ------------------------------------------------------------------ HTML
@@ -222,7 +256,9 @@ def render_html(m: Matrix, title: str = "kvspec conformance matrix") -> str:
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{e(title)}</title><style>{_CSS}</style></head><body>"
-        f"<h1>{e(title)}</h1>{legend}"
+        f"<h1>{e(title)}</h1>"
+        + (f'<p class="mixed" id="mixed"><strong>Note:</strong> {e(m.mixed)}</p>' if m.mixed else "")
+        + f"{legend}"
         f'<table id="matrix"><thead><tr><th class="rule" scope="col">rule</th>{head}</tr></thead>'
         f"<tbody>{''.join(body)}</tbody></table>"
         f'<h2>Runs</h2><ul id="runs">{runs}</ul>'
@@ -249,6 +285,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if not args.markdown and not args.html:
         args.markdown = "-"
+    mixed = mixed_provenance(runs, _label_columns(runs))
+    if mixed:
+        print(f"kvspec report: note: {mixed}", file=sys.stderr)
     if args.markdown:
         out_dir = None if args.markdown == "-" else Path(args.markdown).parent
         text = render_markdown(build_matrix(runs, out_dir))
