@@ -37,7 +37,8 @@ Why each part is there:
   Hypothesis versions or efforts; the report says when its columns differ.
 
 Format history: 1 was the stream-only shape of ``check-log --json``
-(``streams/results.py``); 2 is this model; 3 adds ``provenance``.
+(``streams/results.py``); 2 is this model; 3 adds ``provenance`` (and the
+``incomplete`` status and list).
 ``load_results`` reads all three (a file of format 1 or 2 has no provenance:
 the gate says it cannot tell what generated it).
 """
