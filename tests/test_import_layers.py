@@ -83,3 +83,40 @@ def test_a_cycle_is_found() -> None:
     except CycleError:
         return
     raise AssertionError("a cycle through kvspec.spec.wire went unnoticed")
+
+
+#: the mutant zoos are deliberately broken copies of the reference model: they subclass its internals
+#: (policy nodes, blocks, radix nodes) on purpose, so they may import kvspec.reference as well
+MUTANT_ZOOS = ("mutants", "manager_mutants", "radix_mutants")
+
+
+def _adapter_imports() -> dict[str, set[str]]:
+    """Each bundled adapter module -> the kvspec modules it imports (any depth of the file)."""
+    g = import_graph()
+    return {name: deps for name, deps in g.items() if name.startswith("kvspec.adapters.")}
+
+
+def _allowed(adapter_module: str, dep: str) -> bool:
+    if dep == "kvspec.api" or dep == "kvspec.spec" or dep.startswith(("kvspec.spec.", "kvspec.adapters.")):
+        return True
+    zoo = adapter_module.split(".")[2]
+    return zoo in MUTANT_ZOOS and dep.startswith("kvspec.reference")
+
+
+def test_bundled_adapters_import_only_the_public_api_and_the_spec() -> None:
+    bad = {m: sorted(d for d in deps if not _allowed(m, d)) for m, deps in _adapter_imports().items()}
+    bad = {m: d for m, d in bad.items() if d}
+    assert not bad, f"adapters importing past kvspec.api / kvspec.spec: {bad}"
+
+
+def test_the_adapter_rule_can_fail() -> None:
+    assert not _allowed("kvspec.adapters.reference.adapter", "kvspec.conformance.run.manifest")
+    assert not _allowed("kvspec.adapters.reference.adapter", "kvspec.reference.g1")
+    assert _allowed("kvspec.adapters.mutants.policy_bugs", "kvspec.reference.policies")
+
+
+def test_every_public_name_resolves() -> None:
+    import kvspec.api as api
+
+    for name in api.__all__:
+        assert getattr(api, name) is not None, name

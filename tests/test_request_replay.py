@@ -100,7 +100,8 @@ def test_a_ports_request_level_failure_replays_against_the_port(
     path, run, out = _fail_and_replay(port, child_pytest, child_kvspec, elsewhere)
     assert run["adapter_path"] == str(port.resolve()) and run["variant"] is None
     assert run["effort"] == "smoke" and run["hypothesis_seed"] == "1" and run["rule"] == RULE
-    assert set(run["versions"]) >= {"kvspec", "spec_digest", "hypothesis", "python"}  # type: ignore[arg-type]
+    versions = run["versions"]
+    assert isinstance(versions, dict) and set(versions) >= {"kvspec", "spec_digest", "hypothesis", "python"}
     assert f"against {port.resolve()}" in out and "recorded versions: kvspec " in out
 
     # the port is gone: a clear error, not a run against something else

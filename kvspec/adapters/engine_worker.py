@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
-from kvspec.conformance.transport.process import ChildExitedError, ChildProcess, ChildTimeoutError, LineTooLongError
+from kvspec.api import ChildExitedError, ChildProcess, ChildTimeoutError, LineTooLongError
 from kvspec.spec.errors import AdapterError
 
 #: how long a request line may take to write (the child reads its stdin at once)

@@ -21,7 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kvspec.conformance.transport.cabi import build_dir
+from kvspec.api import build_dir
 
 COMMON = Path(__file__).resolve().parent / "rust_common"
 

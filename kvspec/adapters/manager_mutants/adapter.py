@@ -12,8 +12,7 @@ from pathlib import Path
 
 from kvspec.adapters.manager_mutants.bugs import PAGED_BUGS, SESSION_BUGS
 from kvspec.adapters.reference.managers import ModelManager
-from kvspec.conformance.managers.interface import ManagerImplementation
-from kvspec.conformance.run.manifest import Manifest
+from kvspec.api import ManagerImplementation, Manifest
 from kvspec.spec.errors import ConfigError
 from kvspec.spec.manager_wire import ManagerConfigKind, PagedConfig
 

@@ -13,8 +13,7 @@ from pathlib import Path
 
 from kvspec.adapters.mutants.catalogue import make_mutant_model
 from kvspec.adapters.reference.adapter import outcome_of
-from kvspec.conformance.block.opener import Implementation
-from kvspec.conformance.run.manifest import Manifest
+from kvspec.api import Implementation, Manifest
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.wire import Operation, StepOutcome
 

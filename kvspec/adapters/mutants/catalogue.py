@@ -25,8 +25,7 @@ from kvspec.adapters.mutants import lifecycle_bugs as lc
 from kvspec.adapters.mutants import offload_bugs as off
 from kvspec.adapters.mutants import policy_bugs as pol
 from kvspec.adapters.mutants import request_bugs as rq
-from kvspec.conformance.run.manifest import load_manifest
-from kvspec.reference import G1Model, LegacyModel, Model, make_model
+from kvspec.api import G1Model, LegacyModel, Model, load_manifest, make_model
 from kvspec.spec.config import ManagerConfig, ProfileName
 from kvspec.spec.errors import ConfigError
 from kvspec.spec.rules import RuleId

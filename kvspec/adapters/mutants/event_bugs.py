@@ -11,8 +11,8 @@ from collections.abc import Collection
 from typing import Any
 
 from kvspec.adapters.mutants.edits import first_id, is_device, rebuild_stored, renumber
-from kvspec.reference.g1 import Block, G1Model
-from kvspec.reference.outcome import Step
+from kvspec.api import G1Model, Step
+from kvspec.reference.g1 import Block
 from kvspec.spec.wire import FullBlock, KvEvent, Promote, StorageTier, Use, make_removed
 
 

@@ -11,8 +11,8 @@ from collections import OrderedDict
 from typing import Any
 
 from kvspec.adapters.mutants.edits import first_id, is_device, rebuild_stored, renumber
-from kvspec.reference.legacy import Key, LegacyModel, key_of
-from kvspec.reference.outcome import Step
+from kvspec.api import LegacyModel, Step
+from kvspec.reference.legacy import Key, key_of
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.wire import BlockRef, Destroy, FullBlock, OpResult, Use, make_stored
 

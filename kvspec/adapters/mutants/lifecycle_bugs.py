@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from kvspec.reference.g1 import Block, G1Model, plh_id
-from kvspec.reference.outcome import Step
+from kvspec.api import G1Model, Step
+from kvspec.reference.g1 import Block, plh_id
 from kvspec.spec.errors import InvalidOperation
 from kvspec.spec.rules import RuleId
 from kvspec.spec.wire import Counters, Deref, FullBlock, OpResult, PartialBlock, Promote, Use

@@ -11,8 +11,8 @@ from collections.abc import Collection
 from typing import Any
 
 from kvspec.adapters.mutants.edits import is_device, renumber
-from kvspec.reference.g1 import Block, G1Model, plh_id
-from kvspec.reference.outcome import Step
+from kvspec.api import G1Model, Step
+from kvspec.reference.g1 import Block, plh_id
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.wire import KvEvent, OpResult, SwapIn, Tick, Use, make_stored
 

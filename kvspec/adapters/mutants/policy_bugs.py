@@ -3,7 +3,8 @@ that use them when the configuration picks that policy."""
 
 from __future__ import annotations
 
-from kvspec.reference.g1 import Block, G1Model
+from kvspec.api import G1Model
+from kvspec.reference.g1 import Block
 from kvspec.reference.policies import LineagePolicy, LruPolicy, MultiLruPolicy, _Node
 from kvspec.spec.config import ManagerConfig
 

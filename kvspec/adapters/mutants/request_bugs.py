@@ -19,11 +19,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvspec.conformance.requests.api import RequestImplementation
-from kvspec.conformance.run.manifest import Manifest
-from kvspec.reference.outcome import Step
-from kvspec.reference.requests import PoolSetup, RequestDriver
-from kvspec.reference.vllm_pool import SPEC_VARIANT, HostTier, PoolVariant, VllmPoolModel
+from kvspec.api import (
+    SPEC_VARIANT,
+    HostTier,
+    Manifest,
+    PoolSetup,
+    PoolVariant,
+    RequestDriver,
+    RequestImplementation,
+    Step,
+    VllmPoolModel,
+)
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.errors import ConfigError
 from kvspec.spec.rules import RuleId
@@ -219,6 +225,6 @@ def open_request_mutant(
         from kvspec.adapters.reference_requests.adapter import open_reference_requests
 
         return open_reference_requests(setup, manifest, adapter_dir)
-    from kvspec.conformance.transport.engine import open_engine_command
+    from kvspec.api import open_engine_command
 
     return open_engine_command(manifest, adapter_dir, setup, server_command(name))

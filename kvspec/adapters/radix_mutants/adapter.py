@@ -11,7 +11,7 @@ from pathlib import Path
 
 from kvspec.adapters.radix_mutants.bugs import BUGS
 from kvspec.adapters.reference.radix import ModelRadix
-from kvspec.conformance.radix.interface import RadixImplementation
+from kvspec.api import RadixImplementation
 from kvspec.spec.errors import ConfigError
 from kvspec.spec.manifest import Manifest
 from kvspec.spec.radix_wire import RadixConfig

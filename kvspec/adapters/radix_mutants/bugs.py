@@ -6,7 +6,8 @@ the bug lives; the docstring says what a real radix cache would get wrong.
 
 from __future__ import annotations
 
-from kvspec.reference.radix import Node, RadixModel
+from kvspec.api import RadixModel
+from kvspec.reference.radix import Node
 from kvspec.spec.radix_wire import RadixOp, RadixOutcome, RadixReset
 from kvspec.spec.wire import KvEvent, make_cleared, make_removed, make_stored
 

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvspec.conformance.block.interface import Implementation
-from kvspec.conformance.run.manifest import Manifest
-from kvspec.reference import Model, make_model
+from kvspec.api import Implementation, Manifest, Model, make_model
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.errors import InvalidOperation
 from kvspec.spec.wire import ErrorInfo, Operation, StepOutcome

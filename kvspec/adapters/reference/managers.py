@@ -9,9 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvspec.conformance.managers.interface import ManagerImplementation
-from kvspec.reference.paged import PagedModel
-from kvspec.reference.session import SessionModel
+from kvspec.api import ManagerImplementation, PagedModel, SessionModel
 from kvspec.spec.errors import ConfigError
 from kvspec.spec.manager_wire import (
     ManagerConfigKind,

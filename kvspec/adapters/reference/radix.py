@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvspec.conformance.radix.interface import RadixImplementation
-from kvspec.reference.radix import RadixModel
+from kvspec.api import RadixImplementation, RadixModel
 from kvspec.spec.manifest import Manifest
 from kvspec.spec.radix_wire import RadixConfig, RadixOp, RadixOutcome
 

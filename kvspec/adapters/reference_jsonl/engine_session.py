@@ -15,16 +15,16 @@ run: the reference's, or a request-level mutant's
 
 from __future__ import annotations
 
-from kvspec.reference.requests import (
+from kvspec.api import (
     EngineCall,
     PoolSetup,
     RequestDriver,
     RequestEngine,
     RequestSpec,
     SyntheticDecode,
+    VllmPoolModel,
     make_engine,
 )
-from kvspec.reference.vllm_pool import VllmPoolModel
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.engine_wire import (
     AddRequest,

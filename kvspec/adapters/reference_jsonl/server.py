@@ -39,11 +39,8 @@ from pydantic import ValidationError
 from kvspec.adapters.reference.adapter import outcome_of
 from kvspec.adapters.reference.managers import ModelManager
 from kvspec.adapters.reference_jsonl.engine_session import EngineSession
-from kvspec.conformance.run.manifest import Capabilities, _builtin_adapters_dir, load_manifest
-from kvspec.reference import make_model
-from kvspec.reference.radix import RadixModel
-from kvspec.reference.requests import RequestDriver
-from kvspec.reference.vllm_pool import VllmPoolModel
+from kvspec.api import Capabilities, RadixModel, RequestDriver, VllmPoolModel, load_manifest, make_model
+from kvspec.api import builtin_adapters_dir as _builtin_adapters_dir
 from kvspec.spec.errors import ConfigError
 from kvspec.spec.protocol import (
     ENGINE_VERSION,

@@ -13,12 +13,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kvspec.conformance.requests.api import ConcurrentRun, RequestImplementation, RequestOutcome
-from kvspec.conformance.run.manifest import Manifest
-from kvspec.reference.requests import (
+from kvspec.api import (
+    ConcurrentRun,
     Finished,
+    Manifest,
     PoolSetup,
     RequestEngine,
+    RequestImplementation,
+    RequestOutcome,
     RequestSpec,
     SyntheticDecode,
     interleave,

@@ -36,15 +36,16 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from kvspec.adapters.engine_worker import EngineWorker
-from kvspec.conformance.requests.api import (
+from kvspec.api import (
+    ChildProcess,
     ConcurrentRun,
     ImplementationUnavailableError,
+    Manifest,
+    PoolSetup,
     RequestImplementation,
     RequestOutcome,
+    RequestSpec,
 )
-from kvspec.conformance.run.manifest import Manifest
-from kvspec.conformance.transport.process import ChildProcess
-from kvspec.reference.requests import PoolSetup, RequestSpec
 from kvspec.spec.codecs import from_router_event
 from kvspec.spec.errors import AdapterError, ConfigError, WireError
 from kvspec.spec.wire import KvEvent, Stored

@@ -42,8 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from kvspec.adapters.engine_worker import EngineWorker, SharedWorker
-from kvspec.conformance.radix.interface import RadixImplementation
-from kvspec.conformance.requests.interface import ImplementationUnavailableError
+from kvspec.api import ImplementationUnavailableError, RadixImplementation
 from kvspec.spec.errors import AdapterError
 from kvspec.spec.hashing import local_block_hash, sequence_hash, sglang_event_hash, sglang_page_digests
 from kvspec.spec.manager_wire import OpError

@@ -44,14 +44,15 @@ from pathlib import Path
 from typing import Any
 
 from kvspec.adapters.engine_worker import EngineWorker, SharedWorker
-from kvspec.conformance.requests.api import (
+from kvspec.api import (
     ConcurrentRun,
     ImplementationUnavailableError,
+    Manifest,
+    PoolSetup,
     RequestImplementation,
     RequestOutcome,
+    RequestSpec,
 )
-from kvspec.conformance.run.manifest import Manifest
-from kvspec.reference.requests import PoolSetup, RequestSpec
 from kvspec.spec.codecs import from_vllm_batch
 from kvspec.spec.errors import AdapterError, ConfigError, WireError
 from kvspec.spec.hashing import block_hashes, vllm_block_hash, vllm_external, vllm_hash_fn, vllm_none_hash

@@ -29,6 +29,7 @@ __all__ = [
     "Manifest",
     "Start",
     "Variant",
+    "builtin_adapters_dir",
     "load_impl",
     "load_manifest",
     "resolve_adapter_dir",
@@ -36,8 +37,12 @@ __all__ = [
 ]
 
 
-def _builtin_adapters_dir() -> Path:
+def builtin_adapters_dir() -> Path:
+    """The folder of the adapters bundled with kvspec (``adapters/`` in a checkout)."""
     return Path(str(resources.files("kvspec.adapters")))
+
+
+_builtin_adapters_dir = builtin_adapters_dir
 
 
 def resolve_impl(impl: str) -> tuple[Path, str | None]:
