@@ -1,18 +1,19 @@
 # The README's two commands. Each creates .venv on first use.
 #   make conformance   the conformance suite on one implementation (IMPL, default: the reference)
 #   make test          the project's tests, then the gates CI holds the project to
-#   make quick         the edit-test loop (under a minute): lint, types and the fast tests
+#   make quick         the edit-test loop (under a minute): lint, types and the tests not marked slow
+#                      or engines (tiers: CONTRIBUTING.md; markers in pyproject.toml)
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 IMPL ?= adapters/reference
 HYPOTHESIS_PROFILE ?= ci
 
-#: fast tests for the edit-test loop: the model, its labels and rule map, the
-#: lockstep and request-level attribution, wire, hashing, policies
-QUICK_TESTS ?= tests/test_rule_map.py tests/test_spec_catalogue.py tests/test_wire.py tests/test_hashing.py \
-	tests/test_policies.py tests/test_lockstep.py tests/test_request_check.py tests/test_vllm_pool.py \
-	tests/test_requests_driver.py
+#: pytest's workers (pytest-xdist): auto is one per core
+JOBS ?= auto
+#: pytest caches the assertion-rewritten test modules as bytecode; an environment that forbids bytecode
+#: (PYTHONDONTWRITEBYTECODE) makes every run and every xdist worker rewrite all of them again
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: conformance test quick setup engines clean matrix bounds
 
@@ -44,14 +45,14 @@ conformance: setup
 quick: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy kvspec
-	$(BIN)/pytest -q -x $(QUICK_TESTS)
+	$(BIN)/mypy kvspec tests
+	$(BIN)/pytest -q -x -n $(JOBS) -m "not slow and not engines" tests
 
 test: setup engines
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy kvspec
-	$(BIN)/pytest tests
+	$(BIN)/mypy kvspec tests
+	$(BIN)/pytest -n $(JOBS) tests
 	$(BIN)/kvspec schemas --check
 	$(BIN)/kvspec prove
 	$(BIN)/pytest conformance --impl=adapters/reference_jsonl --hypothesis-profile=$(HYPOTHESIS_PROFILE)

@@ -425,3 +425,43 @@ def _server_answers_as_documented(lines: Sequence[tuple[str, str]]) -> None:
 def server_answers_as_documented() -> Callable[[Sequence[tuple[str, str]]], None]:
     """``_server_answers_as_documented`` (session-scoped)."""
     return _server_answers_as_documented
+
+
+# ------------------------------------------------------------------ test tiers
+
+#: modules by area (the markers are registered in pyproject.toml): ``make quick`` leaves out ``slow`` and
+#: ``engines``; ``-m smt``, ``-m native`` run one area. A module matches by name or name prefix.
+AREA_MODULES: dict[str, tuple[str, ...]] = {
+    "smt": ("test_smt_",),
+    "native": (
+        "test_cabi",
+        "test_vllm_c_port",
+        "test_kvbm_port_rs",
+        "test_radix_rust",
+        "test_check_log_fused",
+        "test_check_log_vllm_fused",
+    ),
+    "engines": ("test_vllm_adapter", "test_sglang_adapter"),
+}
+
+#: tests measured slow (more than SLOW_SECONDS of wall time on the 2-core machine), one test function per
+#: line as ``module.py::function``; written by ``python scripts/slow_tests.py`` from a timed run
+SLOW_LIST = Path(__file__).with_name("slow_tests.txt")
+
+
+def _slow_functions() -> set[str]:
+    if not SLOW_LIST.exists():
+        return set()
+    return {ln.strip() for ln in SLOW_LIST.read_text().splitlines() if ln.strip() and not ln.startswith("#")}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    slow = _slow_functions()
+    for item in items:
+        module = item.path.name
+        for area, names in AREA_MODULES.items():
+            if any(module.startswith(n) for n in names):
+                item.add_marker(getattr(pytest.mark, area))
+        function = item.nodeid.split("[", 1)[0].split("/")[-1]
+        if function in slow:
+            item.add_marker(pytest.mark.slow)

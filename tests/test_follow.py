@@ -65,7 +65,7 @@ def run(
 
 #: the issue's case: a Use the port accepts and the model refuses, then a
 #: Deref that only agrees if the model took the port's owner counts
-LEGACY_OPS = [use(1, 2), use(1, 2, extra_local=True), deref(1, 2), deref(1, 2), use(3, 4, 5)]
+LEGACY_OPS: list[Operation] = [use(1, 2), use(1, 2, extra_local=True), deref(1, 2), deref(1, 2), use(3, 4, 5)]
 
 
 def test_a_legacy_use_the_spec_refuses_is_followed_and_the_owner_counts_agree() -> None:

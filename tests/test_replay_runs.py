@@ -174,7 +174,7 @@ def test_the_header_records_the_implementation_and_old_files_still_load(
     config = ManagerConfig(profile="kvbm", capacity=1, eviction="lru")
     target = _target(tmp_path, "early")
     path = tmp_path / "f.jsonl"
-    impl = ReferenceImplementation(config, None)  # type: ignore[arg-type]  # no manifest: none is read
+    impl = ReferenceImplementation(config, None)  # no manifest: none is read
     ls = Lockstep(impl, config, adapter="x", replay_path=path, replay_target=target)
     for op in (
         Use(blocks=[FullBlock(full=1)], plhs=[Plh(hash=1)]),
