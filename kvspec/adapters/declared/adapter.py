@@ -29,8 +29,7 @@ from pathlib import Path
 
 from kvspec.adapters.mutants.catalogue import make_mutant_model
 from kvspec.adapters.reference.adapter import outcome_of
-from kvspec.api import Implementation
-from kvspec.reference import Model
+from kvspec.api import Implementation, Model
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.errors import ConfigError
 from kvspec.spec.manifest import Manifest
