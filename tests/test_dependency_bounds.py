@@ -36,7 +36,7 @@ def script() -> ModuleType:
 
 
 def _pins() -> dict[str, str]:
-    out = {}
+    out: dict[str, str] = {}
     for line in (ROOT / "constraints.txt").read_text().splitlines():
         if line.strip() and not line.startswith("#"):
             name, _, version = line.partition("==")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -312,7 +313,7 @@ def test_runs_under_different_hypothesis_versions_are_not_comparable(
     ids=["effort", "budget", "random-seed"],
 )
 def test_other_traffic_deciding_differences_are_not_comparable(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], change: dict[str, object], what: str
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], change: dict[str, Any], what: str
 ) -> None:
     baseline = _write(tmp_path, "baseline.json", run_results())
     cur = _write(tmp_path, "cur.json", _with_provenance(run_results(), **change))
