@@ -18,6 +18,9 @@ from typing import Any
 
 import pytest
 
+from kvspec.conformance.block.opener import open_implementation
+from kvspec.conformance.block.scenario_runner import run_scenario
+from kvspec.conformance.run.manifest import load_manifest, resolve_adapter_dir
 from kvspec.reference import g1 as g1_module
 from kvspec.reference import lower_tiers
 from kvspec.reference.g2_tier import G2Entry
@@ -26,6 +29,7 @@ from kvspec.reference.process_runner import run_process_scenario
 from kvspec.spec.config import ManagerConfig, OffloadConfig
 from kvspec.spec.process_scenario import ProcessScenario, tier_scenarios
 from kvspec.spec.rules import Concern, rules_of
+from kvspec.spec.scenario import SCENARIO_DIR, load_scenario
 
 SCENARIOS = tier_scenarios()
 
@@ -62,6 +66,20 @@ class _DuplicateAccepted(lower_tiers.LowerTiers):
             self.g3.pool.remove(e.seq)
         if put.tier == "g4":
             self.g4.pop(e.pid, None)
+        super()._arrive(put, e)
+
+
+class _HeldBlockSentAgain(lower_tiers.LowerTiers):
+    """One worker's duplicate: the presence filter does not look at what the
+    tier holds, and the tier stores (and announces) a block it holds."""
+
+    def holds(self, tier: str, e: G2Entry) -> bool:
+        return False
+
+    def _arrive(self, put: Any, e: G2Entry) -> None:
+        if put.tier == "g3" and self.g3 is not None and e.seq in self.g3:
+            self.g3.blocks.pop(e.seq)
+            self.g3.pool.remove(e.seq)
         super()._arrive(put, e)
 
 
@@ -152,3 +170,36 @@ def test_lower_tiers_need_the_shared_link_and_a_process_needs_a_worker() -> None
         Process(cfg, 0)
     p = Process(cfg, 2)
     assert p.workers[0].tiers is p.workers[1].tiers is p.tiers
+
+
+REF_DIR = resolve_adapter_dir("adapters/reference")
+SINGLE = sorted((SCENARIO_DIR / "offload").glob("tier_*.json"))
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [_HeldBlockSentAgain, _PutPublishedAtStart, _StagingSkipsG2],
+    ids=["held_block_sent_again", "put_published_at_start", "onboard_skips_g2"],
+)
+def test_the_single_worker_tier_goldens_catch_a_planted_bug_through_the_adapter(
+    variant: type[lower_tiers.LowerTiers],
+) -> None:
+    """The offload/tier_* goldens, run as the conformance suite runs them on the
+    in-process reference adapter, pass unmutated and fail with the bug planted."""
+    manifest = load_manifest(REF_DIR)
+    assert SINGLE
+
+    def failures() -> list[str]:
+        out = []
+        for path in SINGLE:
+            s = load_scenario(path)
+            with open_implementation(manifest, REF_DIR, s.config) as impl:
+                try:
+                    run_scenario(s, impl)
+                except Exception as e:  # ConformanceFailure
+                    out.append(f"{s.name}: {e}")
+        return out
+
+    assert failures() == []
+    with _planted(variant):
+        assert failures(), f"{variant.__name__}: no single-worker tier golden fails"

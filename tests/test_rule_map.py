@@ -171,6 +171,9 @@ def test_every_step_of_every_golden_scenario_is_labelled() -> None:
         },
         ("host_pinned", "stored"): {RuleId.G2_STORE_ON_COMPLETE},
         ("host_pinned", "removed"): {RuleId.G2_EVICT},
+        ("disk", "stored"): {RuleId.TIER_EVENTS},
+        ("disk", "removed"): {RuleId.TIER_EVENTS},
+        ("external", "stored"): {RuleId.TIER_EVENTS},
     }
     steps = 0
     for _, scenario in all_scenarios():

@@ -87,6 +87,10 @@ _DEFAULTS: dict[tuple[str, str], EventLabel] = {
         "G2-STORE-ON-COMPLETE", parent="G2-STORE-ON-COMPLETE", tokens="G2-STORE-ON-COMPLETE"
     ),
     ("host_pinned", "removed"): label("G2-EVICT", choice="G2-EVICT"),
+    # the lower tiers' events (lower_tier_events = "owner")
+    ("disk", "stored"): label("TIER-EVENTS", parent="TIER-EVENTS", tokens="TIER-EVENTS"),
+    ("disk", "removed"): label("TIER-EVENTS", choice="TIER-EVICT"),
+    ("external", "stored"): label("TIER-EVENTS", parent="TIER-EVENTS", tokens="TIER-EVENTS"),
 }
 _CLEARED = label("CLEAR-ALL")
 

@@ -85,7 +85,8 @@ def check_step(
         d = counters_divergence(exp.counters, outcome.counters, labels)
         if d is not None:
             return d
-    if exp.earliest_deadline_ms is not None and outcome.earliest_deadline_ms != exp.earliest_deadline_ms:
+    # as for the result, an explicit null is checked (nothing pending), a missing one is not
+    if "earliest_deadline_ms" in exp.model_fields_set and outcome.earliest_deadline_ms != exp.earliest_deadline_ms:
         return Divergence(
             RuleId.TIME_MONOTONIC, "earliest pending deadline", exp.earliest_deadline_ms, outcome.earliest_deadline_ms
         )
