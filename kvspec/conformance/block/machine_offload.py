@@ -88,6 +88,8 @@ def _ok(kind: str) -> Any:
 
 #: the options a fifo link ignores (its one behaviour is their legacy value)
 FIFO_FIXED = ("g2_allocation", "dedup")
+#: the options that only matter with G3/G4 on (the lockstep has neither)
+NO_LOWER_TIER_FIXED = ("lower_tier_events",)
 
 
 class OffloadGroup(RuleGroup):
@@ -134,7 +136,11 @@ class OffloadGroup(RuleGroup):
             if opt.scope != "offload" or name in options:
                 continue
             values = caps.supported(name)
-            if options["link"] == "fifo" and name in FIFO_FIXED:
+            if name in NO_LOWER_TIER_FIXED:
+                # the lockstep never turns G3/G4 on: the option has no effect, so it
+                # is not drawn (a draw would only reshuffle every example after it)
+                options[name] = opt.legacy if opt.legacy in values else values[0]
+            elif options["link"] == "fifo" and name in FIFO_FIXED:
                 options[name] = opt.legacy if opt.legacy in values else values[0]
             else:
                 options[name] = data.draw(st.sampled_from(values), label=name)
