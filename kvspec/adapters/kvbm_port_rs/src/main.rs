@@ -5,6 +5,7 @@
 //! Usage: kvbm_port_rs [--variant NAME]   (NAME: one single-bug variant, default none)
 
 mod json;
+mod lower;
 mod manager;
 mod offload;
 mod pools;
@@ -14,6 +15,7 @@ use std::io::{BufRead, Write};
 
 use json::{obj, Json};
 use manager::{BlockRef, Counters, EventData, KvManager, Status, Tier, UseArgs};
+use lower::LowerConfig;
 use offload::{Allocation, Dedup, G2Eviction, Link, OffloadConfig, TickResult};
 use pools::{Plh, Policy};
 use variants::Bugs;
@@ -192,9 +194,19 @@ fn offload_config(o: &Json) -> Result<OffloadConfig, Refusal> {
         "transfers" => TickResult::Transfers,
         v => return Err(bad(format!("tick_result {v}"))),
     };
-    // G3 and G4 (issue 25) are not ported yet: refuse them rather than run without them
-    if o.opt("num_g3_blocks").and_then(Json::as_u64).is_some() || matches!(o.opt("g4"), Some(Json::Bool(true))) {
-        return Err(bad("G3/G4 lower tiers are not implemented by this port".into()));
+    let lower = LowerConfig {
+        g3_blocks: o.opt("num_g3_blocks").and_then(Json::as_u64).map(|n| n as usize),
+        g3_bytes_per_ms: o.opt("bandwidth_g3_gbps").and_then(Json::as_f64).unwrap_or(1.0) * 1e6,
+        g4: matches!(o.opt("g4"), Some(Json::Bool(true))),
+        g4_bytes_per_ms: o.opt("bandwidth_g4_gbps").and_then(Json::as_f64).unwrap_or(1.0) * 1e6,
+        owner_events: match s("lower_tier_events", "none").as_str() {
+            "none" => false,
+            "owner" => true,
+            v => return Err(bad(format!("lower_tier_events {v}"))),
+        },
+    };
+    if lower.on() && link != Link::Shared {
+        return Err(bad("G3/G4 need the shared link".into()));
     }
     let batch_size = o.opt("batch_size").and_then(Json::as_u64).unwrap_or(32) as usize;
     Ok(OffloadConfig {
@@ -207,6 +219,7 @@ fn offload_config(o: &Json) -> Result<OffloadConfig, Refusal> {
         dedup,
         batch_size,
         tick_result,
+        lower,
     })
 }
 
@@ -231,7 +244,7 @@ fn ready(msg: &Json) -> Json {
                 ("typed_errors", Json::Bool(true)),
                 ("offload", Json::Bool(true)),
                 ("swap_in", Json::Bool(true)),
-                ("tiers", strs(&["device", "host_pinned"])),
+                ("tiers", strs(&["device", "host_pinned", "disk", "external"])),
                 ("event_token_ids", Json::Bool(true)),
                 ("profiles", strs(&["kvbm"])),
                 ("policies", strs(&["lineage", "lru", "multi_lru"])),
@@ -435,7 +448,18 @@ fn event_json(e: &manager::Event, dp_rank: u64) -> Json {
         ("event_id", Json::UInt(e.event_id)),
         ("data", data),
         ("dp_rank", Json::UInt(dp_rank)),
-        ("storage_tier", Json::Str(if e.tier == Tier::Device { "device" } else { "host_pinned" }.into())),
+        (
+            "storage_tier",
+            Json::Str(
+                match e.tier {
+                    Tier::Device => "device",
+                    Tier::HostPinned => "host_pinned",
+                    Tier::Disk => "disk",
+                    Tier::External => "external",
+                }
+                .into(),
+            ),
+        ),
         ("block_token_ids", tokens),
     ])
 }

@@ -23,6 +23,8 @@ pub enum BlockRef {
 pub enum Tier {
     Device,
     HostPinned,
+    Disk,
+    External,
 }
 
 #[derive(Clone, Debug)]
@@ -269,6 +271,21 @@ impl KvManager {
                 }
                 RouterEvent::Removed(seq) => {
                     self.publish(Tier::HostPinned, EventData::Removed(vec![seq]), None);
+                }
+                RouterEvent::Lower(ev) => {
+                    let tier = |t: crate::lower::Lower| match t {
+                        crate::lower::Lower::G3 => Tier::Disk,
+                        crate::lower::Lower::G4 => Tier::External,
+                    };
+                    match ev {
+                        crate::lower::LowerEvent::Stored(t, info) => {
+                            let tokens = info.token_ids.map(|x| vec![x]);
+                            self.publish_stored(tier(t), vec![info.seq], &[info.local_hash], info.parent_hash, tokens);
+                        }
+                        crate::lower::LowerEvent::Removed(t, seq) => {
+                            self.publish(tier(t), EventData::Removed(vec![seq]), None);
+                        }
+                    }
                 }
             }
         }
@@ -697,19 +714,25 @@ impl KvManager {
                 }
             }
         }
-        let Some(engine) = self.offload.as_ref() else { return Ok((0, Status::NoHits)) };
-        let run = engine.g2_prefix(blocks);
+        let Some(engine) = self.offload.as_mut() else { return Ok((0, Status::NoHits)) };
+        let g2_run = engine.g2_prefix(blocks);
+        // prepare_onboard_prefix: past the G2 prefix, the G3 run then the G4 run, staged
+        // only if G2 can take them all now (the staging reservation)
+        let staged = engine.reserve_staging(blocks, g2_run);
+        let run = g2_run + staged.len();
         if run == 0 {
             return Ok((0, Status::NoHits));
         }
         // prepare_onboard_prefix: the G2 blocks found are held from here on
-        self.offload.as_mut().unwrap().pin_prefix(&blocks[..run]);
+        self.offload.as_mut().unwrap().pin_prefix(&blocks[..g2_run]);
         // reserve_swap_in_destination_slots
         let mut reserved = 0usize;
         while reserved < run {
             let Some(alloc) = self.allocate_one_g1_slot() else {
                 self.bm.release_slot(reserved);
-                self.offload.as_mut().unwrap().release_pins(&blocks[..run]);
+                let engine = self.offload.as_mut().unwrap();
+                engine.release_pins(&blocks[..g2_run]);
+                engine.release_staging(staged.len());
                 return Ok((0, Status::NoHits));
             };
             match alloc {
@@ -721,14 +744,21 @@ impl KvManager {
                     let bound = if self.bugs.offload_batch_off_by_one { remaining - 1 } else { remaining };
                     self.extend_blocked_batch(&mut blocked_evicted, &mut blocked_slots, bound);
                     self.bm.release_slot(reserved);
+                    // the staging reservation goes first; the G2 prefix stays pinned
+                    // while the evictions are offloaded
+                    self.offload.as_mut().unwrap().release_staging(staged.len());
                     self.handle_evictions(blocked_evicted, blocked_slots);
-                    self.offload.as_mut().unwrap().release_pins(&blocks[..run]);
+                    self.offload.as_mut().unwrap().release_pins(&blocks[..g2_run]);
                     return Ok((0, Status::BlockedOnOffload));
                 }
             }
         }
         let engine = self.offload.as_mut().unwrap();
-        engine.start_onboard(&blocks[..run], parent, reserved);
+        if staged.is_empty() {
+            engine.start_onboard(&blocks[..run], parent, reserved);
+        } else {
+            engine.start_staged_onboard(&blocks[..g2_run], staged, parent, reserved);
+        }
         Ok((run, Status::Scheduled))
     }
 }

@@ -13,6 +13,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
+use crate::lower::{Lower, LowerConfig, LowerEvent, LowerTiers, Put, Xfer};
 use crate::manager::Info;
 use crate::pools::{Lineage, Plh};
 use crate::variants::Bugs;
@@ -64,6 +65,7 @@ pub struct OffloadConfig {
     pub dedup: Dedup,
     pub batch_size: usize,
     pub tick_result: TickResult,
+    pub lower: LowerConfig,
 }
 
 impl OffloadConfig {
@@ -92,6 +94,7 @@ pub struct SwapEntry {
 pub enum RouterEvent {
     Stored(Info),
     Removed(u64),
+    Lower(LowerEvent),
 }
 
 pub enum Completion {
@@ -233,6 +236,13 @@ pub struct OffloadEngine {
     /// capacity policy's reservation counter)
     g2_admitted: usize,
     pending_release: usize,
+    // G3 / G4 (lower.rs): their links are g3 put, g4 put, g3 get, g4 get
+    lower: Option<LowerTiers>,
+    lower_links: Vec<PsLink>,
+    /// swap-ins waiting for their staged blocks: id -> (entries, parent, slots, stages left)
+    staged: HashMap<u64, (Vec<SwapEntry>, Option<u64>, usize, usize)>,
+    /// G2 blocks staged back from G3/G4: never announced, so their eviction is not either
+    g2_silent: HashSet<u64>,
 }
 
 impl OffloadEngine {
@@ -245,6 +255,13 @@ impl OffloadEngine {
             cfg.allocation = Allocation::AtCompletion;
             cfg.dedup = Dedup::Resend;
         }
+        let lower = if cfg.lower.on() { Some(LowerTiers::new(cfg.lower.clone(), cfg.batch_size, bugs)) } else { None };
+        let lower_links = vec![
+            PsLink::new(cfg.lower.g3_bytes_per_ms, instant),
+            PsLink::new(cfg.lower.g4_bytes_per_ms, instant),
+            PsLink::new(cfg.lower.g3_bytes_per_ms, instant),
+            PsLink::new(cfg.lower.g4_bytes_per_ms, instant),
+        ];
         Self {
             offload_link: PsLink::new(cfg.bytes_per_ms, instant),
             onboard_link: PsLink::new(cfg.bytes_per_ms, instant),
@@ -268,6 +285,10 @@ impl OffloadEngine {
             g2_reserved: 0,
             g2_admitted: 0,
             pending_release: 0,
+            lower,
+            lower_links,
+            staged: HashMap::new(),
+            g2_silent: HashSet::new(),
         }
     }
 
@@ -354,7 +375,7 @@ impl OffloadEngine {
         }
         match self.g2_evict() {
             Some(v) => {
-                if !self.bugs.g2_eviction_event_missing {
+                if !self.g2_silent.remove(&v) && !self.bugs.g2_eviction_event_missing {
                     events.push(RouterEvent::Removed(v));
                 }
                 true
@@ -393,6 +414,7 @@ impl OffloadEngine {
         if self.shared() {
             all.extend(self.offload_link.earliest_finish());
             all.extend(self.onboard_link.earliest_finish());
+            all.extend(self.lower_links.iter().filter_map(|l| l.earliest_finish()));
         } else {
             all.extend(self.active.iter().map(|b| b.deadline));
             all.extend(self.onboards.iter().map(|o| o.deadline));
@@ -587,6 +609,146 @@ impl OffloadEngine {
         }
     }
 
+    // ------------------------------------------------------------------ G3 / G4
+
+    fn start_puts(&mut self, puts: Vec<Put>, now_ms: f64) {
+        for mut put in puts {
+            // the G2 sources stay pinned (lineage) or are used (LRU) while copied
+            let srcs: Vec<(u64, Plh)> =
+                put.blocks.iter().filter(|(_, i)| self.g2.contains_key(&i.seq)).map(|(p, i)| (i.seq, *p)).collect();
+            if self.cfg.g2_eviction == G2Eviction::Lineage {
+                self.pin_prefix(&srcs);
+            } else {
+                for (seq, _) in &srcs {
+                    self.g2_touch(*seq);
+                }
+            }
+            put.pinned = srcs;
+            self.next_id += 1;
+            let id = self.next_id;
+            let link = if put.tier == Lower::G3 { 0 } else { 1 };
+            self.lower_links[link].start(now_ms, id, self.cfg.block_bytes * put.blocks.len() as f64);
+            self.lower.as_mut().unwrap().transfers.insert(id, Xfer::Put(put));
+        }
+    }
+
+    /// Take this worker's lower-tier completions, in order: copies land in
+    /// G3/G4, staged blocks land in G2 (and a swap-in whose blocks are all
+    /// there starts its G2->G1 copy). The events to publish, in order.
+    fn deliver_lower(&mut self, done: Vec<u64>, now_ms: f64) -> Vec<RouterEvent> {
+        let mut host = Vec::new();
+        for id in done {
+            let Some(x) = self.lower.as_mut().unwrap().transfers.remove(&id) else { continue };
+            match x {
+                Xfer::Put(put) => {
+                    let next = self.lower.as_mut().unwrap().landed(&put);
+                    self.release_pins(&put.pinned);
+                    self.start_puts(next, now_ms);
+                }
+                Xfer::Stage { entries, onboard } => {
+                    self.g2_admitted -= entries.len();
+                    for (plh, info) in &entries {
+                        if !self.g2.contains_key(&info.seq) {
+                            if !self.g2_make_room(&mut host) {
+                                continue;
+                            }
+                            self.g2_insert(*plh, info.clone());
+                            self.g2_silent.insert(info.seq);
+                        }
+                        if self.cfg.g2_eviction == G2Eviction::Lineage {
+                            self.pin_prefix(&[(info.seq, *plh)]);
+                        }
+                    }
+                    let last = {
+                        let st = self.staged.get_mut(&onboard).expect("a staged swap-in");
+                        st.3 -= 1;
+                        st.3 == 0
+                    };
+                    if last {
+                        let (entries, parent, slots, _) = self.staged.remove(&onboard).unwrap();
+                        self.onboard_link.start(now_ms, onboard, self.cfg.block_bytes * entries.len() as f64);
+                        self.onboards.push(Onboard { id: onboard, deadline: 0.0, entries, parent, slots });
+                    }
+                }
+            }
+        }
+        let lower = self.lower.as_mut().unwrap();
+        host.extend(lower.events.drain(..).map(RouterEvent::Lower));
+        host
+    }
+
+    /// Past the G2 prefix, the run G3 holds then the run G4 holds, taken only
+    /// if G2 has room for all of it now (its staging reservation).
+    pub fn reserve_staging(&mut self, blocks: &[(u64, Plh)], start: usize) -> Vec<(Lower, Plh, Info)> {
+        let Some(lower) = self.lower.as_ref() else { return Vec::new() };
+        let mut run = Vec::new();
+        let mut i = start;
+        for t in [Lower::G3, Lower::G4] {
+            while i < blocks.len() {
+                let (seq, plh) = blocks[i];
+                let Some(info) = lower.lookup(t, seq, plh) else { break };
+                run.push((t, plh, info));
+                i += 1;
+            }
+        }
+        if run.is_empty() || self.g2_available().saturating_sub(self.g2_admitted) < run.len() {
+            return Vec::new();
+        }
+        self.g2_admitted += run.len();
+        run
+    }
+
+    pub fn release_staging(&mut self, n: usize) {
+        self.g2_admitted -= n;
+    }
+
+    /// A swap-in with a G2 prefix and staged blocks: stage them (G3->G2, G4->G2)
+    /// now; the G2->G1 copy of the whole run starts when they have landed.
+    pub fn start_staged_onboard(
+        &mut self,
+        prefix: &[(u64, Plh)],
+        staged: Vec<(Lower, Plh, Info)>,
+        parent: Option<u64>,
+        slots: usize,
+    ) {
+        let mut entries = Vec::new();
+        for (seq, _) in prefix {
+            let e = &self.g2[seq];
+            entries.push(SwapEntry { seq: *seq, plh: e.plh, local_hash: e.info.local_hash, token_ids: e.info.token_ids.clone() });
+            if self.cfg.g2_eviction == G2Eviction::Lru {
+                self.g2_touch(*seq);
+            }
+        }
+        for (_, plh, info) in &staged {
+            entries.push(SwapEntry { seq: info.seq, plh: *plh, local_hash: info.local_hash, token_ids: info.token_ids.clone() });
+        }
+        if self.bugs.tier_onboard_skips_g2 {
+            // one hop from G3/G4 into G1, on the G2->G1 link
+            self.g2_admitted -= staged.len();
+            self.next_id += 1;
+            let id = self.next_id;
+            self.onboard_link.start(self.clock, id, self.cfg.block_bytes * entries.len() as f64);
+            self.onboards.push(Onboard { id, deadline: 0.0, entries, parent, slots });
+            return;
+        }
+        self.next_id += 1;
+        let onboard = self.next_id;
+        let mut stages = 0;
+        for (t, link) in [(Lower::G3, 2usize), (Lower::G4, 3usize)] {
+            let part: Vec<(Plh, Info)> =
+                staged.iter().filter(|(x, _, _)| *x == t).map(|(_, p, i)| (*p, i.clone())).collect();
+            if part.is_empty() {
+                continue;
+            }
+            stages += 1;
+            self.next_id += 1;
+            let id = self.next_id;
+            self.lower_links[link].start(self.clock, id, self.cfg.block_bytes * part.len() as f64);
+            self.lower.as_mut().unwrap().transfers.insert(id, Xfer::Stage { entries: part, onboard });
+        }
+        self.staged.insert(onboard, (entries, parent, slots, stages));
+    }
+
     // ------------------------------------------------------------------ tick
 
     /// Move the clock to `now_ms` (never back) and complete every transfer due.
@@ -596,6 +758,14 @@ impl OffloadEngine {
             return out;
         }
         if self.shared() {
+            // the lower tiers' links first; their completions are taken after this
+            // worker's own G1<->G2 completions (the owner's ordered drain)
+            let mut lower_done = Vec::new();
+            if self.lower.is_some() {
+                for link in self.lower_links.iter_mut() {
+                    lower_done.extend(link.advance_to(now_ms));
+                }
+            }
             let done = self.offload_link.advance_to(now_ms);
             let onboards_done = self.onboard_link.advance_to(now_ms);
             self.clock = now_ms;
@@ -604,11 +774,18 @@ impl OffloadEngine {
                 let batch = self.active.remove(i);
                 let mut events = Vec::new();
                 let n = batch.blocks.len();
+                let chain: Vec<(Plh, Info)> = batch.blocks.iter().map(|b| (b.plh, b.info.clone())).collect();
                 for b in batch.blocks {
                     self.arrive(b, &mut events);
                 }
                 let released = self.arrived(batch.job, n);
                 out.push(Completion::Offload { released_slots: released, events });
+                if self.lower.is_some() {
+                    let in_g2: Vec<(Plh, Info)> =
+                        chain.into_iter().filter(|(_, i)| self.g2.contains_key(&i.seq)).collect();
+                    let puts = self.lower.as_mut().unwrap().cascade(&in_g2);
+                    self.start_puts(puts, now_ms);
+                }
             }
             // batches waiting for a transfer slot start after this tick's completions
             let mut events = Vec::new();
@@ -621,6 +798,12 @@ impl OffloadEngine {
                 let o = self.onboards.remove(i);
                 self.unpin(&o.entries);
                 out.push(Completion::Onboard { entries: o.entries, parent: o.parent, slots: o.slots });
+            }
+            if self.lower.is_some() {
+                let events = self.deliver_lower(lower_done, now_ms);
+                if !events.is_empty() {
+                    out.push(Completion::Started { released_slots: 0, events });
+                }
             }
             return out;
         }

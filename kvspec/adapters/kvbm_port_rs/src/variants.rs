@@ -32,6 +32,12 @@ pub struct Bugs {
     pub lru_reinsert_keeps_position: bool,
     /// host-pinned events count their own event ids
     pub event_id_per_tier: bool,
+    /// G3/G4's presence filter ignores what the tier holds, and the tier takes (and announces) it again
+    pub tier_held_block_sent_again: bool,
+    /// a copy to G3/G4 is announced when it starts, not when it lands
+    pub tier_put_published_at_start: bool,
+    /// a G3/G4 hit is copied straight into G1, without the G2 hop
+    pub tier_onboard_skips_g2: bool,
 }
 
 pub const NAMES: &[&str] = &[
@@ -49,6 +55,9 @@ pub const NAMES: &[&str] = &[
     "deref_partially_applied",
     "lru_reinsert_keeps_position",
     "event_id_per_tier",
+    "tier_held_block_sent_again",
+    "tier_put_published_at_start",
+    "tier_onboard_skips_g2",
 ];
 
 impl Bugs {
@@ -70,6 +79,9 @@ impl Bugs {
             "deref_partially_applied" => b.deref_partially_applied = true,
             "lru_reinsert_keeps_position" => b.lru_reinsert_keeps_position = true,
             "event_id_per_tier" => b.event_id_per_tier = true,
+            "tier_held_block_sent_again" => b.tier_held_block_sent_again = true,
+            "tier_put_published_at_start" => b.tier_put_published_at_start = true,
+            "tier_onboard_skips_g2" => b.tier_onboard_skips_g2 = true,
             other => return Err(format!("unknown variant '{other}' (known: none, {})", NAMES.join(", "))),
         }
         Ok(b)
