@@ -139,3 +139,24 @@ def test_offload_frame_and_clock_bugs_are_caught_fast(mutant: str) -> None:
     rep = explore(OffloadSubject(mutant=mutant), 3)
     assert not rep.equal
     assert len(rep.differences[0].trace) <= 2
+
+
+def test_vllm_step_encoding_simulates_the_operation_encoding(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``vllm/copies.py`` is bound to ``vllm/ops.py`` (and so to the model): proven; a step
+    encoding whose new copy takes two owners no longer simulates ``use(new)``."""
+    from kvspec.reference.smt.vllm import copies, refinement
+
+    assert {s.verdict for s in refinement.prove_simulation()} == {"proven"}
+    real = copies.use_new
+
+    def two_owners(s: copies.VState, tw: frozenset[str]) -> copies.VStep:
+        step = real(s, tw)
+        step.post = copies.VState(
+            step.post.st, step.post.hsh, z3.Store(step.post.own, z3.Const("in_b", copies.Block), 2),
+            step.post.ccnt, step.post.view, step.post.cnt, step.post.n,
+        )  # fmt: skip
+        return step
+
+    monkeypatch.setattr(copies, "use_new", two_owners)
+    bad = {s.transition: s.verdict for s in refinement.prove_simulation() if s.verdict != "proven"}
+    assert set(bad) == {"use(new)"} and bad["use(new)"] == "refuted"

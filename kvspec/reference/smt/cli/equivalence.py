@@ -148,7 +148,27 @@ def run(args: argparse.Namespace) -> int:
         for d in rep.differences:
             print(d.render())
         bad |= not (rep.equal and rep.complete)
+        if prof == "vllm" and args.mutant is None:
+            bad |= not _bind_vllm_steps()
     return 1 if bad else 0
+
+
+def _bind_vllm_steps() -> bool:
+    """The row binding the vllm step encoding (``copies.py``) to the operation encoding."""
+    import time
+
+    from kvspec.reference.smt.vllm.refinement import prove_simulation
+
+    t0 = time.process_time()
+    sims = prove_simulation()
+    bad = [f"{s.transition} ({s.verdict})" for s in sims if s.verdict != "proven"]
+    verdict = "proven" if not bad else "NOT proven at " + ", ".join(bad)
+    print(
+        f"BIND-VLLM-STEPS  {verdict}: every step of vllm/ops.py is matched by 0-2 steps of vllm/copies.py"
+        f" on its projection, any pool, any hashes ({len(sims)} steps)  {time.process_time() - t0:.1f}s CPU",
+        flush=True,
+    )
+    return not bad
 
 
 def _prove_refutes(profile: str, mutant: str) -> str | None:
