@@ -10,20 +10,25 @@ its source slots quarantined)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import pytest
 from hypothesis import Phase, settings
 
+import kvspec.conformance as conformance_pkg
 from kvspec.adapters.declared.adapter import DeclaredImplementation, declared_model
 from kvspec.conformance.block.lockstep import Lockstep
 from kvspec.conformance.block.machine import MachineSetup, machine_class, run_machine
+from kvspec.conformance.block.scenario_runner import run_scenario
 from kvspec.conformance.run.manifest import load_impl
 from kvspec.conformance.run.settings import effort
 from kvspec.conformance.verdicts.failures import ConformanceFailure, DeviationNotFollowed
 from kvspec.spec.config import ManagerConfig, OffloadConfig
 from kvspec.spec.deviations import Deviation, Scope, Site
 from kvspec.spec.rules import RuleId
+from kvspec.spec.scenario import all_scenarios
 from kvspec.spec.wire import Deref, FullBlock, Operation, Plh, StepOutcome, Tick, Use
 
 LEGACY = ManagerConfig(profile="legacy", capacity=4, eviction="lru")
@@ -215,3 +220,42 @@ def test_a_mutant_on_top_of_a_declared_variant_is_still_caught() -> None:
         run_machine(cls, settings=settings(effort("ci"), max_examples=60, phases=[Phase.generate]))
     assert not isinstance(ei.value, DeviationNotFollowed)
     assert ei.value.rule != RuleId.QUARANTINE_RELEASE
+
+
+# ----------------------------------------------------------------- goldens
+
+
+def test_a_golden_the_departure_fails_carries_its_condition() -> None:
+    """offload/at_start_admits_what_g2_has_room_for admits part of a job; the
+    port fails it whole: the failure is named by the follow mode that
+    reproduces the port's run, so the one declaration covers it."""
+    scenario = next(s for _, s in all_scenarios() if s.name == "at_start_admits_what_g2_has_room_for")
+    impl = DeclaredImplementation(declared_model("offload_job_fails_whole", scenario.config))
+    with pytest.raises(ConformanceFailure) as ei:
+        run_scenario(scenario, impl)
+    assert ei.value.rule == RuleId.QUARANTINE_RELEASE
+    assert "offload_job_fails_whole" in ei.value.site.conditions
+    assert FAILS_WHOLE.covers(ei.value.site)
+    other = next(s for p, s in all_scenarios() if s.name == "g2_lru_and_reoffload_of_a_held_block")
+    with pytest.raises(ConformanceFailure) as ei2:
+        run_scenario(
+            other, DeclaredImplementation(declared_model(None, other.config, bug="quarantine_kept_when_in_g2"))
+        )
+    assert ei2.value.rule == RuleId.QUARANTINE_RELEASE
+    assert not FAILS_WHOLE.covers(ei2.value.site)  # same rule, no condition: a bug, not the departure
+
+
+@pytest.mark.parametrize(
+    ("variant", "declared"),
+    [("legacy_source_strict_traffic", "USE-VALIDATE"), ("offload_job_fails_whole", "QUARANTINE-RELEASE")],
+)
+def test_each_declared_variant_passes_the_whole_suite_at_ci(
+    variant: str, declared: str, child_pytest: Callable[..., tuple[int, str]]
+) -> None:
+    suite = str(Path(conformance_pkg.__file__).parent)
+    code, out = child_pytest(
+        suite, f"--impl=adapters/declared/{variant}", "--hypothesis-profile=ci", "-q", "-p", "no:xdist"
+    )
+    assert code == 0, out[-3000:]
+    assert " failed" not in out, out[-3000:]
+    assert re.search(rf"{declared}\s+observed \d+x", out), out[-3000:]

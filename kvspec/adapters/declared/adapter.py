@@ -76,7 +76,8 @@ def open_with_bug(
     config: ManagerConfig, manifest: Manifest, adapter_dir: Path, variant: str | None = None
 ) -> DeclaredImplementation:
     """For a campaign's adapter folder (``benchmarks/declared_variant_kills.py``):
-    the departure named by the manifest's ``description``'s first word, with
-    mutant ``variant`` on top (None: the departure alone)."""
+    the departure named by the manifest's ``description``'s first word
+    (``none``: no departure), with mutant ``variant`` on top (None: the
+    departure alone)."""
     departure = manifest.description.split()[0]
-    return DeclaredImplementation(declared_model(departure, config, bug=variant))
+    return DeclaredImplementation(declared_model(None if departure == "none" else departure, config, bug=variant))

@@ -30,7 +30,11 @@ events, counters, earliest deadline):
   (``offload_job_fails_whole``).
 
 A mode is taken only when it reproduces the implementation exactly: its
-condition is then established, never inferred. Nothing here decides
+condition is then established, never inferred. The goldens
+(``scenario_runner``) ask the same question at a failing step, with the
+implementation's earlier outcomes as the history, so that a golden the
+declared departure makes fail is an expected deviation under its
+condition. Nothing here decides
 whether a deviation covers the step: the lockstep matches the ``Site``
 against the manifest.
 """
@@ -44,8 +48,9 @@ from dataclasses import dataclass
 from kvspec.conformance.block.diff import op_rule
 from kvspec.reference import Model
 from kvspec.reference.labels import StepLabels
+from kvspec.spec.errors import InvalidOperation
 from kvspec.spec.rules import RuleId
-from kvspec.spec.wire import Operation, StepOutcome
+from kvspec.spec.wire import ErrorInfo, Operation, StepOutcome
 
 
 @dataclass(slots=True)
@@ -79,6 +84,34 @@ class Followed:
     rule: RuleId
     condition: str | None
     switch: str | None = None
+
+
+def model_run(model: Model, op: Operation, prefer: set[int], offset: int = 0) -> tuple[StepOutcome, StepLabels | None]:
+    """``model``'s outcome of ``op`` as an implementation reports it (event
+    ids shifted by ``offset``), and the labels of its step (None: refused).
+    The goldens' ``Run``; the lockstep has its own (token ids per manifest)."""
+    try:
+        step = model.apply(op, prefer=prefer)
+    except InvalidOperation as err:
+        refused = StepOutcome.model_construct(
+            result=None,
+            error=ErrorInfo(rule=str(err.rule), message=err.message),
+            counters=model.counters(),
+            events=[],
+            earliest_deadline_ms=model.earliest_deadline(),
+        )
+        return refused, None
+    events = step.events
+    if offset:
+        events = [e.model_copy(update={"event_id": e.event_id + offset}) for e in events]
+    out = StepOutcome.model_construct(
+        result=step.result,
+        error=None,
+        counters=model.counters(),
+        events=events,
+        earliest_deadline_ms=model.earliest_deadline(),
+    )
+    return out, step.labels
 
 
 def follow_modes(model: Model) -> dict[str, tuple[RuleId, str]]:
@@ -187,4 +220,4 @@ def nearest(before: Model, now: Past, actual: StepOutcome, run: Run) -> Followed
     return None
 
 
-__all__ = ["Followed", "Past", "Run", "candidates", "follow_modes", "nearest", "replay", "same_outcome"]
+__all__ = ["Followed", "Past", "Run", "candidates", "follow_modes", "model_run", "nearest", "replay", "same_outcome"]

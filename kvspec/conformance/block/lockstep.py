@@ -158,7 +158,7 @@ class Lockstep:
         self._unclaimed: Followed | None = None
         #: what following needs (only kept when deviations are declared):
         #: the initial model, every step so far, the modes' switches followed
-        self._initial: Model | None = copy.deepcopy(self.model) if self.deviations and not protocol_only else None
+        self._initial: Model | None = copy.deepcopy(self.model) if self.deviations else None
         self._past: list[Past] = []
         self._switches: set[str] = set()
         #: event ids: the implementation's numbering minus the model's (adopted)

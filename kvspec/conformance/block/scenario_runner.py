@@ -14,7 +14,10 @@ choice, as in the lockstep.
 
 from __future__ import annotations
 
+import copy
+
 from kvspec.conformance.block.diff import Divergence, counters_divergence, event_divergence, op_rule, result_divergence
+from kvspec.conformance.block.follow import Past, candidates, model_run
 from kvspec.conformance.block.interface import Implementation
 from kvspec.conformance.run.deviation_scope import site_of
 from kvspec.conformance.verdicts.failures import ConformanceFailure
@@ -94,22 +97,42 @@ def check_step(
 
 
 def run_scenario(scenario: Scenario, impl: Implementation) -> list[StepOutcome]:
-    """Run every step; raise ConformanceFailure at the first divergence."""
+    """Run every step; raise ConformanceFailure at the first divergence.
+    Its site carries the follow mode (``follow``) that reproduces the
+    implementation's run up to there, if one does, so that a declared
+    departure's golden is matched by the condition that declares it."""
     outcomes: list[StepOutcome] = []
     before: Counters | None = None
     model = make_model(scenario.config)
+    initial = copy.deepcopy(model)
+    past: list[Past] = []
     for i, step in enumerate(scenario.steps):
         outcome = impl.step(step.op)
+        saved = copy.deepcopy(model)
+        prefer = _removed_device(outcome)
         d = check_step(scenario, i, outcome, before, model_labels(model, step.op, outcome))
         if d is not None:
             ops = [s.op for s in scenario.steps[: i + 1]]
+            rule, conditions, note = d.rule, set[str](), ""
+            own, _ = model_run(copy.deepcopy(saved), step.op, prefer)
+            now = Past(step.op, prefer, 0, own)
+            for alt in candidates(saved, now, outcome, model_run, initial=initial, past=past):
+                if alt.condition is not None:
+                    rule, conditions = alt.rule, {alt.condition}
+                    note = f"\nthe implementation's run so far is the model's under condition {alt.condition}"
+                    break
             raise ConformanceFailure(
-                d.rule,
+                rule,
                 f"scenario {scenario.name!r} diverged at step {i}"
                 + (f" ({step.note})" if step.note else "")
-                + f"\n{format_ops(ops)}\nfirst divergence: {d.describe()}",
-                site=site_of(d.rule, config=scenario.config, op=step.op),
+                + f"\n{format_ops(ops)}\nfirst divergence: {d.describe()}{note}",
+                site=site_of(rule, config=scenario.config, op=step.op, conditions=conditions),
             )
+        past.append(Past(step.op, prefer, 0, outcome))
         outcomes.append(outcome)
         before = outcome.counters
     return outcomes
+
+
+def _removed_device(outcome: StepOutcome) -> set[int]:
+    return {h for e in outcome.events if e.kind == "removed" and e.storage_tier == "device" for h in e.hashes()}
