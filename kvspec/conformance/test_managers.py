@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from kvspec.conformance.managers.lockstep import (
     AbstractSessionOp,
-    Lockstep,
+    ManagerLockstep,
     concrete_session_op,
     open_manager,
     paged_configs,
@@ -61,7 +61,7 @@ def test_paged_lockstep(
     @given(config=paged_configs(), ops=st.lists(paged_ops(), min_size=1, max_size=kvspec_settings.stateful_step_count))
     def run(config: PagedConfig, ops: list[dict[str, Any]]) -> None:
         with open_manager(kvspec_manifest, kvspec_adapter_dir, config) as impl:
-            ls = Lockstep(impl, config)
+            ls = ManagerLockstep(impl, config)
             for raw in ops:
                 ls.step(PAGED_OP_ADAPTER.validate_python(raw))
 
@@ -83,7 +83,7 @@ def test_session_lockstep(
     )
     def run(config: SessionConfig, ops: list[AbstractSessionOp]) -> None:
         with open_manager(kvspec_manifest, kvspec_adapter_dir, config) as impl:
-            ls = Lockstep(impl, config)
+            ls = ManagerLockstep(impl, config)
             for a in ops:
                 ls.step(concrete_session_op(ls, a))
 

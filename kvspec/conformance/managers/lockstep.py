@@ -2,7 +2,7 @@
 
 ``open_manager`` starts what a manifest describes for one configuration (an
 in-process ``start.managers`` factory, or a child process over protocol
-version 3). ``Lockstep`` sends each operation to the implementation and to
+version 3). ``ManagerLockstep`` sends each operation to the implementation and to
 the model and checks the pair (``manager_check``); ``run_golden`` also holds
 each step to the scenario's hand-written ``expect``.
 
@@ -66,7 +66,7 @@ def open_manager(manifest: Manifest, adapter_dir: Path, config: ManagerConfigKin
 
 
 @dataclass
-class Lockstep:
+class ManagerLockstep:
     """One implementation and its model, driven together."""
 
     impl: ManagerImplementation
@@ -120,7 +120,7 @@ def handle_conditions(model: SessionModel, op: ManagerOp) -> frozenset[str]:
 
 def run_golden(scenario: ManagerScenario, impl: ManagerImplementation) -> None:
     """Every step against its ``expect`` and, in lockstep, against the model."""
-    ls = Lockstep(impl, scenario.config)
+    ls = ManagerLockstep(impl, scenario.config)
     for i, s in enumerate(scenario.steps):
         out = ls.step(s.op)
         try:
@@ -182,7 +182,7 @@ def session_ops() -> st.SearchStrategy[AbstractSessionOp]:
     )
 
 
-def concrete_session_op(ls: Lockstep, a: AbstractSessionOp) -> SessionOp:
+def concrete_session_op(ls: ManagerLockstep, a: AbstractSessionOp) -> SessionOp:
     kind, s, flag, which, tokens = a
     if kind == "admit":
         return SessionAdmit(session=s, warm=flag)
