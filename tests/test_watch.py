@@ -281,6 +281,11 @@ def test_watch_help_documents_every_option() -> None:
         "--json",
         "--metrics-port",
         "--idle-timeout",
+        "--subject",
+        "--queue-group",
+        "--members",
+        "--member",
+        "--reorder-wait",
         "--findings",
         "--stats",
     ]:
@@ -289,7 +294,7 @@ def test_watch_help_documents_every_option() -> None:
 
 def test_not_an_endpoint_is_a_usage_error() -> None:
     r = subprocess.run([sys.executable, "-m", "kvspec.cli", "watch", "localhost:5557"], capture_output=True, text=True)
-    assert r.returncode == 2 and "not a ZMQ endpoint" in r.stderr
+    assert r.returncode == 2 and "is not a ZMQ endpoint (tcp://HOST:PORT) nor NATS" in r.stderr
     assert os.environ.get("KVSPEC_NEVER_SET") is None
 
 

@@ -377,7 +377,11 @@ class RouterView:
         for key, src in self.sources.items():
             if key[0] == worker:
                 self._reset_source(key, src, partial)
-                src.next_id = None
+                if src.seg_start is not None and src.next_id is not None:  # close the id segment
+                    src.new_segment(src.next_id)
+                src.seg_start = None
+                # from its start (a restart seen from sequence 0): the first id; else whatever comes
+                src.next_id = None if partial else self.start_event_id
 
     def _reset_source(self, key: Source, src: _Source, partial: bool) -> None:
         src.partial = partial

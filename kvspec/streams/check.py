@@ -394,6 +394,8 @@ class Checker:
         self.view.mode = "copies" if counting == "copies" else "set"
         if not args.mid_stream and args.first_event_id is None:
             self.view.first_event_id = sem.first_event_id
+        if args.first_event_id is None:
+            self.view.start_event_id = sem.first_event_id
         if args.anchor_tiers is None:
             self.view.anchored_tiers = None if sem.anchor_all_tiers else frozenset(("device",))
         self.settings.update(

@@ -61,6 +61,7 @@ from kvspec.streams.formats import (
 )
 from kvspec.streams.inputs import Input, open_input
 from kvspec.streams.junit import junit_xml, write_junit
+from kvspec.streams.publishers import PublisherTracker
 from kvspec.streams.results import results, write_json
 from kvspec.streams.zmqfeed import ZmqFeed
 
@@ -262,6 +263,7 @@ def _reader(fmt: str, checker: Checker, args: argparse.Namespace, worker_id: int
         return KvspecReader(checker.warn, limit, worker_id=args.worker_id)
     if fmt == "eventplane":
         plane = EventPlaneFeed(checker.view, checker.warn)
+        PublisherTracker.attach(plane)
         checker.feeds.append(plane)
         return CaptureReader(plane, limit)
     feed = ZmqFeed(checker.view, worker_id=worker_id, mid_stream=args.mid_stream, producer=args.producer)

@@ -170,6 +170,9 @@ class AutoFeed(ZmqFeed):
     def _to_event_plane(self) -> None:
         c, args = self.checker, self.args
         self.plane = EventPlaneFeed(c.view, c.warn)
+        from kvspec.streams.publishers import PublisherTracker  # it imports this module
+
+        PublisherTracker.attach(self.plane)
         self.stats = self.plane.stats
         c.fmt = "eventplane"
         if args.producer == "auto":

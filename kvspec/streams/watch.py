@@ -46,8 +46,7 @@ from kvspec.streams.capture import CaptureWriter
 from kvspec.streams.check import Checker, UsageError, add_checker_arguments
 from kvspec.streams.eventplane import AutoFeed
 from kvspec.streams.formats import MAX_RECORD_BYTES
-from kvspec.streams.junit import junit_xml, write_junit
-from kvspec.streams.results import results, write_json
+from kvspec.streams.watch_common import check_common, finish, start_metrics
 from kvspec.streams.zmqfeed import END_SEQ, ZmqFeed
 
 if TYPE_CHECKING:
@@ -58,6 +57,9 @@ exit status: 0 no findings, 1 findings, 2 unreadable messages, nothing received,
 examples:
   kvspec watch tcp://127.0.0.1:5557 --replay tcp://127.0.0.1:5558 --record feed.jsonl --timeout 60
   kvspec watch tcp://127.0.0.1:5557 --metrics-port 9400 --stats
+  kvspec watch nats://127.0.0.1:4222 --subject 'namespace.dynamo.kv-events' --metrics-port 9400
+  kvspec watch nats://127.0.0.1:4222 --subject S --queue-group kvspec --members 2 --member 0 --json w0.json
+  (the other watcher: --member 1 --json w1.json; then one verdict: kvspec gate w0.json w1.json --baseline B.json)
 """
 
 
@@ -67,7 +69,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "endpoint",
         help="the publisher's PUB socket, e.g. tcp://127.0.0.1:5557: a vLLM-style feed (vLLM, SGLang, Dynamo's "
-        "zmq_kv_events_port) or Dynamo's event plane (ZMQ), told apart at the first message",
+        "zmq_kv_events_port) or Dynamo's event plane (ZMQ), told apart at the first message; or a NATS server, "
+        "nats://127.0.0.1:4222, with --subject: Dynamo's event plane over NATS",
     )
     parser.add_argument(
         "--replay",
@@ -98,6 +101,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "dp rank and tier, lag, gaps, restarts, redeliveries, live blocks (0: a free port, printed)",
     )
     parser.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST", help="address to serve metrics on")
+    n = parser.add_argument_group("NATS (nats://HOST:PORT endpoints: Dynamo's event plane)")
+    n.add_argument("--subject", default=None, help="the subject the workers publish their KV events to (required)")
+    n.add_argument(
+        "--queue-group",
+        default=None,
+        metavar="NAME",
+        help="share the subject with other watchers: each message reaches one member of the NATS queue group "
+        "NAME, which hands it on to the member that owns its worker (worker id mod --members), so no worker is "
+        "split across two watchers; each member writes its own --json, merged by kvspec report / kvspec gate",
+    )
+    n.add_argument("--members", type=int, default=1, metavar="N", help="watchers in the queue group (default 1)")
+    n.add_argument("--member", type=int, default=0, metavar="I", help="this watcher's number, 0..N-1 (default 0)")
+    n.add_argument(
+        "--reorder-wait",
+        type=float,
+        default=2.0,
+        metavar="S",
+        help="how long a batch that arrives ahead of its sequence waits for the ones before it before they are "
+        "reported lost (default 2; handing on between members may reorder a publisher's batches, by as much as "
+        "a busy member lags)",
+    )
     parser.add_argument(
         "--max-record-bytes",
         type=int,
@@ -279,122 +303,20 @@ class Watch:
         )
 
 
-def check_common(args: argparse.Namespace) -> None:
-    """The options both transports check; raises UsageError."""
-    if args.max_events is not None and args.max_events <= 0:
-        raise UsageError("--max-events must be positive")
-    if args.max_record_bytes <= 0:
-        raise UsageError("--max-record-bytes must be positive")
-    if args.idle_timeout is not None and args.idle_timeout <= 0:
-        raise UsageError("--idle-timeout must be positive")
-    if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
-        raise UsageError("--metrics-port must be a port number (0: a free one)")
-
-
-def start_metrics(args: argparse.Namespace, checker: Checker) -> Metrics | None:
-    """Serve --metrics-port, wired to the checker's findings and notices."""
-    if args.metrics_port is None:
-        return None
-    try:
-        from kvspec.streams.metrics import Metrics, start
-    except ImportError as e:  # prometheus_client missing
-        raise UsageError(f"--metrics-port needs the prometheus_client package ({e})") from None
-    m = Metrics(checker.view)
-    checker.on_finding = m.finding
-    checker.on_notice = m.notice
-    port = args.metrics_port
-    if port == 0:
-        import socket
-
-        with socket.socket() as sock:
-            sock.bind((args.metrics_host, 0))
-            port = sock.getsockname()[1]
-    try:
-        start(m, port, args.metrics_host)
-    except OSError as e:
-        raise UsageError(f"--metrics-port {port}: cannot serve on it: {e.strerror or e}") from None
-    print(f"watch: metrics on http://{args.metrics_host}:{port}/metrics", file=sys.stderr, flush=True)
-    return m
-
-
-def finish(
-    args: argparse.Namespace,
-    checker: Checker,
-    *,
-    headline: str,
-    counts: dict[str, int],
-    error: str | None,
-    fmt: str,
-    input: dict[str, Any],
-    seconds: float,
-) -> int:
-    """Print the summary, write --json and --junit; returns the exit code."""
-    checker.close()
-    code = 2 if error is not None else (1 if checker.counts else 0)
-    out = sys.stderr if "-" in (args.json, args.findings) else sys.stdout
-    notices = checker.view.notices
-    counts = {
-        **counts,
-        "sources": len(checker.view.sources),
-        "live_blocks": checker.live_blocks(),
-        "restarts": notices["restart"],
-        "redelivered": notices["redelivered"],
-        "unknown_refs": notices["unknown"],
-        "gaps": sum(checker.view.gaps.values()),
-    }
-    print(headline, file=out)
-    if counts["restarts"] or counts["redelivered"] or counts["unknown_refs"]:
-        print(
-            f"resynchronised: {counts['restarts']} restart(s), {counts['redelivered']} redelivered batch(es) or "
-            f"event(s) skipped, {counts['unknown_refs']} reference(s) to blocks stored before the watch joined or a "
-            "gap (unknown, not findings)",
-            file=out,
-        )
-    for rid, n in sorted(checker.counts.items()):
-        print(f"  {rid:<24} {n}", file=out)
-    if args.stats:
-        checker.print_statistics(out)
-    verdict = {0: "no findings", 1: f"{sum(checker.counts.values())} finding(s)", 2: error}[code]
-    print(f"result: {verdict} (exit {code})", file=out)
-    if args.json is not None:
-        doc = results(
-            tool="kvspec watch",
-            exit_code=code,
-            input={**input, "format": fmt, **checker.settings},
-            counts=counts,
-            findings_by_rule=checker.counts,
-            ignored_by_rule=checker.ignored,
-            findings=checker.findings,
-            warnings=checker.warnings,
-            error=error,
-            checked=checker.rules_checked(),
-            ignored=checker.ignore,
-            statistics=checker.statistics(),
-        )
-        write_json(doc, args.json)
-    if args.junit is not None:
-        write_junit(
-            junit_xml(
-                tool="kvspec watch",
-                fmt=fmt,
-                rules=checker.rules_checked(),
-                findings_by_rule=checker.counts,
-                ignored=checker.ignore,
-                findings=checker.findings,
-                error=error,
-                seconds=seconds,
-            ),
-            args.junit,
-        )
-    return code
-
-
 def run(args: argparse.Namespace) -> int:
+    if args.endpoint.startswith("nats://"):
+        from kvspec.streams.natswatch import run as run_nats
+
+        return run_nats(args)
     t0 = time.perf_counter()
     try:
         check_common(args)
         if not args.endpoint.startswith(("tcp://", "ipc://", "inproc://")):
-            raise UsageError(f"endpoint {args.endpoint!r} is not a ZMQ endpoint (tcp://HOST:PORT)")
+            raise UsageError(
+                f"endpoint {args.endpoint!r} is not a ZMQ endpoint (tcp://HOST:PORT) nor NATS (nats://HOST:PORT)"
+            )
+        if args.subject is not None or args.queue_group is not None:
+            raise UsageError("--subject and --queue-group are for nats:// endpoints")
         checker = Checker(args, "live", where=args.endpoint)
         feed = (
             ZmqFeed(checker.view, worker_id=args.worker_id, mid_stream=args.mid_stream, producer=args.producer)

@@ -63,7 +63,13 @@ from pathlib import Path
 from typing import Any
 
 from kvspec.conformance.verdicts.provenance import Difference, describe, differences
-from kvspec.conformance.verdicts.results import DeviationResult, Results, load_results, spec_version_label
+from kvspec.conformance.verdicts.results import (
+    DeviationResult,
+    Results,
+    load_results,
+    merge_stream_results,
+    spec_version_label,
+)
 from kvspec.spec.errors import ConfigError
 
 ENGINE = "engine"
@@ -371,7 +377,13 @@ def verdict(changes: Sequence[Change], base: Results, cur: Results) -> str:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("results", metavar="RESULTS", help="the run's results JSON (--kvspec-results, check-log --json)")
+    p.add_argument(
+        "results",
+        nargs="+",
+        metavar="RESULTS",
+        help="the run's results JSON (--kvspec-results, check-log --json); several stream results (the watchers of "
+        "one queue group) are merged into one verdict first",
+    )
     p.add_argument(
         "--baseline", required=True, metavar="FILE", help="the accepted results JSON, kept in the repository"
     )
@@ -391,15 +403,17 @@ def run(args: argparse.Namespace) -> int:
         print("kvspec gate: --min-coverage must be a fraction between 0 and 1", file=sys.stderr)
         return 2
     try:
-        cur = load_results(args.results)
+        runs = [load_results(f) for f in args.results]
+        cur = merge_stream_results(runs) if len(runs) > 1 else runs[0]
     except ConfigError as e:
         print(f"kvspec gate: {e}", file=sys.stderr)
         return 2
+    source = args.results[0] if len(args.results) == 1 else " + ".join(args.results)
     baseline = Path(args.baseline)
     if not baseline.exists():
         if args.update:
-            _write_baseline(args.results, baseline)
-            print(f"kvspec gate: baseline {baseline} created from {args.results}")
+            _write_baseline(cur, baseline, args.results)
+            print(f"kvspec gate: baseline {baseline} created from {source}")
             return 0
         print(f"kvspec gate: no baseline {baseline}: create it with --update once the run is accepted", file=sys.stderr)
         return 2
@@ -414,8 +428,8 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(render_markdown(rows) if args.markdown else render_text(rows))
         print(("\n" if args.markdown else "") + not_comparable_message(blocking, base, cur))
         if args.update:
-            _write_baseline(args.results, baseline)
-            print(f"kvspec gate: baseline {baseline} updated from {args.results}")
+            _write_baseline(cur, baseline, args.results)
+            print(f"kvspec gate: baseline {baseline} updated from {source}")
             return 0
         return NOT_COMPARABLE
     changes = compare(base, cur, min_coverage=args.min_coverage)
@@ -423,12 +437,16 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(render_markdown(changes) if args.markdown else render_text(changes))
     print(("\n" if args.markdown else "") + verdict(changes, base, cur))
     if args.update:
-        _write_baseline(args.results, baseline)
-        print(f"kvspec gate: baseline {baseline} updated from {args.results}")
+        _write_baseline(cur, baseline, args.results)
+        print(f"kvspec gate: baseline {baseline} updated from {source}")
         return 0
     return 1 if any(c.blocking for c in changes) else 0
 
 
-def _write_baseline(src: str, dest: Path) -> None:
+def _write_baseline(doc: Results, dest: Path, src: list[str]) -> None:
+    """The run as the baseline: the file itself, or the merged verdict of several."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(src, dest)
+    if len(src) == 1:
+        shutil.copyfile(src[0], dest)
+    else:
+        dest.write_text(doc.to_json())

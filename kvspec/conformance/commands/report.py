@@ -43,6 +43,7 @@ from kvspec.conformance.verdicts.results import (
     Results,
     RuleResult,
     load_results,
+    merge_stream_results,
     rule_text,
     spec_version_label,
 )
@@ -270,8 +271,31 @@ def render_html(m: Matrix, title: str = "kvspec conformance matrix") -> str:
 # ------------------------------------------------------------------ command line
 
 
+def merge_fleets(runs: list[Results]) -> list[Results]:
+    """The results of the watchers of one queue group (same endpoint, subject
+    and group) merged into one column, in the place of the first."""
+    groups: dict[tuple[str, str, str], list[int]] = {}
+    for i, r in enumerate(runs):
+        group = r.input.get("queue_group")
+        if r.is_stream and group:
+            groups.setdefault((str(r.input.get("endpoint")), str(r.input.get("subject")), str(group)), []).append(i)
+    out: list[Results] = []
+    for i, r in enumerate(runs):
+        key = next((k for k, idx in groups.items() if i in idx), None)
+        if key is None:
+            out.append(r)
+        elif groups[key][0] == i:
+            out.append(merge_stream_results([runs[j] for j in groups[key]]))
+    return out
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("results", nargs="+", metavar="FILE", help="results JSON files (one column each)")
+    p.add_argument(
+        "results",
+        nargs="+",
+        metavar="FILE",
+        help="results JSON files (one column each; the watchers of one queue group make one column together)",
+    )
     p.add_argument("--markdown", metavar="OUT.md", help="write the matrix as Markdown ('-': stdout)")
     p.add_argument("--html", metavar="OUT.html", help="write the matrix as one self-contained HTML page")
     p.add_argument("--title", default="kvspec conformance matrix", help="the HTML page's title")
@@ -279,7 +303,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        runs = [load_results(f) for f in args.results]
+        runs = merge_fleets([load_results(f) for f in args.results])
     except ConfigError as e:
         print(f"kvspec report: {e}", file=sys.stderr)
         return 2

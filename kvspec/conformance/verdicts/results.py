@@ -48,7 +48,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any, Literal
@@ -374,3 +374,86 @@ def write_results(doc: Results, dest: str | Path) -> None:
     tmp = p.with_name(p.name + ".tmp")
     tmp.write_text(text)
     tmp.replace(p)
+
+
+_STREAM_STATUS: dict[int, Status] = {0: "clean", 1: "findings", 2: "unreadable"}
+#: the checker settings that must agree for results to be merged into one verdict
+SETTINGS = ("producer", "profile", "counting", "first_event_id", "anchored_tiers", "hash_scheme", "format")
+
+
+def merge_stream_results(docs: Sequence[Results]) -> Results:
+    """One verdict from the results files of watchers that shared a fleet
+    (``kvspec watch ... --queue-group``): counts, findings and statistics
+    added up, the rules judged again over all events. Refuses (ConfigError)
+    results that are not stream checks, whose spec or checker settings
+    differ, or where one worker was checked by two watchers (a split worker
+    has no single state: its verdict would be unsound)."""
+    if not docs:
+        raise ConfigError("nothing to merge")
+    if len(docs) == 1:
+        return docs[0]
+    first = docs[0]
+    for d in docs:
+        if not d.is_stream:
+            raise ConfigError(f"only stream results (check-log, watch) merge: {d.label} is a suite run")
+        if d.spec != first.spec:
+            raise ConfigError(f"results of different specs do not merge: {first.spec} and {d.spec}")
+        for k in SETTINGS:
+            if d.input.get(k) != first.input.get(k):
+                raise ConfigError(
+                    f"results checked with different settings do not merge: {k} {first.input.get(k)!r} and "
+                    f"{d.input.get(k)!r}"
+                )
+    counts: dict[str, int] = {}
+    by_rule: dict[str, int] = {}
+    ignored: dict[str, int] = {}
+    workers: dict[tuple[int, int], dict[str, Any]] = {}
+    tiers: dict[str, dict[str, int]] = {}
+    findings: list[dict[str, Any]] = []
+    warnings: list[str] = []
+    errors: list[str] = []
+    checked: set[str] = set()
+    for d in docs:
+        for k, n in d.counts.items():
+            counts[k] = counts.get(k, 0) + int(n)
+        for k, n in d.findings_by_rule.items():
+            by_rule[k] = by_rule.get(k, 0) + int(n)
+        for k, n in d.ignored_by_rule.items():
+            ignored[k] = ignored.get(k, 0) + int(n)
+        for w in d.statistics.get("workers", []):
+            key = (int(w["worker_id"]), int(w["dp_rank"]))
+            if key in workers:
+                raise ConfigError(
+                    f"worker {key[0]} dp {key[1]} was checked by two watchers (split across {d.label} and "
+                    "another): its verdict would be unsound"
+                )
+            workers[key] = w
+        for name, t in d.statistics.get("tiers", {}).items():
+            agg = tiers.setdefault(name, {})
+            for k, n in t.items():
+                agg[k] = agg.get(k, 0) + int(n)
+        findings.extend(d.findings)
+        warnings.extend(d.warnings)
+        if d.error:
+            errors.append(d.error)
+        checked |= {r for r, res in d.rules.items() if res.status in ("pass", "fail")}
+    code = 2 if any(d.exit_code == 2 for d in docs) else (1 if by_rule else 0)
+    sources = [str(d.input.get("endpoint") or d.input.get("path") or "") for d in docs]
+    inp = {**first.input, "merged": sources, "member": None}
+    events = counts.get("events", 0)
+    return first.model_copy(
+        update={
+            "status": _STREAM_STATUS[code],
+            "exit_code": code,
+            "rules": stream_rules(by_rule, ignored, events=events, checked=checked or None) if code != 2 else {},
+            "input": inp,
+            "options": {k: v for k, v in inp.items() if k not in ("path", "endpoint")},
+            "counts": counts,
+            "findings_by_rule": dict(sorted(by_rule.items())),
+            "ignored_by_rule": dict(sorted(ignored.items())),
+            "findings": findings,
+            "warnings": warnings,
+            "error": "; ".join(errors) or None,
+            "statistics": {"workers": [workers[k] for k in sorted(workers)], "tiers": tiers},
+        }
+    )
