@@ -1,6 +1,7 @@
 # The README's two commands. Each creates .venv on first use.
 #   make conformance   the conformance suite on one implementation (IMPL, default: the reference)
 #   make test          the project's tests, then the gates CI holds the project to
+#   make docs          the documentation site (build/site): generated pages, then mkdocs build --strict
 #   make quick         the edit-test loop (under a minute): lint, types and the tests not marked slow
 #                      or engines (tiers: CONTRIBUTING.md; markers in pyproject.toml)
 PY ?= python3
@@ -15,7 +16,7 @@ JOBS ?= auto
 #: (PYTHONDONTWRITEBYTECODE) makes every run and every xdist worker rewrite all of them again
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: conformance test quick setup engines clean matrix bounds
+.PHONY: conformance test quick setup engines clean matrix bounds docs
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	@echo "setting up $(VENV) (first run only, about a minute; log in $(VENV)/install.log)"
@@ -54,6 +55,7 @@ test: setup engines
 	$(BIN)/mypy kvspec tests
 	$(BIN)/pytest -n $(JOBS) tests
 	$(BIN)/kvspec schemas --check
+	$(MAKE) docs
 	$(BIN)/kvspec prove
 	$(BIN)/pytest conformance --impl=adapters/reference_jsonl --hypothesis-profile=$(HYPOTHESIS_PROFILE)
 	$(BIN)/pytest conformance --impl=adapters/c_port --hypothesis-profile=$(HYPOTHESIS_PROFILE)
@@ -72,7 +74,14 @@ test: setup engines
 	$(BIN)/kvspec mutants --impl=adapters/paged_rust
 	$(BIN)/kvspec mutants --impl=adapters/radix_rust
 
-# the README's conformance matrix: the suite on each adapter (pinned seed, ci effort), kvspec report
+# the documentation site: the generated pages (CLI reference, profiles, the tutorial's examples), then
+# mkdocs with warnings as errors (broken links and anchors included; mkdocs.yml, validation); offline
+docs: setup
+	$(BIN)/python scripts/gen_docs.py
+	$(BIN)/mkdocs build --strict --quiet
+
+# the conformance matrix page (docs/results/matrix.md): the suite on each adapter (pinned seed, ci
+# effort), kvspec report
 matrix: setup
 	$(BIN)/python scripts/matrix.py
 

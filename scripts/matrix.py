@@ -1,13 +1,13 @@
-"""Regenerate the README's conformance matrix (``make matrix``).
+"""Regenerate the conformance matrix page, docs/results/matrix.md (``make matrix``).
 
 Runs the conformance suite against each adapter of the matrix with a pinned
 Hypothesis seed and effort (``--kvspec-results``), renders the results with
 ``kvspec report`` into ``.kvspec/matrix/`` (Markdown and HTML) and replaces
-the README's table between the ``<!-- matrix:begin -->`` and
-``<!-- matrix:end -->`` markers. Adapters whose folder does not exist yet
+the page's table between the ``<!-- matrix:begin -->`` and
+``<!-- matrix:end -->`` markers (the documentation site's results page). Adapters whose folder does not exist yet
 (vllm, sglang before they land) are left out, saying so.
 
-    python scripts/matrix.py                      # run the suite, update README.md
+    python scripts/matrix.py                      # run the suite, update docs/results/matrix.md
     python scripts/matrix.py --no-run             # re-render from .kvspec/matrix/*.json
     python scripts/matrix.py --run vllm sglang    # run these, reuse the others' results
     python scripts/matrix.py --run rust_mocker/sglang   # a backend variant (FOLDER/VARIANT)
@@ -94,7 +94,9 @@ def main(argv: list[str] | None = None) -> int:
         metavar="NAME",
         help="run only these adapters; reuse the results already in --out for the others",
     )
-    p.add_argument("--readme", default="README.md", help="the file whose matrix is replaced")
+    p.add_argument(
+        "--page", "--readme", dest="page", default="docs/results/matrix.md", help="the file whose matrix is replaced"
+    )
     args = p.parse_args(argv)
     out = ROOT / args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -116,8 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     (out / "matrix.md").write_text(render_markdown(build_matrix(runs, out)))
     table = render_markdown(build_matrix(runs, ROOT))
     note = f"Effort `{args.effort}`, seed {args.seed}; regenerate with `make matrix`.\n\n"
-    changed = splice(ROOT / args.readme, note + table)
-    print(f"{args.readme}: {'matrix updated' if changed else 'matrix unchanged'}; HTML in {out / 'matrix.html'}")
+    changed = splice(ROOT / args.page, note + table)
+    print(f"{args.page}: {'matrix updated' if changed else 'matrix unchanged'}; HTML in {out / 'matrix.html'}")
     return 0
 
 
