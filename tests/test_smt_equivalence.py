@@ -160,3 +160,21 @@ def test_vllm_step_encoding_simulates_the_operation_encoding(monkeypatch: pytest
     monkeypatch.setattr(copies, "use_new", two_owners)
     bad = {s.transition: s.verdict for s in refinement.prove_simulation() if s.verdict != "proven"}
     assert set(bad) == {"use(new)"} and bad["use(new)"] == "refuted"
+
+
+def test_progress_holds_and_a_refusing_model_violates_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """PROGRESS-NO-DEADLOCK and PROGRESS-USE-FITS hold at depth 2; a model whose Deref is always
+    refused (work held, nothing releases it) violates NO-DEADLOCK."""
+    rep = explore(VllmSubject(), 2)
+    assert rep.progress_checked.keys() == {"PROGRESS-NO-DEADLOCK", "PROGRESS-USE-FITS"}
+    assert not rep.progress_violations
+    from kvspec.reference.vllm_pool import VllmPoolModel
+    from kvspec.spec.errors import InvalidOperation
+    from kvspec.spec.rules import rid
+
+    def refuse(self: VllmPoolModel, op: object) -> None:
+        raise InvalidOperation(rid("DEREF-UNKNOWN"), "seeded: every Deref refused")
+
+    monkeypatch.setattr(VllmPoolModel, "_deref", refuse)
+    rep = explore(VllmSubject(), 1, first=False)
+    assert any(v.startswith("PROGRESS-NO-DEADLOCK") for v in rep.progress_violations)

@@ -76,6 +76,10 @@ class Report:
     complete: bool = True  # False: stopped at max_states or at the first difference
     #: no state one more operation reaches is new: every reachable state of the bound was checked
     closed: bool = True
+    #: progress property id -> states it was checked in (``Subject.progress``, when the subject has one)
+    progress_checked: dict[str, int] = field(default_factory=dict)
+    #: violations of a progress property: "ID: what, after <trace>"
+    progress_violations: list[str] = field(default_factory=list)
     differences: list[Difference] = field(default_factory=list)
 
     @property
@@ -101,9 +105,11 @@ def explore(subject: Subject[M], depth: int, *, max_states: int | None = None, f
         if max_states is not None and rep.states > max_states:
             rep.complete = False
             break
+        seen_here: list[tuple[Any, list[tuple[Hashable, M]]]] = []
         for op in subject.alphabet(m):
             rep.pairs += 1
             outs = subject.model_outcomes(m, op)
+            seen_here.append((op, outs))
             mset = {o for o, _ in outs}
             eset = subject.encoding_outcomes(m, op)
             rep.outcomes += len(mset)
@@ -123,6 +129,13 @@ def explore(subject: Subject[M], depth: int, *, max_states: int | None = None, f
                 if k not in seen:
                     seen.add(k)
                     queue.append((nxt, [*trace, op]))
+        check = getattr(subject, "progress", None)
+        if check is not None:
+            for pid, problem in check(m, seen_here):
+                rep.progress_checked[pid] = rep.progress_checked.get(pid, 0) + 1
+                if problem:
+                    where = " ; ".join(map(short, trace)) or "(nothing)"
+                    rep.progress_violations.append(f"{pid}: {problem}, after {where}")
     rep.seconds = time.process_time() - t0
     rep.closed = rep.closed and rep.complete
     return rep

@@ -148,6 +148,14 @@ def run(args: argparse.Namespace) -> int:
         for d in rep.differences:
             print(d.render())
         bad |= not (rep.equal and rep.complete)
+        if args.mutant is None and args.model_bug is None:
+            for pid, count in sorted(rep.progress_checked.items()):
+                mine = [v for v in rep.progress_violations if v.startswith(pid + ":")]
+                verdict = "holds" if not mine else f"VIOLATED in {len(mine)} state(s)"
+                print(f"{pid:<22} {verdict}: checked {count} time(s) over the reachable states above ({prof})")
+                for v in mine[:3]:
+                    print(f"  {v}")
+                bad |= bool(mine)
         if prof == "vllm" and args.mutant is None:
             bad |= not _bind_vllm_steps()
     return 1 if bad else 0

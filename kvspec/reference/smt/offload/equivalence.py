@@ -102,6 +102,30 @@ class OffloadSubject:
             out.append(Tick(now_ms=max(deadline, n.step.now)))
         return out
 
+    def progress(
+        self, n: ONode, seen: list[tuple[Operation, list[tuple[Hashable, ONode]]]]
+    ) -> list[tuple[str, str | None]]:
+        """PROGRESS-QUARANTINE: while a transfer is pending, a Tick to the earliest deadline
+        completes one (a quarantined slot is released by its deadline). PROGRESS-NO-DEADLOCK:
+        while anything is held or pending, some operation of the alphabet is accepted."""
+        m = n.step.model
+        out: list[tuple[str, str | None]] = []
+        if m.pending:
+            tick = next(((op, outs) for op, outs in seen if isinstance(op, Tick)), None)
+            done = False
+            if tick is not None:
+                for _o, nxt in tick[1]:
+                    after = nxt.step.model
+                    done |= len(after.pending) < len(m.pending) or after.quarantined < m.quarantined
+            out.append(
+                ("PROGRESS-QUARANTINE", None if done else "no Tick to the earliest deadline completes a transfer")
+            )
+        if m.pending or m.blocks or m.partial:
+            here = self.key(n)
+            moved = any(self.key(nxt) != here for _op, outs in seen for _o, nxt in outs)
+            out.append(("PROGRESS-NO-DEADLOCK", None if moved else "no operation changes the state"))
+        return out
+
     def _lockstep(self, n: ONode, op: Operation) -> tuple[list[str], Lockstep]:
         ls = _copy(n)
         if self.mutant is None:

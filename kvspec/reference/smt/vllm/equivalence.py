@@ -37,7 +37,7 @@ from typing import Any
 
 import z3
 
-from kvspec.reference.smt.equivalence import all_values
+from kvspec.reference.smt.equivalence import all_values, short
 from kvspec.reference.smt.unbounded.models import _expand
 from kvspec.reference.smt.vllm import ops
 from kvspec.reference.smt.vllm.agreement import Mirror, _state, snapshot
@@ -148,6 +148,33 @@ class VllmSubject:
                 o = ((value, step.result.status), _pool(m), _counts(router), tuple(sorted(rem)), tuple(sorted(sto)))
                 out.setdefault((*o, par if sto else None), VNode(m, router))
         return list(out.items())
+
+    # --------------------------------------------------------------- progress
+    def progress(
+        self, n: VNode, seen: list[tuple[Operation, list[tuple[Hashable, VNode]]]]
+    ) -> list[tuple[str, str | None]]:
+        """PROGRESS-USE-FITS: a Use whose fresh blocks fit in the free blocks and the unowned
+        copies it need not pin (a hit pins an unowned copy only when its hash has no owned one)
+        has an accepted outcome (some allowed copy choice succeeds; the model's own, the oldest
+        copy, may pin an unowned one and refuse: INVARIANTS.md). PROGRESS-NO-DEADLOCK: while a
+        request holds something, some operation of the alphabet releases it (a Deref is accepted)."""
+        p = n.model
+        out: list[tuple[str, str | None]] = []
+        for op, outs in seen:
+            parts = [b.partial for b in op.blocks if isinstance(b, PartialBlock)] if isinstance(op, Use) else []
+            if not isinstance(op, Use) or any(u in p.held for u in parts):
+                continue
+            fulls = [b.full for b in op.blocks if isinstance(b, FullBlock)]
+            hits = p.prefix_hits(fulls)
+            fresh = len(fulls) - hits + len(parts)
+            forced = sum(1 for h in set(fulls[:hits]) if not any(p.copies[c].owners for c in p.by_hash[h]))
+            if fresh <= p.free + len(p.inactive) - forced:
+                ok = any(o[0][1] == "ok" for o, _ in outs)  # type: ignore[index]
+                out.append(("PROGRESS-USE-FITS", None if ok else f"{short(op)} fits and is refused"))
+        if p.held or any(c.owners for c in p.copies.values()):
+            released = any(isinstance(op, Deref) and outs for op, outs in seen)
+            out.append(("PROGRESS-NO-DEADLOCK", None if released else "something is held and no Deref is accepted"))
+        return out
 
     # --------------------------------------------------------------- encoding
     def encoding_outcomes(self, n: VNode, op: Operation) -> set[Hashable]:
