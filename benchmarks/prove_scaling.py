@@ -23,9 +23,15 @@ CPU time of the process that ran it (user + system, comparable under load;
 wall time beside it). The last line is the CPU time of the unbounded proofs of
 every profile that has them, summed: ``prove_scaling: VALUE s``.
 
+With ``--whole-only``: only ``kvspec prove`` as a user runs it (every
+profile at its default level, every row: proofs, sanity, reachability from
+the initial state, mutants), in one child with its own budget
+(``--whole-budget``, default 600 s CPU); the last line is then its CPU time,
+``prove_scaling: VALUE s``.
+
 Run from the repository root: ``python benchmarks/prove_scaling.py
 [--budget SECONDS] [--slots 8,16,32,48] [--radix-pages 4,5,6]
-[--radix-ops 4/2/2/2/2,5/2/3/2/3]``.
+[--radix-ops 4/2/2/2/2,5/2/3/2/3] | --whole-only [--whole-budget SECONDS]``.
 """
 
 from __future__ import annotations
@@ -110,6 +116,14 @@ print(json.dumps({f"{r.invariant} @ {r.transition}": [r.seconds, r.verdict] for 
 """
 PROFILES = ("kvbm", "legacy", "atomic")
 
+#: ``kvspec prove`` with no option: every profile, every row
+_WHOLE = """
+import json
+from kvspec.reference.smt.cli.prove import main
+code = main([])
+print(json.dumps({"kvspec prove": [0, "proven" if code == 0 else f"exit {code}"]}))
+"""
+
 _VLLM = """
 import json
 from kvspec.reference.smt.vllm.copies import prove_vllm
@@ -190,8 +204,16 @@ def main() -> int:
         default=",".join("/".join(map(str, x)) for x in RADIX_OP_BOUNDS),
         help="radix operation-level bounds, pages/locks/key/batch/node ('' to skip; default %(default)s)",
     )
+    p.add_argument("--whole-only", action="store_true", help="only `kvspec prove` (every profile), one run")
+    p.add_argument("--whole-budget", type=float, default=600.0, help="CPU seconds of that run (default %(default)s)")
     a = p.parse_args()
     b = a.budget
+    if a.whole_only:
+        print(f"load average: {os.getloadavg()[0]:.1f} (1 min), {os.cpu_count()} cores")
+        r = _run(_WHOLE, [], a.whole_budget)
+        _line("every", "kvspec prove (every profile, default levels)", r, a.whole_budget)
+        print(f"prove_scaling: {r.cpu:.1f} s" + ("" if r.data is not None else " (gave up)"))
+        return 1 if r.failed else 0
     print(f"load average: {os.getloadavg()[0]:.1f} (1 min), {os.cpu_count()} cores; budget {b:.0f} s CPU per run")
     print(f"{'profile':<14}{'scope':<46}{'CPU':>9} {'wall':>9}   result")
     failed = False

@@ -55,7 +55,8 @@ def test_block_profile_mutant_is_caught_where_it_breaks(
 ) -> None:
     assert main(["--profile", profile, "--mutant", name]) == 1
     out = capsys.readouterr().out
-    assert "NOT proven" in out
+    # the quantified proof fails: refuted, or z3 gives up on it (the finite counterexample below is the refutation)
+    assert "NOT proven" in out or "unknown (" in out
     assert f"SANITY-{profile.upper()}" in out  # the sanity checks run in --mutant mode too
     assert f"counterexample (finite instance): {where}" in out
 

@@ -89,7 +89,7 @@ def test_a_lone_invariant_can_fail_to_be_inductive() -> None:
 
 
 def test_kvspec_prove_at_the_default_bound(capsys: pytest.CaptureFixture[str]) -> None:
-    assert kvspec_main(["prove"]) == 0
+    assert kvspec_main(["prove", "--profile", "kvbm-offload"]) == 0
     out = capsys.readouterr().out
     assert "8 slots, 12 hashes" in out
     for p in ALL_PROPERTIES:

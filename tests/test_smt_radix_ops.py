@@ -137,7 +137,7 @@ def test_cli_refuses_an_operation_mutant_without_the_radix_profile_or_unbounded(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     assert cli_prove.main(["--mutant", "op-stored-parent-none"]) == 2
-    assert "op-stored-parent-none is a radix mutant (--profile radix)" in capsys.readouterr().err
+    assert "op-stored-parent-none is a mutant of --profile radix" in capsys.readouterr().err
     assert cli_prove.main(["--profile", "vllm", "--mutant", "op-stored-parent-none"]) == 2
     assert "the vllm profile has no mutant 'op-stored-parent-none'" in capsys.readouterr().err
     assert cli_prove.main(["--profile", "radix", "--unbounded", "--mutant", "op-stored-parent-none"]) == 2

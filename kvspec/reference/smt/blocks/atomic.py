@@ -194,7 +194,8 @@ def close(S: BState, i: dict[str, z3.ExprRef], tw: frozenset[str]) -> BStep:
     a = S.a
     done = z3.ForAll([x], z3.And(z3.Not(a["inb"][x]), z3.Not(a["pmiss"][x])))
     T, ob = _emit(S, tw)
-    T = T.but(dev=z3.Lambda([x], z3.And(T.a["dev"][x], z3.Not(a["ev"][x]))), ev=K_FALSE, phase=z3.IntVal(IDLE))
+    gone = z3.BoolVal(False) if "removed-keeps-evicted" in tw else a["ev"][x]
+    T = T.but(dev=z3.Lambda([x], z3.And(T.a["dev"][x], z3.Not(gone))), ev=K_FALSE, phase=z3.IntVal(IDLE))
     step = BStep("use(close)", S, T, [S.v["phase"] == PLACE, done])
     step.obligations = {"INV-ATOMIC-ANCHOR": ob}
     step.stored = [(S.v["gopen"], S.v["anc"])]
@@ -311,6 +312,7 @@ PROFILE = Profile(
         "check-counts-pinned": ("USE-CAPACITY", "the capacity check counts the batch's own pinned hits as evictable"),
         "hit-keeps-group": ("PARENT-ANCHOR", "a reused block does not close the Stored group (kvbm's single Stored)"),
         "deref-partial-keeps-slot": ("DEREF-PARTIAL", "a released partial block's slot is not given back to free"),
+        "removed-keeps-evicted": ("REMOVE-EXACT", "the batch's Removed leaves its evicted blocks in the router's view"),
         "contract-dropped": (
             "ASSUME-PARENT-REGISTERED",
             "a caller may name an unregistered parent (shows the contract is needed for the anchor)",

@@ -231,6 +231,8 @@ class Proof:
     transition: str
     verdict: str  # proven | refuted | unknown
     seconds: float
+    #: z3's reason for an unknown ("timeout", "incomplete quantifiers", ...)
+    reason: str = ""
 
 
 def prove(prof: Profile, tw: frozenset[str] = frozenset(), timeout_ms: int = 120_000) -> list[Proof]:
@@ -255,7 +257,9 @@ def prove(prof: Profile, tw: frozenset[str] = frozenset(), timeout_ms: int = 120
             s = z3.Solver()
             s.set("timeout", timeout_ms)
             s.add(*hyp, z3.Not(_goal(prof, inv_id, step)))
-            out.append(Proof(inv_id, name, _verdict(s.check()), time.perf_counter() - t0))
+            r = s.check()
+            why = s.reason_unknown() if r == z3.unknown else ""
+            out.append(Proof(inv_id, name, _verdict(r), time.perf_counter() - t0, why))
     for name in prof.unreachable:
         t0 = time.perf_counter()
         _step, hyp = base(prof, name, BState.fresh("pre_"), inputs(), tw, "pre_")

@@ -1,48 +1,120 @@
-"""The allocator-level rows of ``kvspec prove``: ``INV-PAGED-REFS`` and ``INV-SESSION-FENCE``.
+"""``kvspec prove --profile paged|session``: ``INV-PAGED-REFS`` and ``INV-SESSION-FENCE``.
 
-Each invariant is proven per transition (``smt/paged.py``, ``smt/session.py``);
-one row per invariant says whether every transition preserves it, and one row
-per deliberately broken transition (the ferrum seed's swap-out and its
-copy in extend; a release that keeps the generation) says whether z3 refuted it,
-as it must: a broken transition that is "proven" means the encoding checks
-nothing.
+Each invariant is proven per transition (``managers/paged.py``,
+``managers/session.py``); one row per invariant says whether every transition
+preserves it. Non-vacuity: REACHABLE (every transition, each of its cases
+and each pair of transitions enabled together happen on a trace from the
+initial state: ``managers/reach.py``), and one row per deliberately broken
+transition (the ferrum seed's swap-out and its copy in extend; a release
+that keeps the generation), which z3 must refute: a broken transition that
+is "proven" means the encoding checks nothing. ``--mutant NAME`` proves the
+profile with that broken transition in place of the correct one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from typing import Any
 
+from kvspec.reference.smt.cli import summary
+from kvspec.reference.smt.managers import paged, session
 from kvspec.reference.smt.managers.paged import PagedBound, prove_paged
 from kvspec.reference.smt.managers.session import prove_session
+from kvspec.reference.smt.reach import System
 
 SESSION_SLOTS = 3
+WIDTHS = [34, 15, 44, 9]
+
+#: mutant name -> (the transition it replaces, the broken one)
+PAGED_MUTANTS: dict[str, tuple[str, paged.Transition]] = {
+    "seed-swap-out": ("swap_out", paged.seed_swap_out),
+    "seed-extend-copy": ("extend", paged.seed_extend_copy),
+}
+SESSION_MUTANTS: dict[str, tuple[str, session.Transition]] = {
+    "release-same-gen": ("release (finalize, reset)", session.release_without_bump),
+}
 
 
-def prove_managers(emit: Callable[[list[str]], None], only: str | None = None) -> list[str]:
-    """Print the rows through ``emit([id, result, bound, time])``; return the
-    problems found. ``only``: "paged" or "session" (``kvspec prove --profile``)."""
-    problems: list[str] = []
-    rows: list[tuple[str, str, list[tuple[str, bool, float, str | None]]]] = []
-    seed: list = []
-    s_broken: list = []
-    if only in (None, "paged"):
-        bound = PagedBound()
-        ok, seed = prove_paged(bound)
-        rows.append(("INV-PAGED-REFS", str(bound), [(p.transition, p.proven, p.seconds, p.counterexample) for p in ok]))
-    if only in (None, "session"):
-        s_ok, s_broken = prove_session(SESSION_SLOTS)
-        rows.append(
-            ("INV-SESSION-FENCE", f"{SESSION_SLOTS} slots", [(p.transition, p.proven, p.seconds, None) for p in s_ok])
+def _verdict(proven: bool, unknown: bool) -> str:
+    return "proven" if proven else ("unknown" if unknown else "counterexample")
+
+
+def _trace(profile: str, system: System[Any], inv: str) -> str:
+    """Whether the broken invariant is broken on a trace from the initial state, or by induction only."""
+    import z3
+
+    from kvspec.reference.smt.reach import violation
+
+    def bad(_t: str, mv: Any) -> z3.BoolRef:
+        post = mv.post
+        return z3.Not(
+            paged.invariant(post, PagedBound()) if profile == "paged" else session.invariant(post, SESSION_SLOTS)
         )
-    for inv, where, proofs in rows:
-        failed = [name for name, proven, _, _ in proofs if not proven]
-        emit([inv, "proven" if not failed else "COUNTEREXAMPLE", where, f"{sum(p[2] for p in proofs):.2f}s"])
-        problems += [f"{inv}: not preserved by {name}" for name in failed]
-    refuted = [(p.transition, p.proven, p.seconds) for p in seed] + [
-        (p.transition, p.proven, p.seconds) for p in s_broken
-    ]
-    for name, proven, secs in refuted:
-        emit([f"  refutes {name}", "refuted" if not proven else "NOT REFUTED", "", f"{secs:.2f}s"])
-        if proven:
-            problems.append(f"the broken transition {name!r} was not refuted: the encoding is vacuous")
-    return problems
+
+    trace, verdict = violation(system, bad)
+    if trace is not None:
+        return f"reachable: from the initial state, {len(trace)} steps break {inv}:\n{trace.render('  ')}"
+    why = "the solver gave up" if verdict == z3.unknown else f"no trace of up to {system.depth} steps breaks it"
+    return f"induction only: from the initial state {why}; the counterexample's pre-state may be unreachable"
+
+
+def run_manager(profile: str, mutant: str | None = None, timeout_s: float | None = None) -> int:
+    """One allocator profile's rows; exit 1 on any failure (with ``mutant``: when it is caught)."""
+    from kvspec.reference.smt.managers.reach import paged_system, session_system
+    from kvspec.reference.smt.reach import cover
+
+    timeout_ms = int(timeout_s * 1000) if timeout_s else None
+    problems: list[str] = []
+    system: System[Any]
+    if profile == "paged":
+        b = PagedBound()
+        table: dict = dict(paged.TRANSITIONS)
+        if mutant:
+            name, broken = PAGED_MUTANTS[mutant]
+            table[name] = broken
+        inv, scope = "INV-PAGED-REFS", str(b)
+        proofs, refuted = prove_paged(b, table, timeout_ms)
+        system = paged_system(b, table)
+        rows = [(p.transition, p.proven, p.unknown, p.seconds) for p in proofs]
+        seeds = [(p.transition, p.proven, p.seconds) for p in refuted]
+    else:
+        stable: dict = dict(session.TRANSITIONS)
+        if mutant:
+            name, sbroken = SESSION_MUTANTS[mutant]
+            stable[name] = sbroken
+        inv, scope = "INV-SESSION-FENCE", f"{SESSION_SLOTS} slots"
+        sproofs, sbroken_proofs = prove_session(SESSION_SLOTS, stable, timeout_ms)
+        system = session_system(SESSION_SLOTS, stable)
+        rows = [(p.transition, p.proven, p.unknown, p.seconds) for p in sproofs]
+        seeds = [(p.transition, p.proven, p.seconds) for p in sbroken_proofs]
+    print(f"kvspec prove --profile {profile}: {inv}, every state of {scope}")
+    if mutant:
+        print(f"MUTANT {mutant}: {name} replaced by a broken variant")
+    print(summary.header(["invariant", "result", "scope", "time"], WIDTHS))
+    print(summary.header(["-" * w for w in WIDTHS], WIDTHS))
+
+    def emit(cols: list[str]) -> None:
+        print(summary.row(cols, WIDTHS), flush=True)
+
+    failed = [n for n, proven, unknown, _ in rows if not proven and not unknown]
+    unknown = [n for n, proven, unk, _ in rows if unk]
+    verdict = "proven" if not failed and not unknown else ("counterexample" if failed else "unknown")
+    emit([inv, verdict, scope, f"{sum(r[3] for r in rows):.2f}s"])
+    problems += [f"{inv}: not preserved by {n}" for n in failed]
+    t0 = time.perf_counter()
+    cov = cover(system)
+    found = cov.problems()
+    emit(["REACHABLE", "ok" if not found else "FAILED", cov.summary(), f"{time.perf_counter() - t0:.2f}s"])
+    problems += found
+    if not mutant:
+        for n, proven, secs in seeds:
+            emit([f"  refutes {n}", "refuted" if not proven else "NOT REFUTED", inv, f"{secs:.2f}s"])
+            if proven:
+                problems.append(f"the broken transition {n!r} was not refuted: the encoding is vacuous")
+    for n in failed:
+        print(f"{inv}: counterexample at {n}")
+    if failed:
+        print(_trace(profile, system, inv))
+    for p in problems:
+        print(f"sanity check failed: {p}")
+    return 1 if problems else 0

@@ -12,35 +12,23 @@ from kvspec.reference.smt.universe import Bound
 
 def add_operation_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("operation level (whole operations of the model)")
-    g.add_argument("--no-operations", action="store_true", help="skip the operation-level proofs")
+    g.add_argument("--no-operations", action="store_true", help="skip the operation-level proofs (kvbm-offload)")
     g.add_argument(
         "--op-slots",
         type=int,
-        default=DEFAULT_OP_BOUND.slots,
-        help="G1 slots of the operation-level universe (default %(default)s)",
+        help=f"G1 slots of the operation-level universe (kvbm-offload; default {DEFAULT_OP_BOUND.slots})",
     )
     g.add_argument(
         "--op-hashes",
         type=int,
-        default=DEFAULT_OP_BOUND.hashes,
-        help="block hashes of the operation-level universe (default %(default)s)",
+        help=f"block hashes of the operation-level universe (kvbm-offload; default {DEFAULT_OP_BOUND.hashes})",
     )
     g.add_argument(
         "--batch",
         type=int,
-        default=DEFAULT_BATCH,
         metavar="N",
-        help="blocks per Use, Deref and SwapIn batch, every shape up to N (default %(default)s)",
+        help=f"blocks per Use, Deref and SwapIn batch, every shape up to N (kvbm-offload; default {DEFAULT_BATCH})",
     )
-
-
-def check_operation_arguments(args: argparse.Namespace) -> str | None:
-    """The error message for bad operation-level options, or None."""
-    if args.op_slots < 1 or args.op_hashes < 1:
-        return "--op-slots and --op-hashes must be at least 1"
-    if args.batch < 1:
-        return "--batch must be at least 1"
-    return None
 
 
 def run_operation_rows(args: argparse.Namespace, emit: Callable[[list[str]], None]) -> list[str]:

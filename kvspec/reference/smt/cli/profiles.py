@@ -11,18 +11,32 @@ from kvspec.reference.smt.blocks.encoding import Profile
 from kvspec.reference.smt.blocks.encoding import prove as prove_blocks
 from kvspec.reference.smt.blocks.encoding import refute as refute_blocks
 from kvspec.reference.smt.blocks.encoding import sanity as sanity_blocks
+from kvspec.reference.smt.cli import summary
 from kvspec.reference.smt.vllm.copies import INVARIANT_ID, MUTANTS, prove_vllm, refute, sanity
 
 WIDTHS = [44, 18, 50, 9]
 
 
 def _row(cols: list[str]) -> str:
-    return "  ".join(c.ljust(w) for c, w in zip(cols, WIDTHS, strict=True)).rstrip()
+    """A table row, its verdict filed in the run's summary (``cli/summary.py``)."""
+    return summary.row(cols, WIDTHS)
 
 
-def _refute_row(profile: str, name: str, rule: str, refute_it: Callable[[], str | None], problems: list[str]) -> None:
+def cover_row(rows: list[str], wheres: list[str]) -> list[str]:
+    """MUTANTS-COVER: each row is the one some refuted mutant breaks (``wheres``:
+    "transition (row)" as ``refute`` gives them)."""
+    hit = {w.rsplit("(", 1)[-1].rstrip(")") for w in wheres}
+    lone = [r for r in rows if r not in hit]
+    scope = "every row broken by a mutant" if not lone else "no mutant breaks " + ", ".join(lone)
+    print(_row(["MUTANTS-COVER", "ok" if not lone else "FAILED", scope, ""]))
+    return [f"{r}: no seeded bug (mutant) breaks it, so nothing shows the row can fail" for r in lone]
+
+
+def _refute_row(
+    profile: str, name: str, rule: str, refute_it: Callable[[], str | None], problems: list[str]
+) -> str | None:
     """Refute one mutant (``refute_it`` gives where its counterexample is, or
-    None), print its row and file a problem if it was not refuted."""
+    None), print its row and file a problem if it was not refuted; return where."""
     t1 = time.perf_counter()
     where = refute_it()
     verdict = "refuted" if where else "NOT REFUTED"
@@ -30,50 +44,59 @@ def _refute_row(profile: str, name: str, rule: str, refute_it: Callable[[], str 
     print(_row([f"  refutes {name}", verdict, scope, f"{time.perf_counter() - t1:.2f}s"]))
     if where is None:
         problems.append(f"the {profile} mutant {name} was not refuted")
+    return where
 
 
-def run_vllm(mutant: str | None = None) -> int:
+def run_vllm(mutant: str | None = None, timeout_s: float | None = None) -> int:
     """INV-VLLM-COPIES for any pool size and hashes, its sanity check, and one
     refuted mutant per copy rule; then the operation level. Exit 1 on any
     failure. With ``mutant``: the proofs of that broken variant."""
+    timeout_ms = int(timeout_s * 1000) if timeout_s else 60_000
+    summary.set_timeout(timeout_ms / 1000)
     if mutant is not None:
-        return _vllm_mutant(mutant)
+        return _vllm_mutant(mutant, timeout_ms)
     print("kvspec prove --profile vllm: copy counting, any pool size, any number of block hashes")
     print(_row(["invariant", "result", "scope", "time"]))
     print(_row(["-" * w for w in WIDTHS]))
     problems: list[str] = []
     t0 = time.perf_counter()
-    proofs = prove_vllm()
+    proofs = prove_vllm(timeout_ms=timeout_ms)
     bad = [p.transition for p in proofs if p.verdict != "proven"]
-    verdict = "unbounded proven" if not bad else "NOT proven"
+    verdict = "unbounded proven" if not bad else _not_proven([p.verdict for p in proofs])
     print(_row([INVARIANT_ID, verdict, "any blocks, any hashes", f"{time.perf_counter() - t0:.2f}s"]))
     problems += [f"INV-VLLM-COPIES not proven at {t}" for t in bad]
     t1 = time.perf_counter()
     found = sanity()
     problems += found
     print(_row(["SANITY-VLLM", "ok" if not found else "FAILED", "finite models", f"{time.perf_counter() - t1:.2f}s"]))
-    for name, rule in MUTANTS.items():
-        _refute_row("vllm", name, rule, partial(refute, name), problems)
-    problems += _vllm_ops()
+    wheres = [_refute_row("vllm", name, rule, partial(refute, name), problems) for name, rule in MUTANTS.items()]
+    problems += cover_row([INVARIANT_ID], [f"{w} ({INVARIANT_ID})" for w in wheres if w])
+    problems += _vllm_ops(timeout_ms)
     for p in problems:
         print(f"sanity check failed: {p}")
     return 1 if problems else 0
 
 
-def _vllm_ops() -> list[str]:
+def _not_proven(verdicts: list[str]) -> str:
+    """A row that is not proven: refuted somewhere, or only unknown (the solver gave up)."""
+    return "unknown" if all(v in ("proven", "unknown") for v in verdicts) else "NOT proven"
+
+
+def _vllm_ops(timeout_ms: int = 60_000) -> list[str]:
     """The operation-level rows (``profile_vllm_ops``): a Use as begin / hits /
     check / one step per fresh block / close, so batches of every length."""
     from kvspec.reference.smt.vllm import ops as ops
 
     print("operation level: a whole Use (any length) with its Removed and its Stored's parent; Deref, Promote, Reset")
     problems: list[str] = []
-    proofs = ops.prove_ops()
+    proofs = ops.prove_ops(timeout_ms=timeout_ms)
     for prop in dict.fromkeys(p.prop for p in proofs):
         mine = [p for p in proofs if p.prop == prop]
         bad = [p.transition for p in mine if p.verdict != "proven"]
         scope = "any state of the invariants" if "never" in prop else f"initial + {len(mine) - 1} steps"
         secs = f"{sum(p.seconds for p in mine):.2f}s"
-        print(_row([f"operation: {prop}", "unbounded proven" if not bad else "NOT proven", scope, secs]))
+        verdict = "unbounded proven" if not bad else _not_proven([p.verdict for p in mine])
+        print(_row([f"operation: {prop}", verdict, scope, secs]))
         problems += [f"{prop} not proven at operation step {t}" for t in bad]
     t1 = time.perf_counter()
     found = ops.sanity()
@@ -81,12 +104,41 @@ def _vllm_ops() -> list[str]:
     print(
         _row(["SANITY-VLLM-OPS", "ok" if not found else "FAILED", "finite models", f"{time.perf_counter() - t1:.2f}s"])
     )
-    for name, (rule, _what) in ops.MUTANTS.items():
+    op_wheres = [
         _refute_row("vllm", f"op:{name}", rule, partial(ops.refute, name), problems)
+        for name, (rule, _what) in ops.MUTANTS.items()
+    ]
+    rows = [str(r) for r in ops.invariants(ops.OState.fresh("cover_"))]
+    wheres = [w for w in op_wheres if w]
+    # ``refute`` names the first row a mutant breaks; a row it leaves unnamed is checked
+    # against the mutants that declare it (a finite counterexample to that row itself)
+    named = {w.rsplit("(", 1)[-1].rstrip(")") for w in wheres}
+    for name, (rule, _what) in ops.MUTANTS.items():
+        if str(rule) in rows and str(rule) not in named and _vllm_breaks(name, str(rule)):
+            wheres.append(f"{name} ({rule})")
+    problems += cover_row(rows, wheres)
     return problems
 
 
-def _vllm_mutant(mutant: str) -> int:
+def _vllm_breaks(mutant: str, prop: str) -> bool:
+    """The operation-level mutant breaks ``prop`` at some step, in a finite pool."""
+    import z3
+
+    from kvspec.reference.smt.vllm import ops
+
+    tw = frozenset({mutant})
+    for t in ops.TRANSITIONS:
+
+        def build(S: ops.OState, t: str = t) -> list[z3.BoolRef]:
+            step, hyp = ops.base(t, S, ops.inputs(), tw, "fi_")
+            return [*hyp, z3.Not(ops.goal(prop, step))]
+
+        if ops.finite_check(build) == z3.sat:
+            return True
+    return False
+
+
+def _vllm_mutant(mutant: str, timeout_ms: int = 60_000) -> int:
     """The vllm proofs (step and operation level, whichever has ``mutant``)
     and the operation-level sanity check with the mutant in force; exit 1
     when it is caught (a proof fails, a sanity check fails or a finite
@@ -100,14 +152,14 @@ def _vllm_mutant(mutant: str) -> int:
     tw = frozenset({mutant})
     caught = False
     if mutant in MUTANTS:
-        bad = [p.transition for p in prove_vllm(tw) if p.verdict != "proven"]
+        bad = [p.transition for p in prove_vllm(tw, timeout_ms) if p.verdict != "proven"]
         print(f"MUTANT {mutant} (step level, breaks {MUTANTS[mutant]})")
         print(f"step level: INV-VLLM-COPIES {'NOT proven at ' + ', '.join(bad) if bad else 'proven'}")
         caught |= bool(bad)
     if mutant in ops.MUTANTS:
         rule, what = ops.MUTANTS[mutant]
         print(f"MUTANT {mutant} (operation level): {what} (breaks {rule})")
-        bad = [f"{p.prop} at {p.transition}" for p in ops.prove_ops(tw) if p.verdict != "proven"]
+        bad = [f"{p.prop} at {p.transition}" for p in ops.prove_ops(tw, timeout_ms) if p.verdict != "proven"]
         print(f"operation level: {'NOT proven: ' + '; '.join(bad) if bad else 'every property proven'}")
         found = ops.sanity(tw)  # the sanity checks run on the mutant too: a narrowed guard shows here
         for p in found:
@@ -139,12 +191,14 @@ def block_mutants() -> dict[str, list[str]]:
     return out
 
 
-def run_blocks(profile: str, mutant: str | None = None) -> int:
+def run_blocks(profile: str, mutant: str | None = None, timeout_s: float | None = None) -> int:
     """One block-level profile: each invariant 1-inductive for any capacity and
     any hashes (steps of a batch of any length), the sanity check on finite
     models, and each of its mutants refuted; with ``mutant``, the proofs of
     that broken variant (exit 1 when it is caught, as for kvbm-offload)."""
     prof = _blocks(profile)
+    timeout_ms = int(timeout_s * 1000) if timeout_s else 120_000
+    summary.set_timeout(timeout_ms / 1000)
     if mutant is not None and mutant not in prof.mutants:
         print(
             f"kvspec prove: the {profile} profile has no mutant {mutant!r}; its mutants: {', '.join(prof.mutants)}",
@@ -163,7 +217,7 @@ def run_blocks(profile: str, mutant: str | None = None) -> int:
     print(_row(["-" * w for w in WIDTHS]))
     problems: list[str] = []
     t0 = time.perf_counter()
-    proofs = prove_blocks(prof, tw)
+    proofs = prove_blocks(prof, tw, timeout_ms)
     for inv in [*prof.invariants, *(f"never: {n}" for n in prof.unreachable)]:
         mine = [p for p in proofs if p.invariant == inv]
         bad = [p.transition for p in mine if p.verdict != "proven"]
@@ -173,7 +227,12 @@ def run_blocks(profile: str, mutant: str | None = None) -> int:
             scope = "any state of the invariants"
         else:
             label, scope = inv, f"initial + {len(mine) - 1} transitions"
-        print(_row([label, "unbounded proven" if not bad else "NOT proven", scope, f"{secs:.2f}s"]))
+        verdict = "unbounded proven" if not bad else _not_proven([p.verdict for p in mine])
+        if verdict == "unknown":
+            why = {p.reason for p in mine if p.verdict == "unknown"}
+            timed_out = bool(why & {"timeout", "canceled"})
+            verdict = summary.unknown_text(None if timed_out else "z3: " + ", ".join(sorted(why)), timeout_ms / 1000)
+        print(_row([label, verdict, scope, f"{secs:.2f}s"]))
         problems += [f"{inv} not proven at {t}" for t in bad]
     t1 = time.perf_counter()
     found = sanity_blocks(prof, tw)
@@ -195,8 +254,11 @@ def run_blocks(profile: str, mutant: str | None = None) -> int:
         print(f"counterexample (finite instance): {where}" if where else "no finite counterexample found")
         print(f"total {time.perf_counter() - t0:.2f}s")
         return 1 if problems or where else 0
-    for name, (rule, _what) in prof.mutants.items():
+    wheres = [
         _refute_row(profile, name, rule, partial(refute_blocks, prof, name), problems)
+        for name, (rule, _what) in prof.mutants.items()
+    ]
+    problems += cover_row(list(prof.invariants), [w for w in wheres if w])
     print(f"total {time.perf_counter() - t0:.2f}s")
     for p in problems:
         print(f"sanity check failed: {p}")

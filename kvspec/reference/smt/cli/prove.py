@@ -1,249 +1,222 @@
-"""``kvspec prove``: prove every lifecycle invariant with z3 and print a table.
+"""``kvspec prove``: prove every profile's invariants with z3 and print one table per profile.
 
-Exit status 0 when every invariant and lemma is proven (and the sanity checks
-pass), 1 on any counterexample or unknown result, 2 on bad arguments.
-``--mutant NAME`` runs the same proofs on a broken variant of the rules, to
-see the counterexample the prover finds.
+Without ``--profile``, every profile at its default level; an option that
+only one profile reads (``--slots``, ``--mutant`` of kvbm-offload, ...)
+chooses that profile (kvbm-offload) as before. An option the chosen profile
+does not read is a usage error naming the profiles it applies to
+(``cli/flags.py``). Every row goes through ``cli/summary.py``: one summary
+line per profile, one exit status (``summary.EXIT_CODES_HELP``).
+``--mutant NAME`` runs a profile's proofs on a broken variant of its rules,
+to see the counterexample the prover finds.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-import time
 from collections.abc import Callable
 
-from kvspec.reference.smt.cli.operations import add_operation_arguments, check_operation_arguments, run_operation_rows
-from kvspec.reference.smt.cli.profiles import BLOCK_PROFILES, block_mutants
-from kvspec.reference.smt.offload.invariants import ALL_PROPERTIES, INVARIANTS, by_id
-from kvspec.reference.smt.offload.mutants import MUTANTS, mutant
-from kvspec.reference.smt.offload.narrowing import check_cases
-from kvspec.reference.smt.prover import (
-    Result,
-    check_enabled,
-    check_rules_reachable,
-    contract_free,
-    default_applier,
-    prove,
-)
-from kvspec.reference.smt.radix.ops import OP_MUTANTS as RADIX_OP_MUTANTS
-from kvspec.reference.smt.radix.steps import MUTANTS as RADIX_STEP_MUTANTS
-from kvspec.reference.smt.universe import DEFAULT_BOUND, Bound
-from kvspec.reference.smt.vllm.copies import MUTANTS as VLLM_MUTANTS
-from kvspec.reference.smt.vllm.ops import MUTANTS as VLLM_OP_MUTANTS
+from kvspec.reference.smt.cli import summary
+from kvspec.reference.smt.cli.flags import PROFILES, misapplied, profile_specific
 
-#: the radix profile's mutants: step level (profile_radix) and operation level (profile_radix_ops)
-RADIX_MUTANTS = {**dict.fromkeys(RADIX_STEP_MUTANTS), **dict.fromkeys(RADIX_OP_MUTANTS)}
+__all__ = ["NOT_ENCODED", "PROFILES", "add_arguments", "main", "mutants_by_profile", "run"]
+
+#: kept for callers of the old name: every profile has an encoding
+NOT_ENCODED: tuple[str, ...] = ()
+
+
+def mutants_by_profile() -> dict[str, list[str]]:
+    """Each profile's ``--mutant`` choices."""
+    from kvspec.reference.smt.blocks.encoding import Profile
+    from kvspec.reference.smt.cli.managers import PAGED_MUTANTS, SESSION_MUTANTS
+    from kvspec.reference.smt.cli.profiles import _blocks
+    from kvspec.reference.smt.cli.radix import ALL_MUTANTS as RADIX_MUTANTS
+    from kvspec.reference.smt.offload.mutants import MUTANTS
+    from kvspec.reference.smt.vllm.copies import MUTANTS as VLLM_MUTANTS
+    from kvspec.reference.smt.vllm.ops import MUTANTS as VLLM_OP_MUTANTS
+
+    blocks: dict[str, Profile] = {p: _blocks(p) for p in ("kvbm", "legacy", "atomic")}
+    return {
+        "kvbm-offload": [m.name for m in MUTANTS],
+        "paged": list(PAGED_MUTANTS),
+        "session": list(SESSION_MUTANTS),
+        "vllm": list(dict.fromkeys([*VLLM_MUTANTS, *VLLM_OP_MUTANTS])),
+        **{p: list(prof.mutants) for p, prof in blocks.items()},
+        "radix": list(RADIX_MUTANTS),
+    }
+
+
+def _epilog() -> str:
+    lines = ["mutants (--mutant NAME, with --profile P; kvbm-offload's without --profile):"]
+    for p, names in mutants_by_profile().items():
+        lines.append(f"  {p}: {', '.join(names)}")
+    lines.append("")
+    lines.append(summary.EXIT_CODES_HELP)
+    return "\n".join(lines)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from kvspec.reference.smt.cli.operations import add_operation_arguments
+    from kvspec.reference.smt.universe import DEFAULT_BOUND
+
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = _epilog()
     p.add_argument(
-        "--slots", type=int, default=DEFAULT_BOUND.slots, help="G1 slots in the universe (default %(default)s)"
+        "--profile",
+        choices=PROFILES,
+        help="prove one profile only (default: every profile, each at its default level)",
     )
+    p.add_argument("--slots", type=int, help=f"G1 slots in the universe (kvbm-offload; default {DEFAULT_BOUND.slots})")
     p.add_argument(
-        "--hashes", type=int, default=DEFAULT_BOUND.hashes, help="block hashes in the universe (default %(default)s)"
+        "--hashes", type=int, help=f"block hashes in the universe (kvbm-offload; default {DEFAULT_BOUND.hashes})"
     )
     p.add_argument(
         "--invariant",
         action="append",
         metavar="ID",
-        help="prove only this invariant or lemma (repeatable; default: all)",
+        help="prove only this invariant or lemma (kvbm-offload; repeatable; default: all)",
     )
-    p.add_argument("--no-lemmas", action="store_true", help="leave the LEMMA-* rows out of the table (still assumed)")
+    p.add_argument(
+        "--no-lemmas", action="store_true", help="leave the LEMMA-* rows out of the table (still assumed; kvbm-offload)"
+    )
     p.add_argument(
         "--no-sanity",
         action="store_true",
-        help="skip the checks that every valid operation has a successor and every rule fires",
+        help="skip the sanity, reachability and mutant rows (kvbm-offload)",
     )
-    p.add_argument("--no-symmetry", action="store_true", help="do not fix the chosen slots by symmetry (slower)")
+    p.add_argument("--no-symmetry", action="store_true", help="do not fix the chosen slots by symmetry (kvbm-offload)")
     p.add_argument(
         "--contracts",
         action="store_true",
-        help="also find which invariants need the caller contracts (ASSUME-*): prove them again without",
+        help="also find which invariants need the caller contracts (ASSUME-*): prove them again without (kvbm-offload)",
     )
+    names = sorted({n for ns in mutants_by_profile().values() for n in ns})
     p.add_argument(
         "--mutant",
-        choices=[m.name for m in MUTANTS]
-        + sorted(set(block_mutants()) - {m.name for m in MUTANTS})
-        + sorted(RADIX_MUTANTS)
-        + sorted((set(VLLM_MUTANTS) | set(VLLM_OP_MUTANTS)) - set(block_mutants()) - set(RADIX_MUTANTS)),
-        help="prove against a broken variant of the rules (expect a counterexample); with --profile"
-        " kvbm, legacy, atomic, radix or vllm, one of that profile's mutants",
-    )
-    p.add_argument(
-        "--profile",
-        choices=PROFILES,
-        help="prove one profile's invariants only (default: kvbm-offload, paged and session)",
+        choices=names,
+        metavar="NAME",
+        help="prove against a broken variant of the rules (expect a counterexample); the choices per profile are"
+        " listed below",
     )
     p.add_argument(
         "--unbounded",
         action="store_true",
-        help="prove the invariants for any number of slots and hashes (quantified, smt/unbounded.py)",
+        help="prove for any size (kvbm-offload: any number of slots and hashes; radix: any number of pages)",
     )
-    p.add_argument("--timeout", type=float, default=None, metavar="SECONDS", help="per solver call (default: none)")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="per solver call of the proof rows (every profile; default: the profile's own)",
+    )
     add_operation_arguments(p)
 
 
-def _pad(cols: list[str], free: set[str] | None) -> list[str]:
-    return [*cols[:3], "", *cols[3:]] if free is not None else cols
+def _usage(msg: str) -> int:
+    print(f"kvspec prove: {msg}", file=sys.stderr)
+    return summary.EXIT_USAGE
 
 
-#: the profiles with an encoding: kvbm with an offload tier (the INV-* rows),
-#: the allocator-level profiles (smt/paged.py, smt/session.py), vllm copy counting (smt/profile_vllm.py)
-#: the block-level profiles without offload (smt/profile_kvbm.py, profile_legacy.py, profile_atomic.py)
-#: and the radix tree (smt/profile_radix.py)
-PROFILES = ("kvbm-offload", "paged", "session", "vllm", "kvbm", "legacy", "atomic", "radix")
-NOT_ENCODED: tuple[str, ...] = ()
+def _choose(args: argparse.Namespace) -> tuple[list[str], str | None]:
+    """(the profiles to run, a usage error or None)."""
+    mutants = mutants_by_profile()
+    profile = args.profile
+    if profile is None and (profile_specific(args) or args.mutant):
+        if args.mutant and args.mutant not in mutants["kvbm-offload"]:
+            owners = [p for p, ns in mutants.items() if args.mutant in ns]
+            return [], f"{args.mutant} is a mutant of --profile {'/'.join(owners)}"
+        profile = "kvbm-offload"
+    if profile is None:
+        return list(PROFILES), None
+    bad = misapplied(args, profile)
+    if bad:
+        return [], bad
+    if args.mutant and args.mutant not in mutants[profile]:
+        return [], f"the {profile} profile has no mutant {args.mutant!r}; its mutants: {', '.join(mutants[profile])}"
+    if profile == "kvbm-offload" and args.unbounded and args.mutant:
+        from kvspec.reference.smt.offload.mutants import BOUNDED_ONLY
+
+        if args.mutant in BOUNDED_ONLY:
+            return [], f"{args.mutant} is a mutant of the bounded encoding only (drop --unbounded)"
+    return [profile], None
 
 
-def _row(cols: list[str], widths: list[int]) -> str:
-    return "  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True)).rstrip()
+def _check_values(args: argparse.Namespace) -> str | None:
+    for opt in ("slots", "hashes", "op_slots", "op_hashes", "batch"):
+        v = getattr(args, opt, None)
+        if v is not None and v < 1:
+            return f"--{opt.replace('_', '-')} must be at least 1"
+    if args.timeout is not None and args.timeout <= 0:
+        return "--timeout must be positive"
+    return None
 
 
-def run(args: argparse.Namespace) -> int:
-    if args.slots < 1 or args.hashes < 1:
-        print("kvspec prove: --slots and --hashes must be at least 1", file=sys.stderr)
-        return 2
-    bad_op_args = check_operation_arguments(args)
-    if bad_op_args:
-        print(f"kvspec prove: {bad_op_args}", file=sys.stderr)
-        return 2
-    profile = getattr(args, "profile", None)
-    if profile in NOT_ENCODED:
-        print(
-            f"kvspec prove: the {profile} profile has no z3 encoding yet (issue 13);"
-            " encoded: kvbm-offload, paged, session, vllm",
-            file=sys.stderr,
-        )
-        return 2
+def _runner(profile: str) -> Callable[[argparse.Namespace], int]:
+    if profile == "kvbm-offload":
+        from kvspec.reference.smt.cli.offload import run_offload
+
+        return run_offload
+    if profile in ("paged", "session"):
+        from kvspec.reference.smt.cli.managers import run_manager
+
+        return lambda a: run_manager(profile, a.mutant, a.timeout)
     if profile == "vllm":
         from kvspec.reference.smt.cli.profiles import run_vllm
 
-        return run_vllm(args.mutant)
-    if profile == "radix" or args.mutant in RADIX_MUTANTS:
-        if args.mutant and (profile != "radix" or args.mutant not in RADIX_MUTANTS):
-            which = (
-                "is not a mutant of the radix profile" if profile == "radix" else "is a radix mutant (--profile radix)"
-            )
-            print(f"kvspec prove: {args.mutant} {which}", file=sys.stderr)
-            return 2
+        return lambda a: run_vllm(a.mutant, a.timeout)
+    if profile == "radix":
         from kvspec.reference.smt.cli.radix import run_radix
 
-        return run_radix(args.mutant, unbounded=getattr(args, "unbounded", False), timeout_s=args.timeout)
-    if profile in BLOCK_PROFILES:
-        from kvspec.reference.smt.cli.profiles import run_blocks
+        return lambda a: run_radix(a.mutant, unbounded=a.unbounded, timeout_s=a.timeout)
+    from kvspec.reference.smt.cli.profiles import run_blocks
 
-        return run_blocks(profile, args.mutant)
-    if args.mutant and args.mutant not in {m.name for m in MUTANTS} and args.mutant not in block_mutants():
-        print(f"kvspec prove: {args.mutant} is a mutant of --profile vllm", file=sys.stderr)
-        return 2
-    if args.mutant and args.mutant not in {m.name for m in MUTANTS}:
+    return lambda a: run_blocks(profile, a.mutant, a.timeout)
+
+
+def run(args: argparse.Namespace) -> int:
+    bad = _check_values(args)
+    if bad:
+        return _usage(bad)
+    profiles, bad = _choose(args)
+    if bad:
+        return _usage(bad)
+    if args.invariant:
+        from kvspec.reference.smt.offload.invariants import by_id
+        from kvspec.reference.smt.unbounded.encoding import by_id as u_by_id
+
+        try:
+            for i in args.invariant:
+                (u_by_id if args.unbounded else by_id)(i)
+        except KeyError as e:
+            return _usage(str(e.args[0]))
+    if len(profiles) > 1:
+        print(f"kvspec prove: every profile at its default level ({', '.join(profiles)})")
         print(
-            f"kvspec prove: {args.mutant} is a mutant of --profile {'/'.join(block_mutants()[args.mutant])}",
-            file=sys.stderr,
+            "skipped: the --unbounded levels of kvbm-offload and radix (the same rows for any size; run"
+            " `kvspec prove --unbounded` and `kvspec prove --profile radix --unbounded`)"
         )
-        return 2
-    if profile in ("paged", "session"):
-        from kvspec.reference.smt.cli.managers import prove_managers
-
-        widths = [26, 15, 22, 9]
-        print(f"kvspec prove --profile {profile}")
-        found = prove_managers(lambda cols: print(_row(cols, widths), flush=True), only=profile)
-        for line in found:
-            print(f"sanity check failed: {line}")
-        return 1 if found else 0
-    if getattr(args, "unbounded", False):
-        from kvspec.reference.smt.cli.unbounded import run_unbounded
-
-        return run_unbounded(args)
-    bound = Bound(args.slots, args.hashes)
-    try:
-        props = [by_id(i) for i in args.invariant] if args.invariant else list(ALL_PROPERTIES)
-    except KeyError as e:
-        print(f"kvspec prove: {e.args[0]}", file=sys.stderr)
-        return 2
-    if args.no_lemmas and not args.invariant:
-        props = list(INVARIANTS)
-    applier = default_applier
-    title = f"kvspec prove: kvbm profile with an offload tier, every state of {bound} (G2 capacity: any)"
+    summary.reset()
+    codes: list[int] = []
+    for p in profiles:
+        if len(profiles) > 1:
+            print()
+        summary.start(p, args.timeout)
+        codes.append(_runner(p)(args))
+    if summary.EXIT_USAGE in codes:  # a runner found the options do not fit (it said why)
+        return summary.EXIT_USAGE
+    print()
+    for t in summary.tallies():
+        print(t.line())
     if args.mutant:
-        m = mutant(args.mutant)
-        applier = m.applier
-        title += f"\nMUTANT {m.name}: {m.description} (breaks {m.rule})"
-    print(title)
-    t0 = time.perf_counter()
-    free: set[str] | None = None
-    if args.contracts and not args.mutant:
-        free = contract_free(bound)
-    widths = [26, 15, 22, 16, 9] if free is not None else [26, 15, 22, 9]
-    head = ["invariant", "result", "bound", "needs contracts", "time"]
-    if free is None:
-        head.remove("needs contracts")
-    print(_row(head, widths))
-    print(_row(["-" * w for w in widths], widths))
-
-    def show(r: Result) -> None:
-        cols = [str(r.property_id), r.verdict, str(bound), f"{r.seconds:.2f}s"]
-        if free is not None:
-            cols.insert(3, "no" if str(r.property_id) in free else "yes (ASSUME-*)")
-        print(_row(cols, widths), flush=True)
-
-    results = prove(
-        bound,
-        props=props,
-        applier=applier,
-        symmetry=not args.no_symmetry,
-        timeout_ms=int(args.timeout * 1000) if args.timeout else None,
-        on_result=show,
-    )
-    problems: list[str] = []
-    if not args.no_sanity:
-        # also under a mutant: a broken rule must not hide behind a narrowed case
-        checks: list[tuple[str, Callable[[], list[str]]]] = [
-            ("SANITY-ENABLED", lambda: check_enabled(bound, applier=applier)),
-            ("SANITY-RULES-FIRE", lambda: check_rules_reachable(bound, applier=applier)),
-            ("SANITY-CASES", lambda: check_cases(bound, applier=applier)),
-        ]
-        for name, check in checks:
-            t1 = time.perf_counter()
-            found = check()
-            problems += found
-            cols = [name, "ok" if not found else "FAILED", str(bound), f"{time.perf_counter() - t1:.2f}s"]
-            if free is not None:
-                cols.insert(3, "")
-            print(_row(cols, widths))
-    if not args.mutant and not args.invariant and not args.no_operations:
-        problems += run_operation_rows(args, lambda cols: print(_row(_pad(cols, free), widths), flush=True))
-    if not args.mutant and not args.invariant:
-        # the shared G3 tier of several workers (smt/tiers/shared.py): its two
-        # invariants, a sanity row and its mutants, at their own small bound
-        from kvspec.reference.smt.tiers.shared import prove_shared_tier
-
-        for row in prove_shared_tier():
-            print(_row(_pad([row.name, row.verdict, row.detail, f"{row.seconds:.2f}s"], free), widths), flush=True)
-            if not row.ok:
-                problems.append(f"{row.name}: {row.verdict} ({row.detail})")
-    if not args.mutant and not args.invariant and profile is None:
-        from kvspec.reference.smt.cli.managers import prove_managers
-
-        def emit(cols: list[str]) -> None:
-            if free is not None:
-                cols.insert(3, "")
-            print(_row(cols, widths), flush=True)
-
-        problems += prove_managers(emit)
-    total = time.perf_counter() - t0
-    print(f"total {total:.2f}s")
-    bad = [r for r in results if not r.proven]
-    for r in bad:
-        print()
-        if r.counterexample is not None:
-            print(r.counterexample.render())
-        else:
-            print(f"{r.property_id}: the solver gave up (unknown); try a larger --timeout")
-    for p in problems:
-        print(f"sanity check failed: {p}")
-    return 1 if bad or problems else 0
+        # a mutant run "fails" (exit 1) when the mutant is caught, as it must be
+        caught = any(c == summary.EXIT_FAILED for c in codes)
+        unknown = any(t.unknown for t in summary.tallies())
+        return summary.EXIT_FAILED if caught else (summary.EXIT_UNKNOWN if unknown else summary.EXIT_OK)
+    status = summary.exit_status()
+    if any(c == summary.EXIT_FAILED for c in codes):
+        status = summary.EXIT_FAILED
+    return status
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,8 +19,10 @@ from __future__ import annotations
 import sys
 import time
 
+from kvspec.reference.smt.cli import summary
+from kvspec.reference.smt.cli.profiles import cover_row
 from kvspec.reference.smt.radix.agreement import Disagreement, catches, check_agreement
-from kvspec.reference.smt.radix.encoding import RadixBound
+from kvspec.reference.smt.radix.encoding import INVARIANTS, RadixBound
 from kvspec.reference.smt.radix.operations import OpBound
 from kvspec.reference.smt.radix.ops import DEFAULT_OP_BOUND, OP_MUTANTS, op_rows, prove_ops, refute_op, sanity_ops
 from kvspec.reference.smt.radix.steps import DEFAULT_BOUND, LEMMA_ID, MUTANTS, RadixProof, prove_radix, refute, sanity
@@ -36,7 +38,8 @@ AGREEMENT_SEQUENCES = 20
 
 
 def _row(cols: list[str]) -> str:
-    return "  ".join(c.ljust(w) for c, w in zip(cols, WIDTHS, strict=True)).rstrip()
+    """A table row, its verdict filed in the run's summary (``cli/summary.py``)."""
+    return summary.row(cols, WIDTHS)
 
 
 def run_radix(
@@ -77,6 +80,7 @@ def run_radix(
     ok = "ok" if not found else "FAILED"
     print(_row(["SANITY-RADIX", ok, "steps, cases, rich state", f"{time.perf_counter() - t1:.2f}s"]))
     problems += found
+    problems += _reach_row(tw)
     if mutant:
         cx = refute(mutant, bound)
         if cx is not None:
@@ -107,6 +111,7 @@ def run_radix(
     except Disagreement as e:
         print(_row(["AGREEMENT-RADIX (reference/radix.py)", "DISAGREES", "", f"{time.perf_counter() - t1:.2f}s"]))
         problems.append(str(e))
+    broken: list[str] = []
     for name, m in MUTANTS.items():
         t1 = time.perf_counter()
         cx = refute(name, bound)
@@ -121,12 +126,28 @@ def run_radix(
         )
         if cx is None:
             problems.append(f"the radix mutant {name} was not refuted")
+        else:
+            broken.append(f"{m.step} ({m.breaks})")
+    problems += cover_row([*INVARIANTS], broken)
     problems += op_rows(_row)
     for r in bad:
         problems.append(f"{r.property_id} {r.verdict} at {', '.join(r.failed_at) or '?'}")
     for p in problems:
         print(f"sanity check failed: {p}")
     return 1 if problems else 0
+
+
+def _reach_row(tw: frozenset[str]) -> list[str]:
+    """REACHABLE: every step, each of its named cases, and every pair of steps
+    enabled together happen on a trace from the empty cache (``radix/reach.py``)."""
+    from kvspec.reference.smt.radix.reach import system
+    from kvspec.reference.smt.reach import cover
+
+    t1 = time.perf_counter()
+    cov = cover(system(tw))
+    found = cov.problems()
+    print(_row(["REACHABLE", "ok" if not found else "FAILED", cov.summary(), f"{time.perf_counter() - t1:.2f}s"]))
+    return found
 
 
 def run_op_mutant(mutant: str, bound: OpBound | None = None) -> int:

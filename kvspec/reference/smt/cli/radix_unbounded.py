@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 
+from kvspec.reference.smt.cli import summary
 from kvspec.reference.smt.radix.steps import MUTANTS
 from kvspec.reference.smt.radix.unbounded import URProof, prove_radix_unbounded
 from kvspec.reference.smt.radix.unbounded_models import FINITE_HANDLES, FINITE_PAGES, finite_sanity, refute_finite
@@ -28,7 +29,8 @@ FINITE = f"finite: {FINITE_PAGES} pages, {FINITE_HANDLES} locks"
 
 
 def _row(cols: list[str]) -> str:
-    return "  ".join(c.ljust(w) for c, w in zip(cols, WIDTHS, strict=True)).rstrip()
+    """A table row, its verdict filed in the run's summary (``cli/summary.py``)."""
+    return summary.row(cols, WIDTHS)
 
 
 def _show(r: URProof) -> None:

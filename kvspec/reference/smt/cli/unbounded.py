@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from kvspec.reference.smt.cli import summary
 from kvspec.reference.smt.unbounded.encoding import MUTANTS, PROPERTIES, UResult, by_id, ghost_checks, prove_unbounded
 from kvspec.reference.smt.unbounded.models import finite_sanity, refute_finite
 
@@ -22,7 +23,8 @@ SCOPE = "any slots, any hashes"
 
 
 def _row(cols: list[str]) -> str:
-    return "  ".join(c.ljust(w) for c, w in zip(cols, WIDTHS, strict=True)).rstrip()
+    """A table row, its verdict filed in the run's summary (``cli/summary.py``)."""
+    return summary.row(cols, WIDTHS)
 
 
 def run_unbounded(args: argparse.Namespace) -> int:

@@ -286,13 +286,16 @@ class PagedProof:
     proven: bool
     seconds: float
     counterexample: str | None = None
+    unknown: bool = False
 
 
-def check(name: str, tr: Transition, b: PagedBound) -> PagedProof:
+def check(name: str, tr: Transition, b: PagedBound, timeout_ms: int | None = None) -> PagedProof:
     t0 = time.perf_counter()
     pre = fresh(b, "pre_")
     post, enabled = tr(pre, b, "x_")
     solver = z3.Solver()
+    if timeout_ms:
+        solver.set("timeout", timeout_ms)
     solver.add(invariant(pre, b), enabled, z3.Not(invariant(post, b)))
     res = solver.check()
     cex = None
@@ -301,7 +304,7 @@ def check(name: str, tr: Transition, b: PagedBound) -> PagedProof:
         before = [m.eval(v, model_completion=True) for v in [*pre.refs_d, *pre.refs_h]]
         after = [m.eval(v, model_completion=True) for v in [*post.refs_d, *post.refs_h]]
         cex = f"reference counts (device blocks, then host) before {before}, after {after}"
-    return PagedProof(name, res == z3.unsat, time.perf_counter() - t0, cex)
+    return PagedProof(name, res == z3.unsat, time.perf_counter() - t0, cex, res == z3.unknown)
 
 
 def initial_holds(b: PagedBound) -> bool:
@@ -318,8 +321,11 @@ def initial_holds(b: PagedBound) -> bool:
     return solver.check() == z3.unsat
 
 
-def prove_paged(b: PagedBound = PagedBound()) -> tuple[list[PagedProof], list[PagedProof]]:
-    """(the profile's transitions, all to be proven; the seed's, all to be refuted)."""
+def prove_paged(
+    b: PagedBound = PagedBound(), transitions: dict[str, Transition] | None = None, timeout_ms: int | None = None
+) -> tuple[list[PagedProof], list[PagedProof]]:
+    """(the profile's transitions, all to be proven; the seed's, all to be refuted).
+    ``transitions``: the table to prove (a mutant replaces one)."""
     ok = [PagedProof("initial state", initial_holds(b), 0.0)]
-    ok += [check(n, tr, b) for n, tr in TRANSITIONS.items()]
-    return ok, [check(n, tr, b) for n, tr in SEED_TRANSITIONS.items()]
+    ok += [check(n, tr, b, timeout_ms) for n, tr in (TRANSITIONS if transitions is None else transitions).items()]
+    return ok, [check(n, tr, b, timeout_ms) for n, tr in SEED_TRANSITIONS.items()]

@@ -159,6 +159,29 @@ def _anchor_to_g2_parent(S: State, j: z3.ArithRef, h: z3.ArithRef) -> z3.ArithRe
     return sel(S.g2par, h)
 
 
+def _free_counter_stuck(step: Step) -> Step:
+    """USE-NEW's bookkeeping broken: a Use takes a free slot and the free counter does not move."""
+    if step.name in ("use(full)", "use(partial)"):
+        step.post = step.post.but(free_c=step.pre.free_c)
+    return step
+
+
+def _reserved_counter_stuck(step: Step) -> Step:
+    """SWAPIN-RESERVE's bookkeeping broken: a reservation does not count the reserved slot."""
+    if step.name == "swapin_reserve":
+        step.post = step.post.but(resv_c=step.pre.resv_c)
+    return step
+
+
+def _g2_keeps_victim(step: Step) -> Step:
+    """G2-EVICT broken: a full G2 stores the offloaded block and keeps its victim too."""
+    if step.name == "offload_complete":
+        step.post = step.post.but(
+            g2=upd(list(step.post.g2), step.params["w"], z3.BoolVal(True), step.rules[R.G2_EVICT])
+        )
+    return step
+
+
 MUTANTS: list[Mutant] = [
     Mutant(
         "release-at-enqueue",
@@ -230,6 +253,27 @@ MUTANTS: list[Mutant] = [
         "LEMMA-SWAPIN-PARENT-HELD",
         drop=(ASSUME_SWAPIN_PARENT_HELD,),
     ),
+    Mutant(
+        "free-counter-stuck",
+        R.USE_NEW,
+        "a Use takes a free slot and the free counter does not move",
+        "LEMMA-FREE-COUNT",
+        patch=_free_counter_stuck,
+    ),
+    Mutant(
+        "reserved-counter-stuck",
+        R.SWAPIN_RESERVE,
+        "a swap-in reservation does not count its slot",
+        "LEMMA-RESERVED-COUNT",
+        patch=_reserved_counter_stuck,
+    ),
+    Mutant(
+        "g2-keeps-victim",
+        R.G2_EVICT,
+        "a full G2 stores the offloaded block and keeps its victim",
+        "LEMMA-G2-CAPACITY",
+        patch=_g2_keeps_victim,
+    ),
 ]
 
 
@@ -247,3 +291,8 @@ def refute(m: Mutant, bound: Bound, *, only_expected: bool = True) -> list[Resul
 
     props = [by_id(m.expect)] if only_expected else None
     return prove(bound, props=props, applier=m.applier, transitions=TRANSITIONS)
+
+
+#: mutants of the bounded encoding only (the three lemmas they break, the counters and G2's capacity,
+#: had no seeded bug; the unbounded encoding's mutant list is the others, same names)
+BOUNDED_ONLY = ("free-counter-stuck", "reserved-counter-stuck", "g2-keeps-victim")
