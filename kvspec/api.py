@@ -15,7 +15,8 @@ What is here, by job:
 - transports an adapter can build on: ``ChildProcess`` (a JSON-lines child with bounded reads) and its
   errors, ``open_engine_command``, ``build_dir`` (where C and Rust ports are built);
 - the reference models, for adapters that run or wrap them: ``make_model``, ``Model``, ``Step``,
-  ``G1Model``, ``LegacyModel``, ``VllmPoolModel``, ``PagedModel``, ``SessionModel``, ``RadixModel``,
+  ``G1Model``, ``Process`` (several kvbm workers sharing G3/G4), ``LegacyModel``, ``VllmPoolModel``,
+  ``PagedModel``, ``SessionModel``, ``RadixModel``,
   and the request-level driver (``RequestDriver``, ``PoolSetup``, ``RequestSpec``, ...).
 
 Names load on first use (PEP 562), so importing this module costs nothing until a name is used.
@@ -53,6 +54,7 @@ _HOME = {
     "Model": "kvspec.reference",
     "make_model": "kvspec.reference",
     "Step": "kvspec.reference.outcome",
+    "Process": "kvspec.reference.process",
     "PagedModel": "kvspec.reference.paged",
     "RadixModel": "kvspec.reference.radix",
     "EngineCall": "kvspec.reference.requests",

@@ -135,7 +135,7 @@ EXAMPLES = doc_examples()
 
 
 def test_protocol_md_has_the_documented_examples() -> None:
-    assert len(EXAMPLES) == 7  # five of version 1, two request-level sessions of version 2
+    assert len(EXAMPLES) == 8  # five of version 1, two request-level sessions of version 2, one of version 5
     assert sum(len(lines) for _, lines in EXAMPLES) > 30
 
 
@@ -172,12 +172,13 @@ def test_protocol_md_parent_lines_are_what_the_parent_writes(info: str, lines: l
         msg = json.loads(line)
         if msg.get("type") == "hello":
             engine = EngineConfig.model_validate(msg["engine"]) if "engine" in msg else None
-            if tuple(msg["versions"]) == offered_versions(engine):
-                assert encode_hello(ManagerConfig.model_validate(msg["config"]), engine).decode() == line
+            workers = msg.get("workers", 1)
+            if tuple(msg["versions"]) == offered_versions(engine, workers):
+                assert encode_hello(ManagerConfig.model_validate(msg["config"]), engine, workers).decode() == line
         elif "op" in msg and msg["op"]["op"] in ENGINE_OPS:
             assert encode_request(msg["id"], parse_engine_operation(msg["op"])).decode() == line
         elif "op" in msg:
-            assert encode_request(msg["id"], parse_operation(msg["op"])).decode() == line
+            assert encode_request(msg["id"], parse_operation(msg["op"]), msg.get("worker")).decode() == line
 
 
 # ------------------------------------------------------------------ the transport, end to end

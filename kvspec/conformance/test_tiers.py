@@ -1,14 +1,12 @@
 """The lower-tier goldens of several workers (spec/scenarios/tiers/): G3 and G4 shared.
 
-These goldens drive several workers of one process, and the adapter
-protocol has no worker id yet, so no adapter can run them. An adapter that
-does not declare the tier a golden uses (``disk`` for G3, ``external`` for
-G4) skips it with that capability named, which makes the ``TIER-*`` rules
-not applicable to it (never a pass). One that declares the tiers is checked
-on the single-worker tier goldens (``offload/tier_*``, test_golden.py) and
-skips these with the reason: kvspec cannot drive several workers through an
-adapter yet (SPEC.md, "Lower tiers", what is not covered). The goldens run
-on the model in tests/test_lower_tiers.py.
+These goldens drive several workers of one process through the adapter
+(``Implementation.step_on``, PROTOCOL.md version 5): each step names its
+worker and expects every worker's events. An adapter that does not declare
+the tier a golden uses (``disk`` for G3, ``external`` for G4), or fewer
+workers than the golden drives (``workers = N`` in its manifest), skips it
+with that capability named, which makes the ``TIER-*`` rules not applicable
+to it (never a pass). Checking: ``conformance/block/process_check.py``.
 """
 
 from __future__ import annotations
@@ -17,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from kvspec.conformance.block.opener import open_implementation
+from kvspec.conformance.block.process_check import run_process_scenario
 from kvspec.conformance.run.manifest import Manifest
 from kvspec.spec.process_scenario import ProcessScenario, tier_scenarios
 from kvspec.spec.rules import Concern, rules_of
@@ -33,13 +33,23 @@ def _tiers_needed(s: ProcessScenario) -> list[str]:
 
 @pytest.mark.kvspec_rules(*rules_of(Concern.TIERS))
 @pytest.mark.parametrize(("path", "scenario"), SCENARIOS, ids=[f"tiers/{p.stem}" for p, _ in SCENARIOS])
-def test_tier_golden(path: Path, scenario: ProcessScenario, kvspec_manifest: Manifest) -> None:
+def test_tier_golden(
+    path: Path, scenario: ProcessScenario, kvspec_manifest: Manifest, kvspec_adapter_dir: Path
+) -> None:
     caps = kvspec_manifest.capabilities
     missing = [f"tier:{t}" for t in _tiers_needed(scenario) if t not in caps.tiers]
     if missing:
         pytest.skip(f"adapter {kvspec_manifest.name!r} does not declare capability {missing[0]}")
-    pytest.skip(
-        f"{scenario.name} drives {scenario.workers} workers of one process; the adapter protocol has no worker id "
-        "yet, so it runs on the model only (tests/test_lower_tiers.py); the offload/tier_* goldens check this "
-        "adapter's tiers with one worker"
-    )
+    if caps.workers < scenario.workers:
+        pytest.skip(
+            f"{scenario.name} drives {scenario.workers} workers of one process; adapter {kvspec_manifest.name!r} "
+            f"declares workers = {caps.workers} (ADAPTERS.md)"
+        )
+    if scenario.config.eviction not in caps.policies:
+        pytest.skip(f"adapter {kvspec_manifest.name!r} does not declare capability policy:{scenario.config.eviction}")
+    off = scenario.config.offload
+    for option, value in (off.options() if off is not None else {}).items():
+        if not caps.supports(option, value):
+            pytest.skip(f"adapter {kvspec_manifest.name!r} does not declare capability semantics:{option}={value}")
+    with open_implementation(kvspec_manifest, kvspec_adapter_dir, scenario.config, workers=scenario.workers) as impl:
+        run_process_scenario(scenario, impl)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -85,6 +85,9 @@ class Capabilities(Wire):
     #: values the implementation supports. An option left out supports only
     #: the value kvspec had before the option existed (its ``legacy`` value).
     semantics: dict[str, list[str]] = {}
+    #: how many workers of one process (sharing G3/G4) a session can drive:
+    #: operations then carry a worker id (PROTOCOL.md version 5; ADAPTERS.md)
+    workers: Annotated[int, Field(ge=1, le=64)] = 1
 
     @field_validator("semantics")
     @classmethod
@@ -114,8 +117,10 @@ class Capabilities(Wire):
     def has(self, name: str) -> bool:
         """Does the implementation have capability ``name``?
 
-        Names are the boolean fields, ``profile:NAME``, ``policy:NAME`` and
-        ``tier:NAME``."""
+        Names are the boolean fields, ``profile:NAME``, ``policy:NAME``,
+        ``tier:NAME`` and ``workers`` (several workers in one process)."""
+        if name == "workers":
+            return self.workers > 1
         if ":" in name:
             kind, _, value = name.partition(":")
             named: dict[str, list[str]] = {
@@ -276,7 +281,27 @@ class Manifest(Wire):
             known = ", ".join(names) or "none declared"
             raise ValueError(f"unknown variant {self.variant!r} of {self.name} (known: {known})")
         self._scopes_match_something()
+        self._workers_fit()
         return self
+
+    def _workers_fit(self) -> None:
+        """``workers = N`` (N > 1) only does something for the shared lower
+        tiers, and only a transport that carries a worker id can serve it."""
+        caps = self.capabilities
+        if caps.workers == 1:
+            return
+        if self.kind == "c_abi":
+            raise ValueError(
+                f"workers = {caps.workers}: the C ABI (spec/kvspec_abi.h) has no worker id and serves one "
+                "worker; declare workers = 1 or serve the port over JSON lines (PROTOCOL.md version 5)"
+            )
+        if self.kind == "request":
+            raise ValueError(f"workers = {caps.workers}: a request-level adapter takes no block operations")
+        if not caps.offload or not ({"disk", "external"} & set(caps.tiers)):
+            raise ValueError(
+                f"capability workers = {caps.workers} does nothing: several workers share only G3/G4; "
+                "declare offload = true and tier disk or external, or remove it"
+            )
 
     def _scopes_match_something(self) -> None:
         """Every declared deviation (the adapter's and each backend's) can

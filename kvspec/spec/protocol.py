@@ -46,7 +46,7 @@ from kvspec.spec.engine_wire import EngineConfig, EngineOperation, EngineOutcome
 from kvspec.spec.manager_wire import ManagerConfigKind, PagedOp, PagedOutcome, SessionOp, SessionOutcome
 from kvspec.spec.manifest import Capabilities
 from kvspec.spec.radix_wire import RadixConfig, RadixOp, RadixOutcome
-from kvspec.spec.wire import Operation, StepOutcome, Wire
+from kvspec.spec.wire import Operation, ProcessOutcome, StepOutcome, Wire, WorkerEvents
 
 #: The newest protocol version this module describes (an integer; see
 #: PROTOCOL.md "Versions"). Any change to a message's shape makes a new version.
@@ -62,6 +62,10 @@ MANAGER_VERSION = 3
 #: Version 4: radix sessions (``Hello.radix``, profile radix; PROTOCOL.md
 #: section 11). Offered alone, only for such a session, like version 3.
 RADIX_VERSION = 4
+#: Version 5: process sessions, several kvbm workers sharing G3/G4
+#: (``Hello.workers``; PROTOCOL.md section 12). Offered alone, only for a
+#: session of more than one worker, so a one-worker hello is unchanged.
+WORKERS_VERSION = 5
 
 #: Largest request line (bytes, without the newline) a parent may send; a
 #: child must accept lines up to this size.
@@ -97,6 +101,9 @@ class Hello(Wire):
     #: version 4: present only in a radix session; ``config.profile`` is then
     #: ``"radix"`` (its capacity and block_size repeat the radix config's)
     radix: RadixConfig | None = None
+    #: version 5: present only in a process session, the number of workers
+    #: (2..64) sharing G3/G4; requests then name their worker
+    workers: Annotated[int, Field(ge=2, le=64, strict=True)] | None = None
 
 
 class Ready(Wire):
@@ -195,6 +202,27 @@ class RadixOutcomeReply(Wire):
     outcome: RadixOutcome
 
 
+class WorkerRequest(Wire):
+    """Version 5: one block operation on one worker of a process session."""
+
+    id: RequestId
+    #: the worker (0 .. hello.workers - 1); absent: worker 0
+    worker: Annotated[int, Field(ge=0, le=63, strict=True)] = 0
+    op: Operation
+
+
+class WorkerOutcomeReply(Wire):
+    """Version 5: the worker's outcome, and what the other workers published during it."""
+
+    id: RequestId
+    outcome: StepOutcome
+    #: the events other workers published in this step (worker order, each at most once)
+    others: list[WorkerEvents] = []
+
+    def process_outcome(self) -> ProcessOutcome:
+        return ProcessOutcome(outcome=self.outcome, others=self.others)
+
+
 ProtocolErrorCode = Literal["malformed_request", "unsupported_op", "unexpected_message", "internal_error"]
 
 
@@ -219,7 +247,15 @@ class Bye(Wire):
     type: Literal["bye"]
 
 
-PARENT_MESSAGES: tuple[type[Wire], ...] = (Hello, Request, EngineRequest, ManagerRequest, RadixOpRequest, Bye)
+PARENT_MESSAGES: tuple[type[Wire], ...] = (
+    Hello,
+    Request,
+    EngineRequest,
+    ManagerRequest,
+    RadixOpRequest,
+    WorkerRequest,
+    Bye,
+)
 CHILD_MESSAGES: tuple[type[Wire], ...] = (
     Ready,
     Refused,
@@ -227,6 +263,7 @@ CHILD_MESSAGES: tuple[type[Wire], ...] = (
     EngineOutcomeReply,
     ManagerOutcomeReply,
     RadixOutcomeReply,
+    WorkerOutcomeReply,
     ErrorReply,
 )
 
@@ -263,7 +300,11 @@ def protocol_schema() -> dict[str, Any]:
         "anyOf": [{"$ref": f"#/$defs/{m.__name__}"} for m in PARENT_MESSAGES],
         "description": "a request is read as the session's kind (the hello chose it): shapes may coincide",
     }
-    defs["ChildMessage"] = {"oneOf": [{"$ref": f"#/$defs/{m.__name__}"} for m in CHILD_MESSAGES]}
+    # anyOf too: a version-5 reply without ``others`` has the shape of a version-1 one
+    defs["ChildMessage"] = {
+        "anyOf": [{"$ref": f"#/$defs/{m.__name__}"} for m in CHILD_MESSAGES],
+        "description": "a reply is read as the session's kind (the hello chose it): shapes may coincide",
+    }
     return {
         "title": f"kvspec JSON-lines adapter protocol, versions {', '.join(map(str, SUPPORTED_VERSIONS))}",
         "description": "One JSON object per line over the child's stdin/stdout; see spec/PROTOCOL.md.",

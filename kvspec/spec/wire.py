@@ -405,3 +405,36 @@ class StepOutcome(Wire):
         if (self.result is None) == (self.error is None):
             raise ValueError("a step outcome carries exactly one of result and error")
         return self
+
+
+class WorkerEvents(Wire):
+    """The events one worker of a process published during another worker's step."""
+
+    worker: Count
+    events: Annotated[list[KvEvent], Field(min_length=1)]
+
+
+class ProcessOutcome(Wire):
+    """One operation on one worker of a process that runs several (SPEC.md "Lower tiers").
+
+    ``outcome`` is that worker's step, as a one-worker session reports it
+    (its counters, its events). ``others`` lists the events any other worker
+    published during the step, in worker order: a shared tier's event is
+    published by the worker that owns the block (TIER-OWNER, TIER-EVENTS),
+    whichever worker's operation caused it."""
+
+    outcome: StepOutcome
+    others: list[WorkerEvents] = []
+
+    @model_validator(mode="after")
+    def _others_distinct(self) -> ProcessOutcome:
+        ws = [o.worker for o in self.others]
+        if ws != sorted(set(ws)):
+            raise ValueError("others: each worker at most once, in increasing worker order")
+        return self
+
+    def events_of(self, worker: int, stepped: int) -> list[KvEvent]:
+        """The events ``worker`` published (``stepped`` is the worker the operation went to)."""
+        if worker == stepped:
+            return self.outcome.events
+        return next((o.events for o in self.others if o.worker == worker), [])

@@ -5,7 +5,7 @@ example for anyone writing an adapter in another language: read ``hello``,
 answer ``ready`` (or ``refused``), then answer one line per request until
 ``bye`` or end of input. See spec/PROTOCOL.md.
 
-It speaks versions 1, 2 and 3. A ``hello`` with ``engine`` opens a
+It speaks versions 1 to 5. A ``hello`` with ``engine`` opens a
 request-level session (version 2): the reference engine
 (``engine_session.py``) answers ``add_request`` / ``step`` /
 ``reset_prefix_cache``; otherwise the session is block-level, as in version 1.
@@ -13,7 +13,9 @@ A ``hello`` with ``manager`` (version 3) opens an allocator-level session
 (profile paged or session) answered by the reference models of those
 profiles (``adapters/reference/managers.py``). A ``hello`` with ``radix``
 (version 4) opens a radix session answered by the radix model
-(``reference/radix.py``).
+(``reference/radix.py``). A ``hello`` with ``workers`` (version 5) opens a
+process session: several kvbm workers sharing G3/G4 (``reference/process.py``),
+each request naming its worker.
 
 The capabilities it announces are those of ``adapters/reference`` (it runs
 the same model), with the request level only under version 2, so the
@@ -36,10 +38,10 @@ from typing import IO, Any
 
 from pydantic import ValidationError
 
-from kvspec.adapters.reference.adapter import outcome_of
+from kvspec.adapters.reference.adapter import outcome_of, process_outcome_of
 from kvspec.adapters.reference.managers import ModelManager
 from kvspec.adapters.reference_jsonl.engine_session import EngineSession
-from kvspec.api import Capabilities, RadixModel, RequestDriver, VllmPoolModel, load_manifest, make_model
+from kvspec.api import Capabilities, Process, RadixModel, RequestDriver, VllmPoolModel, load_manifest, make_model
 from kvspec.api import builtin_adapters_dir as _builtin_adapters_dir
 from kvspec.spec.errors import ConfigError
 from kvspec.spec.protocol import (
@@ -48,6 +50,7 @@ from kvspec.spec.protocol import (
     MAX_REQUEST_BYTES,
     RADIX_VERSION,
     SUPPORTED_VERSIONS,
+    WORKERS_VERSION,
     EngineRequest,
     ErrorReply,
     HandshakeError,
@@ -60,6 +63,7 @@ from kvspec.spec.protocol import (
     Ready,
     Refused,
     Request,
+    WorkerRequest,
 )
 
 NAME = "kvspec reference model (JSON lines)"
@@ -133,6 +137,8 @@ class Server:
             speaks = [MANAGER_VERSION]
         if hello.radix is not None:
             speaks = [RADIX_VERSION]
+        if hello.workers is not None:
+            speaks = [WORKERS_VERSION]
         common = set(hello.versions) & set(speaks)
         if not common:
             what = "request-level sessions in versions" if hello.engine is not None else "versions"
@@ -140,12 +146,18 @@ class Server:
             return None
         self.sessions += 1
         try:
-            if hello.radix is not None:
+            if hello.workers is not None:
+                if hello.manager is not None or hello.engine is not None or hello.radix is not None:
+                    raise ConfigError("a process session's hello carries workers alone (no manager, engine, radix)")
+                if hello.config.profile != "kvbm":
+                    raise ConfigError(f"several workers run the kvbm profile only, not {hello.config.profile}")
+                model: Any = Process(hello.config, hello.workers)
+            elif hello.radix is not None:
                 if hello.manager is not None or hello.engine is not None:
                     raise ConfigError("a radix session's hello carries radix alone (no manager, no engine)")
                 if hello.config.profile != "radix":
                     raise ConfigError(f"radix config but config.profile {hello.config.profile}")
-                model: Any = RadixModel(hello.radix)
+                model = RadixModel(hello.radix)
             elif hello.config.profile == "radix":
                 raise ConfigError("the radix profile is served only in a version-4 session (a hello with radix)")
             elif hello.manager is not None:
@@ -194,7 +206,9 @@ class Server:
             line = self.read_line()
             if line is None:
                 return 0
-            if isinstance(model, ModelManager):
+            if isinstance(model, Process):
+                other = self._worker_request(model, line)
+            elif isinstance(model, ModelManager):
                 other = self._manager_request(model, line)
             elif isinstance(model, RadixModel):
                 other = self._radix_request(model, line)
@@ -223,6 +237,27 @@ class Server:
             return None
         # null and absent mean the same in every optional field: leave them out
         self.send(b'{"id":%d,"outcome":%s}' % (req.id, outcome.model_dump_json(exclude_none=True).encode()))
+        return None
+
+    def _worker_request(self, process: Process, line: bytes) -> str | None:
+        """Answer one line of a process session (version 5): the worker's
+        outcome and what the other workers published."""
+        try:
+            req = WorkerRequest.model_validate_json(line)
+        except ValidationError as e:
+            return self._other_message(line, e, engine=False)
+        if req.worker >= len(process.workers):
+            self.error(req.id, "malformed_request", f"worker {req.worker}: the session has {len(process.workers)}")
+            return None
+        try:
+            out = process_outcome_of(process, req.worker, req.op)
+        except Exception as e:  # a model bug, not a spec verdict
+            traceback.print_exc()
+            self.error(req.id, "internal_error", f"{type(e).__name__}: {e}")
+            return None
+        others = b",".join(o.model_dump_json(exclude_none=True).encode() for o in out.others)
+        body = out.outcome.model_dump_json(exclude_none=True).encode()
+        self.send(b'{"id":%d,"outcome":%s,"others":[%s]}' % (req.id, body, others))
         return None
 
     def _manager_request(self, manager: ModelManager, line: bytes) -> str | None:

@@ -23,8 +23,18 @@ from types import TracebackType
 from typing import Self
 
 from kvspec.spec.config import ManagerConfig
+from kvspec.spec.errors import ConfigError
 from kvspec.spec.manifest import Manifest
-from kvspec.spec.wire import Counters, ErrorInfo, KvEvent, Operation, OpResult, StepOutcome
+from kvspec.spec.wire import (
+    Counters,
+    ErrorInfo,
+    KvEvent,
+    Operation,
+    OpResult,
+    ProcessOutcome,
+    StepOutcome,
+    WorkerEvents,
+)
 
 
 class Implementation(ABC):
@@ -32,10 +42,25 @@ class Implementation(ABC):
 
     manifest: Manifest
     config: ManagerConfig
+    #: the workers of one process this session drives (they share G3/G4); an
+    #: adapter declaring ``workers = N`` is opened with ``workers=...`` up to N
+    workers: int = 1
 
     @abstractmethod
     def step(self, op: Operation) -> StepOutcome:
-        """Apply one operation; raise AdapterError if the transport fails."""
+        """Apply one operation (to worker 0); raise AdapterError if the transport fails."""
+
+    def step_on(self, worker: int, op: Operation) -> ProcessOutcome:
+        """Apply one operation to ``worker`` of the process (SPEC.md "Lower tiers").
+
+        A one-worker implementation serves worker 0 only, through ``step``;
+        one that declares several workers overrides this."""
+        if worker != 0 or self.workers != 1:
+            raise ConfigError(
+                f"{self.manifest.name}: opened with {self.workers} worker(s) but steps only worker 0 "
+                f"(asked for worker {worker}): override step_on to serve several workers"
+            )
+        return ProcessOutcome(outcome=self.step(op))
 
     def close(self) -> None:  # noqa: B027 - optional for in-process adapters
         """Release everything the implementation holds (processes, libraries)."""
@@ -47,4 +72,14 @@ class Implementation(ABC):
         self.close()
 
 
-__all__ = ["Counters", "ErrorInfo", "Implementation", "KvEvent", "OpResult", "Operation", "StepOutcome"]
+__all__ = [
+    "Counters",
+    "ErrorInfo",
+    "Implementation",
+    "KvEvent",
+    "OpResult",
+    "Operation",
+    "ProcessOutcome",
+    "StepOutcome",
+    "WorkerEvents",
+]

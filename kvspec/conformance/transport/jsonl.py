@@ -47,14 +47,16 @@ from kvspec.spec.manifest import Capabilities, Manifest
 from kvspec.spec.protocol import (
     ENGINE_VERSION,
     SUPPORTED_VERSIONS,
+    WORKERS_VERSION,
     EngineOutcomeReply,
     ErrorReply,
     Hello,
     OutcomeReply,
     Ready,
     Refused,
+    WorkerOutcomeReply,
 )
-from kvspec.spec.wire import Operation, StepOutcome, parse_operation
+from kvspec.spec.wire import Operation, ProcessOutcome, StepOutcome, parse_operation
 
 #: how long a child may take to exit after ``bye`` before it is signalled
 BYE_GRACE_S = 1.0
@@ -68,26 +70,37 @@ def expand_command(command: list[str], adapter_dir: Path) -> list[str]:
     return [part.replace("{python}", sys.executable).replace("{adapter_dir}", str(adapter_dir)) for part in command]
 
 
-def offered_versions(engine: EngineConfig | None = None) -> tuple[int, ...]:
+def offered_versions(engine: EngineConfig | None = None, workers: int = 1) -> tuple[int, ...]:
     """The versions the parent offers: all it speaks for a block-level
-    session, those with request-level sessions for a request-level one."""
+    session, those with request-level sessions for a request-level one,
+    version 5 alone for a session of several workers."""
+    if workers > 1:
+        return (WORKERS_VERSION,)
     if engine is None:
         return SUPPORTED_VERSIONS
     return tuple(v for v in SUPPORTED_VERSIONS if v >= ENGINE_VERSION)
 
 
-def encode_hello(config: ManagerConfig, engine: EngineConfig | None = None) -> bytes:
+def encode_hello(config: ManagerConfig, engine: EngineConfig | None = None, workers: int = 1) -> bytes:
     """The hello line the parent writes (without its newline). Without an
-    engine the ``engine`` field is left out, so a version-1 child reads
-    exactly the hello it knows."""
-    hello = Hello(type="hello", versions=list(offered_versions(engine)), config=config, engine=engine)
-    leave_out = {"engine", "manager", "radix"} if engine is None else {"manager", "radix"}
+    engine the ``engine`` field is left out, and ``workers`` unless there
+    are several, so a version-1 child reads exactly the hello it knows."""
+    many = workers if workers > 1 else None
+    hello = Hello(
+        type="hello", versions=list(offered_versions(engine, workers)), config=config, engine=engine, workers=many
+    )
+    leave_out = (
+        {"manager", "radix"} | ({"engine"} if engine is None else set()) | ({"workers"} if many is None else set())
+    )
     return hello.model_dump_json(exclude=leave_out).encode()
 
 
-def encode_request(rid: int, op: BaseModel) -> bytes:
+def encode_request(rid: int, op: BaseModel, worker: int | None = None) -> bytes:
     """One request line (without its newline): every field of the op (a block,
-    request or allocator operation), nulls included."""
+    request or allocator operation), nulls included; ``worker`` in a
+    version-5 session only."""
+    if worker is not None:
+        return b'{"id":%d,"worker":%d,"op":%s}' % (rid, worker, op.model_dump_json().encode())
     return b'{"id":%d,"op":%s}' % (rid, op.model_dump_json().encode())
 
 
@@ -216,7 +229,13 @@ class JsonlImplementation(Implementation):
     """An implementation in a child process speaking spec/PROTOCOL.md."""
 
     def __init__(
-        self, manifest: Manifest, adapter_dir: Path, config: ManagerConfig, *, engine: EngineConfig | None = None
+        self,
+        manifest: Manifest,
+        adapter_dir: Path,
+        config: ManagerConfig,
+        *,
+        engine: EngineConfig | None = None,
+        workers: int = 1,
     ) -> None:
         if not manifest.start.command:
             raise ConfigError(f"{manifest.name}: kind 'subprocess' needs start.command (argv list)")
@@ -224,6 +243,10 @@ class JsonlImplementation(Implementation):
         self.config = config
         #: set for a request-level session (protocol version 2)
         self.engine = engine
+        if workers > 1 and engine is not None:
+            raise ConfigError(f"{manifest.name}: a request-level session has one worker")
+        #: several workers of one process: a version-5 session
+        self.workers = workers
         self.adapter_dir = Path(adapter_dir)
         self.timeout_s = manifest.start.timeout_s
         self.max_reply_bytes = manifest.start.max_reply_bytes
@@ -341,11 +364,11 @@ class JsonlImplementation(Implementation):
 
     def _hello(self) -> bytes:
         """The hello line, without its newline: every version this session can run."""
-        return encode_hello(self.config, self.engine)
+        return encode_hello(self.config, self.engine, self.workers)
 
     def _wrong_version(self, chosen: int) -> str | None:
         """Why the version the ready chose is not one the hello offered, or None."""
-        offered = offered_versions(self.engine)
+        offered = offered_versions(self.engine, self.workers)
         if chosen in offered:
             return None
         return f"chose protocol version {chosen}, which the parent did not offer (offered {list(offered)})"
@@ -383,11 +406,25 @@ class JsonlImplementation(Implementation):
     def step(self, op: Operation) -> StepOutcome:
         if self.engine is not None:
             raise ConfigError(f"adapter {self.manifest.name!r}: a request-level session takes no block operations")
+        if self.workers > 1:
+            return self.step_on(0, op).outcome
         if isinstance(op, dict):
             op = parse_operation(op)
         obj, raw, during = self._exchange(op)
         reply: OutcomeReply = self._validate(OutcomeReply, obj, raw, during)
         return reply.outcome
+
+    def step_on(self, worker: int, op: Operation) -> ProcessOutcome:
+        if self.workers == 1:
+            return super().step_on(worker, op)
+        if not 0 <= worker < self.workers:
+            raise ConfigError(f"adapter {self.manifest.name!r}: worker {worker} of a {self.workers}-worker session")
+        obj, raw, during = self._exchange(op, worker)
+        reply: WorkerOutcomeReply = self._validate(WorkerOutcomeReply, obj, raw, during)
+        bad = [o.worker for o in reply.others if o.worker == worker or o.worker >= self.workers]
+        if bad:
+            raise self._fail(f"reply {during} lists events of worker {bad[0]} under others (worker {worker} stepped)")
+        return reply.process_outcome()
 
     def engine_call(self, op: EngineOp) -> EngineOutcome:
         """Send one request-level operation (spec.engine_wire) of a
@@ -400,7 +437,7 @@ class JsonlImplementation(Implementation):
         reply: EngineOutcomeReply = self._validate(EngineOutcomeReply, obj, raw, during)
         return reply.outcome
 
-    def _exchange(self, op: BaseModel) -> tuple[dict[str, Any], bytes, str]:
+    def _exchange(self, op: BaseModel, worker: int | None = None) -> tuple[dict[str, Any], bytes, str]:
         """Write one request, read its reply line: (the decoded reply, its
         raw line, "to request N (kind)" for messages). A protocol error reply
         or any misbehaviour raises AdapterError."""
@@ -410,11 +447,12 @@ class JsonlImplementation(Implementation):
             raise AdapterError(f"adapter {self.manifest.name!r} is closed")
         self._next_id += 1
         rid = self._next_id
-        during = f"to request {rid} ({getattr(op, 'op', type(op).__name__)})"
+        on = "" if worker is None else f" on worker {worker}"
+        during = f"to request {rid} ({getattr(op, 'op', type(op).__name__)}{on})"
         if self._child.buffered():
             raise self._fail(f"wrote unsolicited output before request {rid}: {excerpt(self._child.buffered())}")
         deadline = time.monotonic() + self.timeout_s
-        self._write(encode_request(rid, op) + b"\n", deadline, during, self.timeout_s)
+        self._write(encode_request(rid, op, worker) + b"\n", deadline, during, self.timeout_s)
         raw = self._read(deadline, during, self.timeout_s)
         obj = self._decode(raw, during)
         got = obj.get("id")
