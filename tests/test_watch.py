@@ -365,3 +365,24 @@ def test_metrics_are_served_while_the_publisher_runs(tmp_path: Path) -> None:
     assert proc.returncode == 1
     doc = json.loads(res.read_text())
     assert doc["counts"]["gaps"] == 1 and doc["findings_by_rule"] == {"EVENT-ID": 1}
+
+
+LATE = 12  # the watcher joins after the publisher's first 12 batches
+
+
+@pytest.mark.parametrize("publisher", [({i: "drop" for i in range(LATE)}, False)], indirect=True)
+def test_joining_late_with_mid_stream_has_no_finding(publisher: Publisher, tmp_path: Path) -> None:
+    """What was stored before the first batch seen is unknown, not wrong: a Removed or a parent naming it
+    is no finding (the same feed without --mid-stream: the late start is one EVENT-ID finding)."""
+    seen = TOTAL_EVENTS - sum(events_in(m) for m in recorded()[:LATE])
+    code, out, _, doc = watch(publisher, tmp_path, "--mid-stream", max_events=seen)
+    assert code == 0, out
+    assert doc["counts"]["events"] == seen and doc["counts"]["unknown_refs"] > 0
+
+
+@pytest.mark.parametrize("publisher", [({i: "drop" for i in range(LATE)}, False)], indirect=True)
+def test_joining_late_without_mid_stream_is_one_finding(publisher: Publisher, tmp_path: Path) -> None:
+    seen = TOTAL_EVENTS - sum(events_in(m) for m in recorded()[:LATE])
+    code, out, _, doc = watch(publisher, tmp_path, max_events=seen)
+    assert code == 1 and doc["findings_by_rule"] == {"EVENT-ID": 1}, out
+    assert f"the feed starts at sequence {LATE}, not 0" in doc["findings"][0]["message"]

@@ -424,7 +424,10 @@ class Checker:
         fed: dict[tuple[int, int], int] = {}
         by_worker: dict[int, Any] = {}  # the id-less feed of each worker: its transport counts
         for feed in feeds:
-            fed.update(getattr(feed, "per_source", {}) or {})
+            w = getattr(feed, "worker_id", None)
+            if isinstance(w, int):
+                for dp, n in (getattr(feed, "per_dp", None) or {}).items():
+                    fed[(w, dp)] = fed.get((w, dp), 0) + n
             if isinstance(getattr(feed, "worker_id", None), int) and getattr(feed, "plane", None) is None:
                 by_worker[feed.worker_id] = feed.stats
         workers: list[dict[str, Any]] = []

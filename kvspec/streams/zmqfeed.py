@@ -59,8 +59,10 @@ _xxh = xxhash.xxh3_64_intdigest
 
 #: gaps remembered (to tell a late batch from a duplicate)
 MISSING_LIMIT = 65536
-#: payload digests remembered per sequence number (to tell a redelivery from a different batch)
-DIGESTS = 4096
+#: batches remembered by sequence number (to tell a redelivery from a different batch): a ring of this
+#: many slots (a power of 2) holding the payload itself while all held take at most RING_BYTES, else its xxh3
+RING = 4096
+RING_BYTES = 32 << 20
 END_SEQ = -1
 
 
@@ -131,10 +133,13 @@ class ZmqFeed:
         #: batches applied from the replay socket that may still arrive live
         #: (a live copy of one of them is expected, not a duplicate)
         self.via_replay: OrderedDict[int, None] = OrderedDict()
-        #: sequence -> xxh3 of the payload, for the last DIGESTS batches applied
-        self.digests: OrderedDict[int, int] = OrderedDict()
-        #: events per (worker, dp rank): these feeds carry no event ids to count them by
-        self.per_source: dict[tuple[int, int], int] = {}
+        #: the last RING batches applied: slot seq % RING holds (seq, payload or its xxh3)
+        self._ring: list[tuple[int, bytes | int] | None] = [None] * RING
+        self._ring_bytes = 0
+        #: events per dp rank (of this feed's worker): these feeds carry no event ids to count them by
+        self._per_dp: dict[int, int] = {}
+        self._dp = 0  # the dp rank counted in _dp_events
+        self._dp_events = 0
         #: called with (worker, dp rank, batch) for each batch applied (watch's metrics)
         self.on_batch: Callable[[int, int, Any], None] | None = None
         if mid_stream:  # until a first sequence of 0 shows the stream from its start
@@ -167,8 +172,20 @@ class ZmqFeed:
                     st.topics.add(frames[0])
                 st.last_seq = nxt
                 self.next_seq = nxt + 1
-                self._remember(nxt, frames[2])
-                self.apply_payload(frames[2], at)
+                payload = frames[2]
+                ring = self._ring  # _remember, inlined for the common case
+                i = nxt & (RING - 1)
+                old = ring[i]
+                n = len(payload)
+                held = self._ring_bytes + n
+                if old is not None and type(old[1]) is bytes:
+                    held -= len(old[1])
+                if held <= RING_BYTES:
+                    ring[i] = (nxt, payload)
+                    self._ring_bytes = held
+                else:
+                    self._remember(nxt, payload)
+                self.apply_payload(payload, at)
                 return nxt
         topic, seq, payload = self.split(frames)
         st = self.stats
@@ -183,11 +200,40 @@ class ZmqFeed:
         self.apply_payload(payload, at)
         return seq
 
+    @property
+    def per_dp(self) -> dict[int, int]:
+        """Events applied per dp rank."""
+        out = dict(self._per_dp)
+        if self._dp_events:
+            out[self._dp] = out.get(self._dp, 0) + self._dp_events
+        return out
+
+    def _count_dp(self, dp: int, n: int) -> None:
+        per = self._per_dp
+        per[self._dp] = per.get(self._dp, 0) + self._dp_events
+        self._dp, self._dp_events = dp, n
+
     def _remember(self, seq: int, payload: bytes) -> None:
-        d = self.digests
-        d[seq] = _xxh(payload)
-        if len(d) > DIGESTS:
-            d.popitem(last=False)
+        """Keep the batch applied under ``seq`` (no hashing on the way: a
+        reference, unless the ring's payloads would pass RING_BYTES)."""
+        ring = self._ring
+        i = seq & (RING - 1)
+        old = ring[i]
+        if old is not None and type(old[1]) is bytes:
+            self._ring_bytes -= len(old[1])
+        n = len(payload)
+        if self._ring_bytes + n <= RING_BYTES:
+            ring[i] = (seq, payload)
+            self._ring_bytes += n
+        else:
+            ring[i] = (seq, _xxh(payload))
+
+    def _same_batch(self, seq: int, payload: bytes) -> bool | None:
+        """Whether ``payload`` is the batch applied under ``seq`` (None: not remembered)."""
+        kept = self._ring[seq & (RING - 1)]
+        if kept is None or kept[0] != seq:
+            return None
+        return kept[1] == payload if type(kept[1]) is bytes else kept[1] == _xxh(payload)
 
     def _sequence(self, seq: int, at: At, replayed: bool, payload: bytes = b"") -> bool:
         """Check ``seq``; True when the batch is to be applied."""
@@ -271,8 +317,8 @@ class ZmqFeed:
         if seq in self.via_replay:
             del self.via_replay[seq]  # the live copy of a batch the replay socket supplied first
             return False
-        seen = self.digests.get(seq)
-        if seen is not None and seen == _xxh(payload):
+        same = self._same_batch(seq, payload)
+        if same:
             st.redelivered += 1
             self.view.notice(
                 "redelivered", f"sequence {seq} delivered again (skipped)", self.worker_id, 0, "device", at
@@ -282,7 +328,8 @@ class ZmqFeed:
             st.restarts += 1
             self.view.reset_worker(self.worker_id, partial=False)
             self.missing.clear()
-            self.digests.clear()
+            self._ring = [None] * RING
+            self._ring_bytes = 0
             self.next_seq = seq + 1
             self.view.notice(
                 "restart",
@@ -294,7 +341,7 @@ class ZmqFeed:
             )
             return True
         st.duplicates += 1
-        what = "with a different payload" if seen is not None else "(too long ago to compare)"
+        what = "with a different payload" if same is not None else "(too long ago to compare)"
         self.view.report(
             RuleId.EVENT_ID,
             f"sequence {seq} was already received {what}: duplicate batch (not applied)",
@@ -321,14 +368,17 @@ class ZmqFeed:
             raise WireError(f"data_parallel_rank {dp} does not fit in 32 bits")
         view = self.view
         w = self.worker_id
-        key = (w, dp)
-        self.per_source[key] = self.per_source.get(key, 0) + len(batch.events)
+        events = batch.events
+        if dp == self._dp:  # the common case: one dp rank per feed
+            self._dp_events += len(events)
+        else:
+            self._count_dp(dp, len(events))
         if self.on_batch is not None:
             self.on_batch(w, dp, batch)
         base = at if isinstance(at, int) else (at[0] if isinstance(at, tuple) and at else 0)
         ctx = self._ctx if self._ctx is not None else self._native_ctx()
         c_event = self._c_event
-        for i, ev in enumerate(batch.events):
+        for i, ev in enumerate(events):
             if ctx is not None and c_event is not None:
                 code = c_event(ctx, ev, w, dp)
                 if code == 1:
