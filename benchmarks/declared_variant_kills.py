@@ -10,7 +10,8 @@ runs the block lockstep (``test_lockstep``'s machine, in-process) at the
 a kill needs no shrinking). First the departure alone (the sanity run: it
 must pass). A kill is a ``ConformanceFailure``; one raised as
 ``DeviationNotFollowed`` is counted as a kill and marked. A mutant the
-lockstep misses then runs the profile's goldens (as ``test_golden`` does: a
+lockstep misses then runs the profile's goldens (as ``test_golden`` does:
+the declared departure is followed and the rest of each golden checked; a
 failure the declaration covers is excused, any other kills). ``--baseline``
 also runs each mutant on the plain reference without the departure or the
 declaration, to compare.
@@ -70,7 +71,11 @@ def _goldens(manifest: Manifest, adapter_dir: Path, profile: str) -> str:
         if scenario.config.profile != profile or _skip_reason(manifest, scenario, config) is not None:
             continue
         try:
-            run_scenario(scenario, open_implementation(manifest, adapter_dir, config))
+            sid = f"{path.parent.name}/{path.stem}"
+            impl = open_implementation(manifest, adapter_dir, config)
+            run_scenario(scenario, impl, deviations=manifest.deviations, scenario_id=sid)
+        except DeviationNotFollowed as e:
+            return f"killed [{e.rule}] by golden {path.parent.name}/{path.stem} (not followed)"
         except ConformanceFailure as e:
             site = replace(e.site, scenario=f"{path.parent.name}/{path.stem}", profile=profile)
             if covering(manifest.deviations, site) is None:

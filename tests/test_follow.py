@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -243,6 +244,66 @@ def test_a_golden_the_departure_fails_carries_its_condition() -> None:
         )
     assert ei2.value.rule == RuleId.QUARANTINE_RELEASE
     assert not FAILS_WHOLE.covers(ei2.value.site)  # same rule, no condition: a bug, not the departure
+
+
+AT_START = "offload/at_start_admits_what_g2_has_room_for"
+
+
+def _golden(scenario_id: str, bug: str | None) -> tuple[list[Site], ConformanceFailure | None]:
+    """Run golden ``scenario_id`` against the offload departure (with mutant
+    ``bug`` on top) with its one declaration: the sites followed, and the
+    failure if it failed."""
+    scenario = next(s for p, s in all_scenarios() if f"{p.parent.name}/{p.stem}" == scenario_id)
+    impl = DeclaredImplementation(declared_model("offload_job_fails_whole", scenario.config, bug=bug))
+    seen: list[Site] = []
+    try:
+        run_scenario(
+            scenario,
+            impl,
+            deviations=[FAILS_WHOLE],
+            on_deviation=lambda i, s: seen.append(s),
+            scenario_id=scenario_id,
+        )
+    except ConformanceFailure as e:
+        return seen, e
+    return seen, None
+
+
+def test_a_golden_follows_the_declared_departure_and_checks_the_steps_after_it() -> None:
+    seen, failure = _golden(AT_START, None)
+    assert failure is None, failure
+    assert [(s.rule, "offload_job_fails_whole" in s.conditions) for s in seen] == [(RuleId.QUARANTINE_RELEASE, True)]
+
+
+def test_a_bug_after_the_departure_in_a_golden_fails_that_golden() -> None:
+    """deref_unknown_ignored (a Deref of an unknown block accepted) shows in
+    this golden only at step 5, after the departure followed at step 2:
+    before the golden followed departures, the whole golden was an expected
+    deviation and the bug survived it."""
+    seen, failure = _golden(AT_START, "deref_unknown_ignored")
+    assert failure is not None, "the bug after the departure was not caught"
+    assert not isinstance(failure, DeviationNotFollowed)
+    assert failure.rule == RuleId.DEREF_UNKNOWN
+    assert "diverged at step 5" in str(failure)
+    assert "followed a declared departure at step 2" in str(failure)
+    assert len(seen) == 1
+    assert not FAILS_WHOLE.covers(replace(failure.site, scenario=AT_START))
+
+
+def test_a_covered_golden_difference_nothing_follows_fails_the_golden() -> None:
+    """capacity_one_early (a Use refused one block early) declared as a
+    USE-CAPACITY departure on Uses: no follow mode reproduces it and the
+    port's state differs, so the golden fails instead of being an expected
+    deviation as a whole."""
+    broad = Deviation(rule=RuleId.USE_CAPACITY, reason="too broad", scope=Scope(operations=["use"]))
+    scenario = next(s for p, s in all_scenarios() if f"{p.parent.name}/{p.stem}" == AT_START)
+    impl = DeclaredImplementation(declared_model(None, scenario.config, bug="capacity_one_early"))
+    with pytest.raises(DeviationNotFollowed) as ei:
+        run_scenario(scenario, impl, deviations=[broad], scenario_id=AT_START)
+    assert ei.value.rule == RuleId.USE_CAPACITY
+    with pytest.raises(ConformanceFailure) as undeclared:
+        run_scenario(scenario, DeclaredImplementation(declared_model(None, scenario.config, bug="capacity_one_early")))
+    assert not isinstance(undeclared.value, DeviationNotFollowed)
 
 
 @pytest.mark.parametrize(

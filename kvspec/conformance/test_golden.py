@@ -5,6 +5,8 @@ capability it requires; otherwise it is skipped with the missing capability
 named (a skip is never a pass). A scenario whose expectations hold under
 several eviction policies (``"policies"`` in the file) is one test per
 policy (``kvbm/single_use@lru``), each run when the adapter declares it.
+A declared departure is followed, and the rest of the golden is checked
+against the followed model (``scenario_runner``).
 """
 
 from __future__ import annotations
@@ -62,11 +64,18 @@ def test_golden_scenario(
     kvspec_manifest: Manifest,
     open_impl: Any,
     kvspec_record_rule: Any,
+    kvspec_record_deviation: Any,
 ) -> None:
     reason = _skip_reason(kvspec_manifest, scenario, config)
     if reason is not None:
         pytest.skip(reason)
     impl = open_impl(config)
-    run_scenario(scenario, impl)
+    run_scenario(
+        scenario,
+        impl,
+        deviations=kvspec_manifest.deviations,
+        on_deviation=kvspec_record_deviation,
+        scenario_id=f"{path.parent.name}/{path.stem}",
+    )
     for rule in scenario.rules:
         kvspec_record_rule(str(rule))

@@ -10,33 +10,37 @@ The reference model runs the same steps beside the implementation: its
 labels of each step (``reference.labels``) name the rule a difference
 breaks. It follows the implementation's victims where the policy allows a
 choice, as in the lockstep.
+
+A declared deviation is contained here as in the lockstep (``follow``;
+spec/SPEC.md, "Declared deviations are followed"): at the step where a
+covered departure is observed, the model takes the implementation's
+outcome and state, and every later step is checked against the followed
+model's whole outcome (result, events, counters, deadline), no longer
+against the file, whose expectations describe the spec's run. A bug after
+the departure is still caught, named by its own rule. A covered difference
+the model cannot follow while the implementation's state differs raises
+``DeviationNotFollowed``; one of the stream only (the same state) is
+raised as an ordinary failure, which the plugin reports as the expected
+deviation of the whole golden.
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable, Sequence
 
 from kvspec.conformance.block.diff import Divergence, counters_divergence, event_divergence, op_rule, result_divergence
-from kvspec.conformance.block.follow import Past, candidates, model_run
+from kvspec.conformance.block.follow import Followed, Past, candidates, model_run, nearest
 from kvspec.conformance.block.interface import Implementation
 from kvspec.conformance.run.deviation_scope import site_of
-from kvspec.conformance.verdicts.failures import ConformanceFailure
+from kvspec.conformance.verdicts.failures import ConformanceFailure, DeviationNotFollowed
 from kvspec.reference import Model, make_model
 from kvspec.reference.labels import StepLabels
+from kvspec.spec.deviations import Deviation, Site, covering
 from kvspec.spec.display import format_ops
-from kvspec.spec.errors import InvalidOperation
 from kvspec.spec.rules import RuleId
-from kvspec.spec.scenario import Scenario
+from kvspec.spec.scenario import Expect, Scenario
 from kvspec.spec.wire import Counters, Operation, OpResult, StepOutcome
-
-
-def model_labels(model: Model, op: Operation, outcome: StepOutcome) -> StepLabels | None:
-    """The model's labels of ``op`` (None when it rejects it)."""
-    removed = {h for e in outcome.events if e.kind == "removed" and e.storage_tier == "device" for h in e.hashes()}
-    try:
-        return model.apply(op, prefer=removed).labels
-    except InvalidOperation:
-        return None
 
 
 def check_step(
@@ -45,8 +49,13 @@ def check_step(
     """The first difference of step ``index`` from the scenario's expectation
     (``labels``: the model's labels of the step)."""
     step = scenario.steps[index]
-    exp = step.expect
-    op = step.op
+    return check_expect(step.expect, step.op, outcome, before, labels)
+
+
+def check_expect(
+    exp: Expect, op: Operation, outcome: StepOutcome, before: Counters | None, labels: StepLabels | None = None
+) -> Divergence | None:
+    """The first difference of ``op``'s ``outcome`` from ``exp``."""
     if exp.error is not None:
         if outcome.error is None:
             return Divergence(exp.error, "the operation must be rejected", f"error {exp.error}", outcome.result)
@@ -96,42 +105,168 @@ def check_step(
     return None
 
 
-def run_scenario(scenario: Scenario, impl: Implementation) -> list[StepOutcome]:
+def expect_of(outcome: StepOutcome) -> Expect:
+    """The whole of ``outcome`` as a golden's expectation: what a step after a
+    followed departure is checked against (the followed model's outcome,
+    not the file's, which describes the spec's run)."""
+    if outcome.error is not None:
+        return Expect(error=RuleId(outcome.error.rule))
+    assert outcome.result is not None
+    return Expect(
+        result=outcome.result.value,
+        status=outcome.result.status,
+        events=list(outcome.events),
+        counters=outcome.counters.model_dump(),
+        earliest_deadline_ms=outcome.earliest_deadline_ms,
+    )
+
+
+class _Golden:
+    """One golden's run: the model beside the implementation, and what
+    following a declared departure needs (``follow``)."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        scenario_id: str | None,
+        deviations: Sequence[Deviation],
+        on_deviation: Callable[[int, Site], None] | None,
+    ) -> None:
+        self.scenario = scenario
+        self.scenario_id = scenario_id
+        self.deviations = list(deviations)
+        self.on_deviation = on_deviation
+        self.model: Model = make_model(scenario.config)
+        self.initial = copy.deepcopy(self.model)
+        self.past: list[Past] = []
+        self.switches: set[str] = set()
+        #: steps at which the model took the implementation's outcome: (step, condition)
+        self.followed: list[tuple[int, str | None]] = []
+
+    def site(self, rule: RuleId, op: Operation, conditions: set[str] | None = None) -> Site:
+        conditions = conditions or set()
+        return site_of(rule, config=self.scenario.config, op=op, scenario=self.scenario_id, conditions=conditions)
+
+    def follow(self, saved: Model, now: Past, actual: StepOutcome) -> Followed | None:
+        """A way of running step ``now`` a declared deviation covers that gives
+        the implementation's outcome (``follow.candidates``), or that accepts
+        or refuses as it did (``follow.nearest``; the rest of the step is then
+        judged against it); None: nothing declared follows it."""
+        found = candidates(saved, now, actual, model_run, initial=self.initial, past=self.past, followed=self.switches)
+        for alt in found:
+            i = covering(self.deviations, self.site(alt.rule, now.op, _conds(alt.condition)))
+            if i is not None:
+                return self._take(alt, i, now)
+        near = nearest(saved, now, actual, model_run)
+        if near is not None:
+            i = covering(self.deviations, self.site(near.rule, now.op, _conds(near.condition)))
+            if i is not None:
+                return self._take(near, i, now)
+        return None
+
+    def _take(self, alt: Followed, i: int, now: Past) -> Followed:
+        step = len(self.past)
+        self.followed.append((step, alt.condition))
+        now.refused = alt.condition is None
+        if alt.switch is not None:
+            self.switches.add(alt.switch)
+        self.model = alt.model
+        if self.on_deviation is not None:
+            self.on_deviation(i, self.site(alt.rule, now.op, _conds(alt.condition)))
+        return alt
+
+
+def run_scenario(
+    scenario: Scenario,
+    impl: Implementation,
+    *,
+    deviations: Sequence[Deviation] = (),
+    on_deviation: Callable[[int, Site], None] | None = None,
+    scenario_id: str | None = None,
+) -> list[StepOutcome]:
     """Run every step; raise ConformanceFailure at the first divergence.
-    Its site carries the follow mode (``follow``) that reproduces the
-    implementation's run up to there, if one does, so that a declared
-    departure's golden is matched by the condition that declares it."""
+
+    ``deviations`` (the manifest's): at a step that differs, a way of running
+    it that a declared deviation covers and that gives the implementation's
+    outcome (``follow``) resynchronises the model (``on_deviation`` is told);
+    every later step is then checked against the followed model's whole
+    outcome instead of the file's expectation, which describes the spec's
+    run, so that a bug after the departure is still caught. A difference
+    nothing declared follows raises as before: its site carries the follow
+    mode (``follow``) that reproduces the implementation's run up to there,
+    if one does, so that an undeclared departure's report names the
+    condition to declare (``scenario_id``: the golden's id for the site,
+    ``FOLDER/NAME``)."""
+    run = _Golden(scenario, scenario_id, deviations, on_deviation)
     outcomes: list[StepOutcome] = []
     before: Counters | None = None
-    model = make_model(scenario.config)
-    initial = copy.deepcopy(model)
-    past: list[Past] = []
     for i, step in enumerate(scenario.steps):
         outcome = impl.step(step.op)
-        saved = copy.deepcopy(model)
+        saved = copy.deepcopy(run.model)
         prefer = _removed_device(outcome)
-        d = check_step(scenario, i, outcome, before, model_labels(model, step.op, outcome))
+        own, labels = model_run(run.model, step.op, prefer)
+        exp = expect_of(own) if run.followed else step.expect
+        d = check_expect(exp, step.op, outcome, before, labels)
+        now = Past(step.op, prefer, 0, own)
+        if d is not None and run.deviations:
+            alt = run.follow(saved, now, outcome)
+            if alt is not None:
+                d = check_expect(expect_of(alt.outcome), step.op, outcome, before, alt.labels)
+                if d is not None:
+                    raise _failure(scenario, i, d, run, run.site(d.rule, step.op), "")
         if d is not None:
-            ops = [s.op for s in scenario.steps[: i + 1]]
             rule, conditions, note = d.rule, set[str](), ""
-            own, _ = model_run(copy.deepcopy(saved), step.op, prefer)
-            now = Past(step.op, prefer, 0, own)
-            for alt in candidates(saved, now, outcome, model_run, initial=initial, past=past):
+            for alt in candidates(saved, now, outcome, model_run, initial=run.initial, past=run.past):
                 if alt.condition is not None:
                     rule, conditions = alt.rule, {alt.condition}
                     note = f"\nthe implementation's run so far is the model's under condition {alt.condition}"
                     break
-            raise ConformanceFailure(
-                rule,
-                f"scenario {scenario.name!r} diverged at step {i}"
-                + (f" ({step.note})" if step.note else "")
-                + f"\n{format_ops(ops)}\nfirst divergence: {d.describe()}{note}",
-                site=site_of(rule, config=scenario.config, op=step.op, conditions=conditions),
-            )
-        past.append(Past(step.op, prefer, 0, outcome))
+            site = run.site(rule, step.op, conditions)
+            if covering(run.deviations, site) is not None and _state_differs(own, outcome):
+                note += (
+                    "\na declared deviation covers this step, but the implementation's state after it differs from "
+                    "the model's and no follow mode of the model reproduces its outcome: the rest of the golden "
+                    "cannot be checked against it (spec/ADAPTERS.md, 'Declared deviations')"
+                )
+                failure = _failure(scenario, i, d, run, site, note)
+                raise DeviationNotFollowed(failure.rule, failure.report, site=site)
+            raise _failure(scenario, i, d, run, site, note)
+        now.expected = outcome
+        run.past.append(now)
         outcomes.append(outcome)
         before = outcome.counters
     return outcomes
+
+
+def _failure(scenario: Scenario, i: int, d: Divergence, run: _Golden, site: Site, note: str) -> ConformanceFailure:
+    step = scenario.steps[i]
+    ops = [s.op for s in scenario.steps[: i + 1]]
+    if run.followed:
+        k, cond = run.followed[0]
+        note += (
+            f"\nfollowed a declared departure at step {k} ({cond or 'a refusal taken back'}): the expectation of "
+            "every later step is the followed model's outcome, not the file's"
+        )
+    return ConformanceFailure(
+        site.rule,
+        f"scenario {scenario.name!r} diverged at step {i}"
+        + (f" ({step.note})" if step.note else "")
+        + f"\n{format_ops(ops)}\nfirst divergence: {d.describe()}{note}",
+        site=site,
+    )
+
+
+def _state_differs(expected: StepOutcome, actual: StepOutcome) -> bool:
+    """A refusal on one side only, or different counters or deadline."""
+    return (
+        (expected.error is None) != (actual.error is None)
+        or expected.counters != actual.counters
+        or expected.earliest_deadline_ms != actual.earliest_deadline_ms
+    )
+
+
+def _conds(condition: str | None) -> set[str]:
+    return set() if condition is None else {condition}
 
 
 def _removed_device(outcome: StepOutcome) -> set[int]:
