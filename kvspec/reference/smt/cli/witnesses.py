@@ -21,7 +21,11 @@ from kvspec.spec.scenario import load_scenario
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", type=Path, default=WITNESS_DIR, help="directory to write (default: %(default)s)")
+    # the help names the folder inside the package, not this machine's path of it
+    # (docs/reference/cli.md is generated from the help and must not depend on the checkout)
+    p.add_argument(
+        "--out", type=Path, default=WITNESS_DIR, help="directory to write (default: spec/scenarios/witnesses in kvspec)"
+    )
     p.add_argument(
         "--only",
         action="append",
