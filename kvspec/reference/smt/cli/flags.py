@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import argparse
 
-PROFILES = ("kvbm-offload", "paged", "session", "vllm", "kvbm", "legacy", "atomic", "radix")
+from kvspec.spec import registry
+
+#: every profile with an encoding (spec/registry.py, each entry's ``encodings``)
+PROFILES = registry.encodings()
 #: the profiles with an ``--unbounded`` level of their own (the others are bounded only or unbounded only)
 UNBOUNDED = ("kvbm-offload", "radix")
 

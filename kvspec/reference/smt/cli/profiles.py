@@ -13,6 +13,7 @@ from kvspec.reference.smt.blocks.encoding import refute as refute_blocks
 from kvspec.reference.smt.blocks.encoding import sanity as sanity_blocks
 from kvspec.reference.smt.cli import summary
 from kvspec.reference.smt.vllm.copies import INVARIANT_ID, MUTANTS, prove_vllm, refute, sanity
+from kvspec.spec import registry
 
 WIDTHS = [44, 18, 50, 9]
 
@@ -178,8 +179,8 @@ def _blocks(profile: str) -> Profile:
     return {"kvbm": profile_kvbm.PROFILE, "atomic": profile_atomic.PROFILE, "legacy": profile_legacy.PROFILE}[profile]
 
 
-#: the block-level profiles without an offload tier (smt/profile_blocks.py)
-BLOCK_PROFILES = ("kvbm", "legacy", "atomic")
+#: the block-level profiles without an offload tier (smt/blocks/): the registry's block profiles the lockstep drives
+BLOCK_PROFILES = tuple(p for p in registry.names("block", stateful=True) if p in registry.encodings())
 
 
 def block_mutants() -> dict[str, list[str]]:
