@@ -6,10 +6,12 @@ hand, so every expected rule follows from the edit that was made."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
+import kvspec.adapters.rust_mocker as rust_mocker_pkg
 from kvspec.conformance.requests.api import ConcurrentRun, RequestOutcome
 from kvspec.conformance.requests.check import check_run
-from kvspec.conformance.requests.workloads import Workload, seed_workloads, setup_of
+from kvspec.conformance.requests.workloads import Workload, load_workload, seed_workloads, setup_of
 from kvspec.reference.requests import RequestSpec, SyntheticDecode, interleave, run_sequential
 from kvspec.reference.vllm_pool import SPEC_VARIANT, PoolVariant
 from kvspec.spec.rules import RuleId
@@ -219,3 +221,42 @@ def test_streams_split_by_tier_keep_their_order() -> None:
     for evs in tiers.values():
         assert [e.event_id for e in evs] == sorted(e.event_id for e in evs)
         assert len({e.storage_tier for e in evs}) == 1
+
+
+#: a workload whose fourth request hits a block on the device that the host
+#: tier no longer holds (the rust mocker's finding g2_host_write_missing),
+#: and the mocker's two host departures (batches in hash order; device hits
+#: not written through)
+HOST_HIT = load_workload(Path(rust_mocker_pkg.__file__).parent / "findings" / "g2_host_write_missing.jsonl")
+NO_HOST_HITS = PoolVariant(host_order="hash", host_writes_hits=False)
+HASH_ORDER = (R.G2_EVICT, 2, frozenset({"host_batch_hash_order"}))
+
+
+def test_a_host_write_missing_departure_is_followed_to_the_end() -> None:
+    checked = check_run(HOST_HIT, impl_run(HOST_HIT, NO_HOST_HITS))
+    assert [(f.rule, f.request, f.conditions) for f in checked.findings] == [
+        HASH_ORDER,
+        (R.G2_EVICT, 3, frozenset({"host_write_missing"})),
+    ]
+    assert checked.variant == NO_HOST_HITS  # followed, and the rest of the run matched
+
+
+def test_a_bug_after_a_host_write_missing_departure_is_still_found() -> None:
+    """The departure at request 3, then request 5's device evictions in the
+    wrong order: before the checker followed host_write_missing it stopped
+    comparing at request 3 and this bug went unseen."""
+    out = impl_run(HOST_HIT, NO_HOST_HITS)
+    late = next(e for e in out[5].events if isinstance(e.data, Removed) and len(e.data.removed.block_hashes) == 2)
+
+    def swap(e: KvEvent) -> KvEvent:
+        if e is late:
+            h = late.data.removed.block_hashes  # type: ignore[union-attr]
+            return e.model_copy(update={"data": Removed(removed=RemovedData(block_hashes=[h[1], h[0]]))})
+        return e
+
+    found = [(f.rule, f.request, f.conditions) for f in check_run(HOST_HIT, edit(out, swap)).findings]
+    assert found == [
+        HASH_ORDER,
+        (R.G2_EVICT, 3, frozenset({"host_write_missing"})),
+        (R.VLLM_FREE_ORDER, 5, frozenset()),
+    ]

@@ -258,7 +258,8 @@ class RequestDriver:
                         plh=Plh(hash=seq_list[i], parent=parent, position=i),
                     )
                 ).events
-        events += m.host_write_through([HostBlock(s, loc, i) for i, (s, loc) in enumerate(hashes)])
+        hits = min(on_device, cap)  # written through too, unless the variant says otherwise
+        events += m.host_write_through([HostBlock(s, loc, i) for i, (s, loc) in enumerate(hashes)], hits)
         # the prompt hashed by kvspec's hashing; the hit capped and whole blocks only
         prefill_rules = [rid("HASH-LOCAL"), rid("HASH-SEQUENCE"), rid("VLLM-PREFIX-HIT")]
         result = RequestResult(cached_tokens=cached * bs, rules=prefill_rules, cached_rule=rid("VLLM-PREFIX-HIT"))

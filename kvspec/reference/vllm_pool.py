@@ -114,6 +114,10 @@ class PoolVariant:
     - ``full_prompt_hit`` (VLLM-PREFIX-HIT): False is the spec; True lets a
       hit cover the whole block-aligned prompt (no recomputed last block, so
       no second copy of it).
+    - ``host_writes_hits`` (G2-EVICT, G2-STORE-ON-COMPLETE): True is the
+      spec; False writes through to the host tier only the prompt blocks the
+      request did not hit on the device (condition ``host_write_missing``:
+      a device hit is neither stored on nor refreshed in the host tier).
     """
 
     first_event_id: int = 0
@@ -121,6 +125,7 @@ class PoolVariant:
     remove_copies: bool = True
     host_order: Literal["leaf_first", "hash"] = "leaf_first"
     full_prompt_hit: bool = False
+    host_writes_hits: bool = True
 
 
 SPEC_VARIANT = PoolVariant()
@@ -182,11 +187,12 @@ class HostTier:
         """Every entry, next victim first."""
         return sorted(self.entries, key=self._victim_key)
 
-    def plan(self, blocks: Sequence[HostBlock]) -> tuple[list[int], list[list[HostBlock]]] | None:
+    def plan(self, blocks: Sequence[HostBlock], skip: int = 0) -> tuple[list[int], list[list[HostBlock]]] | None:
         """The victims and the runs of missing blocks a write-through of
-        ``blocks`` needs, or None when the batch cannot fit."""
+        ``blocks`` needs, or None when the batch cannot fit (the first
+        ``skip`` blocks are not written, but are still the request's own)."""
         protected = {b.seq for b in blocks}
-        missing = [b for b in blocks if b.seq not in self.entries]
+        missing = [b for b in blocks[skip:] if b.seq not in self.entries]
         need = len(missing) - (self.capacity - len(self.entries))
         victims: list[int] = []
         if need > 0:
@@ -196,7 +202,7 @@ class HostTier:
             victims = candidates[:need]
         runs: list[list[HostBlock]] = []
         prev_missing = False
-        for b in blocks:
+        for b in blocks[skip:]:
             if b.seq in self.entries:
                 prev_missing = False
                 continue
@@ -206,12 +212,13 @@ class HostTier:
             prev_missing = True
         return victims, runs
 
-    def write_through(self, blocks: Sequence[HostBlock]) -> tuple[list[int], list[list[HostBlock]]]:
+    def write_through(self, blocks: Sequence[HostBlock], skip: int = 0) -> tuple[list[int], list[list[HostBlock]]]:
         """Refresh the present blocks, then store the missing ones (evicting
-        first). Returns (victims, runs); both empty when the batch did not fit
-        (the refresh still happened: it is the request's lookup)."""
-        planned = self.plan(blocks)
-        for b in reversed(blocks):
+        first); the first ``skip`` blocks are neither (``host_writes_hits``).
+        Returns (victims, runs); both empty when the batch did not fit (the
+        refresh still happened: it is the request's lookup)."""
+        planned = self.plan(blocks, skip)
+        for b in reversed(blocks[skip:]):
             if b.seq in self.entries:
                 self.clock += 1
                 self.entries[b.seq] = (self.clock, b.position)
@@ -560,11 +567,13 @@ class VllmPoolModel:
         return Step(OpResult(value=True), [self._label(make_cleared(self._next_id(), dp_rank=self.dp_rank), _CLEARED)])
 
     # ------------------------------------------------------------- host tier
-    def host_write_through(self, blocks: Sequence[HostBlock]) -> list[KvEvent]:
-        """Write a request's full prompt blocks through to the host tier."""
+    def host_write_through(self, blocks: Sequence[HostBlock], hits: int = 0) -> list[KvEvent]:
+        """Write a request's full prompt blocks through to the host tier
+        (``hits``: its blocks hit on the device, skipped unless the variant
+        writes hits through, the spec)."""
         if self.host is None or not blocks:
             return []
-        victims, runs = self.host.write_through(blocks)
+        victims, runs = self.host.write_through(blocks, 0 if self.variant.host_writes_hits else hits)
         events: list[KvEvent] = []
         if victims:
             self.trace.did("G2-EVICT")

@@ -98,8 +98,10 @@ CONDITIONS: dict[str, Condition] = _conditions(
         "host_write_missing",
         "the host tier events the model expects at the failing point (a host_pinned Stored, or the host "
         "Removed that makes room for it) name blocks the implementation wrote to the host tier no event "
-        "about in that request: the block was not written through to the host at all (request level, "
-        "sequential runs; not followed, so the rest of that run is not compared)",
+        "about in that request: the block was not written through to the host at all; in a sequential run "
+        "the checker follows it (the model then writes through only the prompt blocks a request did not hit on "
+        "the device, and neither stores nor refreshes its device hits on the host) and compares the rest of the "
+        "run exactly (request level)",
         frozenset({R.G2_EVICT, R.G2_STORE_ON_COMPLETE}),
     ),
     Condition(

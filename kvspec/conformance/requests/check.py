@@ -24,7 +24,7 @@ For every run (``check_run``):
    the model's labels of the expected events (``reference.labels``). When the rule is one
    an implementation can depart from in a known way (``reference.vllm_pool.PoolVariant``:
    EVENT-ID's first id, STORE-COPY / REMOVE-COPY's per-copy events, G2-EVICT's
-   order inside a host batch), the departure is recorded as a finding and
+   order inside a host batch, the host write-through of device hits), the departure is recorded as a finding and
    the comparison starts again with the model following it, so the rest of
    the run is still compared exactly. Such a finding carries the named
    condition (``kvspec.spec.deviations.CONDITIONS``) of the departure the
@@ -87,7 +87,7 @@ LAYER_RULES: tuple[RuleId, ...] = (
 )
 
 #: rules whose known departures the model can follow, and how
-FOLLOWABLE = {R.EVENT_ID, R.STORE_COPY, R.REMOVE_COPY, R.G2_EVICT, R.VLLM_PREFIX_HIT}
+FOLLOWABLE = {R.EVENT_ID, R.STORE_COPY, R.REMOVE_COPY, R.G2_EVICT, R.G2_STORE_ON_COMPLETE, R.VLLM_PREFIX_HIT}
 
 #: the named condition of each followed departure (kvspec.spec.deviations)
 FOLLOWED = {
@@ -570,7 +570,11 @@ def _request_detail(expected: Sequence[KvEvent], actual: Sequence[KvEvent], j: i
 
 
 def _follow(
-    variant: PoolVariant, div: Divergence, workload: Workload, outcomes: Sequence[RequestOutcome]
+    variant: PoolVariant,
+    div: Divergence,
+    workload: Workload,
+    outcomes: Sequence[RequestOutcome],
+    expected: Sequence[RequestResult],
 ) -> PoolVariant | None:
     rule = div.rule
     if rule == R.VLLM_PREFIX_HIT and not variant.full_prompt_hit and div.request is not None:
@@ -588,6 +592,8 @@ def _follow(
         return replace(variant, store_copies=False)
     if rule == R.REMOVE_COPY and variant.remove_copies:
         return replace(variant, remove_copies=False)
+    if _host_write_missing(div, expected, outcomes) and variant.host_writes_hits:
+        return replace(variant, host_writes_hits=False)
     if rule == R.G2_EVICT and variant.host_order == "leaf_first":
         return replace(variant, host_order="hash")
     return None
@@ -617,15 +623,15 @@ def check_sequential(workload: Workload, outcomes: Sequence[RequestOutcome], out
             detail += f"\n  (compared with the model following the departures already found: {variant})"
         if follower.missing:
             detail += f"\n  decode blocks with no matching implementation Stored: {follower.missing}"
-        nxt = _follow(variant, div, workload, outcomes)
+        nxt = _follow(variant, div, workload, outcomes, expected)
         conds: frozenset[str] = frozenset()
         if nxt is not None:
             name = FOLLOWED.get(div.rule)
             if div.rule == R.EVENT_ID and nxt.first_event_id == 1:
                 name = "event_ids_from_1"
+            if nxt.host_writes_hits != variant.host_writes_hits:
+                name = "host_write_missing"
             conds = frozenset({name}) if name else frozenset()
-        elif _host_write_missing(div, expected, outcomes):
-            conds = frozenset({"host_write_missing"})
         elif div.rule == R.G2_EVICT and div.request is not None and div.request < len(outcomes):
             evs = outcomes[div.request].events
             if any(_evicts_parent(a, b) for a, b in itertools.pairwise(evs)):

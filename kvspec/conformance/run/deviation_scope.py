@@ -5,9 +5,10 @@ manifest may scope a deviation by; this module is where the block-level
 checkers (goldens, lockstep) establish which hold for a failure. The
 request-level checker establishes its own (``request_check``: the
 departures it can follow are exactly the conditions ``event_ids_from_1``,
-``copy_store_unannounced``, ``copy_remove_unreported`` and
-``host_batch_hash_order``), so a condition is only ever claimed where the
-checker verified it, never inferred from the rule id alone.
+``copy_store_unannounced``, ``copy_remove_unreported``,
+``host_batch_hash_order``, ``full_prompt_hit`` and ``host_write_missing``),
+so a condition is only ever claimed where the checker verified it, never
+inferred from the rule id alone.
 """
 
 from __future__ import annotations
