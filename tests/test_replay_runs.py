@@ -67,7 +67,8 @@ def test_each_run_keeps_its_replay_folder_and_the_hint_can_be_pasted(
 
     code1, out1 = _suite(child_pytest, "my_port")
     assert code1 == 1, out1[-3000:]
-    code2, out2 = _suite(child_pytest, "my_port", "--hypothesis-seed=3")
+    # a random effort with a seed: the seed is recorded and pasted back in the hint
+    code2, out2 = _suite(child_pytest, "my_port", "--hypothesis-profile=smoke", "--hypothesis-seed=3")
     assert code2 == 1, out2[-3000:]
 
     runs = sorted(p for p in (tmp_path / "replays").iterdir() if p.is_dir())
@@ -83,7 +84,7 @@ def test_each_run_keeps_its_replay_folder_and_the_hint_can_be_pasted(
     assert rf.target is not None
     assert rf.target.impl == "my_port" and rf.target.adapter_path == str(adapter.resolve())
     assert rf.target.variant is None and rf.target.hypothesis_seed == "3"
-    assert rf.target.effort == "default"
+    assert rf.target.effort == "smoke"
 
     # the hint is a command that works as printed, from another directory
     hints = re.findall(r"run again with: (kvspec replay .+)", out2)

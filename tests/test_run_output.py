@@ -237,3 +237,20 @@ def test_header_says_when_a_seed_is_ignored(effort_name: str, seeded: bool, igno
     line = header_lines(manifest, adapter_dir, None, effort_name, seeded=seeded)[-1]
     assert line.startswith(f"kvspec effort: {effort_name} ")
     assert ("--hypothesis-seed has no effect" in line) is ignored, line
+
+
+@pytest.mark.parametrize("effort_name", ["default", "ci"])
+def test_a_seed_under_a_derandomised_effort_is_a_usage_error(
+    effort_name: str, child_pytest: Callable[..., tuple[int, str]]
+) -> None:
+    """--hypothesis-seed would change nothing under default or ci: refused, naming what to do."""
+    code, out = child_pytest(
+        str(SUITE / "test_golden.py"),
+        f"--impl={SUITE.parent / 'adapters' / 'reference'}",
+        f"--hypothesis-profile={effort_name}",
+        "--hypothesis-seed=7",
+        "-q",
+    )
+    assert code == 4, out[-2000:]  # pytest's usage error
+    assert f"--hypothesis-seed has no effect under the {effort_name} effort" in out, out[-2000:]
+    assert "--hypothesis-profile=smoke or thorough" in out

@@ -178,6 +178,14 @@ def pytest_configure(config: pytest.Config) -> None:
     impl = config.getoption("--impl")
     if profile is not None and profile not in EFFORTS and (impl is not None or _names_conformance(config.args)):
         _check_profile_known(profile)
+    if state.seeded and is_deterministic(state.effort) and (impl is not None or _names_conformance(config.args)):
+        # Hypothesis draws a derandomised test's examples from the test itself: the seed would change
+        # nothing, and runs "at several seeds" would read as independent samples when they are one run
+        raise pytest.UsageError(
+            f"--hypothesis-seed has no effect under the {state.effort} effort (derandomised: every run draws "
+            "the same examples); drop it, or choose a random effort (--hypothesis-profile=smoke or thorough) "
+            "for the seed to pick the examples"
+        )
     if profile in EFFORTS:
         from hypothesis import settings
 
