@@ -170,7 +170,8 @@ def test_every_step_of_every_golden_scenario_is_labelled() -> None:
             RuleId.REMOVE_COPY,
         },
         ("host_pinned", "stored"): {RuleId.G2_STORE_ON_COMPLETE},
-        ("host_pinned", "removed"): {RuleId.G2_EVICT},
+        # TIER-ONBOARD: G2 makes room for a block staged back from G3/G4
+        ("host_pinned", "removed"): {RuleId.G2_EVICT, RuleId.TIER_ONBOARD},
         ("disk", "stored"): {RuleId.TIER_EVENTS},
         ("disk", "removed"): {RuleId.TIER_EVENTS},
         ("external", "stored"): {RuleId.TIER_EVENTS},

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvspec.reference.g2_tier import G2Entry, G2Tier
-from kvspec.reference.labels import Trace, label
+from kvspec.reference.labels import EventLabel, Trace, label
 from kvspec.reference.lower_tiers import LowerTiers
 from kvspec.reference.offload_link import SharedLink
 from kvspec.reference.outcome import Step
@@ -74,6 +74,9 @@ _EVICTED = label("REMOVE-EXACT", choice="EVICT-POLICY")
 _EVICTED_OFFLOAD = label("DEVICE-REMOVE-IMMEDIATE", "REMOVE-EXACT", choice="EVICT-POLICY")
 #: G2's Removed of a victim, and the host-pinned Stored of a block that reached G2
 _G2_EVICTED = label("G2-EVICT")
+#: a G2 eviction that makes room for a block staged back from G3/G4: missing
+#: when the staging skipped G2 (TIER-ONBOARD); which victim is G2's policy
+_STAGED_EVICTED = label("TIER-ONBOARD", choice="G2-EVICT")
 _G2_STORED = label("G2-STORE-ON-COMPLETE", parent="G2-STORE-ON-COMPLETE", tokens="G2-STORE-ON-COMPLETE")
 _ONBOARDED = label("SWAPIN-SKIP-PRESENT", parent="SWAPIN-ANCHOR", tokens="STORE-TOKENS-HASH")
 #: a lower tier's Stored or Removed (lower_tier_events = "owner")
@@ -362,7 +365,7 @@ class G1Model:
         for e in entries:
             if e.seq not in self.g2tier:
                 got, victims = self.g2tier.make_room()
-                self._pending_tier_g2_events.extend(self._g2_evicted(victims))
+                self._pending_tier_g2_events.extend(self._g2_evicted(victims, _STAGED_EVICTED))
                 if not got:
                     continue
                 self.g2tier.register(e)
@@ -1000,15 +1003,15 @@ class G1Model:
         return events
 
     # --------------------------------------------------------- G2 arrivals
-    def _g2_evicted(self, victims: list[int]) -> list[KvEvent]:
-        """The host-pinned Removed of G2's victims, one per block."""
+    def _g2_evicted(self, victims: list[int], lab: EventLabel = _G2_EVICTED) -> list[KvEvent]:
+        """The host-pinned Removed of G2's victims, one per block (``lab``: their label)."""
         out: list[KvEvent] = []
         for v in victims:
             if v in self.g2tier.silent:  # staged from G3/G4: never announced
                 self.g2tier.silent.discard(v)
                 continue
             self.trace.did("G2-EVICT")
-            out.append(self.trace.event(self._removed([v], "host_pinned"), _G2_EVICTED))
+            out.append(self.trace.event(self._removed([v], "host_pinned"), lab))
         return out
 
     def _arrive_in_g2(self, e: G2Entry) -> list[KvEvent]:

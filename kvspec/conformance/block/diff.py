@@ -90,6 +90,21 @@ def op_rule(op: Operation | None) -> RuleId:
     return RuleId.USE_VALIDATE
 
 
+#: the lower-tier rules, most specific first: a deadline that differs in a step
+#: where the model applied one of them differs because of that decision (a copy
+#: the tier should have filtered, admitted, evicted for or staged takes the
+#: tiers' links, and the deadline is when a link next completes)
+_TIER_DEADLINE = ("TIER-DEDUP", "TIER-ADMIT", "TIER-EVICT", "TIER-ONBOARD", "TIER-OWNER", "TIER-CASCADE")
+
+
+def deadline_divergence(expected: float | None, actual: float | None, labels: StepLabels | None) -> Divergence:
+    """A different earliest pending deadline: TIME-MONOTONIC, or the lower-tier
+    rule the model applied in the step (``_TIER_DEADLINE``)."""
+    applied = {str(r) for r in labels.rules} if labels is not None else set()
+    rule = next((RuleId(r) for r in _TIER_DEADLINE if r in applied), RuleId.TIME_MONOTONIC)
+    return Divergence(rule, "earliest pending deadline", expected, actual)
+
+
 def unlabelled(events: list[KvEvent]) -> StepLabels:
     """Labels for expected events that no model step produced (each event's default)."""
     return StepLabels(events=[default_label(e.storage_tier, e.kind) for e in events])
@@ -126,13 +141,17 @@ def event_rule(expected: list[KvEvent], actual: list[KvEvent], i: int, labels: S
     if act is None:
         return lab.published
     if exp.kind != act.kind:
-        if exp.storage_tier != act.storage_tier:
+        if exp.storage_tier != act.storage_tier and exp.hashes() == act.hashes():
             return RuleId.EVENT_SOURCE
         if _is_subsequence(_shape(actual[i:]), _shape(expected[i:])):  # expected events are missing
             return lab.published
         if _is_subsequence(_shape(expected[i:]), _shape(actual[i:])):  # extra events were published
             return labels.unexpected(act)
-        if "cleared" in (exp.kind, act.kind) or not any(e.kind == act.kind for e in expected):
+        if "cleared" in (exp.kind, act.kind):
+            return labels.unexpected(act)
+        if exp.storage_tier != act.storage_tier:  # another event altogether: the expected one is missing
+            return lab.published
+        if not any(e.kind == act.kind for e in expected):
             return labels.unexpected(act)
         return RuleId.EVENT_ORDER
     if exp.event_id != act.event_id:

@@ -29,7 +29,14 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Sequence
 
-from kvspec.conformance.block.diff import Divergence, counters_divergence, event_divergence, op_rule, result_divergence
+from kvspec.conformance.block.diff import (
+    Divergence,
+    counters_divergence,
+    deadline_divergence,
+    event_divergence,
+    op_rule,
+    result_divergence,
+)
 from kvspec.conformance.block.follow import Followed, Past, candidates, model_run, nearest
 from kvspec.conformance.block.interface import Implementation
 from kvspec.conformance.run.deviation_scope import site_of
@@ -99,9 +106,7 @@ def check_expect(
             return d
     # as for the result, an explicit null is checked (nothing pending), a missing one is not
     if "earliest_deadline_ms" in exp.model_fields_set and outcome.earliest_deadline_ms != exp.earliest_deadline_ms:
-        return Divergence(
-            RuleId.TIME_MONOTONIC, "earliest pending deadline", exp.earliest_deadline_ms, outcome.earliest_deadline_ms
-        )
+        return deadline_divergence(exp.earliest_deadline_ms, outcome.earliest_deadline_ms, labels)
     return None
 
 

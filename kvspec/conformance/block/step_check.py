@@ -29,7 +29,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from kvspec.conformance.block.diff import Divergence, counters_divergence, event_divergence, op_rule, result_divergence
+from kvspec.conformance.block.diff import (
+    Divergence,
+    counters_divergence,
+    deadline_divergence,
+    event_divergence,
+    op_rule,
+    result_divergence,
+)
 from kvspec.conformance.block.stream_check import StreamCheck
 from kvspec.reference import Model
 from kvspec.reference.labels import StepLabels
@@ -111,12 +118,7 @@ class StepCheck:
                 if d is not None:
                     yield d
             if act.earliest_deadline_ms != exp.earliest_deadline_ms:
-                yield Divergence(
-                    RuleId.TIME_MONOTONIC,
-                    "earliest pending deadline",
-                    exp.earliest_deadline_ms,
-                    act.earliest_deadline_ms,
-                )
+                yield deadline_divergence(exp.earliest_deadline_ms, act.earliest_deadline_ms, labels)
         d = self.stream.router_match(model)
         if d is not None:
             yield d
