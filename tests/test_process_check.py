@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from kvspec.adapters.reference.adapter import ReferenceImplementation
 from kvspec.api import builtin_adapters_dir, load_manifest
 from kvspec.conformance.block.opener import open_implementation
 from kvspec.conformance.block.process_check import run_process_scenario
+from kvspec.conformance.block.workers_lockstep import WORKERS, run_two_workers, tier_configs
 from kvspec.conformance.transport.jsonl import encode_hello, encode_request, offered_versions
 from kvspec.conformance.verdicts.failures import ConformanceFailure
 from kvspec.spec.config import ManagerConfig
@@ -120,3 +123,27 @@ def test_jsonl_session_of_two_workers_matches_the_golden() -> None:
     d = builtin_adapters_dir() / "reference_jsonl"
     with open_implementation(load_manifest(d), d, s.config, workers=s.workers) as impl:
         run_process_scenario(s, impl)
+
+
+def _lockstep(impl_type: type[ReferenceImplementation], examples: int) -> None:
+    manifest = load_manifest(builtin_adapters_dir() / "reference")
+
+    @settings(max_examples=examples, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+    @given(data=st.data())
+    def run(data: st.DataObject) -> None:
+        config = data.draw(tier_configs(manifest.capabilities))
+        run_two_workers(impl_type(config, manifest, WORKERS), config, data.draw)
+
+    run()
+
+
+def test_two_worker_lockstep_passes_on_the_reference() -> None:
+    """Also: the traffic keeps the caller contracts (``WorkersRun.send`` checks
+    each operation before sending it and fails the run on a break)."""
+    _lockstep(ReferenceImplementation, 20)
+
+
+def test_two_worker_lockstep_catches_the_wrong_publisher() -> None:
+    with pytest.raises(ConformanceFailure) as e:
+        _lockstep(_WrongPublisher, 30)
+    assert e.value.rule == RuleId.TIER_EVENTS

@@ -7,16 +7,24 @@ the tier a golden uses (``disk`` for G3, ``external`` for G4), or fewer
 workers than the golden drives (``workers = N`` in its manifest), skips it
 with that capability named, which makes the ``TIER-*`` rules not applicable
 to it (never a pass). Checking: ``conformance/block/process_check.py``.
+
+``test_two_worker_lockstep`` drives two workers sharing G3/G4 with drawn
+traffic against the reference process (``conformance/block/workers_lockstep.py``),
+in every effort, for adapters that declare ``workers`` >= 2 and a lower tier.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
 
 from kvspec.conformance.block.opener import open_implementation
 from kvspec.conformance.block.process_check import run_process_scenario
+from kvspec.conformance.block.workers_lockstep import WORKERS, run_two_workers, tier_configs
 from kvspec.conformance.run.manifest import Manifest
 from kvspec.spec.process_scenario import ProcessScenario, tier_scenarios
 from kvspec.spec.rules import Concern, rules_of
@@ -53,3 +61,43 @@ def test_tier_golden(
             pytest.skip(f"adapter {kvspec_manifest.name!r} does not declare capability semantics:{option}={value}")
     with open_implementation(kvspec_manifest, kvspec_adapter_dir, scenario.config, workers=scenario.workers) as impl:
         run_process_scenario(scenario, impl)
+
+
+@pytest.mark.kvspec_rules(*rules_of(Concern.TIERS))
+@pytest.mark.kvspec_requires("block_level")
+def test_two_worker_lockstep(
+    kvspec_manifest: Manifest, kvspec_adapter_dir: Path, kvspec_settings: settings, kvspec_record_rule: Any
+) -> None:
+    """Two workers sharing G3/G4: every step of each equals the reference process's."""
+    caps = kvspec_manifest.capabilities
+    if "kvbm" not in kvspec_manifest.supported_profiles():
+        pytest.skip(f"adapter {kvspec_manifest.name!r} does not declare capability profile:kvbm")
+    if not caps.offload or not {"disk", "external"} & set(caps.tiers):
+        pytest.skip(f"adapter {kvspec_manifest.name!r} does not declare capability tier:disk or tier:external")
+    if caps.workers < WORKERS:
+        pytest.skip(
+            f"adapter {kvspec_manifest.name!r} declares workers = {caps.workers}; the lockstep drives {WORKERS}"
+        )
+    budget = settings(
+        kvspec_settings,
+        max_examples=max(5, kvspec_settings.max_examples // 4),
+        report_multiple_bugs=False,
+        phases=[p for p in kvspec_settings.phases if p is not Phase.explain],
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+
+    tier_rules = set(rules_of(Concern.TIERS))
+
+    def record(rule: str, n: int = 1) -> None:
+        # it checks the G1/G2 rules at every step too; they are counted by the one-worker lockstep
+        if rule in tier_rules:
+            kvspec_record_rule(rule, n)
+
+    @budget
+    @given(data=st.data())
+    def run(data: Any) -> None:
+        config = data.draw(tier_configs(caps), label="config")
+        with open_implementation(kvspec_manifest, kvspec_adapter_dir, config, workers=WORKERS) as impl:
+            run_two_workers(impl, config, data.draw, record=record)
+
+    run()

@@ -20,7 +20,16 @@ published by another worker instead is TIER-EVENTS.
 
 from __future__ import annotations
 
-from kvspec.conformance.block.diff import Divergence, counters_divergence, event_divergence, op_rule, result_divergence
+from collections.abc import Callable
+
+from kvspec.conformance.block.diff import (
+    Divergence,
+    counters_divergence,
+    deadline_divergence,
+    event_divergence,
+    op_rule,
+    result_divergence,
+)
 from kvspec.conformance.block.interface import Implementation
 from kvspec.conformance.run.deviation_scope import site_of
 from kvspec.conformance.verdicts.failures import ConformanceFailure
@@ -67,7 +76,16 @@ def worker_events_divergence(
 class ProcessChecker:
     """The reference process beside an implementation of several workers."""
 
-    def __init__(self, impl: Implementation, config: ManagerConfig, workers: int) -> None:
+    def __init__(
+        self,
+        impl: Implementation,
+        config: ManagerConfig,
+        workers: int,
+        *,
+        record: Callable[[str, int], None] | None = None,
+    ) -> None:
+        #: ``record(rule, n)``: counts the rules the model applied in each step (coverage)
+        self.record = record
         self.impl = impl
         self.config = config
         self.workers = workers
@@ -100,6 +118,9 @@ class ProcessChecker:
                 raise self.fail(
                     Divergence(e.rule, "the operation must be rejected", e.rule, actual), worker, op, where
                 ) from None
+        if want is not None and want.step.labels is not None and self.record is not None:
+            for rule in dict.fromkeys(want.step.labels.rules):
+                self.record(str(rule), 1)
         if want is not None:
             d = self._compare(worker, op, got, want)
             if d is not None:
@@ -127,9 +148,7 @@ class ProcessChecker:
         if d is not None:
             return worker, d
         if out.earliest_deadline_ms != me.earliest_deadline():
-            d = Divergence(
-                RuleId.TIME_MONOTONIC, "earliest pending deadline", me.earliest_deadline(), out.earliest_deadline_ms
-            )
+            d = deadline_divergence(me.earliest_deadline(), out.earliest_deadline_ms, labels)
             return worker, d
         return None
 
@@ -156,7 +175,8 @@ def run_process_scenario(s: ProcessScenario, impl: Implementation) -> None:
     for i, step in enumerate(s.steps):
         exp = step.expect
         where = f"scenario {s.name!r} diverged at step {i}" + (f" ({step.note})" if step.note else "")
-        got, _want = check.step(step.worker, step.op, where)
+        got, want_step = check.step(step.worker, step.op, where)
+        labels = want_step.step.labels if want_step is not None else None
         out = got.outcome
 
         def fail(
@@ -186,14 +206,7 @@ def run_process_scenario(s: ProcessScenario, impl: Implementation) -> None:
             if found is not None:
                 raise fail(found[1], found[0])
         if "earliest_deadline_ms" in exp.model_fields_set and out.earliest_deadline_ms != exp.earliest_deadline_ms:
-            raise fail(
-                Divergence(
-                    RuleId.TIME_MONOTONIC,
-                    "earliest pending deadline",
-                    exp.earliest_deadline_ms,
-                    out.earliest_deadline_ms,
-                )
-            )
+            raise fail(deadline_divergence(exp.earliest_deadline_ms, out.earliest_deadline_ms, labels))
         # what a router sees of the shared tiers: only when the tiers publish
         for tier, name, blocks in (("disk", "g3", exp.g3), ("external", "g4", exp.g4)):
             if owner_events and blocks is not None and check.shared_contents(tier) != set(blocks):

@@ -1,6 +1,7 @@
 //! kvbm_port_rs: an independent Rust port of Dynamo's kvbm mocker KvManager,
-//! served over kvspec's JSON-lines protocol (spec/PROTOCOL.md, version 1,
-//! block level). Standard library only.
+//! served over kvspec's JSON-lines protocol (spec/PROTOCOL.md: version 1, block
+//! level, one worker; version 5, several workers of one process sharing G3/G4,
+//! each request naming its worker). Standard library only.
 //!
 //! Usage: kvbm_port_rs [--variant NAME]   (NAME: one single-bug variant, default none)
 
@@ -16,11 +17,20 @@ use std::io::{BufRead, Write};
 use json::{obj, Json};
 use manager::{BlockRef, Counters, EventData, KvManager, Status, Tier, UseArgs};
 use lower::LowerConfig;
-use offload::{Allocation, Dedup, G2Eviction, Link, OffloadConfig, TickResult};
+use offload::{Allocation, Dedup, G2Eviction, Link, OffloadConfig, OffloadEngine, TickResult};
 use pools::{Plh, Policy};
 use variants::Bugs;
 
 const NAME: &str = "kvbm_port_rs (Rust port of Dynamo's kvbm mocker KvManager)";
+/// the most workers one process session serves (the manifest's `workers`)
+const MAX_WORKERS: u64 = 4;
+
+/// One session: a worker (version 1) or the workers of one process (version 5).
+struct Session {
+    mgrs: Vec<KvManager>,
+    /// version 5: requests name their worker, replies carry the others' events
+    process: bool,
+}
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -50,7 +60,7 @@ fn main() {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let mut lines = stdin.lock().lines();
-    let mut session: Option<KvManager> = None;
+    let mut session: Option<Session> = None;
     let mut started = false;
     loop {
         let Some(Ok(line)) = lines.next() else { break };
@@ -68,10 +78,11 @@ fn main() {
         };
         match msg.get("type").and_then(Json::as_str) {
             Some("hello") => match hello(&msg, bugs) {
-                Ok(mgr) => {
-                    session = Some(mgr);
+                Ok(s) => {
+                    let process = s.process;
+                    session = Some(s);
                     started = true;
-                    send(&mut out, &ready(&msg));
+                    send(&mut out, &ready(process));
                 }
                 Err((code, message)) => {
                     send(
@@ -90,7 +101,7 @@ fn main() {
             }
             None => {
                 let id = msg.get("id").cloned().unwrap_or(Json::Null);
-                let Some(mgr) = session.as_mut() else {
+                let Some(sess) = session.as_mut() else {
                     send(&mut out, &error_reply(id, "unexpected_message", "a request before hello"));
                     continue;
                 };
@@ -102,7 +113,24 @@ fn main() {
                     send(&mut out, &error_reply(id, "malformed_request", "request without op"));
                     continue;
                 };
-                let reply = match apply(mgr, op) {
+                let worker = match msg.opt("worker") {
+                    None => 0,
+                    Some(w) if sess.process => match w.as_u64().filter(|w| (*w as usize) < sess.mgrs.len()) {
+                        Some(w) => w as usize,
+                        None => {
+                            send(&mut out, &error_reply(id, "malformed_request", "worker: not a worker of the session"));
+                            continue;
+                        }
+                    },
+                    Some(_) => {
+                        send(&mut out, &error_reply(id, "malformed_request", "worker: only in a version-5 session"));
+                        continue;
+                    }
+                };
+                let reply = match apply(&mut sess.mgrs[worker], op) {
+                    Ok(outcome) if sess.process => {
+                        obj(vec![("id", id), ("outcome", outcome), ("others", others(&mut sess.mgrs, worker))])
+                    }
                     Ok(outcome) => obj(vec![("id", id), ("outcome", outcome)]),
                     Err((code, message)) => error_reply(id, code, &message),
                 };
@@ -127,12 +155,42 @@ fn error_reply(id: Json, code: &str, message: &str) -> Json {
     ])
 }
 
+/// The events the other workers published during a step (their shared-tier
+/// events), as a version-5 reply's `others`.
+fn others(mgrs: &mut [KvManager], stepped: usize) -> Json {
+    let mut out = Vec::new();
+    for (w, m) in mgrs.iter_mut().enumerate() {
+        if w == stepped {
+            continue;
+        }
+        m.publish_lower();
+        if m.events.is_empty() {
+            continue;
+        }
+        let dp = m.dp_rank();
+        let events: Vec<Json> = m.events.drain(..).map(|e| event_json(&e, dp)).collect();
+        out.push(obj(vec![("worker", Json::UInt(w as u64)), ("events", Json::Arr(events))]));
+    }
+    Json::Arr(out)
+}
+
 type Refusal = (&'static str, String);
 
-fn hello(msg: &Json, bugs: Bugs) -> Result<KvManager, Refusal> {
+fn hello(msg: &Json, bugs: Bugs) -> Result<Session, Refusal> {
     let versions = msg.get("versions").and_then(Json::as_arr).ok_or(("unsupported_version", "no versions".to_string()))?;
-    if !versions.iter().any(|v| v.as_u64() == Some(1)) {
-        return Err(("unsupported_version", format!("speaks version 1 only, offered {}", Json::Arr(versions.clone()).to_string())));
+    let workers = match msg.opt("workers") {
+        None => 1,
+        Some(w) => w
+            .as_u64()
+            .filter(|w| (2..=MAX_WORKERS).contains(w))
+            .ok_or(("unsupported_config", format!("workers: 2..{MAX_WORKERS}")))?,
+    };
+    let want = if workers > 1 { 5 } else { 1 };
+    if !versions.iter().any(|v| v.as_u64() == Some(want)) {
+        return Err((
+            "unsupported_version",
+            format!("speaks version 1 (one worker) and 5 (workers), offered {}", Json::Arr(versions.clone()).to_string()),
+        ));
     }
     if msg.opt("engine").is_some() {
         return Err(("unsupported_config", "no request level (block-level sessions only)".into()));
@@ -159,7 +217,12 @@ fn hello(msg: &Json, bugs: Bugs) -> Result<KvManager, Refusal> {
         None => None,
         Some(o) => Some(offload_config(o)?),
     };
-    Ok(KvManager::new(capacity, block_size, dp_rank, policy, offload, bugs))
+    // one G3/G4 per process, shared by its workers
+    let lower = offload.as_ref().and_then(|c| OffloadEngine::shared_lower(c, bugs));
+    let mgrs = (0..workers as usize)
+        .map(|w| KvManager::new(capacity, block_size, dp_rank, policy.clone(), offload.clone(), bugs, w, lower.clone()))
+        .collect();
+    Ok(Session { mgrs, process: workers > 1 })
 }
 
 fn offload_config(o: &Json) -> Result<OffloadConfig, Refusal> {
@@ -227,12 +290,11 @@ fn strs(v: &[&str]) -> Json {
     Json::Arr(v.iter().map(|s| Json::Str((*s).into())).collect())
 }
 
-fn ready(msg: &Json) -> Json {
-    let _ = msg;
+fn ready(process: bool) -> Json {
     obj(vec![
         ("type", Json::Str("ready".into())),
         ("name", Json::Str(NAME.into())),
-        ("protocol", Json::UInt(1)),
+        ("protocol", Json::UInt(if process { 5 } else { 1 })),
         ("profile", Json::Str("kvbm".into())),
         (
             "capabilities",
@@ -251,6 +313,7 @@ fn ready(msg: &Json) -> Json {
                 ("destroy", Json::Bool(false)),
                 ("reset", Json::Bool(false)),
                 ("max_capacity", Json::UInt(1_000_000)),
+                ("workers", Json::UInt(MAX_WORKERS)),
             ]),
         ),
         ("implementation_version", Json::Str("0.1.0".into())),
@@ -398,6 +461,7 @@ fn apply(mgr: &mut KvManager, op: &Json) -> Result<Json, OpError> {
         }
     }
     items.push(("counters", counters_json(&mgr.counters())));
+    mgr.publish_lower();
     let dp = mgr.dp_rank();
     let events: Vec<Json> = mgr.events.drain(..).map(|e| event_json(&e, dp)).collect();
     items.push(("events", Json::Arr(events)));

@@ -201,6 +201,8 @@ impl KvManager {
         policy: Policy,
         offload: Option<OffloadConfig>,
         bugs: Bugs,
+        worker: usize,
+        lower: Option<std::rc::Rc<std::cell::RefCell<crate::lower::SharedLower>>>,
     ) -> Self {
         Self {
             bm: BlockManager::new(capacity, policy, bugs),
@@ -211,10 +213,18 @@ impl KvManager {
             active_partial: HashMap::new(),
             active_full: HashMap::new(),
             registered_blocks: HashMap::new(),
-            offload: offload.map(|c| OffloadEngine::new(c, bugs)),
+            offload: offload.map(|c| OffloadEngine::new(c, bugs, worker, lower)),
             events: Vec::new(),
             bugs,
         }
+    }
+
+    /// Publish the lower-tier events this worker owes (after each step of any
+    /// worker of the process: a G3 victim's Removed is its owner's to publish).
+    pub fn publish_lower(&mut self) {
+        let Some(engine) = self.offload.as_mut() else { return };
+        let events = engine.take_lower_events();
+        self.publish_router_events(events);
     }
 
     pub fn dp_rank(&self) -> u64 {

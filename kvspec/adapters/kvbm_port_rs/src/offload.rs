@@ -11,9 +11,11 @@
 //! taken at transfer start, presence filter) and the "legacy" values are the
 //! serial FIFO link, LRU G2, allocation at completion and resending.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::rc::Rc;
 
-use crate::lower::{Lower, LowerConfig, LowerEvent, LowerTiers, Put, Xfer};
+use crate::lower::{Lower, LowerConfig, LowerEvent, Put, SharedLower, Xfer};
 use crate::manager::Info;
 use crate::pools::{Lineage, Plh};
 use crate::variants::Bugs;
@@ -108,7 +110,7 @@ pub enum Completion {
 /// the one with the fewest bytes left completes first (the first such in the
 /// active list, which a completion reorders by moving the last entry into its
 /// place, as the source's `swap_remove` does).
-struct PsLink {
+pub struct PsLink {
     bytes_per_ms: f64,
     instant: bool,
     active: Vec<(u64, f64)>,
@@ -116,11 +118,11 @@ struct PsLink {
 }
 
 impl PsLink {
-    fn new(bytes_per_ms: f64, instant: bool) -> Self {
+    pub fn new(bytes_per_ms: f64, instant: bool) -> Self {
         Self { bytes_per_ms, instant, active: Vec::new(), last_ms: 0.0 }
     }
 
-    fn start(&mut self, now_ms: f64, id: u64, bytes: f64) {
+    pub fn start(&mut self, now_ms: f64, id: u64, bytes: f64) {
         self.last_ms = self.last_ms.max(now_ms);
         self.active.push((id, if self.instant { 0.0 } else { bytes }));
     }
@@ -136,7 +138,7 @@ impl PsLink {
     }
 
     /// Advance to `now_ms`; the ids completed on the way, in completion order.
-    fn advance_to(&mut self, now_ms: f64) -> Vec<u64> {
+    pub fn advance_to(&mut self, now_ms: f64) -> Vec<u64> {
         let mut done = Vec::new();
         if now_ms < self.last_ms {
             return done;
@@ -170,7 +172,7 @@ impl PsLink {
         done
     }
 
-    fn earliest_finish(&self) -> Option<f64> {
+    pub fn earliest_finish(&self) -> Option<f64> {
         let (_, r) = self.min_index()?;
         if self.instant {
             return Some(self.last_ms);
@@ -236,9 +238,10 @@ pub struct OffloadEngine {
     /// capacity policy's reservation counter)
     g2_admitted: usize,
     pending_release: usize,
-    // G3 / G4 (lower.rs): their links are g3 put, g4 put, g3 get, g4 get
-    lower: Option<LowerTiers>,
-    lower_links: Vec<PsLink>,
+    // G3 / G4 (lower.rs), shared by every worker of the process
+    lower: Option<Rc<RefCell<SharedLower>>>,
+    /// this engine's worker id in the process
+    worker: usize,
     /// swap-ins waiting for their staged blocks: id -> (entries, parent, slots, stages left)
     staged: HashMap<u64, (Vec<SwapEntry>, Option<u64>, usize, usize)>,
     /// G2 blocks staged back from G3/G4: never announced, so their eviction is not either
@@ -246,7 +249,16 @@ pub struct OffloadEngine {
 }
 
 impl OffloadEngine {
-    pub fn new(cfg: OffloadConfig, bugs: Bugs) -> Self {
+    /// The lower tiers of a process of several workers: one `SharedLower` every engine holds.
+    pub fn shared_lower(cfg: &OffloadConfig, bugs: Bugs) -> Option<Rc<RefCell<SharedLower>>> {
+        let instant = cfg.block_ms() == 0.0;
+        cfg.lower
+            .on()
+            .then(|| Rc::new(RefCell::new(SharedLower::new(cfg.lower.clone(), cfg.batch_size, bugs, instant))))
+    }
+
+    /// Worker `worker`'s engine; `lower`: the process's shared tiers (None: its own, if on).
+    pub fn new(cfg: OffloadConfig, bugs: Bugs, worker: usize, lower: Option<Rc<RefCell<SharedLower>>>) -> Self {
         let instant = cfg.block_ms() == 0.0;
         let mut cfg = cfg;
         if cfg.link == Link::Fifo {
@@ -255,13 +267,7 @@ impl OffloadEngine {
             cfg.allocation = Allocation::AtCompletion;
             cfg.dedup = Dedup::Resend;
         }
-        let lower = if cfg.lower.on() { Some(LowerTiers::new(cfg.lower.clone(), cfg.batch_size, bugs)) } else { None };
-        let lower_links = vec![
-            PsLink::new(cfg.lower.g3_bytes_per_ms, instant),
-            PsLink::new(cfg.lower.g4_bytes_per_ms, instant),
-            PsLink::new(cfg.lower.g3_bytes_per_ms, instant),
-            PsLink::new(cfg.lower.g4_bytes_per_ms, instant),
-        ];
+        let lower = lower.or_else(|| Self::shared_lower(&cfg, bugs));
         Self {
             offload_link: PsLink::new(cfg.bytes_per_ms, instant),
             onboard_link: PsLink::new(cfg.bytes_per_ms, instant),
@@ -286,7 +292,7 @@ impl OffloadEngine {
             g2_admitted: 0,
             pending_release: 0,
             lower,
-            lower_links,
+            worker,
             staged: HashMap::new(),
             g2_silent: HashSet::new(),
         }
@@ -414,7 +420,9 @@ impl OffloadEngine {
         if self.shared() {
             all.extend(self.offload_link.earliest_finish());
             all.extend(self.onboard_link.earliest_finish());
-            all.extend(self.lower_links.iter().filter_map(|l| l.earliest_finish()));
+            if let Some(l) = &self.lower {
+                all.extend(l.borrow().earliest(self.worker));
+            }
         } else {
             all.extend(self.active.iter().map(|b| b.deadline));
             all.extend(self.onboards.iter().map(|o| o.deadline));
@@ -611,7 +619,7 @@ impl OffloadEngine {
 
     // ------------------------------------------------------------------ G3 / G4
 
-    fn start_puts(&mut self, puts: Vec<Put>, now_ms: f64) {
+    fn start_puts(&mut self, puts: Vec<Put>) {
         for mut put in puts {
             // the G2 sources stay pinned (lineage) or are used (LRU) while copied
             let srcs: Vec<(u64, Plh)> =
@@ -624,28 +632,27 @@ impl OffloadEngine {
                 }
             }
             put.pinned = srcs;
-            self.next_id += 1;
-            let id = self.next_id;
             let link = if put.tier == Lower::G3 { 0 } else { 1 };
-            self.lower_links[link].start(now_ms, id, self.cfg.block_bytes * put.blocks.len() as f64);
-            self.lower.as_mut().unwrap().transfers.insert(id, Xfer::Put(put));
+            let bytes = self.cfg.block_bytes * put.blocks.len() as f64;
+            self.lower.as_ref().unwrap().borrow_mut().start(link, bytes, Xfer::Put(put));
         }
     }
 
     /// Take this worker's lower-tier completions, in order: copies land in
     /// G3/G4, staged blocks land in G2 (and a swap-in whose blocks are all
     /// there starts its G2->G1 copy). The events to publish, in order.
-    fn deliver_lower(&mut self, done: Vec<u64>, now_ms: f64) -> Vec<RouterEvent> {
+    fn deliver_lower(&mut self, now_ms: f64) -> Vec<RouterEvent> {
         let mut host = Vec::new();
+        let done = self.lower.as_ref().unwrap().borrow_mut().take_done(self.worker);
         for id in done {
-            let Some(x) = self.lower.as_mut().unwrap().transfers.remove(&id) else { continue };
+            let Some(x) = self.lower.as_ref().unwrap().borrow_mut().tiers.transfers.remove(&id) else { continue };
             match x {
                 Xfer::Put(put) => {
-                    let next = self.lower.as_mut().unwrap().landed(&put);
+                    let next = self.lower.as_ref().unwrap().borrow_mut().tiers.landed(&put);
                     self.release_pins(&put.pinned);
-                    self.start_puts(next, now_ms);
+                    self.start_puts(next);
                 }
-                Xfer::Stage { entries, onboard } => {
+                Xfer::Stage { entries, onboard, .. } => {
                     self.g2_admitted -= entries.len();
                     for (plh, info) in &entries {
                         if !self.g2.contains_key(&info.seq) {
@@ -672,15 +679,23 @@ impl OffloadEngine {
                 }
             }
         }
-        let lower = self.lower.as_mut().unwrap();
-        host.extend(lower.events.drain(..).map(RouterEvent::Lower));
         host
+    }
+
+    /// The lower-tier events this worker publishes (its copies that landed,
+    /// the G3 victims it had put there), in order; the process asks every
+    /// worker after each step.
+    pub fn take_lower_events(&mut self) -> Vec<RouterEvent> {
+        let Some(l) = &self.lower else { return Vec::new() };
+        l.borrow_mut().take_events(self.worker).into_iter().map(RouterEvent::Lower).collect()
     }
 
     /// Past the G2 prefix, the run G3 holds then the run G4 holds, taken only
     /// if G2 has room for all of it now (its staging reservation).
     pub fn reserve_staging(&mut self, blocks: &[(u64, Plh)], start: usize) -> Vec<(Lower, Plh, Info)> {
-        let Some(lower) = self.lower.as_ref() else { return Vec::new() };
+        let Some(shared) = self.lower.as_ref() else { return Vec::new() };
+        let shared = shared.borrow();
+        let lower = &shared.tiers;
         let mut run = Vec::new();
         let mut i = start;
         for t in [Lower::G3, Lower::G4] {
@@ -741,10 +756,9 @@ impl OffloadEngine {
                 continue;
             }
             stages += 1;
-            self.next_id += 1;
-            let id = self.next_id;
-            self.lower_links[link].start(self.clock, id, self.cfg.block_bytes * part.len() as f64);
-            self.lower.as_mut().unwrap().transfers.insert(id, Xfer::Stage { entries: part, onboard });
+            let bytes = self.cfg.block_bytes * part.len() as f64;
+            let x = Xfer::Stage { worker: self.worker, entries: part, onboard };
+            self.lower.as_ref().unwrap().borrow_mut().start(link, bytes, x);
         }
         self.staged.insert(onboard, (entries, parent, slots, stages));
     }
@@ -760,11 +774,8 @@ impl OffloadEngine {
         if self.shared() {
             // the lower tiers' links first; their completions are taken after this
             // worker's own G1<->G2 completions (the owner's ordered drain)
-            let mut lower_done = Vec::new();
-            if self.lower.is_some() {
-                for link in self.lower_links.iter_mut() {
-                    lower_done.extend(link.advance_to(now_ms));
-                }
+            if let Some(l) = &self.lower {
+                l.borrow_mut().advance(now_ms);
             }
             let done = self.offload_link.advance_to(now_ms);
             let onboards_done = self.onboard_link.advance_to(now_ms);
@@ -783,8 +794,8 @@ impl OffloadEngine {
                 if self.lower.is_some() {
                     let in_g2: Vec<(Plh, Info)> =
                         chain.into_iter().filter(|(_, i)| self.g2.contains_key(&i.seq)).collect();
-                    let puts = self.lower.as_mut().unwrap().cascade(&in_g2);
-                    self.start_puts(puts, now_ms);
+                    let puts = self.lower.as_ref().unwrap().borrow_mut().tiers.cascade(self.worker, &in_g2);
+                    self.start_puts(puts);
                 }
             }
             // batches waiting for a transfer slot start after this tick's completions
@@ -800,7 +811,7 @@ impl OffloadEngine {
                 out.push(Completion::Onboard { entries: o.entries, parent: o.parent, slots: o.slots });
             }
             if self.lower.is_some() {
-                let events = self.deliver_lower(lower_done, now_ms);
+                let events = self.deliver_lower(now_ms);
                 if !events.is_empty() {
                     out.push(Completion::Started { released_slots: 0, events });
                 }

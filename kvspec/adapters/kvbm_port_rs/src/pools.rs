@@ -215,6 +215,7 @@ impl Lineage {
     }
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Policy {
     Lineage,
     Lru,

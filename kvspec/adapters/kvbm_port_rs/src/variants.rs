@@ -38,6 +38,11 @@ pub struct Bugs {
     pub tier_put_published_at_start: bool,
     /// a G3/G4 hit is copied straight into G1, without the G2 hop
     pub tier_onboard_skips_g2: bool,
+    /// G3/G4's presence filter and G3's duplicate check see only the worker's own copies, so a
+    /// block another worker holds or is copying there is taken (and announced) again
+    pub tier_duplicate_across_workers: bool,
+    /// a G3 victim's disk Removed is published by the worker whose copy evicted it, not its owner
+    pub tier_g3_removed_by_evictor: bool,
 }
 
 pub const NAMES: &[&str] = &[
@@ -58,6 +63,8 @@ pub const NAMES: &[&str] = &[
     "tier_held_block_sent_again",
     "tier_put_published_at_start",
     "tier_onboard_skips_g2",
+    "tier_duplicate_across_workers",
+    "tier_g3_removed_by_evictor",
 ];
 
 impl Bugs {
@@ -82,6 +89,8 @@ impl Bugs {
             "tier_held_block_sent_again" => b.tier_held_block_sent_again = true,
             "tier_put_published_at_start" => b.tier_put_published_at_start = true,
             "tier_onboard_skips_g2" => b.tier_onboard_skips_g2 = true,
+            "tier_duplicate_across_workers" => b.tier_duplicate_across_workers = true,
+            "tier_g3_removed_by_evictor" => b.tier_g3_removed_by_evictor = true,
             other => return Err(format!("unknown variant '{other}' (known: none, {})", NAMES.join(", "))),
         }
         Ok(b)
