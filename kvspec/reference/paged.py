@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from kvspec.reference.labels import applies
 from kvspec.spec.errors import InvalidOperation
@@ -95,10 +96,20 @@ def _ceil(n: int, d: int) -> int:
 
 
 class PagedModel:
-    """The paged allocator. ``apply(op)`` returns the op's value or raises."""
+    """The paged allocator. ``apply(op)`` returns the op's value or raises.
+
+    ``FOLLOW``: the departures the lockstep can follow when a manifest declares
+    them (``kvspec.conformance.managers.follow``): condition -> (the rule it
+    breaks, the switch that runs it). ``write_in_place``: a write to a shared
+    block writes into it instead of copying it first, as the ferrum seed's
+    ``PagedKvCacheManager::write_kv`` does (every holder then reads the value,
+    nothing is taken, the block keeps its holders)."""
+
+    FOLLOW: ClassVar[dict[str, tuple[RuleId, str]]] = {"write_in_place": (rid("PAGED-COW"), "write_in_place")}
 
     def __init__(self, config: PagedConfig) -> None:
         self.config = config
+        self.write_in_place = False
         self.bs = config.block_size
         self.device = Pool(config.device_blocks, self.bs)
         self.host = Pool(config.host_blocks, self.bs)
@@ -185,7 +196,7 @@ class PagedModel:
         i, slot = divmod(op.position, self.bs)
         b = s.blocks[i]
         copied = 0
-        if self.device.refs[b] > 1:
+        if self.device.refs[b] > 1 and not self.write_in_place:
             self._need(self.device, 1, rid("PAGED-COW"), f"copy-on-write of block {b} for {op.seq!r}")
             nb = self.device.take()
             self.device.data[nb] = list(self.device.data[b])

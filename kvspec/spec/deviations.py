@@ -238,6 +238,14 @@ CONDITIONS: dict[str, Condition] = _conditions(
         frozenset({R.QUARANTINE_RELEASE}),
     ),
     Condition(
+        "write_in_place",
+        "paged profile: a write to a block other holders share went into that block (every holder reads the new "
+        "value, no block is taken, the block keeps its holders) instead of into a copy, as the ferrum seed's "
+        "write_kv does; the model doing so reproduced the implementation's outcome exactly, and the lockstep follows "
+        "it and checks every rule from the next step on",
+        frozenset({R.PAGED_COW}),
+    ),
+    Condition(
         "handle_of_free_slot",
         "session profile: the diverging finalize or reset carries a handle whose slot is free and whose "
         "generation is that free slot's own (a handle no lease ever issued, such as a default-constructed one)",

@@ -16,18 +16,22 @@ into a slot and generation from the model's history when the op is sent.
 
 from __future__ import annotations
 
+import copy
 import importlib
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from hypothesis import strategies as st
 
 from kvspec.conformance.managers.check import check_expect, check_paged, check_session
+from kvspec.conformance.managers.follow import ManagerModel, candidates, model_step
 from kvspec.conformance.managers.interface import ManagerImplementation
-from kvspec.conformance.verdicts.failures import ConformanceFailure
+from kvspec.conformance.verdicts.failures import ConformanceFailure, DeviationNotFollowed
 from kvspec.reference.paged import PagedModel
 from kvspec.reference.session import SessionModel
+from kvspec.spec.deviations import Deviation, Site, covering
 from kvspec.spec.errors import ConfigError
 from kvspec.spec.manager_scenario import ManagerScenario
 from kvspec.spec.manager_wire import (
@@ -48,6 +52,7 @@ from kvspec.spec.manager_wire import (
     is_session_op,
 )
 from kvspec.spec.manifest import Manifest
+from kvspec.spec.rules import RuleId
 
 
 def open_manager(manifest: Manifest, adapter_dir: Path, config: ManagerConfigKind) -> ManagerImplementation:
@@ -67,14 +72,30 @@ def open_manager(manifest: Manifest, adapter_dir: Path, config: ManagerConfigKin
 
 @dataclass
 class ManagerLockstep:
-    """One implementation and its model, driven together."""
+    """One implementation and its model, driven together.
+
+    ``deviations`` (the manifest's) are contained (spec/SPEC.md, "Declared
+    deviations are followed"): at a step whose difference a follow mode of
+    the model reproduces exactly (``follow``) and a declared deviation covers
+    (its rule, the mode's condition), the model takes the implementation's
+    state, ``on_deviation`` is told, and every rule is checked again from the
+    next step on. A difference a declaration covers that no mode reproduces
+    fails with ``DeviationNotFollowed``: the rest of the run could not be
+    checked honestly. Without declarations nothing is followed, and a
+    failure a mode explains names the condition to declare."""
 
     impl: ManagerImplementation
     config: ManagerConfigKind
+    deviations: Sequence[Deviation] = ()
+    on_deviation: Callable[[int, Site], None] | None = None
     model: PagedModel | SessionModel = field(init=False)
     log: list[str] = field(default_factory=list)
     #: session: every admission the model granted, per session, in order
     handles: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    #: steps at which the model followed a declared departure: (step index, condition)
+    followed: list[tuple[int, str]] = field(default_factory=list)
+    #: the golden scenario id (``FOLDER/NAME``) a failure's site carries, if a golden runs
+    scenario_id: str | None = None
 
     def __post_init__(self) -> None:
         self.model = PagedModel(self.config) if isinstance(self.config, PagedConfig) else SessionModel(self.config)
@@ -83,30 +104,98 @@ class ManagerLockstep:
         got = self.impl.step(op)
         self.log.append(op.model_dump_json())
         try:
-            if isinstance(self.model, PagedModel):
-                if not is_paged_op(op):
-                    raise ConformanceFailure("PAGED-VALIDATE", f"a {op.op!r} operation sent to a paged manager")
-                before = self.model.snapshot()
-                want_p = self.model.step(op)
-                if not isinstance(got, PagedOutcome):
-                    raise ConformanceFailure("PAGED-VALIDATE", f"answered {type(got).__name__} to a paged op")
-                cfg = self.model.config
-                check_paged(op, got, want_p, before, (cfg.device_blocks, cfg.host_blocks))
-            else:
-                if not is_session_op(op):
-                    raise ConformanceFailure("SESSION-VALIDATE", f"a {op.op!r} operation sent to a session manager")
-                conditions = handle_conditions(self.model, op)
-                want_s = self.model.step(op)
-                if not isinstance(got, SessionOutcome):
-                    raise ConformanceFailure("SESSION-VALIDATE", f"answered {type(got).__name__} to a session op")
-                check_session(op, got, want_s, conditions)
-                if isinstance(op, SessionAdmit) and want_s.admission is not None:
-                    a = want_s.admission
-                    self.handles.setdefault(op.session, []).append((a.slot, a.generation))
+            self._kinds(op, got)
+            before = copy.deepcopy(self.model)
+            want = model_step(self.model, op)
+            try:
+                self._check(op, got, want, before)
+            except ConformanceFailure as e:
+                want = self._follow(before, op, got, e)
+            if isinstance(op, SessionAdmit) and isinstance(want, SessionOutcome) and want.admission is not None:
+                a = want.admission
+                self.handles.setdefault(op.session, []).append((a.slot, a.generation))
         except ConformanceFailure as e:
             trail = "\n".join(f"  {i + 1:>3}. {line}" for i, line in enumerate(self.log[-40:]))
-            raise ConformanceFailure(e.rule, f"{e.report}\noperations (last 40):\n{trail}", site=e.site) from None
+            raise type(e)(e.rule, f"{e.report}\noperations (last 40):\n{trail}", site=e.site) from None
         return got
+
+    def _kinds(self, op: ManagerOp, got: PagedOutcome | SessionOutcome) -> None:
+        """The operation is the model's profile's and the answer is of that profile."""
+        if isinstance(self.model, PagedModel):
+            if not is_paged_op(op):
+                raise ConformanceFailure("PAGED-VALIDATE", f"a {op.op!r} operation sent to a paged manager")
+            if not isinstance(got, PagedOutcome):
+                raise ConformanceFailure("PAGED-VALIDATE", f"answered {type(got).__name__} to a paged op")
+        else:
+            if not is_session_op(op):
+                raise ConformanceFailure("SESSION-VALIDATE", f"a {op.op!r} operation sent to a session manager")
+            if not isinstance(got, SessionOutcome):
+                raise ConformanceFailure("SESSION-VALIDATE", f"answered {type(got).__name__} to a session op")
+
+    def _check(
+        self,
+        op: ManagerOp,
+        got: PagedOutcome | SessionOutcome,
+        want: PagedOutcome | SessionOutcome,
+        before: ManagerModel,
+    ) -> None:
+        """``got`` against ``want``, the model's answer from ``before`` (the profile's check)."""
+        if isinstance(before, PagedModel):
+            assert is_paged_op(op) and isinstance(got, PagedOutcome) and isinstance(want, PagedOutcome)
+            cfg = before.config
+            check_paged(op, got, want, before.snapshot(), (cfg.device_blocks, cfg.host_blocks))
+        else:
+            assert isinstance(got, SessionOutcome) and isinstance(want, SessionOutcome)
+            check_session(op, got, want, handle_conditions(before, op))
+
+    def _site(self, rule: RuleId, op: ManagerOp, conditions: frozenset[str]) -> Site:
+        return Site(
+            RuleId(rule),
+            scenario=self.scenario_id,
+            operation=str(op.op),
+            conditions=conditions,
+            profile=self.config.kind,
+        )
+
+    def _follow(
+        self, before: ManagerModel, op: ManagerOp, got: PagedOutcome | SessionOutcome, failure: ConformanceFailure
+    ) -> PagedOutcome | SessionOutcome:
+        """The step differs (``failure``): follow a declared departure that
+        reproduces it (the model takes the implementation's state; the
+        followed outcome is returned), or raise (module doc)."""
+        step = len(self.log) - 1
+        modes = list(candidates(before, op, got, self._check))
+        for alt in modes:
+            i = covering(list(self.deviations), self._site(alt.rule, op, frozenset({alt.condition})))
+            if i is not None:
+                self.model = alt.model
+                self.followed.append((step, alt.condition))
+                if self.on_deviation is not None:
+                    self.on_deviation(i, self._site(alt.rule, op, frozenset({alt.condition})))
+                return alt.outcome
+        site = self._site(failure.rule, op, failure.site.conditions)
+        note = ""
+        if modes:
+            m = modes[0]
+            site = self._site(m.rule, op, failure.site.conditions | {m.condition})
+            note = (
+                f"\nthe implementation's answer is the model's under condition {m.condition} (declare it to follow it)"
+            )
+        i = covering(list(self.deviations), site)
+        if i is not None:
+            d = self.deviations[i]
+            raise DeviationNotFollowed(
+                site.rule,
+                f"{failure.report}\ndeclared deviation {d.rule} ({d.describe_scope()}) covers this step, but no "
+                "follow mode of the model reproduces the implementation's answer: its state after the step is not "
+                "one the model can take, so the rest of the run cannot be checked (spec/ADAPTERS.md, 'Declared "
+                "deviations')",
+                site=site,
+            )
+        if self.deviations and self.followed:
+            seen = ", ".join(f"step {k + 1} {c}" for k, c in self.followed[:8])
+            note += f"\nfollowed after declared deviations: {seen}"
+        raise ConformanceFailure(site.rule, failure.report + note, site=site)
 
 
 def handle_conditions(model: SessionModel, op: ManagerOp) -> frozenset[str]:
@@ -118,15 +207,31 @@ def handle_conditions(model: SessionModel, op: ManagerOp) -> frozenset[str]:
     return frozenset()
 
 
-def run_golden(scenario: ManagerScenario, impl: ManagerImplementation) -> None:
-    """Every step against its ``expect`` and, in lockstep, against the model."""
-    ls = ManagerLockstep(impl, scenario.config)
+def run_golden(
+    scenario: ManagerScenario,
+    impl: ManagerImplementation,
+    *,
+    deviations: Sequence[Deviation] = (),
+    on_deviation: Callable[[int, Site], None] | None = None,
+    scenario_id: str | None = None,
+) -> None:
+    """Every step against its ``expect`` and, in lockstep, against the model.
+
+    Once the lockstep has followed a declared departure (``deviations``), the
+    file's expectations (which describe the spec's run) are no longer held
+    against the implementation: every later step is checked against the
+    followed model, whole, so that a bug after the departure is still caught
+    under its own rule (``scenario_id``: the golden's id for the sites)."""
+    ls = ManagerLockstep(impl, scenario.config, deviations, on_deviation, scenario_id=scenario_id)
     for i, s in enumerate(scenario.steps):
         out = ls.step(s.op)
+        if ls.followed:
+            continue
         try:
             check_expect(list(scenario.rules), s.op, out, s.expect)
         except ConformanceFailure as e:
-            raise ConformanceFailure(e.rule, f"{scenario.name} step {i + 1}: {e.report}", site=e.site) from None
+            site = replace(e.site, scenario=scenario_id, operation=str(s.op.op), profile=scenario.config.kind)
+            raise ConformanceFailure(e.rule, f"{scenario.name} step {i + 1}: {e.report}", site=site) from None
 
 
 # ----------------------------------------------------------------- traffic
