@@ -1,4 +1,4 @@
-"""Several workers through an adapter: the worker id, version 5 of the protocol, process_check."""
+"""Several workers through an adapter: the worker id, version 5 of the protocol, the workers checker (conformance/workers)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from hypothesis import strategies as st
 from kvspec.adapters.reference.adapter import ReferenceImplementation
 from kvspec.api import builtin_adapters_dir, load_manifest
 from kvspec.conformance.block.opener import open_implementation
-from kvspec.conformance.block.process_check import run_process_scenario
-from kvspec.conformance.block.workers_lockstep import WORKERS, run_two_workers, tier_configs
 from kvspec.conformance.transport.jsonl import encode_hello, encode_request, offered_versions
 from kvspec.conformance.verdicts.failures import ConformanceFailure
+from kvspec.conformance.workers.check import run_process_scenario
+from kvspec.conformance.workers.lockstep import WORKERS, run_two_workers, tier_configs
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.errors import ConfigError
 from kvspec.spec.manifest import Manifest

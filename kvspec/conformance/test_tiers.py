@@ -6,10 +6,10 @@ worker and expects every worker's events. An adapter that does not declare
 the tier a golden uses (``disk`` for G3, ``external`` for G4), or fewer
 workers than the golden drives (``workers = N`` in its manifest), skips it
 with that capability named, which makes the ``TIER-*`` rules not applicable
-to it (never a pass). Checking: ``conformance/block/process_check.py``.
+to it (never a pass). Checking: ``conformance/workers/check.py``.
 
 ``test_two_worker_lockstep`` drives two workers sharing G3/G4 with drawn
-traffic against the reference process (``conformance/block/workers_lockstep.py``),
+traffic against the reference process (``conformance/workers/lockstep.py``),
 in every effort, for adapters that declare ``workers`` >= 2 and a lower tier.
 """
 
@@ -23,9 +23,9 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from kvspec.conformance.block.opener import open_implementation
-from kvspec.conformance.block.process_check import run_process_scenario
-from kvspec.conformance.block.workers_lockstep import WORKERS, run_two_workers, tier_configs
 from kvspec.conformance.run.manifest import Manifest
+from kvspec.conformance.workers.check import run_process_scenario
+from kvspec.conformance.workers.lockstep import WORKERS, run_two_workers, tier_configs
 from kvspec.spec.process_scenario import ProcessScenario, tier_scenarios
 from kvspec.spec.rules import Concern, rules_of
 

@@ -34,7 +34,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from kvspec.conformance.block.interface import Implementation
-from kvspec.conformance.block.process_check import ProcessChecker
+from kvspec.conformance.workers.check import ProcessChecker
 from kvspec.reference.caller_contracts import broken_contracts
 from kvspec.spec.config import SEMANTICS, ManagerConfig, OffloadConfig
 from kvspec.spec.manifest import Capabilities
