@@ -1,4 +1,4 @@
-"""Several workers through an adapter: the worker id, version 5 of the protocol, the workers checker (conformance/workers)."""
+"""Several workers through an adapter: the worker id, protocol version 5, conformance/workers."""
 
 from __future__ import annotations
 
