@@ -94,6 +94,22 @@ class RuleId(StrEnum):
     INV_RADIX_LOCKS = "INV-RADIX-LOCKS"
     INV_RADIX_ROUTER = "INV-RADIX-ROUTER"
     INV_RADIX_CAPACITY = "INV-RADIX-CAPACITY"
+    ORDER_STAMPS = "ORDER-STAMPS"
+    ORDER_LRU = "ORDER-LRU"
+    ORDER_MULTI_LRU = "ORDER-MULTI-LRU"
+    ORDER_LINEAGE = "ORDER-LINEAGE"
+    ORDER_VLLM_FREE = "ORDER-VLLM-FREE"
+    ORDER_RADIX_LRU = "ORDER-RADIX-LRU"
+    EQUIV_VLLM = "EQUIV-VLLM"
+    EQUIV_KVBM = "EQUIV-KVBM"
+    EQUIV_LEGACY = "EQUIV-LEGACY"
+    EQUIV_ATOMIC = "EQUIV-ATOMIC"
+    EQUIV_KVBM_OFFLOAD = "EQUIV-KVBM-OFFLOAD"
+    EQUIV_RADIX = "EQUIV-RADIX"
+    BIND_VLLM_STEPS = "BIND-VLLM-STEPS"
+    PROGRESS_NO_DEADLOCK = "PROGRESS-NO-DEADLOCK"
+    PROGRESS_USE_FITS = "PROGRESS-USE-FITS"
+    PROGRESS_QUARANTINE = "PROGRESS-QUARANTINE"
     # -- the paged allocator (profile paged) --------------------------------
     PAGED_VALIDATE = "PAGED-VALIDATE"
     PAGED_CONSERVE = "PAGED-CONSERVE"
@@ -259,6 +275,44 @@ RULES: dict[RuleId, Rule] = {
         Rule(RuleId.INV_RADIX_LOCKS, _I, "radix: a page's lock count is the held locks ending at or below it"),
         Rule(RuleId.INV_RADIX_ROUTER, _I, "radix: the router counts every live page once and no other page"),
         Rule(RuleId.INV_RADIX_CAPACITY, _I, "radix: free slots are never negative and free + cached pages = capacity"),
+        Rule(
+            RuleId.ORDER_STAMPS,
+            _I,
+            "eviction order: every entry's recency stamp is distinct, below the clock, and in history order",
+        ),
+        Rule(
+            RuleId.ORDER_LRU, _I, "eviction order, lru: the victim entered the pool before every other inactive block"
+        ),
+        Rule(
+            RuleId.ORDER_MULTI_LRU,
+            _I,
+            "eviction order, multi_lru: the victim is the oldest block of the coldest non-empty level",
+        ),
+        Rule(
+            RuleId.ORDER_LINEAGE,
+            _I,
+            "eviction order, lineage: the victim is a real leaf, the oldest by (tick, position, hash)",
+        ),
+        Rule(
+            RuleId.ORDER_VLLM_FREE, _I, "eviction order, vllm: a fresh block is taken from the head of the free queue"
+        ),
+        Rule(
+            RuleId.ORDER_RADIX_LRU, _I, "eviction order, radix: the victim is the unlocked leaf accessed least recently"
+        ),
+        Rule(RuleId.EQUIV_VLLM, _I, "vllm: the model and the operation encoding have the same successors at the bound"),
+        Rule(RuleId.EQUIV_KVBM, _I, "kvbm: the model and the step encoding have the same successors at the bound"),
+        Rule(RuleId.EQUIV_LEGACY, _I, "legacy: the model and the step encoding have the same successors at the bound"),
+        Rule(RuleId.EQUIV_ATOMIC, _I, "atomic: the model and the step encoding have the same successors at the bound"),
+        Rule(RuleId.EQUIV_KVBM_OFFLOAD, _I, "kvbm with offload: the model and the encoding have the same successors"),
+        Rule(RuleId.EQUIV_RADIX, _I, "radix: the model's recency order and the order encoding agree at the bound"),
+        Rule(
+            RuleId.BIND_VLLM_STEPS,
+            _I,
+            "vllm: every operation-encoding step is matched by 0-2 steps of the copy encoding",
+        ),
+        Rule(RuleId.PROGRESS_NO_DEADLOCK, _I, "progress: while work is held or pending, some operation is accepted"),
+        Rule(RuleId.PROGRESS_USE_FITS, _I, "progress: a Use whose blocks fit is accepted"),
+        Rule(RuleId.PROGRESS_QUARANTINE, _I, "progress: a quarantined slot is released by its deadline"),
         Rule(RuleId.PAGED_VALIDATE, _PG, "paged: a malformed operation is rejected before any state changes"),
         Rule(RuleId.PAGED_CONSERVE, _PG, "paged: free + in-use blocks = the pool's size, per pool"),
         Rule(RuleId.PAGED_REFCOUNT, _PG, "paged: a block's reference count equals its holders"),
@@ -385,6 +439,22 @@ RuleName = Literal[
     "INV-RADIX-LOCKS",
     "INV-RADIX-ROUTER",
     "INV-RADIX-CAPACITY",
+    "ORDER-STAMPS",
+    "ORDER-LRU",
+    "ORDER-MULTI-LRU",
+    "ORDER-LINEAGE",
+    "ORDER-VLLM-FREE",
+    "ORDER-RADIX-LRU",
+    "EQUIV-VLLM",
+    "EQUIV-KVBM",
+    "EQUIV-LEGACY",
+    "EQUIV-ATOMIC",
+    "EQUIV-KVBM-OFFLOAD",
+    "EQUIV-RADIX",
+    "BIND-VLLM-STEPS",
+    "PROGRESS-NO-DEADLOCK",
+    "PROGRESS-USE-FITS",
+    "PROGRESS-QUARANTINE",
     "PAGED-VALIDATE",
     "PAGED-CONSERVE",
     "PAGED-REFCOUNT",

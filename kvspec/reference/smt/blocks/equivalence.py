@@ -172,6 +172,18 @@ class BlocksSubject:
             out.setdefault((self.key(nxt), removed, parents), nxt)
         return list(out.items())
 
+    def progress(
+        self, n: BNode, seen: list[tuple[Operation, list[tuple[Hashable, BNode]]]]
+    ) -> list[tuple[str, str | None]]:
+        """PROGRESS-NO-DEADLOCK: while a block is held (an owner, or a held partial), some Deref
+        of the alphabet is accepted (bounded: the states of the walk)."""
+        A = self._abstract(n)
+        held = any(A.reg[h] and A.own[h] > 0 for h in range(HASHES)) or any(A.preg[u] for u in range(UUIDS))
+        if not held:
+            return []
+        released = any(isinstance(op, Deref) and outs for op, outs in seen)
+        return [("PROGRESS-NO-DEADLOCK", None if released else "something is held and no Deref is accepted")]
+
     # --------------------------------------------------------------- encoding
     def encoding_outcomes(self, n: BNode, op: Operation) -> set[Hashable]:
         A = self._abstract(n)

@@ -54,6 +54,14 @@ def _offload(mutant: str | None, model_bug: str | None) -> Any:
     return OffloadSubject(mutant=mutant)
 
 
+def _radix(mutant: str | None, model_bug: str | None) -> Any:
+    from kvspec.reference.radix import RadixModel
+    from kvspec.reference.smt.order.radix_equivalence import MODEL_BUGS, RadixOrderSubject
+
+    return RadixOrderSubject(MODEL_BUGS[model_bug] if model_bug else RadixModel,
+                             mutant=mutant)  # fmt: skip
+
+
 #: profile -> its bound (the default depth reaches every state of the bound: see INVARIANTS.md)
 BOUNDS: dict[str, Bound] = {
     "kvbm-offload": Bound("kvbm-offload", 3, "2 slots, hashes 0->1 and 2, G2 of 1, uuid u0, LRU", _offload),
@@ -61,7 +69,18 @@ BOUNDS: dict[str, Bound] = {
     "kvbm": Bound("kvbm", 3, "2 slots, hashes 0-2, uuid u0", _blocks("kvbm")),
     "legacy": Bound("legacy", 3, "2 slots, hashes 0-2, uuid u0", _blocks("legacy")),
     "atomic": Bound("atomic", 3, "2 slots, hashes 0-2, uuid u0", _blocks("atomic")),
+    "radix": Bound("radix", 4, "page 1, capacity 3, keys 1, 12, 13, 2, lock a; recency order", _radix),
 }
+#: profile -> its row id (SPEC.md, "Proven invariants")
+EQUIV_ROWS: dict[str, str] = {
+    "kvbm-offload": "EQUIV-KVBM-OFFLOAD",
+    "vllm": "EQUIV-VLLM",
+    "kvbm": "EQUIV-KVBM",
+    "legacy": "EQUIV-LEGACY",
+    "atomic": "EQUIV-ATOMIC",
+    "radix": "EQUIV-RADIX",
+}
+BIND_ROW = "BIND-VLLM-STEPS"
 
 
 def mutants(profile: str) -> list[str]:
@@ -71,6 +90,10 @@ def mutants(profile: str) -> list[str]:
         from kvspec.reference.smt.vllm import ops
 
         return [m for m in ops.MUTANTS if not m.startswith("contract-")]
+    if profile == "radix":
+        from kvspec.reference.smt.order.encoding import mutants_of
+
+        return mutants_of("radix")
     if profile == "kvbm-offload":
         from kvspec.reference.smt.offload.encoding_mutants import ENCODING_MUTANTS, EQUIVALENCE_MUTANTS
 
@@ -83,6 +106,10 @@ def mutants(profile: str) -> list[str]:
 
 def model_bugs(profile: str) -> list[str]:
     """The seeded model bugs that apply to ``profile`` (``--model-bug``)."""
+    if profile == "radix":
+        from kvspec.reference.smt.order.radix_equivalence import MODEL_BUGS as RADIX_BUGS
+
+        return list(RADIX_BUGS)
     from kvspec.reference.smt.blocks.model_bugs import MODEL_BUGS
 
     return [name for name, (profiles, _cls, _rule) in MODEL_BUGS.items() if profile in profiles]
@@ -110,7 +137,7 @@ def row(profile: str, rep: Report, bound: str) -> str:
     verdict = "equal" if rep.equal and rep.complete else ("DIFFERENT" if rep.differences else "incomplete")
     reach = "every reachable state" if rep.closed else f"depth {rep.depth}"
     return (
-        f"EQUIV-{profile.upper():<8} {verdict:<10} {bound}, {reach}: {rep.states} states,"
+        f"{EQUIV_ROWS[profile]:<14} {verdict:<10} {bound}, {reach}: {rep.states} states,"
         f" {rep.pairs} (state, operation) pairs, {rep.outcomes} model outcomes  {rep.seconds:.1f}s CPU"
     )
 
@@ -172,7 +199,7 @@ def _bind_vllm_steps() -> bool:
     bad = [f"{s.transition} ({s.verdict})" for s in sims if s.verdict != "proven"]
     verdict = "proven" if not bad else "NOT proven at " + ", ".join(bad)
     print(
-        f"BIND-VLLM-STEPS  {verdict}: every step of vllm/ops.py is matched by 0-2 steps of vllm/copies.py"
+        f"{BIND_ROW}  {verdict}: every step of vllm/ops.py is matched by 0-2 steps of vllm/copies.py"
         f" on its projection, any pool, any hashes ({len(sims)} steps)  {time.process_time() - t0:.1f}s CPU",
         flush=True,
     )
@@ -185,6 +212,10 @@ def _prove_refutes(profile: str, mutant: str) -> str | None:
         from kvspec.reference.smt.vllm import ops
 
         return ops.refute(mutant) if mutant in ops.MUTANTS else None
+    if profile == "radix":
+        from kvspec.reference.smt.order.encoding import refute as refute_order
+
+        return refute_order("radix", mutant)
     if profile in ("kvbm", "legacy", "atomic"):
         from kvspec.reference.smt.blocks.encoding import refute
 

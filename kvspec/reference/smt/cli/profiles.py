@@ -73,9 +73,18 @@ def run_vllm(mutant: str | None = None, timeout_s: float | None = None) -> int:
     wheres = [_refute_row("vllm", name, rule, partial(refute, name), problems) for name, rule in MUTANTS.items()]
     problems += cover_row([INVARIANT_ID], [f"{w} ({INVARIANT_ID})" for w in wheres if w])
     problems += _vllm_ops(timeout_ms)
+    problems += order_rows(("vllm-free",))
     for p in problems:
         print(f"sanity check failed: {p}")
     return 1 if problems else 0
+
+
+def order_rows(policies: tuple[str, ...]) -> list[str]:
+    """The eviction-order rows (``order/encoding.py``) of ``policies``, bounded (4 entries)."""
+    from kvspec.reference.smt.order.encoding import N, rows
+
+    print(f"eviction order over an encoded recency order ({N} entries; bounded): {', '.join(policies)}")
+    return [p for pol in policies for p in rows(pol, _row, N)]
 
 
 def _not_proven(verdicts: list[str]) -> str:
@@ -260,6 +269,8 @@ def run_blocks(profile: str, mutant: str | None = None, timeout_s: float | None 
         for name, (rule, _what) in prof.mutants.items()
     ]
     problems += cover_row(list(prof.invariants), [w for w in wheres if w])
+    if profile == "kvbm":
+        problems += order_rows(("lru", "multi_lru", "lineage"))
     print(f"total {time.perf_counter() - t0:.2f}s")
     for p in problems:
         print(f"sanity check failed: {p}")

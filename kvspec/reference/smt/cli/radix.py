@@ -130,6 +130,9 @@ def run_radix(
             broken.append(f"{m.step} ({m.breaks})")
     problems += cover_row([*INVARIANTS], broken)
     problems += op_rows(_row)
+    from kvspec.reference.smt.cli.profiles import order_rows
+
+    problems += order_rows(("radix",))
     for r in bad:
         problems.append(f"{r.property_id} {r.verdict} at {', '.join(r.failed_at) or '?'}")
     for p in problems:

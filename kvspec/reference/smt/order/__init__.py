@@ -1,0 +1,1 @@
+"""Eviction order over an encoded recency order (ORDER-* rows of ``kvspec prove``)."""
