@@ -34,7 +34,13 @@ show the case (both are failures of ``kvspec prove``).
 
 The search is greedy: at each depth it asks for a trace on which some goal
 not yet reached happens at the last step, marks every goal that trace reaches
-at any step, and repeats until no goal is left at that depth.
+at any step, and repeats until no goal is left at that depth. Deep goals cost
+the most there (each depth ends with a proof that nothing more happens at it),
+so a system may give a ``guide``: a last stage that proposes whole traces
+(the block profiles take them from an explicit search of the Python model)
+and has z3 check each pinned (``_Unrolling.pin``) against the encoding; a
+goal reached this way is on a trace of the encoding from the initial state
+all the same.
 
 ``violation`` uses the same unrolling to look for a trace from the initial
 state to a step that breaks a property: a counterexample reachable within
@@ -105,6 +111,8 @@ class System(Generic[St]):
     phases: Mapping[str, frozenset[int]] = field(default_factory=dict)
     #: transitions proven never enabled under the invariants (their own row says so): none of their goals is asked
     unreachable: Sequence[str] = ()
+    #: a last stage for the goals still missing: ``guide(goals, reached)`` marks traces it finds in ``reached``
+    guide: Callable[[list[tuple[str, str]], dict[tuple[str, str], Trace]], None] | None = None
 
     def excluded(self) -> dict[tuple[str, str], str]:
         """``never`` plus the co-enabled pairs with no phase in common."""
@@ -200,8 +208,9 @@ class Coverage:
         by_t: dict[str, list[str]] = {}
         for t, g in self.missing:
             by_t.setdefault(t, []).append(g)
+        within = f"{s.depth} steps" + (" (and the guided search)" if s.guide else "")
         out += [
-            f"{where}: {t}: not reached from the initial state within {s.depth} steps ({s.bound}): "
+            f"{where}: {t}: not reached from the initial state within {within} ({s.bound}): "
             + "; ".join(gs)
             + " (a contract or guard narrows them, or the bound is too small)"
             for t, gs in by_t.items()
@@ -251,6 +260,20 @@ class _Unrolling(Generic[St]):
             u = g.removeprefix("with ").removesuffix(" enabled")
             return z3.And(self.takes(j, t), self.moves[j - 1][u].enabled)
         return z3.And(self.takes(j, t), self.moves[j - 1][t].cases[g])
+
+    def pin(self, trace: Trace) -> None:
+        """Unroll ``trace``'s length and fix each step's transition and inputs to the trace's."""
+        while len(self.choice) < len(trace):
+            self.extend()
+        for j, st in enumerate(trace.steps, 1):
+            self.solver.add(self.takes(j, st.transition))
+            mv = self.moves[j - 1][st.transition]
+            for k, val in st.inputs.items():
+                x = mv.inputs[k]
+                if isinstance(val, bool) and z3.is_bool(x):
+                    self.solver.add(x == z3.BoolVal(val))
+                elif isinstance(val, int) and not isinstance(val, bool) and z3.is_int(x):
+                    self.solver.add(x == val)
 
     def trace(self, m: z3.ModelRef, upto: int) -> Trace:
         steps = []
@@ -308,6 +331,8 @@ def cover(system: System[Any], timeout_ms: int | None = None) -> Coverage:
         if gave_up is not None or (goals is not None and all(g in reached or g in excluded for g in goals)):
             break
     assert goals is not None
+    if system.guide is not None and gave_up is None:
+        system.guide([g for g in goals if g not in reached and g not in excluded], reached)
     missing = [g for g in goals if g not in reached and g not in excluded]
     # a listed impossibility must stay impossible: one more question, at the deepest unrolling
     never = [g for g in goals if g in excluded]
