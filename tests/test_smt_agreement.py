@@ -2,7 +2,7 @@
 
 Random operation sequences (Hypothesis) and every witness scenario run
 through ``reference.g1.G1Model`` and the encoding side by side
-(``reference.smt.offload.agreement.Lockstep``): after each operation the abstract
+(``reference.smt.offload.agreement.EncodingLockstep``): after each operation the abstract
 states, results, counters, events and router views must be equal, and a
 rejection must be a rejection with the same rule on both sides. A broken
 encoding must be caught, so the comparison itself is tested too.
@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from kvspec.reference.smt.offload import ops as smt_ops
 from kvspec.reference.smt.offload.agreement import (
     POLICY_NAMES,
-    Lockstep,
+    EncodingLockstep,
     Universe,
     deref_op,
     promote_op,
@@ -34,7 +34,7 @@ from kvspec.spec.wire import Tick
 FOREST = (-1, 0, 1, 0, -1, 4, 5)  # 0 <- 1 <- 2, 0 <- 3, 4 <- 5 <- 6
 
 
-def _op(data: st.DataObject, ls: Lockstep) -> Any:
+def _op(data: st.DataObject, ls: EncodingLockstep) -> Any:
     u = ls.universe
     model = ls.model
     kind = data.draw(st.sampled_from(["use", "use", "use", "deref", "deref", "promote", "tick", "tick", "swap_in"]))
@@ -74,7 +74,7 @@ def _op(data: st.DataObject, ls: Lockstep) -> Any:
     data=st.data(),
 )
 def test_random_operation_sequences_agree(slots: int, cap2: int, policy: PolicyName, data: st.DataObject) -> None:
-    ls = Lockstep(Universe(slots, FOREST, cap2, policy))
+    ls = EncodingLockstep(Universe(slots, FOREST, cap2, policy))
     n = data.draw(st.integers(1, 25))
     for _ in range(n):
         op = _op(data, ls)
@@ -89,7 +89,7 @@ WITNESSES = all_scenarios(WITNESS_DIR) if WITNESS_DIR.exists() else []
 def test_witness_agrees_with_the_model(path: Any, scenario: Any) -> None:
     """Each witness, replayed through the model and the encoding (choices as
     the model makes them; the witness's own values come from the solver)."""
-    ls = Lockstep(universe_of(scenario))
+    ls = EncodingLockstep(universe_of(scenario))
     for i, step in enumerate(scenario.steps):
         mismatches = ls.step(step.op)
         assert not mismatches, f"step {i}: " + "\n".join(str(m) for m in mismatches)
@@ -108,7 +108,7 @@ def test_the_comparison_catches_a_broken_encoding(monkeypatch: pytest.MonkeyPatc
     """An encoding whose LRU victim is the newest inactive block instead of the
     oldest disagrees with the model, and the lockstep says where."""
     u = Universe(2, FOREST, 2, "lru")
-    assert Lockstep(u).run(_known_sequence(u)) == []
+    assert EncodingLockstep(u).run(_known_sequence(u)) == []
 
     def newest(state: Any) -> Any:
         from kvspec.reference.smt.terms import argmin_where
@@ -116,7 +116,7 @@ def test_the_comparison_catches_a_broken_encoding(monkeypatch: pytest.MonkeyPatc
         return argmin_where([state.st[k] == smt_ops.INACTIVE for k in state.slots], [-t for t in state.itick])
 
     monkeypatch.setattr(smt_ops, "lru_victim", newest)
-    mismatches = Lockstep(u).run(_known_sequence(u))
+    mismatches = EncodingLockstep(u).run(_known_sequence(u))
     assert mismatches, "a wrong victim must be noticed"
     assert any(m.what in ("events", "state") for m in mismatches)
 
@@ -147,7 +147,7 @@ def test_a_contract_is_broken_only_by_the_callers_last_operation(cid: str) -> No
     from kvspec.reference.smt.contracts import CONTRACTS
 
     universe, ops = CONTRACTS[cid].witness()
-    ls = Lockstep(universe)
+    ls = EncodingLockstep(universe)
     for op in ops:
         assert ls.step(op) == []
     assert ls.contract_breaks == [(len(ops) - 1, cid)]

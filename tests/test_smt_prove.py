@@ -138,13 +138,13 @@ def test_kvspec_prove_rejects_bad_arguments(capsys: pytest.CaptureFixture[str]) 
 
 
 def test_a_contract_is_filed_only_under_its_own_new_id() -> None:
-    """Step.require never re-files a contract under an existing name, nor a
+    """EncodedStep.require never re-files a contract under an existing name, nor a
     validity condition as a contract (the narrowing would hide inside it)."""
     import z3
 
-    from kvspec.reference.smt.offload.step import ContractError, Step
+    from kvspec.reference.smt.offload.step import ContractError, EncodedStep
 
-    step = Step("x", None, None)  # type: ignore[arg-type]
+    step = EncodedStep("x", None, None)  # type: ignore[arg-type]
     step.require("DEREF-UNKNOWN", "valid", z3.Bool("a"))
     step.require("ASSUME-X", "contract", z3.Bool("b"))
     with pytest.raises(ContractError, match="already required"):

@@ -11,7 +11,7 @@ from kvspec.reference.smt.cli.prove import main
 from kvspec.reference.smt.radix import encoding as radix_encoding
 from kvspec.reference.smt.radix import steps as profile_radix
 from kvspec.reference.smt.radix.agreement import Disagreement, Replayer, catches, check_agreement
-from kvspec.reference.smt.radix.encoding import INVARIANTS, ROOT, RadixBound, RState, Step
+from kvspec.reference.smt.radix.encoding import INVARIANTS, ROOT, RadixBound, RadixTransition, RState
 from kvspec.reference.smt.radix.steps import LEMMA_ID, MUTANTS, prove_radix, refute, sanity
 from kvspec.spec.radix_wire import RadixInsert, RadixLock, RadixMatch, RadixOp, RadixRequest
 from kvspec.spec.rules import RULES, Concern
@@ -49,7 +49,7 @@ def test_a_narrowed_step_fails_the_sanity_check(monkeypatch: pytest.MonkeyPatch)
     the root) still proves every invariant; the case check is what notices."""
     real = radix_encoding.add_head
 
-    def narrowed(S: RState, tw: frozenset[str]) -> Step:
+    def narrowed(S: RState, tw: frozenset[str]) -> RadixTransition:
         step = real(S, tw)
         step.requires.append(z3.Int("in_e") != ROOT)
         return step
@@ -136,7 +136,7 @@ def test_a_guard_the_model_needs_is_caught_by_the_agreement(monkeypatch: pytest.
     page) disagrees with the model."""
     real = radix_encoding.evict
 
-    def strict(S: RState, tw: frozenset[str]) -> Step:
+    def strict(S: RState, tw: frozenset[str]) -> RadixTransition:
         step = real(S, tw)
         step.requires.append(radix_encoding.sel_b(S.head, z3.Int("in_t"), True) == False)  # noqa: E712
         return step

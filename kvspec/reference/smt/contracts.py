@@ -1,6 +1,6 @@
 """The caller contracts the proofs assume, each with its witness.
 
-A contract (``Step.require(..., "contract", ...)``, id ``ASSUME-...``)
+A contract (``EncodedStep.require(..., "contract", ...)``, id ``ASSUME-...``)
 narrows the proofs to callers that keep it. That is only honest if breaking
 it is the caller's doing, never the rules': each contract here carries a
 *witness*, an operation sequence from the initial state that the model

@@ -28,17 +28,17 @@ from kvspec.reference.smt.concrete import ConcreteState, evaluate
 from kvspec.reference.smt.offload.catalogue import TRANSITIONS, TransitionSpec, domain_range
 from kvspec.reference.smt.offload.invariants import ALL_PROPERTIES, INVARIANTS, LEMMAS, Conjuncts, Property, assumed
 from kvspec.reference.smt.offload.state import Rigid, State
-from kvspec.reference.smt.offload.step import Step
+from kvspec.reference.smt.offload.step import EncodedStep
 from kvspec.reference.smt.offload.transitions import Policy
 from kvspec.reference.smt.universe import DEFAULT_BOUND, Bound
 
 #: how the prover applies a transition: the catalogue's, or a mutant's
-Applier = Callable[..., tuple[Step, dict[str, z3.ArithRef], list[z3.BoolRef]]]
+Applier = Callable[..., tuple[EncodedStep, dict[str, z3.ArithRef], list[z3.BoolRef]]]
 
 
 def default_applier(
     spec: TransitionSpec, S: State, prefix: str, policy: Policy, *, symmetry: bool = False
-) -> tuple[Step, dict[str, z3.ArithRef], list[z3.BoolRef]]:
+) -> tuple[EncodedStep, dict[str, z3.ArithRef], list[z3.BoolRef]]:
     return spec.instantiate(S, prefix, policy, symmetry=symmetry)
 
 
@@ -92,7 +92,7 @@ def _failed(model: z3.ModelRef, conj: Conjuncts) -> list[str]:
     return [label for label, c in conj if not z3.is_true(model.eval(c, model_completion=True))]
 
 
-def _events(model: z3.ModelRef, step: Step) -> list[str]:
+def _events(model: z3.ModelRef, step: EncodedStep) -> list[str]:
     out = []
     for f in step.frags:
         if z3.is_true(model.eval(f.when, model_completion=True)):
@@ -106,7 +106,7 @@ def _events(model: z3.ModelRef, step: Step) -> list[str]:
 @dataclass
 class _Built:
     spec: TransitionSpec
-    step: Step
+    step: EncodedStep
     consts: dict[str, z3.ArithRef]
     base: list[z3.BoolRef]
 

@@ -311,7 +311,7 @@ class _Following(Chooser):
 
 
 @dataclass
-class Lockstep:
+class EncodingLockstep:
     """The model, a router view of its events, and the encoding's state, side by side."""
 
     universe: Universe

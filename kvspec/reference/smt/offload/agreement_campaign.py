@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from kvspec.reference.g1 import G1Model
 from kvspec.reference.smt.offload.agreement import (
     POLICY_NAMES,
-    Lockstep,
+    EncodingLockstep,
     Mismatch,
     PolicyName,
     Universe,
@@ -123,7 +123,7 @@ def _g2_pairs(u: Universe, g2: list[int]) -> list[int]:
     return [h for h in g2 if any(u.par[k] == h for k in g2)]
 
 
-def random_op(rng: random.Random, ls: Lockstep, c: Caller) -> tuple[Operation, bool]:
+def random_op(rng: random.Random, ls: EncodingLockstep, c: Caller) -> tuple[Operation, bool]:
     """One operation and whether the caller misbehaves with it."""
     u, m = ls.universe, ls.model
     misbehave = rng.random() < 0.05
@@ -185,7 +185,7 @@ def universe_for(seed: int, policy: PolicyName) -> Universe:
 
 def sequence(seed: int, policy: PolicyName, n_ops: int = OPS_PER_SEQUENCE) -> SequenceResult:
     """Run sequence ``seed`` under ``policy``; stop at the first mismatch."""
-    ls = Lockstep(universe_for(seed, policy))
+    ls = EncodingLockstep(universe_for(seed, policy))
     rng = random.Random(f"ops-{seed}")
     caller = Caller()
     flagged: set[int] = set()

@@ -15,7 +15,7 @@ from typing import Any, Literal
 import z3
 
 from kvspec.reference.smt.offload.state import State
-from kvspec.reference.smt.offload.step import Step
+from kvspec.reference.smt.offload.step import EncodedStep
 from kvspec.reference.smt.offload.transitions import (
     Policy,
     deref_full,
@@ -51,7 +51,7 @@ def in_domain(bound: Bound, x: z3.ArithRef, dom: Domain) -> z3.BoolRef:
 @dataclass(frozen=True)
 class TransitionSpec:
     name: str
-    fn: Callable[..., Step]
+    fn: Callable[..., EncodedStep]
     #: the operation's inputs (positional, in order)
     inputs: dict[str, Domain]
     #: the rule's choices (keyword)
@@ -67,7 +67,7 @@ class TransitionSpec:
 
     def instantiate(
         self, S: State, prefix: str, policy: Policy, *, symmetry: bool = False
-    ) -> tuple[Step, dict[str, z3.ArithRef], list[z3.BoolRef]]:
+    ) -> tuple[EncodedStep, dict[str, z3.ArithRef], list[z3.BoolRef]]:
         """Apply to ``S`` with fresh inputs and choices; return the step, the
         fresh constants by name, and their domain constraints.
 

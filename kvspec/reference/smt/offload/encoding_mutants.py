@@ -4,7 +4,7 @@ A rule mutant (``mutants.py``) breaks an invariant and the prover refutes
 it. The bugs here keep every invariant (the proofs still pass) but make the
 encoding say something the model does not: a parent recorded wrong, a
 recency (LRU tick, G2 use time) not refreshed. Only the comparison with the
-model (``agreement.Lockstep``) can find them, so each one measures whether
+model (``agreement.EncodingLockstep``) can find them, so each one measures whether
 the agreement campaign's budget is enough: ``tests/test_smt_agreement.py``
 shows each is caught within the budget, and ``python
 benchmarks/agreement_budget.py`` measures how many sequences each needs.
@@ -23,7 +23,7 @@ from typing import Any, Literal
 import z3
 
 from kvspec.reference.smt.offload import ops
-from kvspec.reference.smt.offload.step import Step
+from kvspec.reference.smt.offload.step import EncodedStep
 from kvspec.reference.smt.terms import sel, upd
 from kvspec.reference.smt.universe import INACTIVE, NONE
 from kvspec.spec.rules import RuleId as R
@@ -39,13 +39,13 @@ class EncodingMutant:
     #: the name ``ops.py`` calls the transition by
     target: str
     #: the change made to the step the transition returns
-    patch: Callable[[Step], Step]
+    patch: Callable[[EncodedStep], EncodedStep]
 
     @contextmanager
     def installed(self) -> Iterator[None]:
         original = getattr(ops, self.target)
 
-        def broken(*args: Any, **kwargs: Any) -> Step:
+        def broken(*args: Any, **kwargs: Any) -> EncodedStep:
             return self.patch(original(*args, **kwargs))
 
         setattr(ops, self.target, broken)
@@ -55,18 +55,18 @@ class EncodingMutant:
             setattr(ops, self.target, original)
 
 
-def _promote_parent_none(step: Step) -> Step:
+def _promote_parent_none(step: EncodedStep) -> EncodedStep:
     s, new = step.params["s"], step.rules[R.PROMOTE_NEW]
     step.post = step.post.but(mpar=upd(step.post.mpar, s, z3.IntVal(NONE), new))
     return step
 
 
-def _reserve_no_g2_use(step: Step) -> Step:
+def _reserve_no_g2_use(step: EncodedStep) -> EncodedStep:
     step.post = step.post.but(g2t=list(step.pre.g2t), g2clock=step.pre.g2clock)
     return step
 
 
-def _deref_no_lru_tick(step: Step) -> Step:
+def _deref_no_lru_tick(step: EncodedStep) -> EncodedStep:
     t = step.params["t"]
     last = sel(step.pre.own, t) == 1
     # the block enters the pool with the tick of its previous stay: not the newest
@@ -74,7 +74,7 @@ def _deref_no_lru_tick(step: Step) -> Step:
     return step
 
 
-def _complete_no_g2_use(step: Step) -> Step:
+def _complete_no_g2_use(step: EncodedStep) -> EncodedStep:
     s = step.params["s"]
     h = sel(step.pre.pblk, s)
     again = sel(step.pre.g2, h)
@@ -82,20 +82,20 @@ def _complete_no_g2_use(step: Step) -> Step:
     return step
 
 
-def _use_records_anchor(step: Step) -> Step:
+def _use_records_anchor(step: EncodedStep) -> EncodedStep:
     s, new = step.params["s"], step.rules[R.USE_NEW]
     step.post = step.post.but(mpar=upd(step.post.mpar, s, step.params["a"], new))
     return step
 
 
-def _register_records_job_parent(step: Step) -> Step:
+def _register_records_job_parent(step: EncodedStep) -> EncodedStep:
     k, j = step.params["k"], step.params["j"]
     reg = step.rules[R.SWAPIN_ANCHOR]
     step.post = step.post.but(mpar=upd(step.post.mpar, k, sel(step.pre.jpar, j), reg))
     return step
 
 
-def _g2_records_no_parent(step: Step) -> Step:
+def _g2_records_no_parent(step: EncodedStep) -> EncodedStep:
     s = step.params["s"]
     h = sel(step.pre.pblk, s)
     step.post = step.post.but(g2par=upd(step.post.g2par, h, z3.IntVal(NONE)))
@@ -155,7 +155,7 @@ ENCODING_MUTANTS: list[EncodingMutant] = [
 ]
 
 
-def _lru_clock_reversed(step: Step) -> Step:
+def _lru_clock_reversed(step: EncodedStep) -> EncodedStep:
     t = step.params["t"]
     last = sel(step.pre.own, t) == 1
     # the clock counts down: the block made inactive last gets the smallest tick (evicted first)
@@ -163,7 +163,7 @@ def _lru_clock_reversed(step: Step) -> Step:
     return step
 
 
-def _deref_frame_other_ticks(step: Step) -> Step:
+def _deref_frame_other_ticks(step: EncodedStep) -> EncodedStep:
     t = step.params["t"]
     last = sel(step.pre.own, t) == 1
     # the frame of the other slots dropped: every inactive block's tick is refreshed too
@@ -175,7 +175,7 @@ def _deref_frame_other_ticks(step: Step) -> Step:
     return step
 
 
-def _hit_frame_other_owner(step: Step) -> Step:
+def _hit_frame_other_owner(step: EncodedStep) -> EncodedStep:
     t = step.params["t"]
     hit = step.rules[R.USE_HIT_ACTIVE]
     # the frame of the other slots dropped: a hit on an active block also drops an owner of slot 0

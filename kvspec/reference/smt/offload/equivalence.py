@@ -1,6 +1,6 @@
 """kvbm with an offload tier: the operation encoding and ``G1Model`` agree in every state of a small bound.
 
-``offload/agreement.Lockstep`` already compares one operation both ways:
+``offload/agreement.EncodingLockstep`` already compares one operation both ways:
 the model refuses exactly when the encoding's operation is invalid (same
 rule), and otherwise the encoding's successor, computed from the model's
 state with canonical choices (lowest free slot, the LRU victim), has the
@@ -31,7 +31,7 @@ import z3
 from kvspec.reference.smt.concrete import ConcreteState
 from kvspec.reference.smt.equivalence import all_values
 from kvspec.reference.smt.offload.agreement import (
-    Lockstep,
+    EncodingLockstep,
     Universe,
     deref_op,
     promote_op,
@@ -51,12 +51,12 @@ UNIVERSE = Universe(slots=2, par=(NONE, 0, NONE), cap2=1, policy="lru")
 class ONode:
     """A lockstep between operations (the encoding's state kept as values)."""
 
-    step: Lockstep
+    step: EncodingLockstep
     values: ConcreteState
 
 
-def _copy(n: ONode) -> Lockstep:
-    ls = Lockstep(n.step.universe)
+def _copy(n: ONode) -> EncodingLockstep:
+    ls = EncodingLockstep(n.step.universe)
     ls.model = copy.deepcopy(n.step.model)
     ls.view = copy.deepcopy(n.step.view)
     ls.state = n.values.to_state()
@@ -73,7 +73,7 @@ class OffloadSubject:
     name: str = "kvbm-offload"
 
     def initial(self) -> list[ONode]:
-        ls = Lockstep(self.universe)
+        ls = EncodingLockstep(self.universe)
         return [ONode(ls, ConcreteState.from_terms(ls.state))]
 
     def key(self, n: ONode) -> Hashable:
@@ -126,7 +126,7 @@ class OffloadSubject:
             out.append(("PROGRESS-NO-DEADLOCK", None if moved else "no operation changes the state"))
         return out
 
-    def _lockstep(self, n: ONode, op: Operation) -> tuple[list[str], Lockstep]:
+    def _lockstep(self, n: ONode, op: Operation) -> tuple[list[str], EncodingLockstep]:
         ls = _copy(n)
         if self.mutant is None:
             problems = ls.step(op)

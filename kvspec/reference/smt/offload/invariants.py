@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import z3
 
 from kvspec.reference.smt.offload.state import State
-from kvspec.reference.smt.offload.step import Step
+from kvspec.reference.smt.offload.step import EncodedStep
 from kvspec.reference.smt.terms import sel
 from kvspec.reference.smt.universe import ACTIVE, FREE, INACTIVE, NONE, PARTIAL, QUARANTINED, RESERVED
 from kvspec.spec.rules import rid
@@ -147,7 +147,7 @@ def lemma_g2_capacity(S: State) -> Conjuncts:
 # -------------------------------------------------------- transition properties
 
 
-def step_anchor(step: Step) -> Conjuncts:
+def step_anchor(step: EncodedStep) -> Conjuncts:
     """INV-ANCHOR: every device Stored's parent is the root or held by the
     router's device view when the router applies that Stored (by
     INV-ROUTER-MATCH: registered in G1 when the event is emitted)."""
@@ -160,7 +160,7 @@ def step_anchor(step: Step) -> Conjuncts:
     ]
 
 
-def step_quarantine(step: Step) -> Conjuncts:
+def step_quarantine(step: EncodedStep) -> Conjuncts:
     """INV-QUARANTINE (transition part): a quarantined slot is never allocated;
     it leaves quarantine only to free, and only as its transfer completes."""
     pre, post = step.pre, step.post
@@ -181,13 +181,13 @@ class Property:
     id: str
     doc: str
     state: Callable[[State], Conjuncts] | None = None
-    step: Callable[[Step], Conjuncts] | None = None
+    step: Callable[[EncodedStep], Conjuncts] | None = None
     lemma: bool = False
 
     def state_conjuncts(self, S: State) -> Conjuncts:
         return self.state(S) if self.state is not None else []
 
-    def step_conjuncts(self, step: Step) -> Conjuncts:
+    def step_conjuncts(self, step: EncodedStep) -> Conjuncts:
         out = self.state_conjuncts(step.post)
         if self.step is not None:
             out += self.step(step)

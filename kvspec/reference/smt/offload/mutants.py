@@ -21,7 +21,7 @@ import z3
 
 from kvspec.reference.smt.offload.catalogue import TRANSITIONS, TransitionSpec
 from kvspec.reference.smt.offload.state import State
-from kvspec.reference.smt.offload.step import Frag, Step, publish
+from kvspec.reference.smt.offload.step import EncodedStep, Frag, publish
 from kvspec.reference.smt.offload.transitions import (
     ACTIVE,
     ASSUME_SWAPIN_PARENT_HELD,
@@ -36,7 +36,7 @@ from kvspec.reference.smt.terms import count, sel, upd
 from kvspec.reference.smt.universe import Bound
 from kvspec.spec.rules import RuleId as R
 
-Patch = Callable[[Step], Step]
+Patch = Callable[[EncodedStep], EncodedStep]
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ class Mutant:
 # ---------------------------------------------------------------- patches
 
 
-def _release_at_enqueue(step: Step) -> Step:
+def _release_at_enqueue(step: EncodedStep) -> EncodedStep:
     """QUARANTINE-HOLD broken: an evicted slot is freed when its offload is
     queued, although its transfer is still pending."""
     pre, post = step.pre, step.post
@@ -81,7 +81,7 @@ def _release_at_enqueue(step: Step) -> Step:
     return step
 
 
-def _deref_inactive_at_one(step: Step) -> Step:
+def _deref_inactive_at_one(step: EncodedStep) -> EncodedStep:
     """DEREF-OWNER broken: the block goes to the inactive pool when it drops
     to one owner instead of zero."""
     if step.name != "deref(full)":
@@ -92,7 +92,7 @@ def _deref_inactive_at_one(step: Step) -> Step:
     return step
 
 
-def _partial_allocated_again(step: Step) -> Step:
+def _partial_allocated_again(step: EncodedStep) -> EncodedStep:
     """USE-PARTIAL broken: a Use of a partial uuid that a slot already holds
     takes a free slot for it again instead of reusing the held one."""
     if step.name != "use(partial)":
@@ -107,11 +107,11 @@ def _partial_allocated_again(step: Step) -> Step:
     return step
 
 
-def _evictions(step: Step) -> list[Frag]:
+def _evictions(step: EncodedStep) -> list[Frag]:
     return [f for f in step.frags if f.tier == "device" and f.kind == "removed"]
 
 
-def _g2_stored_at_enqueue(step: Step) -> Step:
+def _g2_stored_at_enqueue(step: EncodedStep) -> EncodedStep:
     """G2-STORE-ON-COMPLETE broken: the host-pinned Stored is published when
     the offload is queued instead of when it completes."""
     extra = [
@@ -125,7 +125,7 @@ def _g2_stored_at_enqueue(step: Step) -> Step:
     return step
 
 
-def _device_removed_at_completion(step: Step) -> Step:
+def _device_removed_at_completion(step: EncodedStep) -> EncodedStep:
     """DEVICE-REMOVE-IMMEDIATE broken: the device Removed of an evicted block
     waits for its transfer to complete."""
     if step.name == "offload_complete":
@@ -159,21 +159,21 @@ def _anchor_to_g2_parent(S: State, j: z3.ArithRef, h: z3.ArithRef) -> z3.ArithRe
     return sel(S.g2par, h)
 
 
-def _free_counter_stuck(step: Step) -> Step:
+def _free_counter_stuck(step: EncodedStep) -> EncodedStep:
     """USE-NEW's bookkeeping broken: a Use takes a free slot and the free counter does not move."""
     if step.name in ("use(full)", "use(partial)"):
         step.post = step.post.but(free_c=step.pre.free_c)
     return step
 
 
-def _reserved_counter_stuck(step: Step) -> Step:
+def _reserved_counter_stuck(step: EncodedStep) -> EncodedStep:
     """SWAPIN-RESERVE's bookkeeping broken: a reservation does not count the reserved slot."""
     if step.name == "swapin_reserve":
         step.post = step.post.but(resv_c=step.pre.resv_c)
     return step
 
 
-def _g2_keeps_victim(step: Step) -> Step:
+def _g2_keeps_victim(step: EncodedStep) -> EncodedStep:
     """G2-EVICT broken: a full G2 stores the offloaded block and keeps its victim too."""
     if step.name == "offload_complete":
         step.post = step.post.but(

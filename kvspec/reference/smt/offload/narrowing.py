@@ -24,7 +24,7 @@ import z3
 
 from kvspec.reference.smt.offload.catalogue import TRANSITIONS, TransitionSpec
 from kvspec.reference.smt.offload.invariants import ALL_PROPERTIES
-from kvspec.reference.smt.offload.step import Step
+from kvspec.reference.smt.offload.step import EncodedStep
 from kvspec.reference.smt.offload.transitions import Policy
 from kvspec.reference.smt.prover import Applier, build, default_applier
 from kvspec.reference.smt.terms import sel
@@ -38,7 +38,7 @@ def _root_or_block(p: z3.ExprRef, what: str) -> Cases:
     return {f"{what} is the root": p == NONE, f"{what} is a block": p != NONE}
 
 
-def _use_full(step: Step) -> Cases:
+def _use_full(step: EncodedStep) -> Cases:
     S, p = step.pre, step.params
     hit = z3.Or(step.rules[R.USE_HIT_ACTIVE], step.rules[R.USE_HIT_INACTIVE])
     return {
@@ -52,13 +52,13 @@ def _use_full(step: Step) -> Cases:
     }
 
 
-def _use_partial(step: Step) -> Cases:
+def _use_partial(step: EncodedStep) -> Cases:
     S, u = step.pre, step.params["u"]
     held = S.held_partial(u)
     return {"the partial block is held already": held, "the partial block is new": z3.Not(held)}
 
 
-def _deref_full(step: Step) -> Cases:
+def _deref_full(step: EncodedStep) -> Cases:
     S, t = step.pre, step.params["t"]
     return {
         "the last owner goes (the block becomes inactive)": sel(S.own, t) == 1,
@@ -69,20 +69,20 @@ def _deref_full(step: Step) -> Cases:
     }
 
 
-def _deref_partial(step: Step) -> Cases:
+def _deref_partial(step: EncodedStep) -> Cases:
     return {"another slot is quarantined": step.pre.quar_c >= 1}
 
 
-def _promote(step: Step) -> Cases:
+def _promote(step: EncodedStep) -> Cases:
     return _root_or_block(step.params["p"], "the parent")
 
 
-def _evict(step: Step) -> Cases:
+def _evict(step: EncodedStep) -> Cases:
     S = step.pre
     return {"no offload pending yet": S.quar_c == 0, "another offload already pending": S.quar_c >= 1}
 
 
-def _offload_complete(step: Step) -> Cases:
+def _offload_complete(step: EncodedStep) -> Cases:
     S, s = step.pre, step.params["s"]
     h = sel(S.pblk, s)
     full = S.g2_count() >= S.rigid.cap2
@@ -95,7 +95,7 @@ def _offload_complete(step: Step) -> Cases:
     }
 
 
-def _swapin_reserve(step: Step) -> Cases:
+def _swapin_reserve(step: EncodedStep) -> Cases:
     S, j = step.pre, step.params["j"]
     return {
         "a new job": z3.Not(S.job_live(j)),
@@ -104,7 +104,7 @@ def _swapin_reserve(step: Step) -> Cases:
     }
 
 
-def _swapin_register(step: Step) -> Cases:
+def _swapin_register(step: EncodedStep) -> Cases:
     S, j, k = step.pre, step.params["j"], step.params["k"]
     others = z3.Or([z3.And(S.st[i] == RESERVED, S.jid[i] == j, i != k) for i in S.slots])
     starting = S.busy == NONE
@@ -120,7 +120,7 @@ def _swapin_register(step: Step) -> Cases:
 
 
 #: transition name -> its named sub-cases (each must be enabled somewhere)
-CASES: dict[str, Callable[[Step], Cases]] = {
+CASES: dict[str, Callable[[EncodedStep], Cases]] = {
     "use(full)": _use_full,
     "use(partial)": _use_partial,
     "deref(full)": _deref_full,
@@ -133,7 +133,7 @@ CASES: dict[str, Callable[[Step], Cases]] = {
 }
 
 
-def cases_of(step: Step, spec_name: str) -> Cases:
+def cases_of(step: EncodedStep, spec_name: str) -> Cases:
     """Every rule guard of the step and every named sub-case of its transition."""
     out: Cases = {f"rule {r}": g for r, g in step.rules.items()}
     make = CASES.get(spec_name)

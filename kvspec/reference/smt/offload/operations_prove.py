@@ -59,7 +59,7 @@ from kvspec.reference.smt.offload.ops import (
     job_slot,
 )
 from kvspec.reference.smt.offload.state import Rigid, State
-from kvspec.reference.smt.offload.step import Step
+from kvspec.reference.smt.offload.step import EncodedStep
 from kvspec.reference.smt.offload.transitions import offload_complete, swapin_register
 from kvspec.reference.smt.terms import sel
 from kvspec.reference.smt.universe import NONE, Bound
@@ -245,7 +245,7 @@ def obligations(pre: State, out: OpOutcome) -> dict[str, Conjuncts]:
     """Property id -> the conjuncts the operation must keep."""
     post = out.post
     ob: dict[str, Conjuncts] = {str(p.id): p.state_conjuncts(post) for p in ALL_PROPERTIES}
-    ob["INV-QUARANTINE"] = ob["INV-QUARANTINE"] + step_quarantine(Step("op", pre, post))
+    ob["INV-QUARANTINE"] = ob["INV-QUARANTINE"] + step_quarantine(EncodedStep("op", pre, post))
     ob["INV-ANCHOR"] = [("the operation's device Stored events name parents the router holds", out.anchor_ok)]
     ob[OP_IDLE] = op_idle(post)
     ob[OP_DISJOINT] = _disjoint(out)

@@ -27,7 +27,7 @@ from typing import TypeAlias
 import z3
 
 from kvspec.reference.smt.offload.state import State
-from kvspec.reference.smt.offload.step import STATUS_BLOCKED, STATUS_CAPACITY, STATUS_OK, Frag, Step
+from kvspec.reference.smt.offload.step import STATUS_BLOCKED, STATUS_CAPACITY, STATUS_OK, EncodedStep, Frag
 from kvspec.reference.smt.offload.transitions import (
     Policy,
     deref_full,
@@ -214,7 +214,7 @@ class _Run:
         """A choice term (which slot, which victim): a literal on a concrete state."""
         return z3.simplify(t) if self.concrete else t
 
-    def take(self, make: Callable[[State], Step], cond: z3.BoolRef | bool = True) -> Step | None:
+    def take(self, make: Callable[[State], EncodedStep], cond: z3.BoolRef | bool = True) -> EncodedStep | None:
         """Take the step ``make(state)`` when ``cond`` holds."""
         c = self.lit(cond)
         if c is False:
@@ -274,7 +274,9 @@ def apply_use(S: State, op: UseOp, ch: Chooser, concrete: bool = False) -> OpOut
         is_full = run.lit(b.full)
         hit = z3.And(b.full, before.is_registered(b.h))
 
-        def one(St: State, b: BlockArg = b, mp: Term = mparent, a: Term = anchor, is_full: object = is_full) -> Step:
+        def one(
+            St: State, b: BlockArg = b, mp: Term = mparent, a: Term = anchor, is_full: object = is_full
+        ) -> EncodedStep:
             pk = run.pick
             if is_full is not False:
                 full = use_full(
@@ -327,10 +329,10 @@ def apply_use(S: State, op: UseOp, ch: Chooser, concrete: bool = False) -> OpOut
     )
 
 
-def _choose_step(c: z3.BoolRef, a: Step, b: Step) -> Step:
+def _choose_step(c: z3.BoolRef, a: EncodedStep, b: EncodedStep) -> EncodedStep:
     """A step that is ``a`` when ``c`` holds, else ``b`` (a Use block whose
     kind, full or partial, the solver picks)."""
-    out = Step(f"{a.name}|{b.name}", a.pre, merge(c, a.post, b.post))
+    out = EncodedStep(f"{a.name}|{b.name}", a.pre, merge(c, a.post, b.post))
     out.requires = {
         "either": ("valid", z3.If(c, a.enabled("valid"), b.enabled("valid"))),
         "either-choice": ("choice", z3.If(c, a.enabled("choice"), b.enabled("choice"))),
@@ -362,7 +364,7 @@ def apply_deref(S: State, op: DerefOp, ch: Chooser, concrete: bool = False) -> O
     for b in op.blocks:
         is_full = run.lit(b.full)
 
-        def one(St: State, b: BlockArg = b, is_full: object = is_full) -> Step:
+        def one(St: State, b: BlockArg = b, is_full: object = is_full) -> EncodedStep:
             if is_full is True:
                 return deref_full(St, b.h, t=run.pick(holder(St, b.h)))
             if is_full is False:
@@ -443,7 +445,7 @@ def apply_tick(S: State, op: TickOp, ch: Chooser, concrete: bool = False) -> OpO
         is_onboard = z3.And(any_pending, nxt >= n)
         done = done + z3.If(any_pending, 1, 0)
 
-        def complete(St: State, nxt: Term = nxt) -> Step:
+        def complete(St: State, nxt: Term = nxt) -> EncodedStep:
             return offload_complete(St, nxt, w=run.pick(g2_victim(St)), g2_lru=True)
 
         run.take(complete, is_offload)
@@ -451,7 +453,7 @@ def apply_tick(S: State, op: TickOp, ch: Chooser, concrete: bool = False) -> OpO
         for i in range(n):
             cond = z3.And(is_onboard, run.state.job_live(j) if i == 0 else run.state.busy == j)
 
-            def register(St: State, j: Term = j) -> Step:
+            def register(St: State, j: Term = j) -> EncodedStep:
                 return swapin_register(St, j, k=run.pick(job_slot(St, j)), ordered=True)
 
             step = run.take(register, cond)
@@ -497,7 +499,7 @@ def apply_swap_in(S: State, op: SwapInOp, ch: Chooser, concrete: bool = False) -
     p = z3.IntVal(op.parent) if isinstance(op.parent, int) else op.parent
     for i, h in enumerate(op.blocks):
 
-        def reserve(St: State, h: Term | int = h) -> Step:
+        def reserve(St: State, h: Term | int = h) -> EncodedStep:
             return swapin_reserve(St, j, h, p, s=run.pick(free_slot(St)))
 
         run.take(reserve, z3.And(enough, in_prefix[i]))

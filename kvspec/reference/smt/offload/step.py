@@ -1,6 +1,6 @@
 """What one transition of the encoding produces, and the router's view of it.
 
-A transition is a function from a pre-state and its inputs to a ``Step``:
+A transition is a function from a pre-state and its inputs to a ``EncodedStep``:
 the post-state of the manager, the events it publishes (as ``Frag``\\ s, one
 block each), and named conditions:
 
@@ -71,7 +71,7 @@ class Anchor:
 
 
 @dataclass
-class Step:
+class EncodedStep:
     name: str
     pre: State
     post: State

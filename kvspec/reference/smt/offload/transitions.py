@@ -33,7 +33,15 @@ from typing import Literal, TypeAlias
 import z3
 
 from kvspec.reference.smt.offload.state import State
-from kvspec.reference.smt.offload.step import STATUS_BLOCKED, STATUS_CAPACITY, STATUS_OK, Anchor, Frag, Step, publish
+from kvspec.reference.smt.offload.step import (
+    STATUS_BLOCKED,
+    STATUS_CAPACITY,
+    STATUS_OK,
+    Anchor,
+    EncodedStep,
+    Frag,
+    publish,
+)
 from kvspec.reference.smt.terms import argmin_where, is_min, sel, upd
 from kvspec.reference.smt.universe import ACTIVE, FREE, INACTIVE, NONE, PARTIAL, QUARANTINED, RESERVED
 from kvspec.spec.rules import RuleId as R
@@ -106,7 +114,7 @@ def _quarantine(S: State, v: Term, when: z3.BoolRef) -> tuple[State, list[Frag]]
     return post, [Frag(when, "device", "removed", h)]
 
 
-def _finish(step: Step) -> Step:
+def _finish(step: EncodedStep) -> EncodedStep:
     """Every step but a swap-in registration's waits for a registration in
     progress to finish (the model registers a job within one operation);
     then the router applies the step's events."""
@@ -130,12 +138,12 @@ def use_full(
     v: Term,
     policy: Policy = "unordered",
     lookup: Lookup = registry_lookup,
-) -> Step:
+) -> EncodedStep:
     """Use of one full block ``h``; ``a`` is the parent the batch's Stored names
     (the caller's parent or the last reused block), ``m`` the block before
     ``h`` in the batch (recorded as its parent). Choices: ``t`` the slot that
     holds ``h`` if registered, ``s`` the free slot it takes, ``v`` the victim."""
-    step = Step("use(full)", S, S, params={"h": h, "a": a, "m": m, "t": t, "s": s, "v": v})
+    step = EncodedStep("use(full)", S, S, params={"h": h, "a": a, "m": m, "t": t, "s": s, "v": v})
     step.require(ASSUME_PARENT_REGISTERED, "contract", z3.Or(a == NONE, S.is_registered(a)))
     hit = lookup(S, h)
     holds_h = z3.Or([z3.And(t == k, S.holds(k, h)) for k in S.slots])
@@ -176,9 +184,9 @@ def use_full(
     return _finish(step)
 
 
-def use_partial(S: State, u: Term, *, s: Term, v: Term, policy: Policy = "unordered") -> Step:
+def use_partial(S: State, u: Term, *, s: Term, v: Term, policy: Policy = "unordered") -> EncodedStep:
     """Use of one partial block ``u`` (USE-PARTIAL): nothing if held, else a slot."""
-    step = Step("use(partial)", S, S, params={"u": u, "s": s, "v": v})
+    step = EncodedStep("use(partial)", S, S, params={"u": u, "s": s, "v": v})
     held = S.held_partial(u)
     new = z3.And(z3.Not(held), S.free_c > 0)
     step.require("CHOICE-FREE-SLOT", "choice", z3.Implies(new, z3.And(_slot(S, s), sel(S.st, s) == FREE)))
@@ -208,10 +216,10 @@ def use_partial(S: State, u: Term, *, s: Term, v: Term, policy: Policy = "unorde
 # ---------------------------------------------------------------- Deref
 
 
-def deref_full(S: State, h: Term, *, t: Term) -> Step:
+def deref_full(S: State, h: Term, *, t: Term) -> EncodedStep:
     """Deref of one full block (DEREF-OWNER): one owner less; at zero the block
     becomes inactive and enters the pool as its newest member."""
-    step = Step("deref(full)", S, S, params={"h": h, "t": t})
+    step = EncodedStep("deref(full)", S, S, params={"h": h, "t": t})
     step.require(R.DEREF_UNKNOWN, "valid", z3.Or([z3.And(S.holds(k, h), S.own[k] >= 1) for k in S.slots]))
     owned = z3.Or([z3.And(t == k, S.holds(k, h), S.own[k] >= 1) for k in S.slots])
     step.require("CHOICE-HOLDER", "choice", z3.And(_slot(S, t), owned))
@@ -230,9 +238,9 @@ def deref_full(S: State, h: Term, *, t: Term) -> Step:
     return _finish(step)
 
 
-def deref_partial(S: State, u: Term, *, s: Term) -> Step:
+def deref_partial(S: State, u: Term, *, s: Term) -> EncodedStep:
     """Deref of a partial block (DEREF-PARTIAL): its slot goes back to free."""
-    step = Step("deref(partial)", S, S, params={"u": u, "s": s})
+    step = EncodedStep("deref(partial)", S, S, params={"u": u, "s": s})
     step.require(R.DEREF_UNKNOWN, "valid", S.held_partial(u))
     step.require("CHOICE-PARTIAL-SLOT", "choice", z3.And(_slot(S, s), sel(S.st, s) == PARTIAL, sel(S.pu, s) == u))
     step.rules = {R.DEREF_PARTIAL: z3.BoolVal(True)}
@@ -243,9 +251,9 @@ def deref_partial(S: State, u: Term, *, s: Term) -> Step:
 # -------------------------------------------------------------- Promote
 
 
-def promote(S: State, u: Term, h: Term, p: Term, *, s: Term, t: Term) -> Step:
+def promote(S: State, u: Term, h: Term, p: Term, *, s: Term, t: Term) -> EncodedStep:
     """Promote partial ``u`` to full block ``h`` with parent ``p``."""
-    step = Step("promote", S, S, params={"u": u, "h": h, "p": p, "s": s, "t": t})
+    step = EncodedStep("promote", S, S, params={"u": u, "h": h, "p": p, "s": s, "t": t})
     step.require(R.PROMOTE_UNKNOWN, "valid", S.held_partial(u))
     step.require("CHOICE-PARTIAL-SLOT", "choice", z3.And(_slot(S, s), sel(S.st, s) == PARTIAL, sel(S.pu, s) == u))
     step.require(ASSUME_PARENT_REGISTERED, "contract", z3.Or(p == NONE, S.is_registered(p)))
@@ -275,11 +283,11 @@ def promote(S: State, u: Term, h: Term, p: Term, *, s: Term, t: Term) -> Step:
 # ------------------------------------------------------------- eviction
 
 
-def evict(S: State, *, v: Term, policy: Policy = "unordered") -> Step:
+def evict(S: State, *, v: Term, policy: Policy = "unordered") -> EncodedStep:
     """One eviction step with an offload tier (a blocked Use or swap-in taking
     as many victims as it still needs): EVICT-POLICY picks an inactive block,
     QUARANTINE-HOLD keeps its slot, DEVICE-REMOVE-IMMEDIATE announces it."""
-    step = Step("evict", S, S, params={"v": v})
+    step = EncodedStep("evict", S, S, params={"v": v})
     step.require(R.EVICT_POLICY, "valid", S.any_inactive())
     step.require("CHOICE-VICTIM", "choice", victim_allowed(S, v, policy))
     step.rules = {
@@ -299,12 +307,12 @@ def g2_victim(S: State) -> Term:
     return argmin_where(list(S.g2), S.g2t)
 
 
-def offload_complete(S: State, s: Term, *, w: Term, g2_lru: bool = False) -> Step:
+def offload_complete(S: State, s: Term, *, w: Term, g2_lru: bool = False) -> EncodedStep:
     """The offload transfer out of slot ``s`` completes. Choice: ``w`` the G2
     victim when G2 is full: any block G2 holds, or with ``g2_lru`` the one G2
     used least recently (the model's G2 policy). The proofs leave it free, so
     they hold for any G2 eviction policy."""
-    step = Step("offload_complete", S, S, params={"s": s, "w": w})
+    step = EncodedStep("offload_complete", S, S, params={"s": s, "w": w})
     step.require("PENDING", "valid", z3.And(_slot(S, s), sel(S.pend, s)))
     h = sel(S.pblk, s)
     in_g2 = sel(S.g2, h)
@@ -343,11 +351,11 @@ def offload_complete(S: State, s: Term, *, w: Term, g2_lru: bool = False) -> Ste
 # ---------------------------------------------------------------- swap-in
 
 
-def swapin_reserve(S: State, j: Term, h: Term, p: Term, *, s: Term) -> Step:
+def swapin_reserve(S: State, j: Term, h: Term, p: Term, *, s: Term) -> EncodedStep:
     """SWAPIN-RESERVE: reserve one free G1 slot as the destination of G2 block
     ``h`` for swap-in job ``j`` (anchored to ``p``); copying it back counts as
     a use of ``h`` in G2. The first reservation of a job queues its transfer."""
-    step = Step("swapin_reserve", S, S, params={"j": j, "h": h, "p": p, "s": s})
+    step = EncodedStep("swapin_reserve", S, S, params={"j": j, "h": h, "p": p, "s": s})
     step.require(R.SWAPIN_RESERVE, "valid", z3.And(0 <= j, j < S.bound.jobs, S.free_c > 0, sel(S.g2, h)))
     step.require("CHOICE-FREE-SLOT", "choice", z3.And(_slot(S, s), sel(S.st, s) == FREE))
     new_job = z3.Not(S.job_live(j))
@@ -376,7 +384,7 @@ def swapin_register(
     ordered: bool = False,
     lookup: Lookup = registry_lookup,
     first_anchor: Callable[[State, Term, Term], Term] | None = None,
-) -> Step:
+) -> EncodedStep:
     """The onboard transfer of swap-in job ``j`` has completed; register its
     reserved slot ``k``. The model registers a whole job at once, its slots in
     order; here each slot is one step, and no other step runs until the job's
@@ -390,7 +398,7 @@ def swapin_register(
     job's blocks; the proofs leave the order free, covering every order.
     ``first_anchor(S, j, h)`` is the first group's anchor (the swap-in's
     parent; mutants replace it)."""
-    step = Step("swapin_register", S, S, params={"j": j, "k": k})
+    step = EncodedStep("swapin_register", S, S, params={"j": j, "k": k})
     in_job = [z3.And(S.st[i] == RESERVED, S.jid[i] == j) for i in S.slots]
     step.require(
         "PENDING", "valid", z3.And(0 <= j, j < S.bound.jobs, S.job_live(j), z3.Or(S.busy == NONE, S.busy == j))

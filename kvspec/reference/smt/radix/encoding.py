@@ -27,7 +27,7 @@ new leaf's first page under the last page of a node (or the root);
 ``add_cont`` extends the leaf being built by one page; ``lock`` and
 ``unlock`` a handle; ``evict`` one unlocked leaf page (a node is evicted
 page by page from its last page up); ``reset``. Each step names its rules
-and its sub-cases (``Step.cases``) so the sanity checks can show each one
+and its sub-cases (``RadixTransition.cases``) so the sanity checks can show each one
 satisfiable.
 
 Eviction is by *any* unlocked leaf, not by last access: the invariants hold
@@ -291,7 +291,7 @@ def lemma_lock_path(S: RState) -> z3.BoolRef:
 
 # -------------------------------------------------------------------- steps
 @dataclass
-class Step:
+class RadixTransition:
     """One step: its guard (``requires``), its successor, its rules and the
     sub-cases the sanity check must find satisfiable."""
 
@@ -319,7 +319,7 @@ def _upper_half(S: RState, p: z3.ArithRef, x: int) -> z3.BoolRef:
     return z3.And(is_anc(S, par, x), *below)
 
 
-def split(S: RState, tw: frozenset[str]) -> Step:
+def split(S: RState, tw: frozenset[str]) -> RadixTransition:
     """RADIX-MATCH: a walk that ends inside a node splits it before page ``p``
     (``p`` starts the lower half). RADIX-SPLIT-SILENT: nothing is published."""
     p = choice("p")
@@ -330,7 +330,7 @@ def split(S: RState, tw: frozenset[str]) -> Step:
         post = replace(post, lock=tuple(z3.If(_upper_half(S, p, x), 0, v) for x, v in enumerate(S.lock)))
     if "split-forgets-parent" in tw:
         post = replace(post, pp=_set(S.pp, p, parent_of(S, parent_of(S, p))))
-    step = Step("split", S, post, [in_slots(S, p), live_at(S, p), z3.Not(sel_b(S.head, p, True))])
+    step = RadixTransition("split", S, post, [in_slots(S, p), live_at(S, p), z3.Not(sel_b(S.head, p, True))])
     step.rules = (R.RADIX_MATCH, R.RADIX_SPLIT_SILENT)
     step.cases = {
         "one page above, under the root": up(S, p, 2) == ROOT,
@@ -363,7 +363,7 @@ def _new_page(S: RState, q: z3.ArithRef, e: z3.ArithRef, t: z3.ArithRef, head: b
     )
 
 
-def add_head(S: RState, tw: frozenset[str]) -> Step:
+def add_head(S: RState, tw: frozenset[str]) -> RadixTransition:
     """RADIX-INSERT: the first page of a new leaf, in a free slot ``q``, under
     the node's last page ``e`` the walk stopped at (or the root), with tokens
     ``t`` no child of ``e`` starts with (the walk went as far as it could);
@@ -375,7 +375,7 @@ def add_head(S: RState, tw: frozenset[str]) -> Step:
         req.append(fresh_tokens)
     if "leaf-under-run" not in tw:
         req.append(is_tail(S, e))
-    step = Step("add_head", S, _new_page(S, q, e, t, True, tw), req)
+    step = RadixTransition("add_head", S, _new_page(S, q, e, t, True, tw), req)
     step.rules = (R.RADIX_INSERT, R.RADIX_CAPACITY)
     step.cases = {
         "under the root": e == ROOT,
@@ -387,7 +387,7 @@ def add_head(S: RState, tw: frozenset[str]) -> Step:
     return step
 
 
-def add_cont(S: RState, tw: frozenset[str]) -> Step:
+def add_cont(S: RState, tw: frozenset[str]) -> RadixTransition:
     """RADIX-INSERT: one more page of the leaf being built, under its last page
     ``e`` (a live unlocked page with no child), in a free slot ``q``."""
     q, e, t = choice("q"), choice("e"), choice("t")
@@ -400,7 +400,7 @@ def add_cont(S: RState, tw: frozenset[str]) -> Step:
         sel_i(S.lock, e, 0) == 0,
         S.free >= 1,
     ]
-    step = Step("add_cont", S, _new_page(S, q, e, t, False, tw), req)
+    step = RadixTransition("add_cont", S, _new_page(S, q, e, t, False, tw), req)
     step.rules = (R.RADIX_INSERT, R.RADIX_CAPACITY)
     step.cases = {
         "after the leaf's first page": sel_b(S.head, e, False) == True,  # noqa: E712
@@ -409,7 +409,7 @@ def add_cont(S: RState, tw: frozenset[str]) -> Step:
     return step
 
 
-def lock(S: RState, tw: frozenset[str]) -> Step:
+def lock(S: RState, tw: frozenset[str]) -> RadixTransition:
     """RADIX-LOCK: handle ``k`` locks the path from ``e`` (a node's last page,
     or the root) up: one more on every page of it."""
     k, e = choice("k"), choice("e")
@@ -420,7 +420,7 @@ def lock(S: RState, tw: frozenset[str]) -> Step:
     nk = len(S.held)
     post = replace(S, held=_set(S.held, k, z3.BoolVal(True)), at=_set(S.at, k, e), lock=lock_)
     free_handle = z3.Not(sel_b(S.held, k, True))
-    step = Step("lock", S, post, [k >= 0, k < nk, free_handle, page_or_root(S, e), is_tail(S, e)])
+    step = RadixTransition("lock", S, post, [k >= 0, k < nk, free_handle, page_or_root(S, e), is_tail(S, e)])
     step.rules = (R.RADIX_LOCK,)
     step.cases = {
         "at the root": e == ROOT,
@@ -430,14 +430,14 @@ def lock(S: RState, tw: frozenset[str]) -> Step:
     return step
 
 
-def unlock(S: RState, tw: frozenset[str]) -> Step:
+def unlock(S: RState, tw: frozenset[str]) -> RadixTransition:
     """RADIX-LOCK: a held handle gives its lock back: one less on every page
     from where it ends up (splits in between change nothing)."""
     k = choice("k")
     e = sel_i(S.at, k, ROOT)
     lock_ = tuple(z3.If(is_anc(S, e, p), x - 1, x) for p, x in enumerate(S.lock))
     post = replace(S, held=_set(S.held, k, z3.BoolVal(False)), lock=lock_)
-    step = Step("unlock", S, post, [k >= 0, k < len(S.held), sel_b(S.held, k, False) == True])  # noqa: E712
+    step = RadixTransition("unlock", S, post, [k >= 0, k < len(S.held), sel_b(S.held, k, False) == True])  # noqa: E712
     step.rules = (R.RADIX_LOCK,)
     step.cases = {
         "at the root": e == ROOT,
@@ -447,7 +447,7 @@ def unlock(S: RState, tw: frozenset[str]) -> Step:
     return step
 
 
-def evict(S: RState, tw: frozenset[str]) -> Step:
+def evict(S: RState, tw: frozenset[str]) -> RadixTransition:
     """RADIX-EVICT-LRU / RADIX-LOCKED-KEPT / RADIX-REMOVE: an unlocked leaf page
     ``t`` (any one: the LRU victim is one of them) goes, its slot freed, its
     Removed published."""
@@ -465,7 +465,7 @@ def evict(S: RState, tw: frozenset[str]) -> Step:
         free=S.free + 1,
         anc=tuple(tuple(z3.And(S.anc[p][x], t != p, t != x) for x in range(S.n)) for p in range(S.n)),
     )
-    step = Step("evict", S, post, req)
+    step = RadixTransition("evict", S, post, req)
     step.rules = (R.RADIX_EVICT_LRU, R.RADIX_LOCKED_KEPT, R.RADIX_REMOVE)
     step.cases = {
         "a node's last page": sel_b(S.head, t, True) == False,  # noqa: E712
@@ -478,7 +478,7 @@ def evict(S: RState, tw: frozenset[str]) -> Step:
     return step
 
 
-def reset(S: RState, tw: frozenset[str]) -> Step:
+def reset(S: RState, tw: frozenset[str]) -> RadixTransition:
     """RADIX-RESET: the tree empties, every lock is forgotten, every slot is
     free, and one Cleared sets the router's counts to 0."""
     f, z = z3.BoolVal(False), z3.IntVal(0)
@@ -492,7 +492,7 @@ def reset(S: RState, tw: frozenset[str]) -> Step:
         free=S.cap,
         anc=((f,) * S.n,) * S.n,
     )
-    step = Step("reset", S, post, [])
+    step = RadixTransition("reset", S, post, [])
     step.rules = (R.RADIX_RESET,)
     step.cases = {
         "with pages": z3.Or(S.live),
@@ -501,7 +501,7 @@ def reset(S: RState, tw: frozenset[str]) -> Step:
     return step
 
 
-STEPS: dict[str, Callable[[RState, frozenset[str]], Step]] = {
+STEPS: dict[str, Callable[[RState, frozenset[str]], RadixTransition]] = {
     "split": split,
     "add_head": add_head,
     "add_cont": add_cont,

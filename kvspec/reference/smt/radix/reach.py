@@ -1,7 +1,7 @@
 """The radix page-level steps as a transition table for ``smt/reach.py``.
 
 Every step of ``encoding.STEPS`` (with the mutants in force, when any) and
-each of its named sub-cases (``Step.cases``: a leaf under the root, beside
+each of its named sub-cases (``RadixTransition.cases``: a leaf under the root, beside
 other children, under a locked page, a split of a locked node, ...), from
 the empty cache of 4 page slots and 2 lock handles, any capacity and tokens.
 The steps name their inputs globally (``in_q``, ``in_e``, ...), so each

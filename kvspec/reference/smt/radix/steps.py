@@ -9,7 +9,7 @@ counts never negative, a locked page's ancestors locked, one lock count per
 node).
 
 Not vacuous: ``sanity`` shows every step enabled and every sub-case of every
-step (``Step.cases``) satisfiable under the invariants, and the invariants
+step (``RadixTransition.cases``) satisfiable under the invariants, and the invariants
 satisfiable together in a rich state (a branching tree with a split node and
 a lock held below it). ``MUTANTS`` breaks one rule each; ``refute`` must find
 a counterexample for each, which ``render`` prints.
