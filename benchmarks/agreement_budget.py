@@ -1,6 +1,6 @@
 """How many seeded agreement sequences each encoding mutant needs to be caught.
 
-For every seeded encoding bug (kvspec/reference/smt/offload/encoding_mutants.py),
+For every seeded encoding bug (kvspec/reference/smt/offload/agreement/encoding_mutants.py),
 runs the seeded campaign's plan (agreement_campaign.plan: seeds 0, 1, ...
 with the eviction policies in turn) with the bug installed, and prints the
 first sequence of the plan that exposes it (a mismatch between the model and
@@ -19,8 +19,8 @@ import argparse
 import resource
 import sys
 
-from kvspec.reference.smt.offload.agreement_campaign import BUDGET, plan, sequence
-from kvspec.reference.smt.offload.encoding_mutants import ENCODING_MUTANTS
+from kvspec.reference.smt.offload.agreement.campaign import BUDGET, plan, sequence
+from kvspec.reference.smt.offload.agreement.encoding_mutants import ENCODING_MUTANTS
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -75,7 +75,7 @@ def test_a_swap_in_that_schedules_nothing_breaks_no_contract() -> None:
     """A swap-in naming a parent it does not hold, with nothing of its blocks
     in G2 (no hits): no job, nothing to anchor (the encoding requires the
     contract only of a reservation)."""
-    from kvspec.reference.smt.offload.agreement import Universe, swap_in_op
+    from kvspec.reference.smt.offload.agreement.sampled import Universe, swap_in_op
 
     u = Universe(2, (-1, 0), 1, "lineage")
     m = G1Model(u.config())
@@ -93,7 +93,7 @@ def test_each_profile_checks_the_contracts_its_proofs_assume() -> None:
     Uses there); under atomic it breaks the contract, even with no full block
     (profile_atomic.begin states it for the whole Use)."""
     from kvspec.reference.caller_contracts import assumed
-    from kvspec.reference.smt.offload.agreement import Universe, use_op
+    from kvspec.reference.smt.offload.agreement.sampled import Universe, use_op
     from kvspec.spec.config import ManagerConfig
     from kvspec.spec.wire import FullBlock, PartialBlock, Use
 
@@ -115,7 +115,7 @@ def test_the_atomic_lockstep_catches_a_caller_that_names_an_unregistered_parent(
     """The misbehaving-caller witness under atomic: the model accepts the Use
     (it does not enforce the contract), the lockstep reports the break by its
     id; the same Use with its parent registered first passes."""
-    from kvspec.reference.smt.offload.agreement import Universe, use_op
+    from kvspec.reference.smt.offload.agreement.sampled import Universe, use_op
     from kvspec.spec.config import ManagerConfig
 
     config = ManagerConfig(profile="atomic", capacity=2, eviction="lineage")

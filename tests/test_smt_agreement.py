@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kvspec.reference.smt.offload import ops as smt_ops
-from kvspec.reference.smt.offload.agreement import (
+from kvspec.reference.smt.offload.agreement.sampled import (
     POLICY_NAMES,
     EncodingLockstep,
     Universe,
@@ -161,7 +161,7 @@ def test_the_unmutated_encoding_agrees_over_the_campaigns_budget() -> None:
     policy in turn) agrees, and every contract break falls on an operation the
     caller flagged as misbehaving; the misbehaving caller does break contracts
     within the budget (so the check has something to see)."""
-    from kvspec.reference.smt.offload.agreement_campaign import plan, sequence
+    from kvspec.reference.smt.offload.agreement.campaign import plan, sequence
 
     flagged = 0
     for seed, policy in plan():
@@ -173,7 +173,7 @@ def test_the_unmutated_encoding_agrees_over_the_campaigns_budget() -> None:
 
 
 def _encoding_mutants() -> list[Any]:
-    from kvspec.reference.smt.offload.encoding_mutants import ENCODING_MUTANTS
+    from kvspec.reference.smt.offload.agreement.encoding_mutants import ENCODING_MUTANTS
 
     return ENCODING_MUTANTS
 
@@ -183,7 +183,7 @@ def test_each_encoding_mutant_is_caught_within_the_campaigns_budget(m: Any) -> N
     """The budget is enough: with the seeded encoding bug installed, a sequence
     of ``plan(BUDGET)`` disagrees with the model (measured by
     benchmarks/agreement_budget.py). Deterministic: the plan's seeds are fixed."""
-    from kvspec.reference.smt.offload.agreement_campaign import BUDGET, first_failure
+    from kvspec.reference.smt.offload.agreement.campaign import BUDGET, first_failure
 
     with m.installed():
         r = first_failure()

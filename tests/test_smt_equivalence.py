@@ -123,7 +123,7 @@ def test_a_too_weak_guard_is_caught(profile: str, mutant: str) -> None:
 
 
 def test_offload_equal_at_depth_1() -> None:
-    from kvspec.reference.smt.offload.equivalence import OffloadSubject
+    from kvspec.reference.smt.offload.agreement.equivalence import OffloadSubject
 
     rep = explore(OffloadSubject(), 1)
     assert rep.equal and rep.complete, [d.render() for d in rep.differences]
@@ -134,7 +134,7 @@ def test_offload_equal_at_depth_1() -> None:
 )
 def test_offload_frame_and_clock_bugs_are_caught_fast(mutant: str) -> None:
     """Issue 24: these passed ``kvspec prove`` and took the sampled tests 85-130 s; here a few seconds."""
-    from kvspec.reference.smt.offload.equivalence import OffloadSubject
+    from kvspec.reference.smt.offload.agreement.equivalence import OffloadSubject
 
     rep = explore(OffloadSubject(mutant=mutant), 3)
     assert not rep.equal

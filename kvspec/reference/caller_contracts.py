@@ -31,7 +31,7 @@ The offload encoding states ASSUME-PARENT-REGISTERED per full block of a
 Use, against the anchor the batch has reached; under the offload tier an
 eviction stops the batch, so the named parent is still registered at every
 block the Use places and the two statements agree. The agreement campaign
-(``reference/smt/offload/agreement.py``) compares this module's verdict with the
+(``reference/smt/offload/agreement/sampled.py``) compares this module's verdict with the
 encoding's on every operation, well-behaved or not.
 """
 

@@ -19,7 +19,7 @@ from typing import TypeAlias
 
 import z3
 
-from kvspec.reference.smt.offload.agreement import Universe
+from kvspec.reference.smt.offload.agreement.sampled import Universe
 from kvspec.reference.smt.offload.ops import (
     STATUS_OK,
     BlockArg,

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kvspec.reference.smt.offload.agreement import Universe, use_op
+from kvspec.reference.smt.offload.agreement.sampled import Universe, use_op
 from kvspec.reference.smt.offload.transitions import ASSUME_PARENT_REGISTERED, ASSUME_SWAPIN_PARENT_HELD
 from kvspec.reference.smt.universe import NONE
 from kvspec.reference.smt.witnesses import WITNESS_DIR, universe_of

@@ -23,7 +23,14 @@ from typing import Any
 import z3
 
 from kvspec.reference.smt.bmc import KINDS, Found, Trace, TraceStep, extend, search
-from kvspec.reference.smt.offload.agreement import Universe, deref_op, promote_op, swap_in_op, to_encoding, use_op
+from kvspec.reference.smt.offload.agreement.sampled import (
+    Universe,
+    deref_op,
+    promote_op,
+    swap_in_op,
+    to_encoding,
+    use_op,
+)
 from kvspec.reference.smt.offload.events import assemble, model_eval
 from kvspec.reference.smt.offload.ops import (
     STATUS_BLOCKED,

@@ -49,7 +49,7 @@ def _blocks(profile: str) -> Callable[[str | None, str | None], Any]:
 
 
 def _offload(mutant: str | None, model_bug: str | None) -> Any:
-    from kvspec.reference.smt.offload.equivalence import OffloadSubject
+    from kvspec.reference.smt.offload.agreement.equivalence import OffloadSubject
 
     return OffloadSubject(mutant=mutant)
 
@@ -95,7 +95,7 @@ def mutants(profile: str) -> list[str]:
 
         return mutants_of("radix")
     if profile == "kvbm-offload":
-        from kvspec.reference.smt.offload.encoding_mutants import ENCODING_MUTANTS, EQUIVALENCE_MUTANTS
+        from kvspec.reference.smt.offload.agreement.encoding_mutants import ENCODING_MUTANTS, EQUIVALENCE_MUTANTS
 
         return [m.name for m in [*ENCODING_MUTANTS, *EQUIVALENCE_MUTANTS]]
     from kvspec.reference.smt.blocks.agreement import agreement_mutants

@@ -29,7 +29,7 @@ import random
 from dataclasses import dataclass, field
 
 from kvspec.reference.g1 import G1Model
-from kvspec.reference.smt.offload.agreement import (
+from kvspec.reference.smt.offload.agreement.sampled import (
     POLICY_NAMES,
     EncodingLockstep,
     Mismatch,

@@ -185,7 +185,7 @@ def _hit_frame_other_owner(step: EncodedStep) -> EncodedStep:
 
 
 #: seeded encoding bugs written for the exhaustive model-encoding check
-#: (``offload/equivalence.py``), kept out of the sampled agreement campaign's budget tests
+#: (``offload/agreement/equivalence.py``), kept out of the sampled agreement campaign's budget tests
 EQUIVALENCE_MUTANTS: list[EncodingMutant] = [
     EncodingMutant(
         "lru-clock-reversed",

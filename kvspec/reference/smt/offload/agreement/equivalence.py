@@ -30,7 +30,8 @@ import z3
 
 from kvspec.reference.smt.concrete import ConcreteState
 from kvspec.reference.smt.equivalence import all_values
-from kvspec.reference.smt.offload.agreement import (
+from kvspec.reference.smt.offload.agreement.encoding_mutants import encoding_mutant
+from kvspec.reference.smt.offload.agreement.sampled import (
     EncodingLockstep,
     Universe,
     deref_op,
@@ -39,7 +40,6 @@ from kvspec.reference.smt.offload.agreement import (
     to_encoding,
     use_op,
 )
-from kvspec.reference.smt.offload.encoding_mutants import encoding_mutant
 from kvspec.reference.smt.offload.ops import Chooser, apply_op
 from kvspec.reference.smt.universe import NONE
 from kvspec.spec.wire import Operation, Tick, Use
