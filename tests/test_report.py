@@ -65,6 +65,7 @@ def runs(tmp_path: Path) -> list[Results]:
             "USE-NEW": RuleResult(status="pass", exercised=42),
             "EVENT-ID": RuleResult(status="pass", exercised=7),
             "QUARANTINE-HOLD": RuleResult(status="not_applicable", note="missing capability offload"),
+            "CLEAR-ALL": RuleResult(status="not_exercised"),
         },
     )
     b = engine(
@@ -265,7 +266,9 @@ def test_the_html_matrix_in_headless_chromium(runs: list[Results], tmp_path: Pat
     assert cells[("QUARANTINE-HOLD", "engine-a")][1] == "not applicable: missing capability offload"
     status, title, text = cells[("STORE-COPY", "engine-b")]
     assert status == "deviation" and "copies are silent" in title and text.startswith("≈ deviation (observed)")
-    assert cells[("CLEAR-ALL", "engine-a")][0::2] == ("not_exercised", "–")
+    assert cells[("CLEAR-ALL", "engine-a")][0::2] == ("not_exercised", "! not exercised")
+    # a rule the results file does not carry is shown as absent, not as a verdict
+    assert cells[("STORE-COPY", "engine-a")][0::2] == ("absent", "–")
     # the rule text on hover: title and the first paragraph of its SPEC.md section
     assert parsed.rule_titles["EVENT-ID"].startswith("EVENT-ID: event ids start at 0 and increase by 1")
     assert "first published event has id 0" in parsed.rule_titles["EVENT-ID"]
