@@ -59,7 +59,7 @@ class _ManagerSession(SingleVersionSession):
 
     def _hello(self) -> bytes:
         hello = Hello(type="hello", versions=[MANAGER_VERSION], config=self.config, manager=self.manager)
-        return hello.model_dump_json(exclude={"engine", "radix"}).encode()
+        return hello.model_dump_json(exclude={"engine", "radix", "workers"}).encode()
 
     def manager_call(self, op: ManagerOp) -> ManagerOutcome:
         obj, raw, during = self._exchange(op)

@@ -45,7 +45,7 @@ class _RadixSession(SingleVersionSession):
 
     def _hello(self) -> bytes:
         hello = Hello(type="hello", versions=[RADIX_VERSION], config=self.config, radix=self.radix)
-        return hello.model_dump_json(exclude={"engine", "manager"}).encode()
+        return hello.model_dump_json(exclude={"engine", "manager", "workers"}).encode()
 
     def radix_call(self, op: RadixOp) -> RadixOutcome:
         obj, raw, during = self._exchange(op)
