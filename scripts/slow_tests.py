@@ -1,22 +1,25 @@
 """Write tests/slow_tests.txt: the test functions a timed run measured as slow.
 
 ``make quick`` runs ``pytest tests -m "not slow and not engines"``; which tests are slow is measured, not
-guessed: this script runs the tests once with ``--durations=0`` (or reads the output of such a run with
-``--from LOG``), adds up each test function's setup, call and teardown over all its parameters, and lists
-every function above ``--seconds``. tests/conftest.py marks the listed functions ``slow``.
+guessed: this script runs the tests once, each phase's time appended to a log as it ends
+(``KVSPEC_DURATIONS``, tests/conftest.py), or reads such logs or ``--durations=0`` output (``--from``),
+adds up each test function's setup, call and teardown over all its parameters, and lists the slowest
+functions that together take ``--share`` of the whole run's time. A share rather than a number of
+seconds: under load every test looks slow, but the order of the functions holds.
+tests/conftest.py marks the listed functions ``slow``.
 
-    python scripts/slow_tests.py                  # run the tests (-n auto) and rewrite the list
-    python scripts/slow_tests.py --from run.log   # from an earlier run's output
-
-Run it on a quiet machine: under load every test looks slow.
+    python scripts/slow_tests.py                       # run the tests (-n auto) and rewrite the list
+    python scripts/slow_tests.py --from a.log b.log    # from earlier runs' logs or output
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import subprocess
 import sys
+import tempfile
 from collections import defaultdict
 from pathlib import Path
 
@@ -37,22 +40,35 @@ def durations(text: str) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--from", dest="log", type=Path, help="read a finished run's output instead of running")
-    ap.add_argument("--seconds", type=float, default=5.0, help="a function slower than this is slow (default 5)")
+    ap.add_argument("--from", dest="logs", type=Path, nargs="+", help="read earlier runs' logs instead of running")
+    ap.add_argument(
+        "--share", type=float, default=0.95, help="the slowest functions taking this share of the time (0.95)"
+    )
     args = ap.parse_args(argv)
-    if args.log is not None:
-        text = args.log.read_text()
+    if args.logs:
+        text = "\n".join(p.read_text() for p in args.logs)
     else:
-        cmd = [sys.executable, "-m", "pytest", "tests", "-q", "-n", "auto", "--durations=0", "-p", "no:randomly"]
-        text = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False).stdout
+        with tempfile.TemporaryDirectory() as tmp:
+            log = Path(tmp) / "durations.log"
+            cmd = [sys.executable, "-m", "pytest", "tests", "-q", "-n", "auto"]
+            subprocess.run(cmd, cwd=ROOT, env={**os.environ, "KVSPEC_DURATIONS": str(log)}, check=False)
+            text = log.read_text() if log.exists() else ""
     found = durations(text)
     if not found:
-        print("no durations in the output: was it a pytest run with --durations=0?", file=sys.stderr)
+        print("no durations in the input: a KVSPEC_DURATIONS log or --durations=0 output?", file=sys.stderr)
         return 2
-    slow = sorted(f for f, s in found.items() if s > args.seconds)
+    total = sum(found.values())
+    slow: list[str] = []
+    taken = 0.0
+    for f, s in sorted(found.items(), key=lambda kv: -kv[1]):
+        if taken >= args.share * total:
+            break
+        slow.append(f)
+        taken += s
+    slow.sort()
     header = (
-        f"# written by scripts/slow_tests.py (--seconds {args.seconds:g}): {len(slow)} of {len(found)} test "
-        f"functions, {sum(found[f] for f in slow):.0f} of {sum(found.values()):.0f} s\n"
+        f"# written by scripts/slow_tests.py (--share {args.share:g}): {len(slow)} of {len(found)} test "
+        f"functions, {taken:.0f} of {total:.0f} s measured\n"
     )
     OUT.write_text(header + "".join(f"{f}\n" for f in slow))
     print(header.strip("# \n"))

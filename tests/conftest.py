@@ -465,3 +465,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         function = item.nodeid.split("[", 1)[0].split("/")[-1]
         if function in slow:
             item.add_marker(pytest.mark.slow)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """With KVSPEC_DURATIONS set to a file, append each phase's time as it ends, in --durations' line
+    format (scripts/slow_tests.py reads it; a run cut short still leaves what it measured)."""
+    path = os.environ.get("KVSPEC_DURATIONS")
+    if path:
+        with open(path, "a") as f:
+            f.write(f"{report.duration:.3f}s {report.when} {report.nodeid}\n")
