@@ -70,6 +70,8 @@ _FAMILY_TEXT = {
     "or, for `vllm`, at request level",
     "manager": "allocator operations (`kvspec.spec.manager_wire`), protocol version 3",
     "radix": "radix-tree operations (`kvspec.spec.radix_wire`), protocol version 4",
+    "generic": "its own operation and outcome types (named by its registry entry), checked whole, step by step, "
+    "by `kvspec.conformance.generic`",
 }
 #: the concerns whose rules a family's profiles are checked against (less a block profile's
 #: not-applicable rules); invariants are listed separately
@@ -77,13 +79,20 @@ _FAMILY_CONCERNS = {
     "block": (Concern.LIFECYCLE, Concern.PROTOCOL, Concern.HASHING),
     "manager": (),
     "radix": (Concern.RADIX,),
+    "generic": (),
 }
+#: a profile's own concern when it is not the one named after it (``Concern(name)``)
 _PROFILE_CONCERN = {
-    "paged": (Concern.PAGED,),
-    "session": (Concern.SESSION,),
     "vllm": (Concern.VLLM,),
     "kvbm": (Concern.OFFLOAD,),
 }
+
+
+def _own_concern(name: str) -> tuple[Concern, ...]:
+    """The concerns of one profile's own rules: listed above, else the concern named after it."""
+    if name in _PROFILE_CONCERN:
+        return _PROFILE_CONCERN[name]
+    return (Concern(name),) if name in Concern._value2member_map_ else ()
 
 
 def _spec_headings() -> dict[str, str]:
@@ -113,7 +122,7 @@ def _rule_link(rule: RuleId) -> str:
 
 
 def _rules_of(p: ProfileEntry) -> list[RuleId]:
-    concerns = _FAMILY_CONCERNS[p.family] + _PROFILE_CONCERN.get(p.name, ())
+    concerns = _FAMILY_CONCERNS[p.family] + _own_concern(p.name)
     block = BLOCK_PROFILES.get(p.name)
     out = [r for r in RULES if RULES[r].concern in concerns]
     if block is not None:
@@ -122,15 +131,14 @@ def _rules_of(p: ProfileEntry) -> list[RuleId]:
 
 
 def _invariants_of(p: ProfileEntry) -> list[RuleId]:
-    tag = {"paged": "PAGED", "session": "SESSION", "radix": "RADIX", "vllm": "VLLM"}.get(p.name)
+    """Its own invariants (``INV-NAME-...``, ``EQUIV-NAME``, ...); a block profile of the G1
+    lifecycle (not vllm's pool) also lists the invariants no profile is named in."""
     invs = [r for r in RULES if RULES[r].concern == Concern.INVARIANT]
-    if tag is not None:
-        return [r for r in invs if f"-{tag}-" in r.value]
-    names = {"kvbm": "KVBM", "legacy": "LEGACY", "atomic": "ATOMIC"}
-    own = [r for r in invs if f"-{names[p.name]}-" in r.value]
-    shared = [
-        r for r in invs if not any(f"-{t}-" in r.value for t in (*names.values(), "PAGED", "SESSION", "RADIX", "VLLM"))
-    ]
+    own = [r for r in invs if f"-{p.name.upper()}-" in f"{r.value}-"]
+    if p.family != "block" or p.name == "vllm":
+        return own
+    tags = [q.upper() for q in PROFILES]
+    shared = [r for r in invs if not any(f"-{t}-" in f"{r.value}-" for t in tags)]
     return shared + own
 
 

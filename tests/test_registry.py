@@ -4,6 +4,7 @@ models, the config's profile field and the suite's lists all come from it."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -13,7 +14,11 @@ from kvspec.spec import registry
 from kvspec.spec.config import ManagerConfig, PolicyName
 from kvspec.spec.errors import ConfigError
 from kvspec.spec.manager_scenario import MANAGER_SCENARIO_DIRS
+from kvspec.spec.manager_wire import PagedConfig, PagedFree, SessionConfig, SessionDrain
+from kvspec.spec.model import ProfileModel
 from kvspec.spec.profiles import PROFILES as BLOCK_RULES
+from kvspec.spec.radix_wire import RadixConfig, RadixMatch
+from kvspec.spec.wire import Use
 
 SCENARIOS = Path(registry.__file__).parent / "scenarios"
 
@@ -65,3 +70,35 @@ def test_every_encoding_is_a_prove_profile() -> None:
         "session",
         "radix",
     }
+
+
+def _a_config_and_op(name: str) -> tuple[Any, Any]:
+    """A small configuration of the profile and one operation its model accepts."""
+    fam = registry.PROFILES[name].family
+    if fam == "block":
+        eviction: PolicyName = "lru" if name in ("legacy", "vllm") else "lineage"
+        return ManagerConfig(profile=name, capacity=2, eviction=eviction), Use(blocks=[])
+    if name == "paged":
+        return PagedConfig(device_blocks=2), PagedFree(seq="s0")
+    if name == "session":
+        return SessionConfig(slots=1), SessionDrain()
+    assert name == "radix", f"no configuration for profile {name!r}: add one here"
+    return RadixConfig(), RadixMatch(tokens=[1])
+
+
+@pytest.mark.parametrize("name", registry.names())
+def test_every_profiles_model_satisfies_the_one_model_protocol(name: str) -> None:
+    config, op = _a_config_and_op(name)
+    model = registry.PROFILES[name].resolve_model()(config)
+    assert isinstance(model, ProfileModel), f"{type(model).__name__} lacks step(op) or config"
+    assert model.config is config
+    assert model.step(op) is not None
+
+
+def test_the_model_protocol_check_can_fail() -> None:
+    class ApplyOnly:
+        config = None
+
+        def apply(self, op: object) -> None: ...
+
+    assert not isinstance(ApplyOnly(), ProfileModel)

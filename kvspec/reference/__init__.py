@@ -13,7 +13,7 @@ configuration schema would cost it a third of a second at start-up.
 from __future__ import annotations
 
 from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     from kvspec.reference.g1 import G1Model
@@ -54,5 +54,6 @@ def make_model(config: ManagerConfig) -> Model:
         raise ConfigError(
             f"no block-level model for profile {config.profile!r}; block-level: {registry.names('block')}"
         )
-    model: Model = entry.resolve_model()(config)
-    return model
+    # the registry types every factory with the protocol of all profiles (spec.model.ProfileModel);
+    # a block-level model also has the block lockstep's richer view
+    return cast("Model", entry.resolve_model()(config))

@@ -310,6 +310,10 @@ class G1Model:
         )
 
     # --------------------------------------------------------------- dispatch
+    def step(self, op: Operation) -> Step:
+        """``apply`` with no eviction preference: the one model protocol (``spec.model.ProfileModel``)."""
+        return self.apply(op)
+
     def apply(self, op: Operation, *, prefer: Collection[int] = ()) -> Step:
         self.trace.start()
         if self.tiers is not None:

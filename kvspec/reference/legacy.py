@@ -138,6 +138,10 @@ class LegacyModel:
         )
 
     # --------------------------------------------------------------- dispatch
+    def step(self, op: Operation) -> Step:
+        """``apply`` with no eviction preference: the one model protocol (``spec.model.ProfileModel``)."""
+        return self.apply(op)
+
     def apply(self, op: Operation, *, prefer: Collection[int] = ()) -> Step:
         self.trace.start()
         step = self._dispatch(op)

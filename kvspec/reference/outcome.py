@@ -1,4 +1,5 @@
-"""What one model step returns, and the protocol every model implements."""
+"""What one block-level model step returns, and the protocol every block-level model
+implements (the protocol of every profile's model is ``spec.model.ProfileModel``)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,10 @@ class Model(Protocol):
     config: ManagerConfig
 
     def apply(self, op: Operation, *, prefer: Collection[int] = ()) -> Step: ...
+
+    def step(self, op: Operation) -> Step:
+        """``apply`` with no preference (``spec.model.ProfileModel``, the protocol of every profile's model)."""
+        ...
 
     def counters(self) -> Counters: ...
 

@@ -349,6 +349,10 @@ class VllmPoolModel:
         return make_removed(self._next_id(), hashes, dp_rank=self.dp_rank, tier=tier)
 
     # ------------------------------------------------------------- dispatch
+    def step(self, op: Operation) -> Step:
+        """``apply`` with no eviction preference: the one model protocol (``spec.model.ProfileModel``)."""
+        return self.apply(op)
+
     def apply(self, op: Operation, *, prefer: Collection[int] = ()) -> Step:
         self.trace.start()
         self.trace.silent("device", "removed", "VLLM-LAZY-REMOVE")

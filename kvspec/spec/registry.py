@@ -12,28 +12,48 @@ rules, goldens and checker (CONTRIBUTING.md, "Add a profile").
 The spec layer imports nothing above it: models and checkers are named by
 ``module:attribute`` strings and resolved only by the layers that run them
 (``kvspec.reference.make_model``).
+
+A profile may also be declared outside kvspec, at run time: ``register``
+(or the ``registered`` context manager) adds an entry whose model is a
+callable and whose goldens live in a folder of its own (``scenario_root``).
+Such a profile is of the ``generic`` family: its model and its
+implementation both answer ``step(op) -> outcome``, and
+``kvspec.conformance.generic`` checks them in lockstep and against its
+goldens (``tests/test_toy_profile.py`` declares one that way).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import import_module
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field
 
+from kvspec.spec import rules
+from kvspec.spec.model import ModelFactory
+
 #: which operations a profile takes, and so its wire models, adapter interface and checker:
 #: ``block`` (spec.wire: Use/Deref/Promote/... checked by the block lockstep), ``manager`` (spec.manager_wire:
-#: the allocator-level paged and session operations), ``radix`` (spec.radix_wire: match/insert/lock/evict)
-Family = Literal["block", "manager", "radix"]
+#: the allocator-level paged and session operations), ``radix`` (spec.radix_wire: match/insert/lock/evict),
+#: ``generic`` (the profile brings its own operation and outcome types; kvspec.conformance.generic compares
+#: the implementation's outcome of each operation with the model's, whole)
+Family = Literal["block", "manager", "radix", "generic"]
+
+#: where the bundled golden folders live (``ProfileEntry.scenarios`` are relative to it)
+SCENARIO_ROOT = Path(__file__).parent / "scenarios"
 
 
 @dataclass(frozen=True, slots=True)
 class ProfileEntry:
     name: str
     family: Family
-    #: ``module:Class`` of the reference model; its constructor takes the profile's config
-    model: str
+    #: ``module:Class`` of the reference model, or (a profile declared outside kvspec) the callable
+    #: itself; it takes the profile's config and returns a ``spec.model.ProfileModel``
+    model: str | ModelFactory
     #: golden scenario folders under spec/scenarios/ written for this profile
     scenarios: tuple[str, ...]
     #: ``kvspec prove --profile`` names whose encodings cover this profile
@@ -44,11 +64,29 @@ class ProfileEntry:
     #: vllm pool is checked at request level and through goldens instead
     stateful: bool = False
     title: str = ""
+    #: the folder ``scenarios`` are relative to (None: the bundled ``spec/scenarios/``)
+    scenario_root: Path | None = None
+    #: a profile declared outside kvspec: the document whose ``### `RULE-ID` — title`` headings define
+    #: its rules (``register`` registers them, spec.rules.register_rules); bundled rules are in SPEC.md
+    rules_doc: Path | None = None
+    #: ``generic`` family: the types (pydantic models or unions, or ``module:attr``) a golden's config,
+    #: operations and expected outcomes are read as
+    config_type: Any = None
+    op_type: Any = None
+    outcome_type: Any = None
 
-    def resolve_model(self) -> Any:
-        """The model class (imports the reference layer: call it from there or above)."""
+    def resolve_model(self) -> ModelFactory:
+        """The model factory (imports the reference layer: call it from there or above)."""
+        if not isinstance(self.model, str):
+            return self.model
         module, _, attr = self.model.partition(":")
-        return getattr(import_module(module), attr)
+        factory: ModelFactory = getattr(import_module(module), attr)
+        return factory
+
+    def scenario_folders(self) -> tuple[Path, ...]:
+        """The absolute golden folders of this profile."""
+        root = self.scenario_root or SCENARIO_ROOT
+        return tuple(root / d for d in self.scenarios)
 
 
 PROFILES: dict[str, ProfileEntry] = {
@@ -133,13 +171,52 @@ def scenario_dirs(family: Family) -> tuple[str, ...]:
 
 
 def all_scenario_dirs() -> tuple[str, ...]:
-    """Every registered golden folder, of every format."""
-    return tuple(d for p in PROFILES.values() for d in (*p.scenarios, *p.process_scenarios))
+    """Every registered golden folder under ``spec/scenarios/``, of every format."""
+    return tuple(d for p in PROFILES.values() if p.scenario_root is None for d in (*p.scenarios, *p.process_scenarios))
 
 
 def encodings() -> tuple[str, ...]:
     """Every ``kvspec prove --profile`` name, in declaration order, each once."""
     return tuple(dict.fromkeys(e for p in PROFILES.values() for e in p.encodings))
+
+
+#: the profiles kvspec itself declares (``register`` adds others; ``unregister`` never removes these)
+BUNDLED: tuple[str, ...] = tuple(PROFILES)
+#: the rule ids each outside profile registered with it
+_OUTSIDE_RULES: dict[str, tuple[str, ...]] = {}
+
+
+def register(entry: ProfileEntry) -> ProfileEntry:
+    """Declare a profile from outside kvspec (module doc). Refused, with nothing
+    changed, when the name is taken or a bundled profile's golden folder is claimed."""
+    if entry.name in PROFILES:
+        raise ValueError(f"profile {entry.name!r} is already registered")
+    if entry.scenario_root is None and set(entry.scenarios) & set(all_scenario_dirs()):
+        raise ValueError(f"profile {entry.name!r} claims golden folders of another profile: {entry.scenarios}")
+    if entry.family == "generic" and entry.op_type is None:
+        raise ValueError(f"profile {entry.name!r}: a generic profile names its op_type (and outcome_type)")
+    if entry.rules_doc is not None:
+        _OUTSIDE_RULES[entry.name] = rules.register_rules(entry.rules_doc)
+    PROFILES[entry.name] = entry
+    return entry
+
+
+def unregister(name: str) -> None:
+    """Withdraw a profile ``register`` declared (a bundled one cannot be withdrawn)."""
+    if name in BUNDLED:
+        raise ValueError(f"profile {name!r} is bundled with kvspec and cannot be unregistered")
+    PROFILES.pop(name, None)
+    rules.unregister_rules(_OUTSIDE_RULES.pop(name, ()))
+
+
+@contextmanager
+def registered(entry: ProfileEntry) -> Iterator[ProfileEntry]:
+    """``register(entry)`` for the duration of a ``with`` block (a test's)."""
+    register(entry)
+    try:
+        yield entry
+    finally:
+        unregister(entry.name)
 
 
 def _known(name: str) -> str:

@@ -4,12 +4,21 @@ SPEC.md explains each rule in prose; this module is the same list as data, so
 that the model, the router view, the checker, the tests and the reports can
 name a rule by one identifier. A test keeps the two in step (every id here has
 a section in SPEC.md and every id SPEC.md defines is here).
+
+A profile declared outside kvspec (``spec.registry.register``) brings its
+rules in a spec document of its own, headed the way SPEC.md heads them;
+``register_rules`` reads them from there into ``OUTSIDE_RULES``, so that
+they too are named by the id a document defines, and ``known`` answers for
+both lists.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 from typing import Literal
 
 
@@ -355,6 +364,52 @@ def rules_of(concern: Concern) -> tuple[str, ...]:
     """The ids of one concern's rules, in catalogue order (what a test of
     that concern lists in its ``kvspec_rules`` marker)."""
     return tuple(r.id.value for r in RULES.values() if r.concern == concern)
+
+
+@dataclass(frozen=True, slots=True)
+class OutsideRule:
+    """A rule of a profile declared outside kvspec, as its own spec document heads it."""
+
+    id: str
+    title: str
+    #: the document whose heading defines it
+    spec: Path
+
+
+#: the rules of profiles declared outside kvspec (``register_rules``), by id
+OUTSIDE_RULES: dict[str, OutsideRule] = {}
+
+#: a rule's heading, as SPEC.md writes it: ``### `RULE-ID` — title``
+_RULE_HEADING = re.compile(r"^#{2,6}[ \t]+`([A-Z][A-Z0-9]*(?:-[A-Z0-9]+)*)`[ \t]+—[ \t]+(.+?)[ \t]*$", re.MULTILINE)
+
+
+def register_rules(spec: Path) -> tuple[str, ...]:
+    """Register the rules ``spec`` (a Markdown document) heads ``### `RULE-ID` — title``;
+    their ids, in document order. Refused, with nothing registered, when the
+    document defines no rule, defines one twice, or reuses a known id."""
+    found = [(m.group(1), m.group(2)) for m in _RULE_HEADING.finditer(spec.read_text())]
+    if not found:
+        raise ValueError(f"{spec}: no rule heading (### `RULE-ID` — title)")
+    ids = [i for i, _ in found]
+    twice = sorted({i for i in ids if ids.count(i) > 1})
+    if twice:
+        raise ValueError(f"{spec}: rules defined twice: {', '.join(twice)}")
+    taken = [i for i in ids if known(i)]
+    if taken:
+        raise ValueError(f"{spec}: rule ids already defined elsewhere: {', '.join(taken)}")
+    OUTSIDE_RULES.update((i, OutsideRule(i, t, spec)) for i, t in found)
+    return tuple(ids)
+
+
+def unregister_rules(ids: Iterable[str]) -> None:
+    """Forget outside rules ``register_rules`` registered (catalogue rules stay)."""
+    for i in ids:
+        OUTSIDE_RULES.pop(i, None)
+
+
+def known(rule_id: str) -> bool:
+    """Whether ``rule_id`` names a rule: of the catalogue, or registered with an outside profile."""
+    return rule_id in RuleId._value2member_map_ or rule_id in OUTSIDE_RULES
 
 
 def rule(rule_id: str | RuleId) -> Rule:

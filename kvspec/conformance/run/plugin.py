@@ -58,7 +58,7 @@ from kvspec.conformance.verdicts.replay_store import DEFAULT_KEEP, ReplayRun, Ta
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.deviations import Site, covering
 from kvspec.spec.errors import HANG_MARK, ConfigError
-from kvspec.spec.rules import RuleId
+from kvspec.spec.rules import known as known_rule
 
 _STATE_KEY = pytest.StashKey["_KvspecState"]()
 
@@ -355,7 +355,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             raise pytest.UsageError(f"{it.nodeid}: a conformance test must carry @pytest.mark.kvspec_rules(...)")
     for it in items:
         marker = it.get_closest_marker("kvspec_rules")
-        bad = [str(a) for a in marker.args if str(a) not in RuleId._value2member_map_] if marker else []
+        bad = [str(a) for a in marker.args if not known_rule(str(a))] if marker else []
         if bad:
             raise pytest.UsageError(f"{it.nodeid}: kvspec_rules names unknown rule ids {', '.join(bad)}")
     st.conformance_tests = sum(1 for it in items if it.get_closest_marker("kvspec_rules") is not None)
@@ -584,7 +584,7 @@ def _site_of(item: pytest.Item, exc: ConformanceFailure) -> Site:
 
 def _check_rules_contract(item: pytest.Item, rep: Any, listed: list[str], st: _KvspecState) -> None:
     """A passing test recorded only rules its kvspec_rules marker lists."""
-    recorded = {r for r in st.test_rules.get(item.nodeid, set()) if r in RuleId._value2member_map_}
+    recorded = {r for r in st.test_rules.get(item.nodeid, set()) if known_rule(r)}
     extra = sorted(recorded - set(listed))
     if extra:
         rep.outcome = "failed"

@@ -1,0 +1,84 @@
+"""Rules as transitions: per operation, rule -> guard -> effect.
+
+The way a model tags its rules that the z3 transitions and h11's
+``_state.py`` use: a model is a table of transitions, each one rule of the
+spec, the operation it handles, the guard under which it applies and its
+effect. ``step`` takes the first transition of the operation whose guard
+holds, so the rule of every step is the rule of the transition taken (no
+``trace.did`` to forget, no method label to keep next to the right branch),
+and the table itself is the list of the model's rules, in the order they
+are tried.
+
+A guard reads the state and never changes it; an effect changes the state
+and returns the step's outcome. A rejection is a transition too (its rule is
+the rule that refuses the operation, its effect returns the error outcome
+and changes nothing), so a rejected operation leaves the model as it was.
+
+``TransitionModel`` is the base of a model written this way; it satisfies
+``spec.model.TaggedModel`` (the one model protocol, plus the rules behind
+the last step), which ``conformance.generic`` needs to name the rule a
+difference breaks. The toy profile of ``tests/test_toy_profile.py`` is the
+example.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Generic, TypeVar
+
+S = TypeVar("S")
+Out = TypeVar("Out")
+
+
+@dataclass(frozen=True, slots=True)
+class Transition(Generic[S, Out]):
+    """One rule of one operation: when ``guard(state, op)`` holds, ``effect(state, op)`` is the step."""
+
+    #: the rule id (a heading of the profile's spec document)
+    rule: str
+    #: the operation class it handles
+    op: type
+    guard: Callable[[S, Any], bool]
+    effect: Callable[[S, Any], Out]
+
+
+def always(state: object, op: object) -> bool:
+    """The guard of an operation's last transition (what applies when nothing before it did)."""
+    return True
+
+
+class NoTransition(LookupError):
+    """No transition of the table applies: the table is incomplete for this operation."""
+
+
+class TransitionModel(Generic[Out]):
+    """A model whose ``step`` fires the first applicable transition of ``TRANSITIONS``.
+
+    Subclasses set ``TRANSITIONS`` (a class attribute) and ``config``;
+    ``last_rules`` names the rule of the last step (``spec.model.TaggedModel``)."""
+
+    TRANSITIONS: ClassVar[Sequence[Transition[Any, Any]]] = ()
+    config: Any
+    last_rules: tuple[str, ...] = ()
+
+    def step(self, op: Any) -> Out:
+        for t in self.TRANSITIONS:
+            if isinstance(op, t.op) and t.guard(self, op):
+                self.last_rules = (t.rule,)
+                out: Out = t.effect(self, op)
+                return out
+        raise NoTransition(f"{type(self).__name__}: no transition applies to {op!r}")
+
+    @classmethod
+    def rules(cls) -> tuple[str, ...]:
+        """Every rule the model applies, in table order, each once."""
+        return tuple(dict.fromkeys(t.rule for t in cls.TRANSITIONS))
+
+    @classmethod
+    def rules_of(cls, op: type) -> tuple[str, ...]:
+        """The rules of one operation class, in the order they are tried."""
+        return tuple(dict.fromkeys(t.rule for t in cls.TRANSITIONS if issubclass(op, t.op)))
+
+
+__all__ = ["NoTransition", "Transition", "TransitionModel", "always"]
