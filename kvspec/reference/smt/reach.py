@@ -83,6 +83,8 @@ class Start(Generic[St]):
     state: St
     constraints: list[z3.BoolRef]
     fresh: Callable[[str], St]
+    #: what the constraints leave free, by name (a capacity): a trace records the values its model chose
+    params: dict[str, z3.ExprRef] = field(default_factory=dict)
 
 
 @dataclass
@@ -169,6 +171,8 @@ class Trace:
     """A sequence of transitions from the initial state."""
 
     steps: list[TraceStep]
+    #: the initial state's free parameters (``Start.params``) on this trace
+    params: dict[str, int | bool | str] = field(default_factory=dict)
 
     def render(self, indent: str = "  ") -> str:
         return "\n".join(f"{indent}{i}. {s}" for i, s in enumerate(self.steps, 1))
@@ -230,6 +234,7 @@ class _Unrolling(Generic[St]):
         self.solver = solver
         start = system.start()
         self.fresh = start.fresh
+        self.params = start.params
         solver.add(*start.constraints)
         self.states: list[St] = [start.state]
         self.choice: list[z3.ArithRef] = []
@@ -281,7 +286,7 @@ class _Unrolling(Generic[St]):
             t = self.sys.transitions[m.eval(self.choice[j - 1], model_completion=True).as_long()]
             mv = self.moves[j - 1][t]
             steps.append(TraceStep(t, {k: _value(m, v) for k, v in mv.inputs.items()}))
-        return Trace(steps)
+        return Trace(steps, {k: _value(m, v) for k, v in self.params.items()})
 
 
 def _value(m: z3.ModelRef, v: z3.ExprRef) -> int | bool | str:

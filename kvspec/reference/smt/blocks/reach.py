@@ -99,7 +99,7 @@ def system(
 
     def start() -> Start[BState]:
         cap = z3.Int("reach_cap")
-        return Start(prof.initial(cap), [cap >= 1, cap <= CAP], fresh)
+        return Start(prof.initial(cap), [cap >= 1, cap <= CAP], fresh, {"capacity": cap})
 
     def move(t: str, pre: BState, prefix: str) -> Move:
         i = inputs(prefix)

@@ -18,6 +18,8 @@ from kvspec.spec import registry
 PROFILES = registry.encodings()
 #: the profiles with an ``--unbounded`` level of their own (the others are bounded only or unbounded only)
 UNBOUNDED = ("kvbm-offload", "radix")
+#: the profiles whose refuted rows ``--counterexamples`` writes as replay files (``smt/counterexamples.py``)
+COUNTEREXAMPLE_PROFILES = ("kvbm", "legacy", "atomic")
 
 #: option -> (argparse dest, the (profile, level) pairs that read it; level "bounded", "unbounded" or "*")
 APPLIES: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
@@ -35,6 +37,7 @@ APPLIES: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
     "--unbounded": ("unbounded", tuple((p, "*") for p in UNBOUNDED)),
     "--timeout": ("timeout", tuple((p, "*") for p in PROFILES)),
     "--mutant": ("mutant", tuple((p, "*") for p in PROFILES)),
+    "--counterexamples": ("counterexamples", tuple((p, "*") for p in COUNTEREXAMPLE_PROFILES)),
 }
 
 

@@ -6,6 +6,7 @@ import sys
 import time
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 
 from kvspec.reference.smt.blocks.encoding import Profile
 from kvspec.reference.smt.blocks.encoding import prove as prove_blocks
@@ -201,11 +202,15 @@ def block_mutants() -> dict[str, list[str]]:
     return out
 
 
-def run_blocks(profile: str, mutant: str | None = None, timeout_s: float | None = None) -> int:
+def run_blocks(
+    profile: str, mutant: str | None = None, timeout_s: float | None = None, counterexamples: Path | None = None
+) -> int:
     """One block-level profile: each invariant 1-inductive for any capacity and
     any hashes (steps of a batch of any length), the sanity check on finite
     models, and each of its mutants refuted; with ``mutant``, the proofs of
-    that broken variant (exit 1 when it is caught, as for kvbm-offload)."""
+    that broken variant (exit 1 when it is caught, as for kvbm-offload).
+    With ``counterexamples``, each refuted row's trace from the initial state
+    is written there as a replay file (``blocks/counterexample.py``)."""
     prof = _blocks(profile)
     timeout_ms = int(timeout_s * 1000) if timeout_s else 120_000
     summary.set_timeout(timeout_ms / 1000)
@@ -262,6 +267,8 @@ def run_blocks(profile: str, mutant: str | None = None, timeout_s: float | None 
             print(f"sanity (mutant): {p}")
         where = refute_blocks(prof, mutant)
         print(f"counterexample (finite instance): {where}" if where else "no finite counterexample found")
+        if counterexamples is not None and (where or problems):
+            _counterexample(counterexamples, prof, mutant, rule, what)
         print(f"total {time.perf_counter() - t0:.2f}s")
         return 1 if problems or where else 0
     wheres = [
@@ -269,12 +276,27 @@ def run_blocks(profile: str, mutant: str | None = None, timeout_s: float | None 
         for name, (rule, _what) in prof.mutants.items()
     ]
     problems += cover_row(list(prof.invariants), [w for w in wheres if w])
+    if counterexamples is not None:
+        for inv in dict.fromkeys(p.invariant for p in proofs if p.verdict == "refuted"):
+            _counterexample(counterexamples, prof, None, inv.removeprefix("never: "), f"{inv} is broken")
+        for (name, (rule, what)), w in zip(prof.mutants.items(), wheres, strict=True):
+            if w:
+                _counterexample(counterexamples, prof, name, rule, what)
     if profile == "kvbm":
         problems += order_rows(("lru", "multi_lru", "lineage"))
     print(f"total {time.perf_counter() - t0:.2f}s")
     for p in problems:
         print(f"sanity check failed: {p}")
     return 1 if problems else 0
+
+
+def _counterexample(folder: Path, prof: Profile, mutant: str | None, rule: str, what: str) -> None:
+    """Print (and write into ``folder``) the refuted row's trace from the initial state, or why there is none."""
+    from kvspec.reference.smt.blocks.counterexample import emit
+
+    print(f"counterexample of {prof.name} {mutant or 'rules as written'} ({rule}):")
+    for line in emit(folder, prof, mutant, rule, what):
+        print(line)
 
 
 def _owner(prof: Profile, inv: str) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from kvspec.reference.smt.cli import summary
 from kvspec.reference.smt.cli.flags import PROFILES, misapplied, profile_specific
@@ -110,6 +111,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="per solver call of the proof rows (every profile; default: the profile's own)",
     )
+    p.add_argument(
+        "--counterexamples",
+        type=Path,
+        metavar="DIR",
+        help="for each refuted row (an invariant, or a mutant with --mutant or in the refutes rows), search a"
+        " trace from the initial state that breaks it and write it to DIR as a replay file of operations"
+        " (`kvspec replay FILE`), or a text file saying it is induction only (kvbm, legacy, atomic)",
+    )
     add_operation_arguments(p)
 
 
@@ -171,7 +180,7 @@ def _runner(profile: str) -> Callable[[argparse.Namespace], int]:
         return lambda a: run_radix(a.mutant, unbounded=a.unbounded, timeout_s=a.timeout)
     from kvspec.reference.smt.cli.profiles import run_blocks
 
-    return lambda a: run_blocks(profile, a.mutant, a.timeout)
+    return lambda a: run_blocks(profile, a.mutant, a.timeout, a.counterexamples)
 
 
 def run(args: argparse.Namespace) -> int:
