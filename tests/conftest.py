@@ -441,36 +441,77 @@ AREA_MODULES: dict[str, tuple[str, ...]] = {
         "test_check_log_fused",
         "test_check_log_vllm_fused",
     ),
-    "engines": ("test_vllm_adapter", "test_sglang_adapter"),
+    "engines": ("test_vllm_adapter", "test_sglang_adapter", "test_vllm_planted_"),
 }
 
-#: tests measured slow (more than SLOW_SECONDS of wall time on the 2-core machine), one test function per
-#: line as ``module.py::function``; written by ``python scripts/slow_tests.py`` from a timed run
+#: the slow tier, one entry a line: ``module.py::function`` (a test function measured slow: all its parameters
+#: and, for a class, ``module.py::Class::method``), written by ``python scripts/slow_tests.py`` from a timed
+#: run; or ``module.py  # why`` (a whole module, kept by hand: a module with nothing fast to offer the quick
+#: tier must say why, tests/test_quick_tier.py checks that every other module keeps quick tests)
 SLOW_LIST = Path(__file__).with_name("slow_tests.txt")
 
+#: what ``pytest_collection_modifyitems`` saw: module -> (tests collected, tests in the quick tier, tests
+#: marked engines), before ``-m`` deselects any (tests/test_quick_tier.py reads it)
+TIER_COUNTS = pytest.StashKey[dict[str, tuple[int, int, int]]]()
 
-def _slow_functions() -> set[str]:
-    if not SLOW_LIST.exists():
-        return set()
-    return {ln.strip() for ln in SLOW_LIST.read_text().splitlines() if ln.strip() and not ln.startswith("#")}
+
+def read_slow_list(text: str) -> tuple[set[str], dict[str, str]]:
+    """The slow tier's test functions and its whole modules (module -> the reason given)."""
+    functions: set[str] = set()
+    modules: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        entry, _, why = line.partition("#")
+        entry = entry.strip()
+        if "::" in entry:
+            functions.add(entry)
+        else:
+            modules[entry] = why.strip()
+    return functions, modules
+
+
+def _function_id(item: pytest.Item) -> str:
+    return item.nodeid.split("[", 1)[0].split("/")[-1]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    slow = _slow_functions()
+    functions, modules = read_slow_list(SLOW_LIST.read_text() if SLOW_LIST.exists() else "")
+    counts: dict[str, tuple[int, int, int]] = {}
     for item in items:
         module = item.path.name
         for area, names in AREA_MODULES.items():
             if any(module.startswith(n) for n in names):
                 item.add_marker(getattr(pytest.mark, area))
-        function = item.nodeid.split("[", 1)[0].split("/")[-1]
-        if function in slow:
+        if module in modules or _function_id(item) in functions:
             item.add_marker(pytest.mark.slow)
+        engines = item.get_closest_marker("engines") is not None
+        quick = not engines and item.get_closest_marker("slow") is None
+        n, q, e = counts.get(module, (0, 0, 0))
+        counts[module] = (n + 1, q + quick, e + engines)
+    config.stash[TIER_COUNTS] = counts
+
+
+@pytest.fixture(scope="session")
+def tier_counts(pytestconfig: pytest.Config) -> dict[str, tuple[int, int, int]]:
+    """Module -> (tests collected, tests in the quick tier, tests marked engines) of this session,
+    before ``-m``."""
+    return pytestconfig.stash[TIER_COUNTS]
+
+
+@pytest.fixture(scope="session")
+def slow_list() -> tuple[set[str], dict[str, str]]:
+    """tests/slow_tests.txt read: its test functions, and its whole modules with their reasons."""
+    return read_slow_list(SLOW_LIST.read_text())
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """With KVSPEC_DURATIONS set to a file, append each phase's time as it ends, in --durations' line
-    format (scripts/slow_tests.py reads it; a run cut short still leaves what it measured)."""
+    format (scripts/slow_tests.py reads it; a run cut short still leaves what it measured). Under xdist
+    the worker that ran the test writes it; the controller, which sees the same report again (xdist sets
+    its ``node``), does not, so each phase is counted once."""
     path = os.environ.get("KVSPEC_DURATIONS")
-    if path:
+    if path and getattr(report, "node", None) is None:
         with open(path, "a") as f:
             f.write(f"{report.duration:.3f}s {report.when} {report.nodeid}\n")
