@@ -29,7 +29,7 @@ from kvspec.conformance.requests.interface import STALLED, RequestOutcome
 from kvspec.conformance.requests.workloads import Workload, setup_of
 from kvspec.conformance.run.manifest import load_manifest
 from kvspec.conformance.verdicts.failures import ConformanceFailure
-from kvspec.reference.radix import Node, RadixModel
+from kvspec.reference.radix import RadixModel, RadixTreeNode
 from kvspec.reference.requests import RequestSpec
 from kvspec.spec.radix_wire import RadixConfig, RadixRequest
 from kvspec.spec.wire import KvEvent
@@ -135,7 +135,7 @@ def test_the_spec_model_passes_whole_runs() -> None:
 class _EvictNewest(FlowModel):
     """The mocker's flow with one bug: the most recently used leaf is evicted."""
 
-    def nodes(self) -> Iterator[Node]:
+    def nodes(self) -> Iterator[RadixTreeNode]:
         return iter(sorted(super().nodes(), key=lambda n: -n.last_access))
 
     def _evict(self, tokens: int, events: list[KvEvent]) -> int:

@@ -19,7 +19,7 @@ from kvspec.conformance.verdicts.replay_file import load_replay
 from kvspec.reference.smt.blocks.counterexample import emit, operations
 from kvspec.reference.smt.cli import prove as prove_cli
 from kvspec.reference.smt.cli.profiles import _blocks
-from kvspec.reference.smt.reach import Trace, TraceStep
+from kvspec.reference.smt.reach import ReachStep, ReachTrace
 from kvspec.spec.wire import Deref, FullBlock, PartialBlock, Use
 
 
@@ -53,21 +53,21 @@ def test_too_shallow_a_search_says_induction_only(tmp_path: Path) -> None:
 
 def test_trace_reads_back_as_operations() -> None:
     steps = [
-        TraceStep("use(begin)", {"p": 1}),
-        TraceStep("use(declare full)", {"h": 2}),
-        TraceStep("use(declare partial)", {"u": 0}),
-        TraceStep("use(check)", {}),
-        TraceStep("use(place full)", {"h": 2}),
-        TraceStep("use(close)", {}),
-        TraceStep("deref(full)", {"h": 2}),
+        ReachStep("use(begin)", {"p": 1}),
+        ReachStep("use(declare full)", {"h": 2}),
+        ReachStep("use(declare partial)", {"u": 0}),
+        ReachStep("use(check)", {}),
+        ReachStep("use(place full)", {"h": 2}),
+        ReachStep("use(close)", {}),
+        ReachStep("deref(full)", {"h": 2}),
     ]
     # atomic: the declares are the Use's blocks (the second was never placed), the parent is the caller's
-    [use, deref] = operations("atomic", Trace(steps))
+    [use, deref] = operations("atomic", ReachTrace(steps))
     assert isinstance(use, Use) and use.blocks == [FullBlock(full=2), PartialBlock(partial="u0")]
     assert use.parent == FullBlock(full=1)
     assert deref == Deref(blocks=[FullBlock(full=2)])
     # kvbm ignores the parent in its encoding: its Use names none; a trace that ends inside a Use is closed there
-    [kuse] = operations("kvbm", Trace([TraceStep("use(begin)", {"p": 1}), TraceStep("use(full)", {"h": 0})]))
+    [kuse] = operations("kvbm", ReachTrace([ReachStep("use(begin)", {"p": 1}), ReachStep("use(full)", {"h": 0})]))
     assert isinstance(kuse, Use) and kuse.parent is None and kuse.blocks == [FullBlock(full=0)]
 
 

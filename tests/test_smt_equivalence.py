@@ -53,7 +53,7 @@ def test_promote_existing_slot_leak_in_the_model_is_caught() -> None:
 def test_vllm_check_admits_only_the_longest_prefix_hit() -> None:
     """Without VLLM-PREFIX-HIT's longest-prefix guard in ``use(check)`` the encoding stored a
     cached block as a new copy; with ``h`` (the first block after the hits) cached, no check."""
-    s = ops.OState.fresh("t_")
+    s = ops.VllmOpState.fresh("t_")
     step = ops.check(s, {"h": z3.IntVal(3)}, frozenset())
     assert not all_values([*step.requires, s.phase == ops.HITS, s.ccnt[3] == 1], [])
     assert all_values([*step.requires, s.phase == ops.HITS, s.ccnt[3] == 0, s.budget == 0], [])

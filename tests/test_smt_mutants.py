@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvspec.reference.smt.offload.mutants import MUTANTS, Mutant, refute
+from kvspec.reference.smt.offload.mutants import MUTANTS, OffloadMutant, refute
 from kvspec.reference.smt.prover import replay
 from kvspec.reference.smt.universe import Bound
 
@@ -21,7 +21,7 @@ BOUND = Bound(3, 4)
 
 
 @pytest.mark.parametrize("m", MUTANTS, ids=[m.name for m in MUTANTS])
-def test_mutant_is_refuted_with_a_counterexample(m: Mutant) -> None:
+def test_mutant_is_refuted_with_a_counterexample(m: OffloadMutant) -> None:
     [result] = refute(m, BOUND)
     assert result.property_id == m.expect
     assert not result.proven, f"mutant {m.name} should break {m.expect}, but the prover proved it"

@@ -13,18 +13,18 @@ import dataclasses
 import z3
 
 from kvspec.reference.smt.blocks import kvbm
-from kvspec.reference.smt.blocks.encoding import BState, BStep, Profile
+from kvspec.reference.smt.blocks.encoding import BState, BStep, ProfileEncoding
 from kvspec.reference.smt.blocks.reach import _ask, system
-from kvspec.reference.smt.reach import Trace, TraceStep
+from kvspec.reference.smt.reach import ReachStep, ReachTrace
 
 STORE_NO_DUP = [("use(full)", "rule STORE-NO-DUP"), ("use(close)", "rule STORE-NO-DUP")]
 
 
-def _evict_then_rename() -> list[TraceStep]:
+def _evict_then_rename() -> list[ReachStep]:
     """Two blocks used and released at capacity 2, then a Use of a third block and the first again."""
 
-    def s(t: str, **k: int) -> TraceStep:
-        return TraceStep(t, dict(k))
+    def s(t: str, **k: int) -> ReachStep:
+        return ReachStep(t, dict(k))
 
     return [
         s("use(begin)", p=-1),
@@ -41,13 +41,13 @@ def _evict_then_rename() -> list[TraceStep]:
 
 
 def test_a_pinned_trace_reaches_store_no_dup_in_the_encoding() -> None:
-    reached: dict[tuple[str, str], Trace] = {}
+    reached: dict[tuple[str, str], ReachTrace] = {}
     _ask(system(kvbm.PROFILE, depth=1), _evict_then_rename(), 0, STORE_NO_DUP, reached)
     assert {g: len(t) for g, t in reached.items()} == {STORE_NO_DUP[0]: 9, STORE_NO_DUP[1]: 10}
     assert [st.transition for st in reached[STORE_NO_DUP[1]].steps][-2:] == ["use(full)", "use(close)"]
 
 
-def _narrowed() -> Profile:
+def _narrowed() -> ProfileEncoding:
     """kvbm whose ``use(full)`` refuses to register again a block the batch evicted (a planted narrowing)."""
     base = kvbm.PROFILE.transitions["use(full)"]
 
@@ -60,7 +60,7 @@ def _narrowed() -> Profile:
 
 
 def test_a_narrowed_use_misses_store_no_dup_on_the_same_trace() -> None:
-    reached: dict[tuple[str, str], Trace] = {}
+    reached: dict[tuple[str, str], ReachTrace] = {}
     _ask(system(_narrowed(), depth=1), _evict_then_rename(), 0, STORE_NO_DUP, reached)
     assert reached == {}
 

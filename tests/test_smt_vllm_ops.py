@@ -36,7 +36,7 @@ def test_sanity_catches_a_narrowed_step(monkeypatch: pytest.MonkeyPatch) -> None
     proofs still pass, the sanity check does not."""
     real = ops.hit
 
-    def narrowed(pre: ops.OState, inp: dict[str, z3.ExprRef], tw: frozenset[str]) -> ops.OStep:
+    def narrowed(pre: ops.VllmOpState, inp: dict[str, z3.ExprRef], tw: frozenset[str]) -> ops.VllmOpStep:
         step = real(pre, inp, tw)
         step.requires.append(pre.own[inp["b"]] >= 1)
         return step
@@ -66,7 +66,7 @@ def test_owner_safety_alone_refutes_an_eviction_of_an_owned_copy(mutant: str | N
     """INV-VLLM-OWNER-SAFE by itself (not only through the copy counts) has a finite counterexample."""
     tw = frozenset({mutant}) if mutant else frozenset()
 
-    def build(s: ops.OState) -> list:
+    def build(s: ops.VllmOpState) -> list:
         step, hyp = ops.base("use(new)", s, ops.inputs(), tw, "fi_")
         return [*hyp, z3.Not(ops.goal(ops.OWNER_SAFE, step))]
 

@@ -52,14 +52,14 @@ from kvspec.spec.wire import KvEvent, make_cleared, make_removed, make_stored
 
 
 @dataclass(eq=False)
-class Node:
+class RadixTreeNode:
     """One node: its own tokens (whole pages) and the hashes of its pages."""
 
     tokens: list[int]
-    parent: Node | None
+    parent: RadixTreeNode | None
     #: (sequence hash, local hash) of each page, in order
     pages: list[tuple[int, int]] = field(default_factory=list)
-    children: dict[tuple[int, ...], Node] = field(default_factory=dict)
+    children: dict[tuple[int, ...], RadixTreeNode] = field(default_factory=dict)
     lock_ref: int = 0
     last_access: int = 0
 
@@ -78,12 +78,12 @@ class RadixModel:
         self.next_event_id = 0
         self.free = config.capacity
         self.root = self._new_root()
-        self.locks: dict[str, Node] = {}
+        self.locks: dict[str, RadixTreeNode] = {}
 
     # ----------------------------------------------------------- helpers
     @staticmethod
-    def _new_root() -> Node:
-        return Node(tokens=[], parent=None, lock_ref=1)
+    def _new_root() -> RadixTreeNode:
+        return RadixTreeNode(tokens=[], parent=None, lock_ref=1)
 
     def _tick(self) -> int:
         self.clock += 1
@@ -111,7 +111,7 @@ class RadixModel:
             out.append((parent, local))
         return out
 
-    def nodes(self) -> Iterator[Node]:
+    def nodes(self) -> Iterator[RadixTreeNode]:
         """Every node but the root, parents before children."""
         stack = list(self.root.children.values())
         while stack:
@@ -119,14 +119,14 @@ class RadixModel:
             yield n
             stack.extend(n.children.values())
 
-    def path_len(self, node: Node) -> int:
+    def path_len(self, node: RadixTreeNode) -> int:
         n = 0
         while node.parent is not None:
             n += len(node.tokens)
             node = node.parent
         return n
 
-    def _emit_stored(self, node: Node, events: list[KvEvent]) -> None:
+    def _emit_stored(self, node: RadixTreeNode, events: list[KvEvent]) -> None:
         assert node.parent is not None
         pages = [node.tokens[i : i + self.page] for i in range(0, len(node.tokens), self.page)]
         events.append(
@@ -145,13 +145,13 @@ class RadixModel:
 
     # ------------------------------------------------------ tree operations
     @applies("RADIX-MATCH", "RADIX-SPLIT-SILENT")
-    def _split(self, child: Node, n: int) -> Node:
+    def _split(self, child: RadixTreeNode, n: int) -> RadixTreeNode:
         """Split ``child`` after its first ``n`` tokens; returns the new upper node
         (RADIX-MATCH). Publishes nothing (RADIX-SPLIT-SILENT)."""
         parent = child.parent
         assert parent is not None and 0 < n < len(child.tokens)
         k = n // self.page
-        upper = Node(
+        upper = RadixTreeNode(
             tokens=child.tokens[:n],
             parent=parent,
             pages=child.pages[:k],
@@ -164,14 +164,14 @@ class RadixModel:
         return upper
 
     @applies("RADIX-MATCH")
-    def _match(self, key: list[int]) -> tuple[int, Node]:
+    def _match(self, key: list[int]) -> tuple[int, RadixTreeNode]:
         """Longest cached prefix of the page-aligned ``key``: its length and the
         node it ends at, splitting the node the match ends inside."""
         if not key:
             return 0, self.root
         return self._walk(key)
 
-    def _walk(self, key: list[int]) -> tuple[int, Node]:
+    def _walk(self, key: list[int]) -> tuple[int, RadixTreeNode]:
         """One clock tick, then down the tree along ``key``, touching every node
         passed and splitting the node the walk ends inside (SGLang's match and
         insert loops stop at the same place)."""
@@ -192,12 +192,12 @@ class RadixModel:
         return pos, node
 
     @applies("RADIX-INSERT")
-    def _insert(self, key: list[int], events: list[KvEvent]) -> tuple[int, Node]:
+    def _insert(self, key: list[int], events: list[KvEvent]) -> tuple[int, RadixTreeNode]:
         """Cache the page-aligned ``key``: how much of it was cached, and its last node."""
         pos, node = self._walk(key)
         if pos < len(key):
             rest = key[pos:]
-            leaf = Node(
+            leaf = RadixTreeNode(
                 tokens=rest,
                 parent=node,
                 pages=self._hash_pages(node.last_hash(), rest),
@@ -209,7 +209,7 @@ class RadixModel:
         return pos, node
 
     @applies("RADIX-LOCK")
-    def _lock(self, node: Node, delta: int) -> None:
+    def _lock(self, node: RadixTreeNode, delta: int) -> None:
         while node.parent is not None:
             node.lock_ref += delta
             node = node.parent
@@ -239,7 +239,7 @@ class RadixModel:
         return evicted
 
     @applies("RADIX-REMOVE")
-    def _removed_pages(self, node: Node) -> list[int]:
+    def _removed_pages(self, node: RadixTreeNode) -> list[int]:
         """The hashes a Removed names for an evicted node: all its pages (RADIX-REMOVE)."""
         return [s for s, _ in node.pages]
 
@@ -320,7 +320,7 @@ class RadixModel:
         return cached
 
     # ------------------------------------------------------------- snapshot
-    def _view(self, node: Node) -> RadixNode:
+    def _view(self, node: RadixTreeNode) -> RadixNode:
         kids = [self._view(c) for _, c in sorted(node.children.items())]
         return RadixNode.model_construct(tokens=list(node.tokens), lock_ref=node.lock_ref, children=kids)
 

@@ -15,7 +15,7 @@ import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kvspec.reference.radix import Node, RadixModel
+from kvspec.reference.radix import RadixModel, RadixTreeNode
 from kvspec.spec.errors import InvalidOperation
 from kvspec.spec.radix_wire import RadixConfig, RadixRequest
 from kvspec.spec.rules import RuleId
@@ -46,7 +46,7 @@ class FlowModel(RadixModel):
         super().__init__(config)
         self.flow = flow
 
-    def _walk(self, key: list[int]) -> tuple[int, Node]:
+    def _walk(self, key: list[int]) -> tuple[int, RadixTreeNode]:
         """``split_keeps_time``: a node a walk splits keeps its access time in
         its lower half (the upper half, new, takes a tick of its own)."""
         if not self.flow.split_keeps_time:
@@ -67,7 +67,7 @@ class FlowModel(RadixModel):
             node = child
         return pos, node
 
-    def _insert(self, key: list[int], events: list[KvEvent]) -> tuple[int, Node]:
+    def _insert(self, key: list[int], events: list[KvEvent]) -> tuple[int, RadixTreeNode]:
         """``extend_leaf``: pages that continue a leaf (not the root, no
         children) join that leaf's node instead of hanging under it as a
         new one; the Stored names the new pages only."""
@@ -79,7 +79,7 @@ class FlowModel(RadixModel):
         rest = key[pos:]
         pages = self._hash_pages(node.last_hash(), rest)
         if node.parent is None or node.children:
-            leaf = Node(tokens=rest, parent=node, pages=pages, last_access=self._tick())
+            leaf = RadixTreeNode(tokens=rest, parent=node, pages=pages, last_access=self._tick())
             node.children[self._child_key(rest, 0)] = leaf
             self._emit_stored(leaf, events)
             return pos, leaf

@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from kvspec.streams.check import Checker
 
 
-class Envelope(msgspec.Struct, gc=False):
+class EventEnvelope(msgspec.Struct, gc=False):
     """Dynamo's ``EventEnvelope`` (fields a newer runtime adds are ignored)."""
 
     publisher_id: Uint
@@ -63,7 +63,7 @@ class Envelope(msgspec.Struct, gc=False):
     published_at: Uint | None = None
 
 
-_ENVELOPE = msgspec.msgpack.Decoder(Envelope)
+_ENVELOPE = msgspec.msgpack.Decoder(EventEnvelope)
 _EVENTS = msgspec.msgpack.Decoder(list[RouterEventMsg])
 _ANY = msgspec.msgpack.Decoder()
 
@@ -77,7 +77,7 @@ class EventPlaneFeed:
         self.publishers: dict[int, tuple[int, int]] = {}
         self.unknown: set[str] = set()
         #: (publisher id, sequence, envelope) -> apply it? (the default applies all)
-        self.on_envelope: Callable[[int, int, Envelope, At], bool] | None = None
+        self.on_envelope: Callable[[int, int, EventEnvelope, At], bool] | None = None
 
     def feed(self, frames: list[bytes], at: At = None, *, replayed: bool = False) -> int:
         """Check and apply one message; returns its sequence number."""

@@ -46,8 +46,8 @@ _xxh = xxhash.xxh3_64_intdigest
 _WORKERS = msgspec.msgpack.Decoder(list[RouterEventMsg])
 
 
-class Envelope(Protocol):
-    """What the tracker reads of an envelope (``eventplane.Envelope``)."""
+class EnvelopeView(Protocol):
+    """What the tracker reads of an envelope (``eventplane.EventEnvelope``)."""
 
     payload: bytes
 
@@ -88,7 +88,7 @@ class PublisherTracker:
             return []
         return sorted({m.worker_id for m in events})
 
-    def on_envelope(self, pid: int, seq: int, env: Envelope, at: At) -> bool:
+    def on_envelope(self, pid: int, seq: int, env: EnvelopeView, at: At) -> bool:
         """Whether the envelope's events are to be applied."""
         pub = self.publishers.get(pid)
         digest = _xxh(env.payload)
@@ -164,7 +164,7 @@ class PublisherTracker:
         )
         return False
 
-    def _first(self, pid: int, seq: int, env: Envelope, digest: int, at: At) -> bool:
+    def _first(self, pid: int, seq: int, env: EnvelopeView, digest: int, at: At) -> bool:
         workers = self.workers_of(env.payload)
         pub = self.publishers[pid] = _Publisher(seq + 1, workers)
         self._remember(pub, seq, digest)

@@ -7,7 +7,7 @@ the bug lives; the docstring says what a real radix cache would get wrong.
 from __future__ import annotations
 
 from kvspec.api import RadixModel
-from kvspec.reference.radix import Node
+from kvspec.reference.radix import RadixTreeNode
 from kvspec.spec.radix_wire import RadixOp, RadixOutcome, RadixReset
 from kvspec.spec.wire import KvEvent, make_cleared, make_removed, make_stored
 
@@ -42,7 +42,7 @@ class EvictIgnoresLocks(RadixModel):
 class SplitRepublishes(RadixModel):
     """A split announces the split node again: Removed of its pages, then Stored of both halves."""
 
-    def _split(self, child: Node, n: int) -> Node:
+    def _split(self, child: RadixTreeNode, n: int) -> RadixTreeNode:
         pages = [s for s, _ in child.pages]
         upper = super()._split(child, n)
         evs = self._pending
@@ -64,7 +64,7 @@ class SplitRepublishes(RadixModel):
 class StoredAnchoredAtRoot(RadixModel):
     """A new leaf's Stored names no parent (the recorder reads the parent's hash before it was split off)."""
 
-    def _emit_stored(self, node: Node, events: list[KvEvent]) -> None:
+    def _emit_stored(self, node: RadixTreeNode, events: list[KvEvent]) -> None:
         pages = [node.tokens[i : i + self.page] for i in range(0, len(node.tokens), self.page)]
         events.append(
             make_stored(
@@ -76,7 +76,7 @@ class StoredAnchoredAtRoot(RadixModel):
 class RemovedFirstPageOnly(RadixModel):
     """record_remove names only the first page of each evicted node."""
 
-    def _removed_pages(self, node: Node) -> list[int]:
+    def _removed_pages(self, node: RadixTreeNode) -> list[int]:
         return [s for s, _ in node.pages[:1]]
 
 
@@ -103,7 +103,7 @@ class HitIncludesLastToken(RadixModel):
 class UnlockLastNodeOnly(RadixModel):
     """dec_lock_ref releases only the node it is given, not its ancestors."""
 
-    def _lock(self, node: Node, delta: int) -> None:
+    def _lock(self, node: RadixTreeNode, delta: int) -> None:
         if delta > 0:
             super()._lock(node, delta)
         elif node.parent is not None:
@@ -113,7 +113,7 @@ class UnlockLastNodeOnly(RadixModel):
 class MatchDoesNotTouch(RadixModel):
     """A match does not refresh the access time of the nodes it passes."""
 
-    def _match(self, key: list[int]) -> tuple[int, Node]:
+    def _match(self, key: list[int]) -> tuple[int, RadixTreeNode]:
         saved = {n: n.last_access for n in self.nodes()}
         out = super()._match(key)
         for n, t in saved.items():
@@ -124,7 +124,7 @@ class MatchDoesNotTouch(RadixModel):
 class SplitLosesLock(RadixModel):
     """A split's new upper node starts unlocked instead of taking the split node's count."""
 
-    def _split(self, child: Node, n: int) -> Node:
+    def _split(self, child: RadixTreeNode, n: int) -> RadixTreeNode:
         upper = super()._split(child, n)
         upper.lock_ref = 0
         return upper

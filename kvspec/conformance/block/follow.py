@@ -72,7 +72,7 @@ Run = Callable[[Model, Operation, set[int], int], tuple[StepOutcome, StepLabels 
 
 
 @dataclass(slots=True)
-class Followed:
+class BlockFollowed:
     """One way to run a step that gives the implementation's outcome: the
     model after it, its outcome, and what the departure is (``rule``;
     ``condition``: the named condition established, None for a refusal
@@ -169,7 +169,7 @@ def candidates(
     initial: Model | None = None,
     past: Sequence[Past] = (),
     followed: Collection[str] = (),
-) -> Iterator[Followed]:
+) -> Iterator[BlockFollowed]:
     """The ways to run step ``now`` (``now.expected``: the model's own
     outcome of it) that give ``actual`` exactly, from ``before`` (the model's
     copy before it) or, for a follow mode, from ``initial`` through ``past``
@@ -182,7 +182,7 @@ def candidates(
         and actual.counters == before.counters()
         and actual.earliest_deadline_ms == before.earliest_deadline()
     ):
-        yield Followed(copy.deepcopy(before), actual, None, op_rule(op), None)
+        yield BlockFollowed(copy.deepcopy(before), actual, None, op_rule(op), None)
     for condition, (rule, switch) in follow_modes(before).items():
         alt = copy.deepcopy(before)
         setattr(alt, switch, True)
@@ -191,16 +191,16 @@ def candidates(
         finally:
             setattr(alt, switch, False)
         if same_outcome(out, actual):
-            yield Followed(alt, out, labels, rule, condition, switch)
+            yield BlockFollowed(alt, out, labels, rule, condition, switch)
             continue
         if initial is None:
             continue
         again = replay(initial, past, {*followed, switch}, now, actual, run)
         if again is not None:
-            yield Followed(again[0], again[1], again[2], rule, condition, switch)
+            yield BlockFollowed(again[0], again[1], again[2], rule, condition, switch)
 
 
-def nearest(before: Model, now: Past, actual: StepOutcome, run: Run) -> Followed | None:
+def nearest(before: Model, now: Past, actual: StepOutcome, run: Run) -> BlockFollowed | None:
     """A follow mode whose run of step ``now`` alone accepts or refuses as
     the implementation did, where no mode gives its outcome exactly: the
     departure explains that much, and the rest of the step is judged
@@ -216,8 +216,18 @@ def nearest(before: Model, now: Past, actual: StepOutcome, run: Run) -> Followed
         finally:
             setattr(alt, switch, False)
         if (out.error is None) == (actual.error is None):
-            return Followed(alt, out, labels, rule, condition, switch)
+            return BlockFollowed(alt, out, labels, rule, condition, switch)
     return None
 
 
-__all__ = ["Followed", "Past", "Run", "candidates", "follow_modes", "model_run", "nearest", "replay", "same_outcome"]
+__all__ = [
+    "BlockFollowed",
+    "Past",
+    "Run",
+    "candidates",
+    "follow_modes",
+    "model_run",
+    "nearest",
+    "replay",
+    "same_outcome",
+]

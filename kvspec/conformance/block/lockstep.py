@@ -69,7 +69,7 @@ from pathlib import Path
 
 from kvspec.conformance.block.coverage import Before, cover_step
 from kvspec.conformance.block.diff import Divergence, op_rule
-from kvspec.conformance.block.follow import Followed, Past, candidates, nearest, same_outcome
+from kvspec.conformance.block.follow import BlockFollowed, Past, candidates, nearest, same_outcome
 from kvspec.conformance.block.interface import Implementation
 from kvspec.conformance.block.lockstep_report import divergence_report, unfinished_note
 from kvspec.conformance.block.step_check import StepCheck, brief_outcome
@@ -155,7 +155,7 @@ class Lockstep:
         self.followed: list[tuple[int, str | None]] = []
         #: a follow mode that reproduced the last failing step, though no
         #: declaration covered it (a hint for the report)
-        self._unclaimed: Followed | None = None
+        self._unclaimed: BlockFollowed | None = None
         #: what following needs (only kept when deviations are declared):
         #: the initial model, every step so far, the modes' switches followed
         self._initial: Model | None = copy.deepcopy(self.model) if self.deviations else None
@@ -289,7 +289,7 @@ class Lockstep:
                 return self._take(near)
         return expected
 
-    def _take(self, alt: Followed) -> StepOutcome:
+    def _take(self, alt: BlockFollowed) -> StepOutcome:
         """The model becomes ``alt``'s (resynchronised); its outcome is the step's."""
         self.model = alt.model
         self.labels = alt.labels

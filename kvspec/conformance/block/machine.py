@@ -61,9 +61,9 @@ from kvspec.conformance.block.traffic import (
     MAX_PATH,
     PROMOTE_BRANCH,
     Digits,
-    Node,
     Planned,
     Traffic,
+    TreeBlock,
     configs,
     packed,
 )
@@ -503,18 +503,18 @@ class LockstepMachine(RuleGroup, RuleBasedStateMachine, register=False):
         t = self.t
         return t.destroy_shared(t.pick(t.shared_destroyable(), d.take(64)))
 
-    def _cached(self) -> list[Node]:
+    def _cached(self) -> list[TreeBlock]:
         """Tree blocks the model has registered (device tier), in tree order."""
         assert self.check is not None
         registered = self.check.model.registered()
         return [n for n in self.t.tree.nodes.values() if n.seq in registered]
 
-    def _gapped_targets(self) -> list[Node]:
+    def _gapped_targets(self) -> list[TreeBlock]:
         """Cached blocks with an ancestor the cache no longer has."""
         assert self.check is not None
         registered = self.check.model.registered()
         nodes = self.t.tree.nodes
-        out: list[Node] = []
+        out: list[TreeBlock] = []
         for n in nodes.values():
             if n.seq not in registered:
                 continue

@@ -61,7 +61,7 @@ from typing import Any, ClassVar
 from hypothesis import strategies as st
 
 from kvspec.conformance.block.machine import Digits, RuleGroup, action
-from kvspec.conformance.block.traffic import Node, Planned, Request, TrafficError
+from kvspec.conformance.block.traffic import Planned, TrafficError, TrafficRequest, TreeBlock
 from kvspec.spec.config import SEMANTICS, ManagerConfig, OffloadConfig
 from kvspec.spec.rules import RuleId
 from kvspec.spec.wire import Counters, Deref, FullBlock, StepOutcome, SwapIn, SwapInBlock, Tick
@@ -103,7 +103,7 @@ class OffloadGroup(RuleGroup):
     #: set per example
     _clock: float
     _anchors: set[int]
-    _inflight: list[Request]
+    _inflight: list[TrafficRequest]
     _skip_due: bool
     _onboard_due: bool
     setup: ClassVar[Any]
@@ -222,7 +222,7 @@ class OffloadGroup(RuleGroup):
     def _deadline(self) -> float | None:
         return self.check.model.earliest_deadline() if self.check is not None else None
 
-    def _swap_candidates(self) -> list[tuple[Request, int, Node | None]]:
+    def _swap_candidates(self) -> list[tuple[TrafficRequest, int, TreeBlock | None]]:
         """(request, index of the first block to swap in, block to append):
         the first block a running request has not placed; a child of the
         last block of a running request that placed its whole path (its next
@@ -235,7 +235,7 @@ class OffloadGroup(RuleGroup):
             return []
         g1 = self.check.model.registered()
         nodes = self.traffic.tree.nodes
-        out: list[tuple[Request, int, Node | None]] = []
+        out: list[tuple[TrafficRequest, int, TreeBlock | None]] = []
         for r in self.traffic.requests:
             if r.forked or r.partial is not None:
                 continue
@@ -250,7 +250,7 @@ class OffloadGroup(RuleGroup):
                 out.append((r, start, None))
         return out
 
-    def _retry_candidates(self) -> list[Request]:
+    def _retry_candidates(self) -> list[TrafficRequest]:
         if self.traffic is None:
             return []
         return [r for r in self.traffic.extendable() if r.held < len(r.path)]
@@ -326,7 +326,7 @@ class OffloadGroup(RuleGroup):
             return None
         return self.traffic.extend(req, [], partial=False)
 
-    def _racing(self) -> list[Request]:
+    def _racing(self) -> list[TrafficRequest]:
         if self.traffic is None:
             return []
         ext = self.traffic.extendable()

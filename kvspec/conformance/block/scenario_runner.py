@@ -37,7 +37,7 @@ from kvspec.conformance.block.diff import (
     op_rule,
     result_divergence,
 )
-from kvspec.conformance.block.follow import Followed, Past, candidates, model_run, nearest
+from kvspec.conformance.block.follow import BlockFollowed, Past, candidates, model_run, nearest
 from kvspec.conformance.block.interface import Implementation
 from kvspec.conformance.run.deviation_scope import site_of
 from kvspec.conformance.verdicts.failures import ConformanceFailure, DeviationNotFollowed
@@ -152,7 +152,7 @@ class _Golden:
         conditions = conditions or set()
         return site_of(rule, config=self.scenario.config, op=op, scenario=self.scenario_id, conditions=conditions)
 
-    def follow(self, saved: Model, now: Past, actual: StepOutcome) -> Followed | None:
+    def follow(self, saved: Model, now: Past, actual: StepOutcome) -> BlockFollowed | None:
         """A way of running step ``now`` a declared deviation covers that gives
         the implementation's outcome (``follow.candidates``), or that accepts
         or refuses as it did (``follow.nearest``; the rest of the step is then
@@ -169,7 +169,7 @@ class _Golden:
                 return self._take(near, i, now)
         return None
 
-    def _take(self, alt: Followed, i: int, now: Past) -> Followed:
+    def _take(self, alt: BlockFollowed, i: int, now: Past) -> BlockFollowed:
         step = len(self.past)
         self.followed.append((step, alt.condition))
         now.refused = alt.condition is None

@@ -84,7 +84,7 @@ def palette_tokens(k: int, block_size: int) -> tuple[int, ...]:
 
 
 @dataclass(slots=True)
-class Node:
+class TreeBlock:
     """One full block of the token tree."""
 
     seq: int
@@ -111,7 +111,7 @@ class TokenTree:
 
     def __init__(self, block_size: int) -> None:
         self.block_size = block_size
-        self.nodes: dict[int, Node] = {}
+        self.nodes: dict[int, TreeBlock] = {}
         self.roots: list[int] = []
         self._palette_cache: dict[int, tuple[tuple[int, ...], int]] = {}
 
@@ -123,7 +123,7 @@ class TokenTree:
             hit = self._palette_cache[k] = (tokens, local_block_hash(tokens))
         return hit
 
-    def child(self, parent: Node | None, choice: int) -> Node:
+    def child(self, parent: TreeBlock | None, choice: int) -> TreeBlock:
         """The ``choice``-th child of ``parent`` (None: the root); past the
         existing children, the palette entry ``choice - len(children)``."""
         kids = self.roots if parent is None else parent.children
@@ -133,7 +133,7 @@ class TokenTree:
         seq = sequence_hash(parent.seq if parent is not None else None, local)
         node = self.nodes.get(seq)
         if node is None:
-            node = Node(
+            node = TreeBlock(
                 seq,
                 local,
                 tokens,
@@ -144,7 +144,7 @@ class TokenTree:
             kids.append(seq)
         return node
 
-    def sibling(self, node: Node) -> Node:
+    def sibling(self, node: TreeBlock) -> TreeBlock:
         """A block at the same position as ``node`` under the same parent,
         with other tokens."""
         parent = self.nodes[node.parent] if node.parent is not None else None
@@ -155,8 +155,8 @@ class TokenTree:
                 return other
         raise AssertionError("the palette has more than one token block")
 
-    def path(self, start: Node | None, choices: Sequence[int]) -> list[Node]:
-        out: list[Node] = []
+    def path(self, start: TreeBlock | None, choices: Sequence[int]) -> list[TreeBlock]:
+        out: list[TreeBlock] = []
         node = start
         for c in choices:
             node = self.child(node, c)
@@ -165,11 +165,11 @@ class TokenTree:
 
 
 @dataclass(slots=True)
-class Request:
+class TrafficRequest:
     """One request as the scheduler sees it."""
 
     rid: int
-    path: list[Node]
+    path: list[TreeBlock]
     meta: Meta
     #: how many blocks of ``path`` it holds (always a prefix)
     held: int = 0
@@ -182,9 +182,9 @@ class Request:
     forked: bool = False
     #: the cached block its path continues, which it does not hold (a suffix
     #: request: its Uses are anchored there until it holds a block of its own)
-    base: Node | None = None
+    base: TreeBlock | None = None
 
-    def anchor(self) -> Node | None:
+    def anchor(self) -> TreeBlock | None:
         """The block its next Use is anchored to: its last held, else its base."""
         return self.path[self.held - 1] if self.held else self.base
 
@@ -264,7 +264,7 @@ class Traffic:
         self.legacy = config.profile == "legacy"
         self.partial_blocks = partial_blocks
         self.tree = TokenTree(config.block_size)
-        self.requests: list[Request] = []
+        self.requests: list[TrafficRequest] = []
         self._next_rid = 0
         self._next_uuid = 0
         self.invalid_kinds = [
@@ -285,7 +285,7 @@ class Traffic:
         options: tuple[Meta, ...] = ("tokens", "hashes") if self.legacy else ("tokens", "hashes", "none")
         return options[meta % len(options)]
 
-    def _use(self, nodes: list[Node], meta: Meta, parent: Node | None, partial: str | None) -> Use:
+    def _use(self, nodes: list[TreeBlock], meta: Meta, parent: TreeBlock | None, partial: str | None) -> Use:
         blocks: list[BlockRef] = [n.ref for n in nodes]
         if partial is not None:
             blocks.append(PartialBlock(partial=partial))
@@ -297,7 +297,7 @@ class Traffic:
             parent=parent.ref if parent is not None and not self.legacy else None,
         )
 
-    def pick(self, reqs: list[Request], choice: int) -> Request:
+    def pick(self, reqs: list[TrafficRequest], choice: int) -> TrafficRequest:
         return reqs[choice % len(reqs)]
 
     def holds(self) -> dict[int, int]:
@@ -309,37 +309,37 @@ class Traffic:
         return out
 
     # ------------------------------------------------------ request queries
-    def running(self) -> list[Request]:
+    def running(self) -> list[TrafficRequest]:
         return [r for r in self.requests if r.running]
 
-    def extendable(self) -> list[Request]:
+    def extendable(self) -> list[TrafficRequest]:
         """Running requests that may send their next chunk (no partial held)."""
         return [r for r in self.requests if r.running and r.partial is None and not r.forked]
 
-    def promotable(self) -> list[Request]:
+    def promotable(self) -> list[TrafficRequest]:
         return [r for r in self.requests if r.partial is not None]
 
-    def holding(self) -> list[Request]:
+    def holding(self) -> list[TrafficRequest]:
         return [r for r in self.requests if r.holds_anything()]
 
-    def preempted(self) -> list[Request]:
+    def preempted(self) -> list[TrafficRequest]:
         return [r for r in self.requests if not r.running]
 
-    def destroyable(self) -> list[Request]:
+    def destroyable(self) -> list[TrafficRequest]:
         """Legacy: requests whose every held block no other request holds."""
         if not self.legacy:
             return []
         counts = self.holds()
         return [r for r in self.requests if r.holds_anything() and all(counts[n.seq] == 1 for n in r.path[: r.held])]
 
-    def shared_destroyable(self) -> list[Request]:
+    def shared_destroyable(self) -> list[TrafficRequest]:
         """Legacy: requests holding a block some other request holds too."""
         if not self.legacy:
             return []
         counts = self.holds()
         return [r for r in self.requests if any(counts[n.seq] > 1 for n in r.path[: r.held])]
 
-    def sharing_group(self, req: Request) -> list[Request]:
+    def sharing_group(self, req: TrafficRequest) -> list[TrafficRequest]:
         """``req`` and every request that holds a block of the group (closed
         over): what a Destroy of all their blocks leaves nobody holding."""
         group = [req]
@@ -355,7 +355,9 @@ class Traffic:
         return group
 
     # ------------------------------------------------------------- commits
-    def _placed(self, req: Request, op: Use, n_full: int, uuid: str | None) -> Callable[[StepOutcome, Counters], None]:
+    def _placed(
+        self, req: TrafficRequest, op: Use, n_full: int, uuid: str | None
+    ) -> Callable[[StepOutcome, Counters], None]:
         def commit(out: StepOutcome, before: Counters) -> None:
             if out.error is not None:
                 raise TrafficError(f"valid traffic rejected: [{out.error.rule}] {out.error.message}")
@@ -378,7 +380,7 @@ class Traffic:
         """Admit a request: a Use of a path from the root (+ a partial block)."""
         nodes = self.tree.path(None, choices)
         partial = (partial or not nodes) and self.partial_blocks
-        req = Request(self._next_rid, nodes, self._meta(meta))
+        req = TrafficRequest(self._next_rid, nodes, self._meta(meta))
         self._next_rid += 1
         self.requests.append(req)
         uuid = self._uuid() if partial else None
@@ -393,13 +395,13 @@ class Traffic:
         positions, see the invalid traffic)."""
         base = self.tree.path(None, [*choices, 0] if len(choices) < 2 else choices)
         nodes = [*base, *base[:-1], self.tree.sibling(base[-1])]
-        req = Request(self._next_rid, nodes, self._meta(meta), forked=True)
+        req = TrafficRequest(self._next_rid, nodes, self._meta(meta), forked=True)
         self._next_rid += 1
         self.requests.append(req)
         op = self._use(nodes, req.meta, None, None)
         return Planned(op, "fork", self._placed(req, op, len(nodes), None))
 
-    def extend(self, req: Request, choices: Sequence[int], partial: bool) -> Planned | None:
+    def extend(self, req: TrafficRequest, choices: Sequence[int], partial: bool) -> Planned | None:
         """The request's next chunk: what did not fit last time, then new
         blocks below its last one; anchored with ``parent`` to the last block
         it holds (chunked prefill)."""
@@ -414,7 +416,7 @@ class Traffic:
         unheld = req.held == 0 and req.base is not None
         return Planned(op, "extend", self._placed(req, op, len(pending), uuid), unheld_anchor=unheld)
 
-    def promote(self, req: Request, choice: int) -> Planned:
+    def promote(self, req: TrafficRequest, choice: int) -> Planned:
         """The request's partial block filled: it becomes a full block (an
         existing child of its last block, or a new one)."""
         assert req.partial is not None and req.held == len(req.path)
@@ -438,13 +440,13 @@ class Traffic:
 
         return Planned(op, "promote", commit)
 
-    def _deref_all(self, req: Request, forward: bool) -> Deref:
+    def _deref_all(self, req: TrafficRequest, forward: bool) -> Deref:
         refs = req.refs()
         if not forward:
             refs.reverse()
         return Deref(blocks=refs)
 
-    def finish(self, req: Request, forward: bool) -> Planned | None:
+    def finish(self, req: TrafficRequest, forward: bool) -> Planned | None:
         """The request completes: Deref of all it holds, leaf first (or root
         first). A request that holds nothing just goes (no operation)."""
         if not req.holds_anything():
@@ -458,7 +460,7 @@ class Traffic:
 
         return Planned(op, "finish", commit)
 
-    def preempt(self, req: Request) -> Planned:
+    def preempt(self, req: TrafficRequest) -> Planned:
         """The scheduler preempts the request: Deref in reverse; it keeps its
         path (its tokens) to be re-admitted later. A partial block's contents
         are lost and recomputed then."""
@@ -472,7 +474,7 @@ class Traffic:
 
         return Planned(op, "preempt", commit)
 
-    def readmit(self, req: Request, partial: bool) -> Planned | None:
+    def readmit(self, req: TrafficRequest, partial: bool) -> Planned | None:
         """A preempted request comes back: a Use of its whole path again."""
         partial = partial and self.partial_blocks
         if not req.path and not partial:
@@ -482,40 +484,40 @@ class Traffic:
         unheld = req.base is not None
         return Planned(op, "readmit", self._placed(req, op, len(req.path), uuid), unheld_anchor=unheld)
 
-    def suffix(self, base: Node, choices: Sequence[int], partial: bool, meta: int) -> Planned:
+    def suffix(self, base: TreeBlock, choices: Sequence[int], partial: bool, meta: int) -> Planned:
         """A request whose prefix is cached but not held by it (another
         request holds it, or the pool keeps it inactive): a Use of only its
         own blocks below ``base``, anchored to ``base`` with ``parent``."""
         nodes = self.tree.path(base, choices)
         partial = (partial or not nodes) and self.partial_blocks
-        req = Request(self._next_rid, nodes, self._meta(meta), base=base)
+        req = TrafficRequest(self._next_rid, nodes, self._meta(meta), base=base)
         self._next_rid += 1
         self.requests.append(req)
         uuid = self._uuid() if partial else None
         op = self._use(nodes, req.meta, base, uuid)
         return Planned(op, "suffix", self._placed(req, op, len(nodes), uuid), unheld_anchor=True)
 
-    def gapped(self, target: Node, partial: bool, meta: int) -> Planned:
+    def gapped(self, target: TreeBlock, partial: bool, meta: int) -> Planned:
         """A request whose path (root to ``target``) runs through blocks the
         cache lost into blocks it still has (an LRU policy evicts a parent
         before its child; a suffix request holds a child without its
         parent): its Use needs slots for the lost blocks and none for the
         cached ones after them."""
-        path: list[Node] = []
-        node: Node | None = target
+        path: list[TreeBlock] = []
+        node: TreeBlock | None = target
         while node is not None:
             path.append(node)
             node = self.tree.nodes[node.parent] if node.parent is not None else None
         path.reverse()
         partial = partial and self.partial_blocks
-        req = Request(self._next_rid, path, self._meta(meta))
+        req = TrafficRequest(self._next_rid, path, self._meta(meta))
         self._next_rid += 1
         self.requests.append(req)
         uuid = self._uuid() if partial else None
         op = self._use(path, req.meta, None, uuid)
         return Planned(op, "gapped", self._placed(req, op, len(path), uuid))
 
-    def release_part(self, req: Request, n: int) -> Planned | None:
+    def release_part(self, req: TrafficRequest, n: int) -> Planned | None:
         """The request releases part of what it holds: its partial block and
         its last ``n`` full blocks, leaf first (a scheduler trimming a
         request: a rejected speculative tail, a sliding window). It keeps
@@ -534,7 +536,7 @@ class Traffic:
 
         return Planned(op, "release_part", commit)
 
-    def destroy(self, req: Request) -> Planned:
+    def destroy(self, req: TrafficRequest) -> Planned:
         """Legacy: the request's blocks are destroyed outright."""
         op = Destroy(blocks=req.refs())
 
@@ -544,7 +546,7 @@ class Traffic:
 
         return Planned(op, "destroy", commit)
 
-    def destroy_shared(self, req: Request) -> Planned:
+    def destroy_shared(self, req: TrafficRequest) -> Planned:
         """Legacy: a Destroy of blocks several requests hold (each removed
         outright, whatever its owner count): ``req``'s and those of every
         request sharing one of them, each named once; all of them end."""

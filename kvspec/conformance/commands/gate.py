@@ -62,7 +62,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kvspec.conformance.verdicts.provenance import Difference, describe, differences
+from kvspec.conformance.verdicts.provenance import ProvenanceDifference, describe, differences
 from kvspec.conformance.verdicts.results import (
     DeviationResult,
     Results,
@@ -113,7 +113,7 @@ def _describe(r: Any) -> str:
     return str(r.status)
 
 
-def provenance_differences(base: Results, cur: Results) -> list[Difference]:
+def provenance_differences(base: Results, cur: Results) -> list[ProvenanceDifference]:
     """What differs in the two runs' provenance (``provenance.differences``):
     for suite runs the traffic-deciding differences make them not comparable;
     a stream generates nothing, so only its versions are listed."""
@@ -121,7 +121,7 @@ def provenance_differences(base: Results, cur: Results) -> list[Difference]:
     return differences(base.provenance, cur.provenance, generated=generated)
 
 
-def not_comparable(diffs: Sequence[Difference]) -> list[Difference]:
+def not_comparable(diffs: Sequence[ProvenanceDifference]) -> list[ProvenanceDifference]:
     """The differences that make two runs' counts not comparable."""
     return [d for d in diffs if d.decides_traffic]
 
@@ -345,7 +345,7 @@ def render_markdown(changes: Sequence[Change]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def not_comparable_message(diffs: Sequence[Difference], base: Results, cur: Results) -> str:
+def not_comparable_message(diffs: Sequence[ProvenanceDifference], base: Results, cur: Results) -> str:
     """Why the gate does not judge the run (exit 3), and what to do."""
     missing = any(d.what == "provenance" for d in diffs)
     if missing:

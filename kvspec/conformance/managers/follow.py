@@ -36,7 +36,7 @@ Check = Callable[[ManagerOp, Outcome, Outcome, ManagerModel], None]
 
 
 @dataclass(slots=True)
-class Followed:
+class ManagerFollowed:
     """A way to run the step that gives the implementation's answer: the
     model after it, its outcome, the rule the departure breaks, the named
     condition it establishes and the model's switch of that mode."""
@@ -59,7 +59,7 @@ def model_step(model: ManagerModel, op: ManagerOp) -> Outcome:
     return model.step(op)  # type: ignore[arg-type]
 
 
-def candidates(before: ManagerModel, op: ManagerOp, got: Outcome, check: Check) -> Iterator[Followed]:
+def candidates(before: ManagerModel, op: ManagerOp, got: Outcome, check: Check) -> Iterator[ManagerFollowed]:
     """The follow modes under which ``op``, run from ``before`` (left
     untouched), gives ``got`` exactly as ``check`` judges it."""
     for condition, (rule, switch) in follow_modes(before).items():
@@ -73,7 +73,7 @@ def candidates(before: ManagerModel, op: ManagerOp, got: Outcome, check: Check) 
             check(op, got, want, before)
         except ConformanceFailure:
             continue
-        yield Followed(alt, want, rule, condition, switch)
+        yield ManagerFollowed(alt, want, rule, condition, switch)
 
 
-__all__ = ["Check", "Followed", "ManagerModel", "Outcome", "candidates", "follow_modes", "model_step"]
+__all__ = ["Check", "ManagerFollowed", "ManagerModel", "Outcome", "candidates", "follow_modes", "model_step"]

@@ -44,7 +44,7 @@ RUN_ID_KEY = "kvspec_run_id"
 _RUN_ID = pytest.StashKey[str]()
 
 
-class _State(Protocol):
+class _MergedState(Protocol):
     """What is merged of the plugin's session state (``plugin._KvspecState``)."""
 
     active: bool
@@ -91,7 +91,7 @@ def run_id(config: pytest.Config) -> str:
 # ------------------------------------------------------------ state in transit
 
 
-def export_state(st: _State) -> dict[str, Any]:
+def export_state(st: _MergedState) -> dict[str, Any]:
     """A worker's counts, as plain data execnet can send."""
     return {
         "active": st.active,
@@ -105,7 +105,7 @@ def export_state(st: _State) -> dict[str, Any]:
     }
 
 
-def merge_state(st: _State, data: dict[str, Any]) -> None:
+def merge_state(st: _MergedState, data: dict[str, Any]) -> None:
     """Add one worker's counts to the controller's state. Every worker
     collects the whole suite (``conformance_tests`` is the same in each) and
     runs a share of it (``conformance_ran`` adds up)."""
@@ -123,7 +123,7 @@ class Controller:
     """The controller's side: hands the workers their inputs and merges their
     outputs (registered by the plugin only under ``-n``)."""
 
-    def __init__(self, config: pytest.Config, state: _State, merge_results: Any) -> None:
+    def __init__(self, config: pytest.Config, state: _MergedState, merge_results: Any) -> None:
         self.config = config
         self.state = state
         #: ``merge_results(tests)``: the results-file plugin's merge (None: no ``--kvspec-results``)
@@ -158,7 +158,7 @@ class Controller:
             )
 
 
-def send_from_worker(config: pytest.Config, state: _State, tests: dict[str, Any] | None) -> None:
+def send_from_worker(config: pytest.Config, state: _MergedState, tests: dict[str, Any] | None) -> None:
     """On a worker at the end of its session: put its counts in ``workeroutput``
     (xdist sends them after ``pytest_sessionfinish``)."""
     out = getattr(config, "workeroutput", None)

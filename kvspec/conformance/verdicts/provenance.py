@@ -31,12 +31,12 @@ from pydantic import BaseModel, ConfigDict
 import kvspec
 
 
-class _Model(BaseModel):
+class _ProvenanceModel(BaseModel):
     # a newer kvspec may record more; an older reader keeps what it does not know
     model_config = ConfigDict(extra="allow")
 
 
-class Versions(_Model):
+class Versions(_ProvenanceModel):
     """The software that judged and generated: kvspec (with the digest of
     everything that judges, ``results.spec_version``), Hypothesis and Python."""
 
@@ -60,7 +60,7 @@ def versions_of(spec_digest: str) -> Versions:
     )
 
 
-class Provenance(_Model):
+class Provenance(_ProvenanceModel):
     """Everything a run's verdict depends on besides the implementation's code."""
 
     versions: Versions
@@ -94,7 +94,7 @@ class Provenance(_Model):
 
 
 @dataclass(frozen=True, slots=True)
-class Difference:
+class ProvenanceDifference:
     #: what differs ("Hypothesis", "effort", "seed", "Python", ...)
     what: str
     first: str
@@ -109,7 +109,7 @@ def _seed_matters(p: Provenance) -> bool:
     return not p.settings.get("derandomize", False)
 
 
-def differences(a: Provenance | None, b: Provenance | None, *, generated: bool = True) -> list[Difference]:
+def differences(a: Provenance | None, b: Provenance | None, *, generated: bool = True) -> list[ProvenanceDifference]:
     """What differs between two provenances, the traffic-deciding ones first.
 
     ``generated``: the verdicts come from generated traffic (a suite run); a
@@ -119,20 +119,20 @@ def differences(a: Provenance | None, b: Provenance | None, *, generated: bool =
     """
     if a is None or b is None:
         if a is None and b is None:
-            return [Difference("provenance", "not recorded", "not recorded", generated)]
+            return [ProvenanceDifference("provenance", "not recorded", "not recorded", generated)]
         return [
-            Difference(
+            ProvenanceDifference(
                 "provenance",
                 "not recorded" if a is None else "recorded",
                 "not recorded" if b is None else "recorded",
                 generated,
             )
         ]
-    out: list[Difference] = []
+    out: list[ProvenanceDifference] = []
 
     def add(what: str, x: Any, y: Any, decides: bool) -> None:
         if x != y:
-            out.append(Difference(what, str(x), str(y), decides))
+            out.append(ProvenanceDifference(what, str(x), str(y), decides))
 
     va, vb = a.versions, b.versions
     add("Hypothesis", va.hypothesis, vb.hypothesis, generated)
@@ -150,6 +150,6 @@ def differences(a: Provenance | None, b: Provenance | None, *, generated: bool =
     return sorted(out, key=lambda d: not d.decides_traffic)
 
 
-def describe(diffs: list[Difference]) -> str:
+def describe(diffs: list[ProvenanceDifference]) -> str:
     """``Hypothesis 6.155.2 vs 6.170.17; seed 1 vs 2`` (for a message)."""
     return "; ".join(f"{d.what} {d.first} vs {d.second}" for d in diffs)

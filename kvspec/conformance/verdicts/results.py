@@ -79,13 +79,13 @@ _PKG = Path(kvspec.__file__).resolve().parent
 ERRORED = "its tests failed before reaching it"
 
 
-class _Model(BaseModel):
+class _ResultsModel(BaseModel):
     # extra fields are kept, not refused: a newer kvspec may add some and an
     # older gate must still read its results
     model_config = ConfigDict(extra="allow")
 
 
-class SpecVersion(_Model):
+class SpecVersion(_ResultsModel):
     """Which kvspec judged: the package version, a digest of the judging
     code and texts, and one digest per rule."""
 
@@ -96,7 +96,7 @@ class SpecVersion(_Model):
     rules: dict[str, str] = {}
 
 
-class ImplementationInfo(_Model):
+class ImplementationInfo(_ResultsModel):
     name: str
     kind: str = ""
     #: the adapter folder (suite) or the producer (streams)
@@ -110,7 +110,7 @@ class ImplementationInfo(_Model):
         return f"{self.name}/{self.variant}" if self.variant else self.name
 
 
-class DeviationResult(_Model):
+class DeviationResult(_ResultsModel):
     rule: str
     reason: str
     link: str | None = None
@@ -121,7 +121,7 @@ class DeviationResult(_Model):
     deterministic: bool = True
 
 
-class FailureResult(_Model):
+class FailureResult(_ResultsModel):
     #: the rule the failure names (None: the test failed without naming one)
     rule: str | None
     test: str
@@ -129,7 +129,7 @@ class FailureResult(_Model):
     replay: str | None = None
 
 
-class RuleResult(_Model):
+class RuleResult(_ResultsModel):
     status: RuleStatus
     #: how often the run exercised the rule (suite: checked steps; stream: events checked)
     exercised: int = 0
@@ -142,7 +142,7 @@ class RuleResult(_Model):
     replays: list[str] = []
 
 
-class Results(_Model):
+class Results(_ResultsModel):
     format: int = RESULTS_FORMAT
     tool: Tool
     spec: SpecVersion

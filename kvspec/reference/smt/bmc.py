@@ -93,7 +93,7 @@ class OpVars:
 
 
 @dataclass
-class TraceStep:
+class BmcStep:
     index: int
     pre: State
     post: State
@@ -125,11 +125,11 @@ class TraceStep:
 
 
 @dataclass
-class Trace:
+class BmcTrace:
     universe: Universe
     chooser: Chooser
     kinds: tuple[str, ...]
-    steps: list[TraceStep] = field(default_factory=list)
+    steps: list[BmcStep] = field(default_factory=list)
     constraints: list[z3.BoolRef] = field(default_factory=list)
 
 
@@ -169,7 +169,7 @@ def well_formed(S: State, v: OpVars, universe: Universe, kinds: tuple[str, ...])
     )
 
 
-def extend(trace: Trace) -> TraceStep:
+def extend(trace: BmcTrace) -> BmcStep:
     """Add one symbolic operation to the trace."""
     i = len(trace.steps)
     pre = trace.steps[-1].post if trace.steps else trace.universe.initial()
@@ -190,17 +190,17 @@ def extend(trace: Trace) -> TraceStep:
         o = outcomes[k]
         trace.constraints.append(z3.Implies(v.is_(k), z3.And(o.valid, *o.constraints)))
     trace.constraints.append(post.equals(merged))
-    step = TraceStep(i, pre, post, v, outcomes)
+    step = BmcStep(i, pre, post, v, outcomes)
     trace.steps.append(step)
     return step
 
 
-Target = Callable[[Trace], z3.BoolRef]
+Target = Callable[[BmcTrace], z3.BoolRef]
 
 
 @dataclass
 class Found:
-    trace: Trace
+    trace: BmcTrace
     model: z3.ModelRef
     depth: int
     seconds: float
@@ -218,7 +218,7 @@ def search(
 ) -> Found | None:
     """The shortest trace (up to ``max_depth`` operations) reaching ``target``."""
     t0 = time.perf_counter()
-    trace = Trace(universe, chooser or Chooser("lru"), kinds)
+    trace = BmcTrace(universe, chooser or Chooser("lru"), kinds)
     s = z3.Solver()
     s.set("timeout", timeout_ms)
     done = 0
@@ -237,5 +237,5 @@ def search(
     return None
 
 
-def ok_status(step: TraceStep) -> z3.BoolRef:
+def ok_status(step: BmcStep) -> z3.BoolRef:
     return step.status == STATUS_OK

@@ -48,7 +48,7 @@ class Subject(Protocol[M]):
 
 
 @dataclass
-class Difference:
+class OutcomeDifference:
     """An operation whose outcome sets differ, with the operations that reach its state."""
 
     trace: list[Any]
@@ -66,7 +66,7 @@ class Difference:
 
 
 @dataclass
-class Report:
+class EquivalenceReport:
     subject: str
     depth: int
     states: int = 0
@@ -80,18 +80,18 @@ class Report:
     progress_checked: dict[str, int] = field(default_factory=dict)
     #: violations of a progress property: "ID: what, after <trace>"
     progress_violations: list[str] = field(default_factory=list)
-    differences: list[Difference] = field(default_factory=list)
+    differences: list[OutcomeDifference] = field(default_factory=list)
 
     @property
     def equal(self) -> bool:
         return not self.differences
 
 
-def explore(subject: Subject[M], depth: int, *, max_states: int | None = None, first: bool = True) -> Report:
+def explore(subject: Subject[M], depth: int, *, max_states: int | None = None, first: bool = True) -> EquivalenceReport:
     """Every state within ``depth`` operations of an initial one; in each,
     every operation of the alphabet, model and encoding compared."""
     t0 = time.process_time()
-    rep = Report(subject.name, depth)
+    rep = EquivalenceReport(subject.name, depth)
     seen: set[Hashable] = set()
     queue: deque[tuple[M, list[Any]]] = deque()
     for m in subject.initial():
@@ -115,7 +115,7 @@ def explore(subject: Subject[M], depth: int, *, max_states: int | None = None, f
             rep.outcomes += len(mset)
             if mset != eset:
                 rep.differences.append(
-                    Difference(list(trace), op, sorted(mset - eset, key=repr), sorted(eset - mset, key=repr))
+                    OutcomeDifference(list(trace), op, sorted(mset - eset, key=repr), sorted(eset - mset, key=repr))
                 )
                 if first:
                     rep.complete = rep.closed = False

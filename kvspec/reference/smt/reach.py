@@ -76,7 +76,7 @@ class Move:
 
 
 @dataclass(frozen=True)
-class Start(Generic[St]):
+class ReachStart(Generic[St]):
     """The initial state, constraints on what it leaves free (a capacity, a
     forest of hashes), and how to make a fresh state of the same universe."""
 
@@ -96,7 +96,7 @@ class System(Generic[St]):
     #: the universe searched, in words (printed in the row)
     bound: str
     transitions: Sequence[str]
-    start: Callable[[], Start[St]]
+    start: Callable[[], ReachStart[St]]
     #: ``equal(a, b)``: every field of the two states is equal
     equal: Callable[[St, St], z3.BoolRef]
     #: ``move(transition, pre, prefix)``: that transition from ``pre``, inputs named with ``prefix``
@@ -114,7 +114,7 @@ class System(Generic[St]):
     #: transitions proven never enabled under the invariants (their own row says so): none of their goals is asked
     unreachable: Sequence[str] = ()
     #: a last stage for the goals still missing: ``guide(goals, reached)`` marks traces it finds in ``reached``
-    guide: Callable[[list[tuple[str, str]], dict[tuple[str, str], Trace]], None] | None = None
+    guide: Callable[[list[tuple[str, str]], dict[tuple[str, str], ReachTrace]], None] | None = None
 
     def excluded(self) -> dict[tuple[str, str], str]:
         """``never`` plus the co-enabled pairs with no phase in common."""
@@ -157,7 +157,7 @@ class System(Generic[St]):
 
 
 @dataclass
-class TraceStep:
+class ReachStep:
     transition: str
     inputs: dict[str, int | bool | str]
 
@@ -167,11 +167,11 @@ class TraceStep:
 
 
 @dataclass
-class Trace:
+class ReachTrace:
     """A sequence of transitions from the initial state."""
 
-    steps: list[TraceStep]
-    #: the initial state's free parameters (``Start.params``) on this trace
+    steps: list[ReachStep]
+    #: the initial state's free parameters (``ReachStart.params``) on this trace
     params: dict[str, int | bool | str] = field(default_factory=dict)
 
     def render(self, indent: str = "  ") -> str:
@@ -184,7 +184,7 @@ class Trace:
 @dataclass
 class Coverage:
     system: System[Any]
-    reached: dict[tuple[str, str], Trace]
+    reached: dict[tuple[str, str], ReachTrace]
     missing: list[tuple[str, str]]
     #: goals listed as impossible that a trace reached
     stale: list[tuple[str, str]]
@@ -266,7 +266,7 @@ class _Unrolling(Generic[St]):
             return z3.And(self.takes(j, t), self.moves[j - 1][u].enabled)
         return z3.And(self.takes(j, t), self.moves[j - 1][t].cases[g])
 
-    def pin(self, trace: Trace) -> None:
+    def pin(self, trace: ReachTrace) -> None:
         """Unroll ``trace``'s length and fix each step's transition and inputs to the trace's."""
         while len(self.choice) < len(trace):
             self.extend()
@@ -280,13 +280,13 @@ class _Unrolling(Generic[St]):
                 elif isinstance(val, int) and not isinstance(val, bool) and z3.is_int(x):
                     self.solver.add(x == val)
 
-    def trace(self, m: z3.ModelRef, upto: int) -> Trace:
+    def trace(self, m: z3.ModelRef, upto: int) -> ReachTrace:
         steps = []
         for j in range(1, upto + 1):
             t = self.sys.transitions[m.eval(self.choice[j - 1], model_completion=True).as_long()]
             mv = self.moves[j - 1][t]
-            steps.append(TraceStep(t, {k: _value(m, v) for k, v in mv.inputs.items()}))
-        return Trace(steps, {k: _value(m, v) for k, v in self.params.items()})
+            steps.append(ReachStep(t, {k: _value(m, v) for k, v in mv.inputs.items()}))
+        return ReachTrace(steps, {k: _value(m, v) for k, v in self.params.items()})
 
 
 def _value(m: z3.ModelRef, v: z3.ExprRef) -> int | bool | str:
@@ -308,7 +308,7 @@ def cover(system: System[Any], timeout_ms: int | None = None) -> Coverage:
         s.set("timeout", timeout_ms)
     u = _Unrolling(system, s)
     goals: list[tuple[str, str]] | None = None
-    reached: dict[tuple[str, str], Trace] = {}
+    reached: dict[tuple[str, str], ReachTrace] = {}
     gave_up: int | None = None
     for d in range(1, system.depth + 1):
         u.extend()
@@ -331,7 +331,7 @@ def cover(system: System[Any], timeout_ms: int | None = None) -> Coverage:
             for j in range(1, d + 1):
                 for t, g in todo:
                     if (t, g) not in reached and z3.is_true(m.eval(u.goal(j, t, g), model_completion=True)):
-                        reached[(t, g)] = Trace(trace.steps[:j])
+                        reached[(t, g)] = ReachTrace(trace.steps[:j])
             s.pop()
         if gave_up is not None or (goals is not None and all(g in reached or g in excluded for g in goals)):
             break
@@ -365,7 +365,7 @@ def violation(
     *,
     depth: int | None = None,
     timeout_ms: int | None = None,
-) -> tuple[Trace | None, z3.CheckSatResult]:
+) -> tuple[ReachTrace | None, z3.CheckSatResult]:
     """The shortest trace from the initial state whose last step breaks a
     property: ``bad(transition, move)`` is when that move breaks it (None:
     that transition cannot). Returns (the trace or None, the last verdict)."""

@@ -22,7 +22,7 @@ from typing import Any
 
 import z3
 
-from kvspec.reference.smt.bmc import KINDS, Found, Trace, TraceStep, extend, search
+from kvspec.reference.smt.bmc import KINDS, BmcStep, BmcTrace, Found, extend, search
 from kvspec.reference.smt.offload.agreement.sampled import (
     Universe,
     deref_op,
@@ -58,7 +58,7 @@ class Witness:
     description: str
     rules: tuple[str, ...]
     universe: Universe
-    target: Callable[[Trace], z3.BoolRef]
+    target: Callable[[BmcTrace], z3.BoolRef]
     max_depth: int
     kinds: tuple[str, ...] = KINDS
     requires: tuple[str, ...] = ("offload", "swap_in", "tier:host_pinned")
@@ -70,17 +70,17 @@ class Witness:
 # ----------------------------------------------------------------- targets
 
 
-def _same_args(a: TraceStep, b: TraceStep) -> z3.BoolRef:
+def _same_args(a: BmcStep, b: BmcStep) -> z3.BoolRef:
     va, vb = a.vars, b.vars
     return z3.And(va.kind == vb.kind, va.h1 == vb.h1, va.h2 == vb.h2, va.u == vb.u, va.full2 == vb.full2, va.p == vb.p)
 
 
-def _stalled_mid_batch(status: int) -> Callable[[Trace], z3.BoolRef]:
+def _stalled_mid_batch(status: int) -> Callable[[BmcTrace], z3.BoolRef]:
     """A Use of two blocks places the first and stops at the second (``status``)
     while an offload transfer started earlier is still pending; then a Tick
     completes the transfers and the same Use places both blocks."""
 
-    def target(t: Trace) -> z3.BoolRef:
+    def target(t: BmcTrace) -> z3.BoolRef:
         if len(t.steps) < 3:
             return z3.BoolVal(False)
         use, tick, retry = t.steps[-3], t.steps[-2], t.steps[-1]
@@ -98,7 +98,7 @@ def _stalled_mid_batch(status: int) -> Callable[[Trace], z3.BoolRef]:
     return target
 
 
-def _swapin_parent_evicted(t: Trace) -> z3.BoolRef:
+def _swapin_parent_evicted(t: BmcTrace) -> z3.BoolRef:
     """A swap-in is scheduled with a parent the caller holds; before its
     transfer completes, the caller releases the parent and an eviction takes
     it; the Tick that completes the swap-in registers the blocks with a
@@ -109,7 +109,7 @@ def _swapin_parent_evicted(t: Trace) -> z3.BoolRef:
     return z3.And(last.vars.is_("tick"), z3.Not(last.anchor_ok))
 
 
-def _eviction_tie(t: Trace) -> z3.BoolRef:
+def _eviction_tie(t: BmcTrace) -> z3.BoolRef:
     """A Use that needs a slot finds none free and at least two inactive
     blocks the policy may evict (a tie: the ``unordered`` policy allows every
     inactive block); the eviction blocks it on an offload; a Tick completes it."""
@@ -448,7 +448,7 @@ def verify(w: Witness, scenario: Scenario) -> list[str]:
     problems: list[str] = []
     ops = [st.op for st in scenario.steps]
     ch = Chooser(w.universe.encoding_policy, free_victims=w.universe.policy == "unordered", prefix="vf")
-    trace = Trace(w.universe, ch, KINDS)
+    trace = BmcTrace(w.universe, ch, KINDS)
     for _ in ops:
         extend(trace)
     pins: list[z3.BoolRef] = []

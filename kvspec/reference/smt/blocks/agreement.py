@@ -30,7 +30,7 @@ import z3
 
 from kvspec.reference import make_model
 from kvspec.reference.outcome import Step
-from kvspec.reference.smt.blocks.encoding import CENSUS, IDLE, NONE, BState, Profile, inputs
+from kvspec.reference.smt.blocks.encoding import CENSUS, IDLE, NONE, BState, ProfileEncoding, inputs
 from kvspec.reference.smt.blocks.encoding_mutants import patched, profile_encoding_mutants
 from kvspec.reference.smt.cli.profiles import _blocks
 from kvspec.spec.config import ManagerConfig
@@ -332,7 +332,7 @@ def steps_of(profile: str, op: Operation, result_value: object) -> list[tuple[st
 
 
 def agrees(
-    prof: Profile,
+    prof: ProfileEncoding,
     pre: BState,
     steps: list[tuple[str, dict[str, int | None]]],
     post: Abstract,
@@ -414,7 +414,7 @@ def _parent(ev: KvEvent) -> int:
 
 
 @dataclass
-class Report:
+class AgreementReport:
     profile: str
     checked: int
     rejected: int
@@ -423,7 +423,7 @@ class Report:
 
 def agreement_mutants(profile: str) -> list[str]:
     """The seeded encoding bugs the agreement must catch in ``profile``: its
-    rule mutants (``Profile.mutants``) but those that only drop a caller
+    rule mutants (``ProfileEncoding.mutants``) but those that only drop a caller
     contract (they widen what the caller may do, not what the encoding
     does: the model is still inside it), and its encoding mutants
     (``profile_encoding_mutants.py``)."""
@@ -432,7 +432,7 @@ def agreement_mutants(profile: str) -> list[str]:
 
 
 def _agrees_on(
-    prof: Profile,
+    prof: ProfileEncoding,
     tw: frozenset[str],
     profile: str,
     cap: int,
@@ -462,7 +462,9 @@ def _agrees_on(
     return bool(agrees(prof, encode(pre, cap), steps, post, tw, parents, removed))
 
 
-def run_agreement(profile: str, ops: int = 40, seed: int = 0, mutant: str | None = None, first: bool = False) -> Report:
+def run_agreement(
+    profile: str, ops: int = 40, seed: int = 0, mutant: str | None = None, first: bool = False
+) -> AgreementReport:
     """``ops`` sampled operations per policy through the model and the
     encoding (with ``mutant``, a rule mutant or an encoding mutant of it;
     ``first``: stop at the first mismatch)."""
@@ -491,11 +493,11 @@ def run_agreement(profile: str, ops: int = 40, seed: int = 0, mutant: str | None
             if not _agrees_on(prof, tw, profile, cap, model, dev, pre, op, step):
                 bad.append(f"{profile}/{policy}: {op!r}")
                 if first:
-                    return Report(profile, checked, rejected, bad)
-    return Report(profile, checked, rejected, bad)
+                    return AgreementReport(profile, checked, rejected, bad)
+    return AgreementReport(profile, checked, rejected, bad)
 
 
-def _variant(profile: str, mutant: str | None) -> tuple[Profile, frozenset[str]]:
+def _variant(profile: str, mutant: str | None) -> tuple[ProfileEncoding, frozenset[str]]:
     """The profile's encoding with ``mutant`` in force: (transitions, the mutants switched on)."""
     prof = _blocks(profile)
     if mutant is None:

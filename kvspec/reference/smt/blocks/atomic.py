@@ -34,7 +34,7 @@ from __future__ import annotations
 import z3
 
 from kvspec.reference.smt.blocks import kvbm as kv
-from kvspec.reference.smt.blocks.encoding import DECLARE, IDLE, NONE, PLACE, BState, BStep, Profile
+from kvspec.reference.smt.blocks.encoding import DECLARE, IDLE, NONE, PLACE, BState, BStep, ProfileEncoding
 
 K_FALSE = kv.K_FALSE
 
@@ -285,7 +285,7 @@ def anchor(S: BState) -> list[tuple[str, z3.BoolRef]]:
     ]
 
 
-PROFILE = Profile(
+PROFILE = ProfileEncoding(
     name="atomic",
     transitions={
         "use(begin)": begin,

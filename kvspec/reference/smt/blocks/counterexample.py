@@ -19,8 +19,8 @@ from pathlib import Path
 import z3
 
 from kvspec.reference.smt.blocks.agreement import _plh, _use
-from kvspec.reference.smt.blocks.encoding import NONE, Profile
-from kvspec.reference.smt.reach import Move, Trace, violation
+from kvspec.reference.smt.blocks.encoding import NONE, ProfileEncoding
+from kvspec.reference.smt.reach import Move, ReachTrace, violation
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.wire import Deref, Destroy, FullBlock, Operation, PartialBlock, Promote
 
@@ -54,7 +54,7 @@ def _close(profile: str, u: _Use) -> Operation | None:
     return _use(list(refs), parent)
 
 
-def operations(profile: str, trace: Trace) -> list[Operation]:
+def operations(profile: str, trace: ReachTrace) -> list[Operation]:
     """The wire operations a trace of ``profile``'s steps stands for (see the module doc)."""
     ops: list[Operation] = []
     use: _Use | None = None
@@ -83,8 +83,8 @@ def operations(profile: str, trace: Trace) -> list[Operation]:
 
 
 def find(
-    prof: Profile, tw: frozenset[str], depth: int | None = None, timeout_ms: int = TIMEOUT_MS
-) -> tuple[Trace | None, z3.CheckSatResult]:
+    prof: ProfileEncoding, tw: frozenset[str], depth: int | None = None, timeout_ms: int = TIMEOUT_MS
+) -> tuple[ReachTrace | None, z3.CheckSatResult]:
     """The shortest trace from an empty cache (the finite instance), of up to
     ``depth`` steps (``reach.DEPTH``), whose last step breaks an invariant."""
     from kvspec.reference.smt.blocks.reach import DEPTH, system
@@ -95,7 +95,9 @@ def find(
     return violation(system(prof, tw), bad, depth=depth or DEPTH, timeout_ms=timeout_ms)
 
 
-def emit(folder: Path, prof: Profile, mutant: str | None, rule: str, what: str, depth: int | None = None) -> list[str]:
+def emit(
+    folder: Path, prof: ProfileEncoding, mutant: str | None, rule: str, what: str, depth: int | None = None
+) -> list[str]:
     """Search, write the replay file (or the statement that none exists within
     the bound) into ``folder``, and return the lines to print."""
     from kvspec.reference.smt import counterexamples as cx

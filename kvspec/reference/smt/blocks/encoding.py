@@ -170,7 +170,7 @@ def inputs(p: str = "in_") -> dict[str, z3.ExprRef]:
 
 
 @dataclass(frozen=True)
-class Profile:
+class ProfileEncoding:
     """One profile's encoding: transitions, invariants, mutants."""
 
     name: str
@@ -214,13 +214,13 @@ def domain(S: BState) -> list[z3.BoolRef]:
 
 
 def base(
-    prof: Profile, name: str, S: BState, inp: dict[str, z3.ExprRef], tw: frozenset[str], p: str
+    prof: ProfileEncoding, name: str, S: BState, inp: dict[str, z3.ExprRef], tw: frozenset[str], p: str
 ) -> tuple[BStep, list[z3.BoolRef]]:
     step = prof.transitions[name](S, inp, tw)
     return step, [*domain(S), *census_facts(S, p), *prof.hypothesis(S), *step.requires]
 
 
-def _goal(prof: Profile, inv_id: str, step: BStep) -> z3.BoolRef:
+def _goal(prof: ProfileEncoding, inv_id: str, step: BStep) -> z3.BoolRef:
     post = [f for _l, f in prof.invariants[inv_id](step.post)] if inv_id in prof.invariants else []
     return z3.And([*post, *step.obligations.get(inv_id, [])] or [z3.BoolVal(True)])
 
@@ -235,7 +235,7 @@ class Proof:
     reason: str = ""
 
 
-def prove(prof: Profile, tw: frozenset[str] = frozenset(), timeout_ms: int = 120_000) -> list[Proof]:
+def prove(prof: ProfileEncoding, tw: frozenset[str] = frozenset(), timeout_ms: int = 120_000) -> list[Proof]:
     """Each invariant holds initially and is kept by every transition from any
     state satisfying all of them (1-inductive, any capacity, any hashes)."""
     out = []
@@ -320,7 +320,7 @@ def finite_check(
     return s.check()
 
 
-def sanity(prof: Profile, tw: frozenset[str] = frozenset()) -> list[str]:
+def sanity(prof: ProfileEncoding, tw: frozenset[str] = frozenset()) -> list[str]:
     """Non-vacuity: every transition, and every rule guard of it, is enabled in
     a finite state satisfying the whole hypothesis; the unreachable ones are not."""
     problems = []
@@ -344,7 +344,7 @@ def sanity(prof: Profile, tw: frozenset[str] = frozenset()) -> list[str]:
     return problems
 
 
-def refute(prof: Profile, mutant: str) -> str | None:
+def refute(prof: ProfileEncoding, mutant: str) -> str | None:
     """Where the mutant breaks an invariant, in a finite instance: "transition
     (invariant)", None when not refuted. One check per transition (some
     invariant broken), then the invariant is named."""

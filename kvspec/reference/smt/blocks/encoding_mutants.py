@@ -1,6 +1,6 @@
 """Seeded bugs of the kvbm, legacy and atomic *encodings* that only the model can expose.
 
-A profile's own mutants (``Profile.mutants``) break one of its invariants,
+A profile's own mutants (``ProfileEncoding.mutants``) break one of its invariants,
 so ``kvspec prove --profile P`` refutes them. The bugs here are of the other
 kind: the encoding moves differently from the model (a hit that takes no
 owner, a Deref that never makes a block inactive, a Use whose groups forget
@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 
 import z3
 
-from kvspec.reference.smt.blocks.encoding import IDLE, NONE, PLACE, BState, BStep, Profile, Transition
+from kvspec.reference.smt.blocks.encoding import IDLE, NONE, PLACE, BState, BStep, ProfileEncoding, Transition
 
 
 @dataclass(frozen=True)
@@ -222,7 +222,7 @@ def guard_mutants(profile: str) -> list[ProfileEncodingMutant]:
     return [m for m in GUARD_MUTANTS if profile in m.profiles]
 
 
-def patched(prof: Profile, name: str) -> Profile:
+def patched(prof: ProfileEncoding, name: str) -> ProfileEncoding:
     """``prof`` with encoding mutant ``name`` swapped in for its transition."""
     every = [*profile_encoding_mutants(prof.name), *guard_mutants(prof.name)]
     m = next((m for m in every if m.name == name), None)

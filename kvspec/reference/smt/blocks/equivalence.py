@@ -40,7 +40,7 @@ import z3
 
 from kvspec.reference import make_model
 from kvspec.reference.smt.blocks.agreement import HASHES, UUIDS, Abstract, _plh, _use, abstract, encode, steps_of
-from kvspec.reference.smt.blocks.encoding import IDLE, NONE, Profile
+from kvspec.reference.smt.blocks.encoding import IDLE, NONE, ProfileEncoding
 from kvspec.reference.smt.blocks.encoding_mutants import patched
 from kvspec.reference.smt.cli.profiles import _blocks
 from kvspec.reference.smt.equivalence import all_values
@@ -96,7 +96,7 @@ class BlocksSubject:
             self.tw = frozenset({self.mutant})
         elif self.mutant is not None:
             prof = patched(prof, self.mutant)
-        self.prof: Profile = prof
+        self.prof: ProfileEncoding = prof
 
     def initial(self) -> list[BNode]:
         policy = "lru" if self.profile == "legacy" else "unordered"

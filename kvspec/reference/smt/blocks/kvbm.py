@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import z3
 
-from kvspec.reference.smt.blocks.encoding import IDLE, NONE, PLACE, STOPPED, BState, BStep, Profile
+from kvspec.reference.smt.blocks.encoding import IDLE, NONE, PLACE, STOPPED, BState, BStep, ProfileEncoding
 
 K_FALSE = z3.K(z3.IntSort(), z3.BoolVal(False))
 K_ZERO = z3.K(z3.IntSort(), z3.IntVal(0))
@@ -247,7 +247,7 @@ def initial(cap: z3.ArithRef) -> BState:
     return BState(a, v, {k: z3.IntVal(0) for k in BState.fresh("i_").c})
 
 
-PROFILE = Profile(
+PROFILE = ProfileEncoding(
     name="kvbm",
     transitions={
         "use(begin)": begin,

@@ -30,7 +30,7 @@ from __future__ import annotations
 import z3
 
 from kvspec.reference.smt.blocks import kvbm as kv
-from kvspec.reference.smt.blocks.encoding import IDLE, PLACE, STOPPED, BState, BStep, Profile
+from kvspec.reference.smt.blocks.encoding import IDLE, PLACE, STOPPED, BState, BStep, ProfileEncoding
 
 K_FALSE = kv.K_FALSE
 
@@ -224,7 +224,7 @@ def announced(S: BState) -> list[tuple[str, z3.BoolRef]]:
     ]
 
 
-PROFILE = Profile(
+PROFILE = ProfileEncoding(
     name="legacy",
     transitions={
         "use(begin)": begin,

@@ -40,10 +40,10 @@ from kvspec.reference.smt.blocks.encoding import (
     UUID_FIELDS,
     Bool,
     BState,
-    Profile,
+    ProfileEncoding,
     inputs,
 )
-from kvspec.reference.smt.reach import Move, Start, System, Trace, TraceStep, _Unrolling
+from kvspec.reference.smt.reach import Move, ReachStart, ReachStep, ReachTrace, System, _Unrolling
 from kvspec.spec.errors import InvalidOperation
 
 #: the finite instance searched: hashes 0..H-1, uuids 0..U-1, capacity 1..CAP
@@ -76,7 +76,7 @@ def equal(x: BState, y: BState) -> z3.BoolRef:
     return z3.And(out)
 
 
-def phases(prof: Profile) -> dict[str, frozenset[int]]:
+def phases(prof: ProfileEncoding) -> dict[str, frozenset[int]]:
     """Idle steps run between operations; atomic declares before its check; the rest place blocks."""
     out = {}
     for t in prof.transitions:
@@ -90,16 +90,16 @@ def phases(prof: Profile) -> dict[str, frozenset[int]]:
 
 
 def system(
-    prof: Profile,
+    prof: ProfileEncoding,
     tw: frozenset[str] = frozenset(),
     depth: int = DEPTH,
     never: Mapping[tuple[str, str], str] | None = None,
 ) -> System[BState]:
     """``prof`` (with the mutants ``tw`` in force) from an empty cache of capacity 1..CAP."""
 
-    def start() -> Start[BState]:
+    def start() -> ReachStart[BState]:
         cap = z3.Int("reach_cap")
-        return Start(prof.initial(cap), [cap >= 1, cap <= CAP], fresh, {"capacity": cap})
+        return ReachStart(prof.initial(cap), [cap >= 1, cap <= CAP], fresh, {"capacity": cap})
 
     def move(t: str, pre: BState, prefix: str) -> Move:
         i = inputs(prefix)
@@ -128,7 +128,7 @@ def system(
 
 
 def model_guided(
-    system: System[BState], goals: list[tuple[str, str]], reached: dict[tuple[str, str], Trace], depth: int = 3
+    system: System[BState], goals: list[tuple[str, str]], reached: dict[tuple[str, str], ReachTrace], depth: int = 3
 ) -> None:
     """Reach goals the search left through the Python model, explicitly.
 
@@ -145,10 +145,10 @@ def model_guided(
     from kvspec.reference.smt.blocks.equivalence import BlocksSubject
 
     subject = BlocksSubject(system.profile, capacity=CAP, hashes=H)
-    frontier: list[tuple[Any, list[TraceStep]]] = [(subject.initial()[0], [])]
+    frontier: list[tuple[Any, list[ReachStep]]] = [(subject.initial()[0], [])]
     seen = {subject.key(frontier[0][0])}
     for _ in range(depth):
-        nxt: list[tuple[Any, list[TraceStep]]] = []
+        nxt: list[tuple[Any, list[ReachStep]]] = []
         for node, path in frontier:
             for op in subject.alphabet(node):
                 if not (todo := [g for g in goals if g not in reached]):
@@ -158,7 +158,7 @@ def model_guided(
                     res = m.apply(op)
                 except InvalidOperation:
                     continue
-                steps = path + [TraceStep(t, {k: NONE if x is None else x for k, x in given.items()})
+                steps = path + [ReachStep(t, {k: NONE if x is None else x for k, x in given.items()})
                                 for t, given in steps_of(system.profile, op, res.result.value)]  # fmt: skip
                 _ask(system, steps, len(path), todo, reached)
                 for _key, succ in subject.model_outcomes(node, op)[:1]:
@@ -171,17 +171,17 @@ def model_guided(
 
 def _ask(
     system: System[BState],
-    steps: list[TraceStep],
+    steps: list[ReachStep],
     start: int,
     todo: list[tuple[str, str]],
-    reached: dict[tuple[str, str], Trace],
+    reached: dict[tuple[str, str], ReachTrace],
 ) -> None:
     if any(st.transition not in system.transitions for st in steps):
         return
     s = z3.Solver()
     s.set("timeout", 30_000)
     u = _Unrolling(system, s)
-    u.pin(Trace(steps))
+    u.pin(ReachTrace(steps))
     cands = [(j, t, g) for j in range(start + 1, len(steps) + 1) for t, g in todo if steps[j - 1].transition == t]
     while cands := [(j, t, g) for j, t, g in cands if (t, g) not in reached]:
         if s.check(z3.Or([u.goal(j, t, g) for j, t, g in cands])) != z3.sat:
@@ -190,4 +190,4 @@ def _ask(
         trace = u.trace(m, len(steps))
         for j, t, g in cands:
             if (t, g) not in reached and z3.is_true(m.eval(u.goal(j, t, g), model_completion=True)):
-                reached[(t, g)] = Trace(trace.steps[:j])
+                reached[(t, g)] = ReachTrace(trace.steps[:j])

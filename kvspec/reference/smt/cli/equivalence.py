@@ -18,11 +18,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kvspec.reference.smt.equivalence import Report, explore
+from kvspec.reference.smt.equivalence import EquivalenceReport, explore
 
 
 @dataclass(frozen=True)
-class Bound:
+class ExhaustiveBound:
     """One profile's exhaustive bound: what its subject is built with, and the depth."""
 
     profile: str
@@ -63,13 +63,13 @@ def _radix(mutant: str | None, model_bug: str | None) -> Any:
 
 
 #: profile -> its bound (the default depth reaches every state of the bound: see INVARIANTS.md)
-BOUNDS: dict[str, Bound] = {
-    "kvbm-offload": Bound("kvbm-offload", 3, "2 slots, hashes 0->1 and 2, G2 of 1, uuid u0, LRU", _offload),
-    "vllm": Bound("vllm", 6, "2 blocks, hashes 0-1, uuid u0", _vllm),
-    "kvbm": Bound("kvbm", 3, "2 slots, hashes 0-2, uuid u0", _blocks("kvbm")),
-    "legacy": Bound("legacy", 3, "2 slots, hashes 0-2, uuid u0", _blocks("legacy")),
-    "atomic": Bound("atomic", 3, "2 slots, hashes 0-2, uuid u0", _blocks("atomic")),
-    "radix": Bound("radix", 4, "page 1, capacity 3, keys 1, 12, 13, 2, lock a; recency order", _radix),
+BOUNDS: dict[str, ExhaustiveBound] = {
+    "kvbm-offload": ExhaustiveBound("kvbm-offload", 3, "2 slots, hashes 0->1 and 2, G2 of 1, uuid u0, LRU", _offload),
+    "vllm": ExhaustiveBound("vllm", 6, "2 blocks, hashes 0-1, uuid u0", _vllm),
+    "kvbm": ExhaustiveBound("kvbm", 3, "2 slots, hashes 0-2, uuid u0", _blocks("kvbm")),
+    "legacy": ExhaustiveBound("legacy", 3, "2 slots, hashes 0-2, uuid u0", _blocks("legacy")),
+    "atomic": ExhaustiveBound("atomic", 3, "2 slots, hashes 0-2, uuid u0", _blocks("atomic")),
+    "radix": ExhaustiveBound("radix", 4, "page 1, capacity 3, keys 1, 12, 13, 2, lock a; recency order", _radix),
 }
 #: profile -> its row id (SPEC.md, "Proven invariants")
 EQUIV_ROWS: dict[str, str] = {
@@ -133,7 +133,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-states", type=int, default=None, help="stop after this many states (then: incomplete)")
 
 
-def row(profile: str, rep: Report, bound: str) -> str:
+def row(profile: str, rep: EquivalenceReport, bound: str) -> str:
     verdict = "equal" if rep.equal and rep.complete else ("DIFFERENT" if rep.differences else "incomplete")
     reach = "every reachable state" if rep.closed else f"depth {rep.depth}"
     return (

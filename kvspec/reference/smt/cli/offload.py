@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from kvspec.reference.smt.cli import summary
 from kvspec.reference.smt.offload.invariants import ALL_PROPERTIES, INVARIANTS, Property, by_id
-from kvspec.reference.smt.offload.mutants import MUTANTS, Mutant, mutant
+from kvspec.reference.smt.offload.mutants import MUTANTS, OffloadMutant, mutant
 from kvspec.reference.smt.offload.narrowing import check_cases
 from kvspec.reference.smt.prover import (
     Applier,
@@ -108,7 +108,7 @@ def mutant_rows(emit: Callable[[list[str]], None]) -> list[str]:
     return problems
 
 
-def trace_lines(m: Mutant, prop: Property) -> list[str]:
+def trace_lines(m: OffloadMutant, prop: Property) -> list[str]:
     """Whether the mutant's violation of ``prop`` is reachable from the initial state (a trace), or induction only."""
     from kvspec.reference.smt.offload.reach import REACH_BOUND, REACH_DEPTH, broken, system
     from kvspec.reference.smt.reach import violation
@@ -135,7 +135,7 @@ def run_offload(args: argparse.Namespace) -> int:
         props = list(INVARIANTS)
     applier: Applier = default_applier
     title = f"kvspec prove --profile kvbm-offload: kvbm with an offload tier, every state of {bound} (G2 capacity: any)"
-    m: Mutant | None = None
+    m: OffloadMutant | None = None
     if args.mutant:
         m = mutant(args.mutant)
         applier = m.applier
@@ -218,4 +218,4 @@ def run_offload(args: argparse.Namespace) -> int:
 
 
 #: the unbroken rules, for a trace of a counterexample found without a mutant
-_UNMUTATED = Mutant("(none)", "", "the rules as written", "")
+_UNMUTATED = OffloadMutant("(none)", "", "the rules as written", "")

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-from kvspec.reference.smt.blocks.encoding import Profile
+from kvspec.reference.smt.blocks.encoding import ProfileEncoding
 from kvspec.reference.smt.blocks.encoding import prove as prove_blocks
 from kvspec.reference.smt.blocks.encoding import refute as refute_blocks
 from kvspec.reference.smt.blocks.encoding import sanity as sanity_blocks
@@ -119,7 +119,7 @@ def _vllm_ops(timeout_ms: int = 60_000) -> list[str]:
         _refute_row("vllm", f"op:{name}", rule, partial(ops.refute, name), problems)
         for name, (rule, _what) in ops.MUTANTS.items()
     ]
-    rows = [str(r) for r in ops.invariants(ops.OState.fresh("cover_"))]
+    rows = [str(r) for r in ops.invariants(ops.VllmOpState.fresh("cover_"))]
     wheres = [w for w in op_wheres if w]
     # ``refute`` names the first row a mutant breaks; a row it leaves unnamed is checked
     # against the mutants that declare it (a finite counterexample to that row itself)
@@ -140,7 +140,7 @@ def _vllm_breaks(mutant: str, prop: str) -> bool:
     tw = frozenset({mutant})
     for t in ops.TRANSITIONS:
 
-        def build(S: ops.OState, t: str = t) -> list[z3.BoolRef]:
+        def build(S: ops.VllmOpState, t: str = t) -> list[z3.BoolRef]:
             step, hyp = ops.base(t, S, ops.inputs(), tw, "fi_")
             return [*hyp, z3.Not(ops.goal(prop, step))]
 
@@ -181,7 +181,7 @@ def _vllm_mutant(mutant: str, timeout_ms: int = 60_000) -> int:
     return 1 if caught else 0
 
 
-def _blocks(profile: str) -> Profile:
+def _blocks(profile: str) -> ProfileEncoding:
     from kvspec.reference.smt.blocks import atomic as profile_atomic
     from kvspec.reference.smt.blocks import kvbm as profile_kvbm
     from kvspec.reference.smt.blocks import legacy as profile_legacy
@@ -290,7 +290,7 @@ def run_blocks(
     return 1 if problems else 0
 
 
-def _counterexample(folder: Path, prof: Profile, mutant: str | None, rule: str, what: str) -> None:
+def _counterexample(folder: Path, prof: ProfileEncoding, mutant: str | None, rule: str, what: str) -> None:
     """Print (and write into ``folder``) the refuted row's trace from the initial state, or why there is none."""
     from kvspec.reference.smt.blocks.counterexample import emit
 
@@ -299,6 +299,6 @@ def _counterexample(folder: Path, prof: Profile, mutant: str | None, rule: str, 
         print(line)
 
 
-def _owner(prof: Profile, inv: str) -> str:
+def _owner(prof: ProfileEncoding, inv: str) -> str:
     """The invariant a never-enabled transition belongs to (atomic: NO-HALF)."""
     return "INV-ATOMIC-NO-HALF" if "INV-ATOMIC-NO-HALF" in prof.invariants else "SANITY"

@@ -28,7 +28,7 @@ NOT_ENCODED: tuple[str, ...] = ()
 
 def mutants_by_profile() -> dict[str, list[str]]:
     """Each profile's ``--mutant`` choices."""
-    from kvspec.reference.smt.blocks.encoding import Profile
+    from kvspec.reference.smt.blocks.encoding import ProfileEncoding
     from kvspec.reference.smt.cli.managers import PAGED_MUTANTS, SESSION_MUTANTS
     from kvspec.reference.smt.cli.profiles import _blocks
     from kvspec.reference.smt.cli.radix import ALL_MUTANTS as RADIX_MUTANTS
@@ -36,7 +36,7 @@ def mutants_by_profile() -> dict[str, list[str]]:
     from kvspec.reference.smt.vllm.copies import MUTANTS as VLLM_MUTANTS
     from kvspec.reference.smt.vllm.ops import MUTANTS as VLLM_OP_MUTANTS
 
-    blocks: dict[str, Profile] = {p: _blocks(p) for p in ("kvbm", "legacy", "atomic")}
+    blocks: dict[str, ProfileEncoding] = {p: _blocks(p) for p in ("kvbm", "legacy", "atomic")}
     return {
         "kvbm-offload": [m.name for m in MUTANTS],
         "paged": list(PAGED_MUTANTS),

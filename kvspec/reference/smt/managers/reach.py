@@ -21,7 +21,7 @@ import z3
 
 from kvspec.reference.smt.managers import paged, session
 from kvspec.reference.smt.managers.paged import PagedBound, PState, Transition
-from kvspec.reference.smt.reach import Move, Start, System, equal_leaves
+from kvspec.reference.smt.reach import Move, ReachStart, System, equal_leaves
 
 #: holder 0's phase: not live, live on the device, live on the host
 NOT_LIVE, ON_DEVICE, ON_HOST = 0, 1, 2
@@ -85,8 +85,8 @@ def paged_system(
     b = b or PagedBound()
     table = dict(paged.TRANSITIONS if transitions is None else transitions)
 
-    def start() -> Start[PState]:
-        return Start(paged_initial(b), [], lambda tag: paged.fresh(b, tag))
+    def start() -> ReachStart[PState]:
+        return ReachStart(paged_initial(b), [], lambda tag: paged.fresh(b, tag))
 
     def move(name: str, pre: PState, prefix: str) -> Move:
         post, enabled = table[name](pre, b, prefix)
@@ -148,8 +148,8 @@ def session_system(
             gen=[z] * n, st=[z3.IntVal(session.FREE)] * n, old_slot=z, old_gen=z, has_old=z3.BoolVal(False)
         )
 
-    def start() -> Start[session.SState]:
-        return Start(initial(), [], lambda tag: session.fresh(n, tag))
+    def start() -> ReachStart[session.SState]:
+        return ReachStart(initial(), [], lambda tag: session.fresh(n, tag))
 
     def move(name: str, pre: session.SState, prefix: str) -> Move:
         post, enabled = table[name](pre, n, prefix)

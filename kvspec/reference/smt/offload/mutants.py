@@ -40,7 +40,7 @@ Patch = Callable[[EncodedStep], EncodedStep]
 
 
 @dataclass(frozen=True)
-class Mutant:
+class OffloadMutant:
     name: str
     rule: str
     description: str
@@ -182,92 +182,92 @@ def _g2_keeps_victim(step: EncodedStep) -> EncodedStep:
     return step
 
 
-MUTANTS: list[Mutant] = [
-    Mutant(
+MUTANTS: list[OffloadMutant] = [
+    OffloadMutant(
         "release-at-enqueue",
         R.QUARANTINE_HOLD,
         "an evicted slot is freed when its offload is queued",
         R.INV_QUARANTINE,
         patch=_release_at_enqueue,
     ),
-    Mutant(
+    OffloadMutant(
         "deref-inactive-at-one-owner",
         R.DEREF_OWNER,
         "Deref makes a block inactive at one owner",
         R.INV_OWNERS,
         patch=_deref_inactive_at_one,
     ),
-    Mutant(
+    OffloadMutant(
         "use-registers-registered",
         R.USE_HIT_INACTIVE,
         "Use registers an inactive block a second time",
         R.INV_NO_DUP,
         extra={"use(full)": {"lookup": _only_active}},
     ),
-    Mutant(
+    OffloadMutant(
         "evict-active",
         R.EVICT_POLICY,
         "eviction may pick an active block",
         R.INV_CONSERVE,
         extra={n: {"policy": _evict_any_registered} for n in ("use(full)", "use(partial)", "evict")},
     ),
-    Mutant(
+    OffloadMutant(
         "partial-allocated-again",
         R.USE_PARTIAL,
         "a Use of a held partial uuid takes a second slot for it",
         R.INV_PARTIAL_UUID,
         patch=_partial_allocated_again,
     ),
-    Mutant(
+    OffloadMutant(
         "g2-stored-at-enqueue",
         R.G2_STORE_ON_COMPLETE,
         "host-pinned Stored published at offload enqueue",
         R.INV_ROUTER_MATCH,
         patch=_g2_stored_at_enqueue,
     ),
-    Mutant(
+    OffloadMutant(
         "device-removed-at-completion",
         R.DEVICE_REMOVE_IMMEDIATE,
         "device Removed delayed to transfer completion",
         R.INV_ROUTER_MATCH,
         patch=_device_removed_at_completion,
     ),
-    Mutant(
+    OffloadMutant(
         "swapin-registers-present",
         R.SWAPIN_SKIP_PRESENT,
         "swap-in registers a block G1 already holds",
         R.INV_NO_DUP,
         extra={"swapin_register": {"lookup": _never_present}},
     ),
-    Mutant(
+    OffloadMutant(
         "swapin-anchor-from-g2",
         R.SWAPIN_ANCHOR,
         "swap-in anchors its Stored to G2's recorded parent",
         R.INV_ANCHOR,
         extra={"swapin_register": {"first_anchor": _anchor_to_g2_parent}},
     ),
-    Mutant(
+    OffloadMutant(
         "contract:swapin-parent-released",
         ASSUME_SWAPIN_PARENT_HELD,
         "the caller may release a pending swap-in's parent (the contract dropped)",
         "LEMMA-SWAPIN-PARENT-HELD",
         drop=(ASSUME_SWAPIN_PARENT_HELD,),
     ),
-    Mutant(
+    OffloadMutant(
         "free-counter-stuck",
         R.USE_NEW,
         "a Use takes a free slot and the free counter does not move",
         "LEMMA-FREE-COUNT",
         patch=_free_counter_stuck,
     ),
-    Mutant(
+    OffloadMutant(
         "reserved-counter-stuck",
         R.SWAPIN_RESERVE,
         "a swap-in reservation does not count its slot",
         "LEMMA-RESERVED-COUNT",
         patch=_reserved_counter_stuck,
     ),
-    Mutant(
+    OffloadMutant(
         "g2-keeps-victim",
         R.G2_EVICT,
         "a full G2 stores the offloaded block and keeps its victim",
@@ -277,14 +277,14 @@ MUTANTS: list[Mutant] = [
 ]
 
 
-def mutant(name: str) -> Mutant:
+def mutant(name: str) -> OffloadMutant:
     for m in MUTANTS:
         if m.name == name:
             return m
     raise KeyError(f"unknown mutant {name!r}; known: {[m.name for m in MUTANTS]}")
 
 
-def refute(m: Mutant, bound: Bound, *, only_expected: bool = True) -> list[Result]:
+def refute(m: OffloadMutant, bound: Bound, *, only_expected: bool = True) -> list[Result]:
     """Run the prover on the mutant (the uses of policies keep "unordered",
     unless the mutant swaps in its own)."""
     from kvspec.reference.smt.offload.invariants import by_id

@@ -253,7 +253,7 @@ def obligations(pre: State, out: OpOutcome) -> dict[str, Conjuncts]:
 
 
 @dataclass
-class OpResult:
+class OffloadOpProof:
     operation: str
     property_id: str
     proven: bool
@@ -331,13 +331,13 @@ def prove_operations(
     *,
     operations: Iterable[str] | None = None,
     timeout_ms: int | None = None,
-    on_result: Callable[[OpResult], None] | None = None,
+    on_result: Callable[[OffloadOpProof], None] | None = None,
     assume: list[Property] | None = None,
     use_validate: bool = True,
-) -> list[OpResult]:
+) -> list[OffloadOpProof]:
     """Prove every property kept by every whole operation; one result per
     (operation, property)."""
-    results: list[OpResult] = []
+    results: list[OffloadOpProof] = []
     for name, shape in variants(n, operations):
         b = build_op(name, bound, shape, assume, use_validate=use_validate)
         s = z3.Solver()
@@ -346,7 +346,7 @@ def prove_operations(
         s.add(*b.base)
         for pid, conj in obligations(b.pre, b.outcome).items():
             t0 = time.perf_counter()
-            res = OpResult(b.name, pid, True, 0.0, bound, n)
+            res = OffloadOpProof(b.name, pid, True, 0.0, bound, n)
             if conj:
                 s.push()
                 s.add(z3.Not(z3.And([c for _l, c in conj])))
@@ -427,7 +427,7 @@ def operation_rows(
     Prints through ``emit([id, result, where, time])``; returns the problems
     found (each with its counterexample)."""
     where = f"operation: {bound}, batches <= {n}"
-    by_prop: dict[str, list[OpResult]] = {}
+    by_prop: dict[str, list[OffloadOpProof]] = {}
     for r in prove_operations(bound, n, timeout_ms=timeout_ms):
         by_prop.setdefault(r.property_id, []).append(r)
     problems: list[str] = []

@@ -19,7 +19,7 @@ from kvspec.reference.smt.offload.narrowing import cases_of
 from kvspec.reference.smt.offload.state import Rigid, State
 from kvspec.reference.smt.offload.transitions import Policy
 from kvspec.reference.smt.prover import Applier, default_applier
-from kvspec.reference.smt.reach import Move, Start, System
+from kvspec.reference.smt.reach import Move, ReachStart, System
 from kvspec.reference.smt.universe import Bound
 
 #: the universe searched: small, so the unrolling stays cheap; every goal is reached in it
@@ -35,9 +35,9 @@ def system(
 ) -> System[State]:
     specs = {t.name: t for t in TRANSITIONS}
 
-    def start() -> Start[State]:
+    def start() -> ReachStart[State]:
         rigid = Rigid.fresh(bound, "reach_")
-        return Start(State.initial(bound, rigid), rigid.domain(), lambda tag: State.fresh(bound, rigid, tag))
+        return ReachStart(State.initial(bound, rigid), rigid.domain(), lambda tag: State.fresh(bound, rigid, tag))
 
     def move(name: str, pre: State, prefix: str) -> Move:
         step, consts, doms = applier(specs[name], pre, prefix, policy, symmetry=False)

@@ -77,7 +77,7 @@ def mutants_of(policy: str) -> list[str]:
 
 
 @dataclass(frozen=True)
-class OState:
+class OrderState:
     inp: tuple[z3.BoolRef, ...]
     st: tuple[z3.ArithRef, ...]
     lvl: tuple[z3.ArithRef, ...]
@@ -87,9 +87,9 @@ class OState:
     clock: z3.ArithRef
 
     @staticmethod
-    def fresh(p: str, n: int = N) -> OState:
+    def fresh(p: str, n: int = N) -> OrderState:
         r = range(n)
-        return OState(
+        return OrderState(
             inp=tuple(z3.Bool(f"{p}in{i}") for i in r),
             st=tuple(z3.Int(f"{p}st{i}") for i in r),
             lvl=tuple(z3.Int(f"{p}lvl{i}") for i in r),
@@ -104,7 +104,7 @@ class OState:
         return len(self.inp)
 
 
-def _anc(S: OState, a: int, d: int) -> z3.BoolRef:
+def _anc(S: OrderState, a: int, d: int) -> z3.BoolRef:
     """``a`` is a proper ancestor of ``d`` through the constant parent links (bounded by N)."""
     out: list[z3.BoolRef] = []
     cur: z3.ArithRef = S.par[d]
@@ -117,7 +117,7 @@ def _anc(S: OState, a: int, d: int) -> z3.BoolRef:
     return z3.Or(out)
 
 
-def wellformed(S: OState, policy: str) -> list[z3.BoolRef]:
+def wellformed(S: OrderState, policy: str) -> list[z3.BoolRef]:
     """The constant parts: parents acyclic (a parent has a smaller index), levels 0..3."""
     out = []
     for i in range(S.n):
@@ -133,7 +133,7 @@ def wellformed(S: OState, policy: str) -> list[z3.BoolRef]:
     return out  # fmt: skip
 
 
-def stamps(S: OState) -> z3.BoolRef:
+def stamps(S: OrderState) -> z3.BoolRef:
     """ORDER-STAMPS: entries' stamps are distinct, below the clock, and ordered as the history ``bef``."""
     out = [S.clock >= 0]
     for i in range(S.n):
@@ -146,7 +146,7 @@ def stamps(S: OState) -> z3.BoolRef:
     return z3.And(out)
 
 
-def candidate(S: OState, policy: str, i: int, tw: frozenset[str]) -> z3.BoolRef:
+def candidate(S: OrderState, policy: str, i: int, tw: frozenset[str]) -> z3.BoolRef:
     """May entry ``i`` be evicted at all (before the order is applied)?"""
     c = S.inp[i]
     if policy == "lineage" and "lineage-not-leaf" not in tw:
@@ -158,7 +158,7 @@ def candidate(S: OState, policy: str, i: int, tw: frozenset[str]) -> z3.BoolRef:
     return c
 
 
-def _key_lt(S: OState, policy: str, a: int, b: int, tw: frozenset[str]) -> z3.BoolRef:
+def _key_lt(S: OrderState, policy: str, a: int, b: int, tw: frozenset[str]) -> z3.BoolRef:
     """The model's key of ``a`` below ``b`` (lineage: (tick, position, hash), position and hash = index)."""
     if policy == "multi_lru" and "level-ignored" not in tw:
         return z3.Or(S.lvl[a] < S.lvl[b], z3.And(S.lvl[a] == S.lvl[b], S.st[a] < S.st[b]))
@@ -167,7 +167,7 @@ def _key_lt(S: OState, policy: str, a: int, b: int, tw: frozenset[str]) -> z3.Bo
     return S.st[a] < S.st[b]
 
 
-def older(S: OState, policy: str, a: int, b: int) -> z3.BoolRef:
+def older(S: OrderState, policy: str, a: int, b: int) -> z3.BoolRef:
     """The order row's statement, from the history: ``a`` goes before ``b``."""
     if policy == "multi_lru":
         return z3.Or(S.lvl[a] < S.lvl[b], z3.And(S.lvl[a] == S.lvl[b], S.bef[a][b]))
@@ -175,14 +175,14 @@ def older(S: OState, policy: str, a: int, b: int) -> z3.BoolRef:
 
 
 @dataclass(frozen=True)
-class OStep:
+class OrderStep:
     name: str
     requires: list[z3.BoolRef]
-    post: OState
+    post: OrderState
     victim: z3.ArithRef | None = None
 
 
-def _stamp(S: OState, k: z3.ArithRef, value: z3.ArithRef) -> OState:
+def _stamp(S: OrderState, k: z3.ArithRef, value: z3.ArithRef) -> OrderState:
     """Entry ``k`` in the pool with stamp ``value``, the most recent in the history."""
     n = S.n
     inp = tuple(z3.Or(S.inp[i], k == i) for i in range(n))
@@ -195,12 +195,12 @@ def _stamp(S: OState, k: z3.ArithRef, value: z3.ArithRef) -> OState:
     return replace(S, inp=inp, st=st, bef=bef, clock=S.clock + 1)
 
 
-def steps(S: OState, policy: str, tw: frozenset[str], p: str = "") -> list[OStep]:
+def steps(S: OrderState, policy: str, tw: frozenset[str], p: str = "") -> list[OrderStep]:
     """Every step of ``policy`` from ``S``, its inputs free (``k``: the entry, ``v``: the victim)."""
     n = S.n
     k, v, lv = z3.Int(f"{p}k"), z3.Int(f"{p}v"), z3.Int(f"{p}lv")
     inr = z3.And(k >= 0, k < n)
-    out: list[OStep] = []
+    out: list[OrderStep] = []
     stamp = z3.IntVal(0) if "insert-stamp-zero" in tw else S.clock
     ins = _stamp(S, k, stamp)
     req = [inr, z3.Not(z3.Or([z3.And(k == i, S.inp[i]) for i in range(n)]))]
@@ -211,21 +211,23 @@ def steps(S: OState, policy: str, tw: frozenset[str], p: str = "") -> list[OStep
         req.append(z3.Or([z3.And(k == i, z3.Or(S.par[i] == -1, *[z3.And(S.par[i] == q, S.inp[q]) for q in range(i)]))
                           for i in range(n)]))  # fmt: skip
         ins = replace(ins, lock=tuple(z3.If(k == i, z3.BoolVal(False), S.lock[i]) for i in range(n)))
-    out.append(OStep("insert", req, ins))
+    out.append(OrderStep("insert", req, ins))
     member = z3.Or([z3.And(k == i, S.inp[i]) for i in range(n)])
     if policy == "radix":
         touched = S if "touch-keeps-stamp" in tw else _stamp(S, k, S.clock)
         if "touch-keeps-stamp" in tw:
             touched = replace(S, clock=S.clock + 1, bef=_stamp(S, k, S.clock).bef)
-        out.append(OStep("touch", [inr, member], touched))
+        out.append(OrderStep("touch", [inr, member], touched))
         # lock a node and every node above it (RADIX-LOCK); unlock one node (the lock bits are
         # what the order reads: a locked leaf is no candidate)
         lk = tuple(z3.Or(S.lock[i], k == i, _anc_of(S, i, k)) for i in range(n))
-        out.append(OStep("lock", [inr, member], replace(S, lock=lk)))
+        out.append(OrderStep("lock", [inr, member], replace(S, lock=lk)))
         unl = tuple(z3.If(k == i, z3.BoolVal(False), S.lock[i]) for i in range(n))
-        out.append(OStep("unlock", [inr, member], replace(S, lock=unl)))
+        out.append(OrderStep("unlock", [inr, member], replace(S, lock=unl)))
     else:  # taken out of the pool without eviction (a hit; vllm: a free block reused by a prefix hit)
-        out.append(OStep("remove", [inr, member], replace(S, inp=tuple(z3.And(S.inp[i], k != i) for i in range(n)))))
+        out.append(
+            OrderStep("remove", [inr, member], replace(S, inp=tuple(z3.And(S.inp[i], k != i) for i in range(n))))
+        )
     cands = [candidate(S, policy, i, tw) for i in range(n)]
     least = []
     for i in range(n):
@@ -235,16 +237,16 @@ def steps(S: OState, policy: str, tw: frozenset[str], p: str = "") -> list[OStep
                 least.append(z3.Implies(z3.And(v == i, cands[j]), lt))
     ev_req = [v >= 0, v < n, z3.Or([z3.And(v == i, cands[i]) for i in range(n)]), *least]
     ev_post = replace(S, inp=tuple(z3.And(S.inp[i], v != i) for i in range(n)))
-    out.append(OStep("evict", ev_req, ev_post, victim=v))
+    out.append(OrderStep("evict", ev_req, ev_post, victim=v))
     return out
 
 
-def _anc_of(S: OState, i: int, k: z3.ArithRef) -> z3.BoolRef:
+def _anc_of(S: OrderState, i: int, k: z3.ArithRef) -> z3.BoolRef:
     """Entry ``i`` is a proper ancestor of the entry ``k`` names."""
     return z3.Or([z3.And(k == d, _anc(S, i, d)) for d in range(S.n) if d != i] or [z3.BoolVal(False)])
 
 
-def order_goal(S: OState, policy: str, v: z3.ArithRef) -> z3.BoolRef:
+def order_goal(S: OrderState, policy: str, v: z3.ArithRef) -> z3.BoolRef:
     """The policy's order row at ``evict``: the victim goes before every other candidate of the
     model's own definition (stated with the unmutated candidates), and is one itself."""
     clean: frozenset[str] = frozenset()
@@ -276,7 +278,7 @@ def _check(premises: list[z3.BoolRef], goal: z3.BoolRef, timeout_ms: int) -> tup
 def prove(policy: str, tw: frozenset[str] = frozenset(), n: int = N, timeout_ms: int = 60_000) -> list[OProof]:
     """ORDER-STAMPS at every step and the policy's order row at ``evict``."""
     out = []
-    for st in steps(S := OState.fresh("o_", n), policy, tw):
+    for st in steps(S := OrderState.fresh("o_", n), policy, tw):
         hyp = [*wellformed(S, policy), stamps(S), *st.requires]
         goals = {STAMPS: stamps(st.post)}
         if st.victim is not None:
@@ -291,7 +293,7 @@ def prove(policy: str, tw: frozenset[str] = frozenset(), n: int = N, timeout_ms:
 def sanity(policy: str, n: int = N) -> list[str]:
     """Every step enabled under the invariant, and ``evict`` with two candidates or more (the order
     matters): the problems found."""
-    S = OState.fresh("s_", n)
+    S = OrderState.fresh("s_", n)
     problems = []
     for st in steps(S, policy, frozenset()):
         s = z3.Solver()

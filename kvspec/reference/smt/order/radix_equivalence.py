@@ -35,9 +35,9 @@ from typing import Any
 
 import z3
 
-from kvspec.reference.radix import Node, RadixModel
+from kvspec.reference.radix import RadixModel, RadixTreeNode
 from kvspec.reference.smt.equivalence import all_values
-from kvspec.reference.smt.order.encoding import OState, candidate, steps
+from kvspec.reference.smt.order.encoding import OrderState, candidate, steps
 from kvspec.spec.radix_wire import RadixConfig, RadixEvict, RadixInsert, RadixLock, RadixMatch, RadixUnlock
 
 KEYS: tuple[tuple[int, ...], ...] = ((1,), (1, 2), (1, 3), (2,))
@@ -47,7 +47,7 @@ Path = tuple[int, ...]
 class LeafTimeZero(RadixModel):
     """Model bug: a new leaf is created with ``last_access = 0`` (the escape of issue 24)."""
 
-    def _insert(self, key: list[int], events: list[Any]) -> tuple[int, Node]:
+    def _insert(self, key: list[int], events: list[Any]) -> tuple[int, RadixTreeNode]:
         before = set(map(id, self.nodes()))
         pos, node = super()._insert(key, events)
         if id(node) not in before:
@@ -62,7 +62,7 @@ def _set(xs: tuple[z3.ArithRef, ...], i: int, v: z3.ArithRef) -> tuple[z3.ArithR
     return (*xs[:i], v, *xs[i + 1 :])
 
 
-def _full(m: RadixModel, n: Node) -> Path:
+def _full(m: RadixModel, n: RadixTreeNode) -> Path:
     toks: list[int] = []
     while n.parent is not None:
         toks = n.tokens + toks
@@ -70,7 +70,7 @@ def _full(m: RadixModel, n: Node) -> Path:
     return tuple(toks)
 
 
-def _nodes(m: RadixModel) -> dict[Path, Node]:
+def _nodes(m: RadixModel) -> dict[Path, RadixTreeNode]:
     return {_full(m, n): n for n in m.nodes()}
 
 
@@ -129,7 +129,7 @@ class RadixOrderSubject:
         paths = sorted(ns, key=lambda p: (len(p), p))
         idx = {p: i for i, p in enumerate(paths)}
         n = len(paths) + 2  # room for a split's upper half and a new leaf
-        S = OState(
+        S = OrderState(
             inp=tuple(z3.BoolVal(i < len(paths)) for i in range(n)),
             st=tuple(z3.IntVal(ns[p].last_access) for p in paths) + (z3.IntVal(0),) * 2,
             lvl=(z3.IntVal(0),) * n,
@@ -156,7 +156,7 @@ class RadixOrderSubject:
         req: list[z3.BoolRef] = []
         victim: z3.ArithRef | None = None
 
-        def run(name: str, k: int | None, St: OState, tag: str) -> OState:
+        def run(name: str, k: int | None, St: OrderState, tag: str) -> OrderState:
             nonlocal victim
             tw = frozenset({self.mutant}) if self.mutant else frozenset()
             [stp] = [s for s in steps(St, "radix", tw, tag) if s.name == name]

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import z3
 
-from kvspec.reference.radix import Node, RadixModel
+from kvspec.reference.radix import RadixModel, RadixTreeNode
 from kvspec.reference.smt.radix.encoding import ROOT, STEPS, RadixBound, RState
 from kvspec.spec.hashing import local_block_hash, sequence_hash
 from kvspec.spec.radix_wire import (
@@ -154,7 +154,7 @@ class Replayer:
         c.free = self.model.free // self.page
         return c
 
-    def _tail(self, node: Node) -> int:
+    def _tail(self, node: RadixTreeNode) -> int:
         h = node.last_hash()
         return ROOT if h is None else self.slot[h]
 

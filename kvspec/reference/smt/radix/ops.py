@@ -94,7 +94,7 @@ OP_MUTANTS: dict[str, OpMutant] = {
 
 
 @dataclass
-class OpProof:
+class RadixOpProof:
     """One row: an invariant (or the steps / events row) at one operation."""
 
     property_id: str
@@ -133,8 +133,8 @@ def prove_ops(
     tw: frozenset[str] = frozenset(),
     ops: tuple[str, ...] = tuple(OPERATIONS),
     timeout_ms: int | None = None,
-    on_result: Callable[[OpProof], None] | None = None,
-) -> list[OpProof]:
+    on_result: Callable[[RadixOpProof], None] | None = None,
+) -> list[RadixOpProof]:
     """Every row of every operation in ``ops``."""
     out = []
     for name in ops:
@@ -142,7 +142,7 @@ def prove_ops(
         for pid, goal in obligations(t).items():
             t0 = time.process_time()
             verdict = _check([*_hyp(t.pre), *t.requires], goal, timeout_ms)
-            res = OpProof(pid, name, verdict, time.process_time() - t0)
+            res = RadixOpProof(pid, name, verdict, time.process_time() - t0)
             if on_result:
                 on_result(res)
             out.append(res)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import z3
 
 from kvspec.reference.smt.radix.encoding import STEPS, RadixBound, RState
-from kvspec.reference.smt.reach import Move, Start, System, equal_leaves, leaves, renamer
+from kvspec.reference.smt.reach import Move, ReachStart, System, equal_leaves, leaves, renamer
 
 REACH_BOUND = RadixBound(pages=4, handles=2)
 
@@ -35,9 +35,9 @@ def _inputs(step_terms: list[z3.ExprRef], prefix: str) -> dict[str, z3.ExprRef]:
 
 
 def system(tw: frozenset[str] = frozenset(), bound: RadixBound = REACH_BOUND, depth: int = 7) -> System[RState]:
-    def start() -> Start[RState]:
+    def start() -> ReachStart[RState]:
         cap = z3.Int("reach_cap")
-        return Start(RState.initial(bound, cap), [cap >= 1], lambda tag: RState.fresh(bound, tag))
+        return ReachStart(RState.initial(bound, cap), [cap >= 1], lambda tag: RState.fresh(bound, tag))
 
     def move(name: str, pre: RState, prefix: str) -> Move:
         step = STEPS[name](pre, tw)

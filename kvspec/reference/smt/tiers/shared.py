@@ -48,15 +48,15 @@ MUTANTS: dict[str, str] = {
 
 
 @dataclass(frozen=True)
-class _State:
+class _SharedTierState:
     held: list[z3.BoolRef]  # per hash
     fly: list[list[z3.BoolRef]]  # per worker, per hash
     dest: z3.ArithRef
     adm: z3.ArithRef
 
 
-def _state(tag: str, w: int, h: int) -> _State:
-    return _State(
+def _state(tag: str, w: int, h: int) -> _SharedTierState:
+    return _SharedTierState(
         [z3.Bool(f"{tag}_held_{j}") for j in range(h)],
         [[z3.Bool(f"{tag}_fly_{i}_{j}") for j in range(h)] for i in range(w)],
         z3.Int(f"{tag}_dest"),
@@ -68,17 +68,17 @@ def _n(bs: list[z3.BoolRef]) -> z3.ArithRef:
     return z3.Sum([z3.If(b, 1, 0) for b in bs]) if bs else z3.IntVal(0)
 
 
-def conserve(s: _State, cap: int) -> z3.BoolRef:
+def conserve(s: _SharedTierState, cap: int) -> z3.BoolRef:
     flying = _n([b for row in s.fly for b in row])
     return z3.And(_n(s.held) + s.dest <= cap, s.dest == flying, s.adm == flying, s.dest >= 0)
 
 
-def no_dup(s: _State) -> z3.BoolRef:
+def no_dup(s: _SharedTierState) -> z3.BoolRef:
     h = len(s.held)
     return z3.And([z3.If(s.held[j], 1, 0) + _n([row[j] for row in s.fly]) <= 1 for j in range(h)])
 
 
-def _unchanged_except(s: _State, t: _State, w: int, j: int, victim: int | None) -> list[z3.BoolRef]:
+def _unchanged_except(s: _SharedTierState, t: _SharedTierState, w: int, j: int, victim: int | None) -> list[z3.BoolRef]:
     out: list[z3.BoolRef] = []
     for jj in range(len(s.held)):
         if jj not in (j, victim):
@@ -90,7 +90,9 @@ def _unchanged_except(s: _State, t: _State, w: int, j: int, victim: int | None) 
     return out
 
 
-def transitions(s: _State, t: _State, cap: int, mutant: str | None = None) -> list[tuple[str, z3.BoolRef]]:
+def transitions(
+    s: _SharedTierState, t: _SharedTierState, cap: int, mutant: str | None = None
+) -> list[tuple[str, z3.BoolRef]]:
     """Every (name, relation) of one step from ``s`` to ``t``."""
     out: list[tuple[str, z3.BoolRef]] = []
     w, h = len(s.fly), len(s.held)
@@ -145,7 +147,7 @@ def transitions(s: _State, t: _State, cap: int, mutant: str | None = None) -> li
     return out
 
 
-def _init(s: _State) -> z3.BoolRef:
+def _init(s: _SharedTierState) -> z3.BoolRef:
     return z3.And(*[z3.Not(b) for b in s.held], *[z3.Not(b) for row in s.fly for b in row], s.dest == 0, s.adm == 0)
 
 
@@ -158,7 +160,9 @@ class Row:
     detail: str = ""
 
 
-def _inductive(prop: Callable[[_State], z3.BoolRef], w: int, h: int, cap: int, mutant: str | None) -> str | None:
+def _inductive(
+    prop: Callable[[_SharedTierState], z3.BoolRef], w: int, h: int, cap: int, mutant: str | None
+) -> str | None:
     """None when ``prop`` (with the full invariant as hypothesis) holds
     initially and after every step; else the failing transition's name."""
     s, t = _state("s", w, h), _state("t", w, h)

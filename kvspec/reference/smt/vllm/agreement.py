@@ -121,7 +121,7 @@ def snapshot(m: Mirror) -> Snapshot:
     )
 
 
-def _state(m: Mirror, snap: Snapshot, bs: list[z3.ExprRef]) -> ops.OState:
+def _state(m: Mirror, snap: Snapshot, bs: list[z3.ExprRef]) -> ops.VllmOpState:
     """The encoding's state of the model (between operations: nothing pending)."""
     st, hsh, own = z3.K(Block, V_FREE), z3.K(Block, z3.IntVal(0)), z3.K(Block, z3.IntVal(0))
     for cid, i in m.slot.items():
@@ -146,7 +146,7 @@ def _state(m: Mirror, snap: Snapshot, bs: list[z3.ExprRef]) -> ops.OState:
     for cid in snap.held.values():
         if snap.seqs.get(cid) is not None:
             uo = z3.Store(uo, bs[m.slot[cid]], z3.BoolVal(True))
-    return ops.OState(
+    return ops.VllmOpState(
         st, hsh, own, z3.K(Block, z3.BoolVal(False)), uo, ccnt, zero, view, zero, zero, cnt,
         z3.IntVal(ops.IDLE), z3.IntVal(ops.NONE), bs[0], z3.IntVal(ops.NONE), bs[0], z3.BoolVal(False),
         z3.IntVal(0), z3.IntVal(0),
@@ -164,13 +164,13 @@ def _owned_copy(snap: Snapshot, h: int | None) -> int | None:
     return next((c for c in snap.by_hash.get(h, []) if snap.owners[c] >= 1), None)
 
 
-class Mismatch(Exception):
+class VllmMismatch(Exception):
     """The encoding cannot make the model's move."""
 
 
 def _run(
-    S: ops.OState, steps: list[tuple[str, dict]], tw: frozenset[str]
-) -> tuple[ops.OState, list[z3.BoolRef], list[tuple[z3.BoolRef, z3.ArithRef]]]:
+    S: ops.VllmOpState, steps: list[tuple[str, dict]], tw: frozenset[str]
+) -> tuple[ops.VllmOpState, list[z3.BoolRef], list[tuple[z3.BoolRef, z3.ArithRef]]]:
     reqs: list[z3.BoolRef] = []
     stored = []
     for name, inp in steps:
@@ -192,7 +192,7 @@ def _enabled(reqs: list[z3.BoolRef], bs: list[z3.ExprRef]) -> z3.ModelRef | None
 def compare(m: Mirror, op: Operation, tw: frozenset[str] = frozenset()) -> str:
     """Apply ``op`` to the model and check the encoding makes the same move.
     Returns "ok", "skipped" (the model refused it as invalid, or the caller
-    broke the contract); raises Mismatch naming the difference."""
+    broke the contract); raises VllmMismatch naming the difference."""
     snap = snapshot(m)
     fp = m.model.fingerprint()
     try:
@@ -269,18 +269,18 @@ def compare(m: Mirror, op: Operation, tw: frozenset[str] = frozenset()) -> str:
     post, reqs, stored = _run(S, steps, tw)
     if refused:
         if m.model.fingerprint() != fp or events:
-            raise Mismatch(f"{op.op}: the model refused it but changed its state or published {len(events)} events")
+            raise VllmMismatch(f"{op.op}: the model refused it but changed its state or published {len(events)} events")
         if _enabled(reqs, bs) is not None:
-            raise Mismatch(f"{op.op}: the model refused it (all or nothing) but the encoding's steps are enabled")
+            raise VllmMismatch(f"{op.op}: the model refused it (all or nothing) but the encoding's steps are enabled")
         return "ok"
     mdl = _enabled(reqs, bs)
     if mdl is None:
-        raise Mismatch(f"{op.op}: the encoding cannot make the model's move (a step is not enabled)")
+        raise VllmMismatch(f"{op.op}: the encoding cannot make the model's move (a step is not enabled)")
     _same_post(m, mdl, post, bs, op)
     enc_parents = [mdl.eval(par).as_long() for when, par in stored if z3.is_true(mdl.eval(when))]
     model_parents = [ops.NONE if x is None else x for x in parent_of_stored]
     if enc_parents != model_parents:
-        raise Mismatch(f"{op.op}: Stored parent(s) {model_parents} in the model, {enc_parents} in the encoding")
+        raise VllmMismatch(f"{op.op}: Stored parent(s) {model_parents} in the model, {enc_parents} in the encoding")
     return "ok"
 
 
@@ -310,7 +310,7 @@ def _follow(m: Mirror, snap: Snapshot) -> None:
         m.slot[cid] = free.pop(0) if free else victim_slots.pop(0)
 
 
-def _same_post(m: Mirror, mdl: z3.ModelRef, post: ops.OState, bs: list[z3.ExprRef], op: Operation) -> None:
+def _same_post(m: Mirror, mdl: z3.ModelRef, post: ops.VllmOpState, bs: list[z3.ExprRef], op: Operation) -> None:
     def ev(x: z3.ExprRef) -> z3.ExprRef:
         return mdl.eval(x, model_completion=True)
 
@@ -321,16 +321,18 @@ def _same_post(m: Mirror, mdl: z3.ModelRef, post: ops.OState, bs: list[z3.ExprRe
         want = "vfree" if c is None else ("vheld" if c.seq is None else "vcached")
         got = str(ev(post.st[b]))
         if got != want:
-            raise Mismatch(f"{op.op}: block {i} is {want} in the model, {got} in the encoding")
+            raise VllmMismatch(f"{op.op}: block {i} is {want} in the model, {got} in the encoding")
         if c is not None and c.seq is not None:
             got_h, got_o = ev(post.hsh[b]).as_long(), ev(post.own[b]).as_long()
             if (got_h, got_o) != (c.seq, c.owners):
-                raise Mismatch(f"{op.op}: block {i} caches {c.seq} x{c.owners} in the model, {got_h} x{got_o} encoded")
+                raise VllmMismatch(
+                    f"{op.op}: block {i} caches {c.seq} x{c.owners} in the model, {got_h} x{got_o} encoded"
+                )
     for h in range(HASHES):
         copies = len(m.model.by_hash.get(h, []))
         view, ccnt = ev(post.view[h]).as_long(), ev(post.ccnt[h]).as_long()
         if (view, ccnt) != (m.router[h], copies):
-            raise Mismatch(
+            raise VllmMismatch(
                 f"{op.op}: hash {h}: router {m.router[h]} from the model's events and {copies} copies;"
                 f" the encoding's router {view}, copies {ccnt}"
             )
@@ -380,6 +382,6 @@ def first_mismatch(seed: int, budget: int, tw: frozenset[str] = frozenset()) -> 
     for i in range(budget):
         try:
             seen[compare(m, random_op(rng, m.model), tw)] += 1
-        except Mismatch:
+        except VllmMismatch:
             return i, seen
     return None, seen

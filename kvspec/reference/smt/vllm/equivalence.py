@@ -192,7 +192,7 @@ class VllmSubject:
             reqs.append(z3.Or([b == x for x in bs]))
             return b
 
-        def run(T: ops.OState, name: str, inp: dict, reqs: list[z3.BoolRef]) -> ops.OStep:
+        def run(T: ops.VllmOpState, name: str, inp: dict, reqs: list[z3.BoolRef]) -> ops.VllmOpStep:
             st = ops.TRANSITIONS[name](T, inp, self.tw)
             reqs += st.requires
             return st
@@ -262,7 +262,7 @@ class VllmSubject:
         self,
         reqs: list[z3.BoolRef],
         bs: list[z3.ExprRef],
-        post: ops.OState,
+        post: ops.VllmOpState,
         result: tuple[object, str],
         prem: z3.ArrayRef,
         psto: z3.ArrayRef,

@@ -89,7 +89,7 @@ def _ind(c: z3.BoolRef) -> z3.ArithRef:
 
 
 @dataclass(frozen=True)
-class OState:
+class VllmOpState:
     """Pool, router view and the batch in progress."""
 
     st: z3.ArrayRef  # Block -> VBlockState
@@ -113,8 +113,8 @@ class OState:
     pins: z3.ArithRef  # ghost: prefix hits of this Use that were unowned (evictable) before
 
     @staticmethod
-    def fresh(p: str) -> OState:
-        return OState(
+    def fresh(p: str) -> VllmOpState:
+        return VllmOpState(
             z3.Array(f"{p}st", Block, VBlockSort),
             z3.Array(f"{p}hsh", Block, Int),
             z3.Array(f"{p}own", Block, Int),
@@ -136,7 +136,7 @@ class OState:
             z3.Int(f"{p}pins"),
         )
 
-    def write(self, b: z3.ExprRef, st: z3.ExprRef, hsh: z3.ArithRef, own: z3.ArithRef, nb: z3.BoolRef) -> OState:
+    def write(self, b: z3.ExprRef, st: z3.ExprRef, hsh: z3.ArithRef, own: z3.ArithRef, nb: z3.BoolRef) -> VllmOpState:
         """Block ``b`` takes (st, hsh, own, nb); the ghosts move by the point-update identity."""
         oc = _ind(self.st[b] == V_CACHED)
         on = _ind(z3.And(self.st[b] == V_CACHED, self.nb[b]))
@@ -156,7 +156,7 @@ class OState:
             cnt=cnt,
         )
 
-    def write_own(self, b: z3.ExprRef, own: z3.ArithRef) -> OState:
+    def write_own(self, b: z3.ExprRef, own: z3.ArithRef) -> VllmOpState:
         """Only the owner count of ``b`` changes (a hit, a release): the copy
         counts stay, the "idle" census moves."""
         cnt = {
@@ -174,10 +174,10 @@ def _bump(arr: z3.ArrayRef, h: z3.ArithRef, d: int, when: z3.BoolRef | bool = Tr
 
 
 @dataclass
-class OStep:
+class VllmOpStep:
     name: str
-    pre: OState
-    post: OState
+    pre: VllmOpState
+    post: VllmOpState
     requires: list[z3.BoolRef] = field(default_factory=list)
     #: rule id -> when it fires in this step (sanity: each satisfiable)
     rules: dict[str, z3.BoolRef] = field(default_factory=dict)
@@ -201,11 +201,11 @@ def inputs(p: str = "in_") -> dict[str, z3.ExprRef]:
     return out
 
 
-def _held_copy(S: OState, blk: z3.ExprRef, h: z3.ArithRef) -> z3.BoolRef:
+def _held_copy(S: VllmOpState, blk: z3.ExprRef, h: z3.ArithRef) -> z3.BoolRef:
     return z3.And(S.st[blk] == V_CACHED, S.hsh[blk] == h, S.own[blk] >= 1)
 
 
-def _caller_parent(S: OState, inp: dict[str, z3.ExprRef], tw: frozenset[str]) -> z3.BoolRef:
+def _caller_parent(S: VllmOpState, inp: dict[str, z3.ExprRef], tw: frozenset[str]) -> z3.BoolRef:
     """ASSUME-PARENT-REGISTERED, "the request holds its prefix": the caller's
     parent is none or a cached copy the request owns (``pb``)."""
     p, pb = inp["p"], inp["pb"]
@@ -214,25 +214,25 @@ def _caller_parent(S: OState, inp: dict[str, z3.ExprRef], tw: frozenset[str]) ->
     return z3.Or(p == NONE, _held_copy(S, pb, p))
 
 
-def begin(S: OState, inp: dict[str, z3.ExprRef], tw: frozenset[str]) -> OStep:
+def begin(S: VllmOpState, inp: dict[str, z3.ExprRef], tw: frozenset[str]) -> VllmOpStep:
     """A Use starts: the caller's parent is the anchor so far; ``F`` fresh blocks to place."""
-    step = OStep("use(begin)", S, S, [S.phase == IDLE, inp["F"] >= 0, _caller_parent(S, inp, tw)])
+    step = VllmOpStep("use(begin)", S, S, [S.phase == IDLE, inp["F"] >= 0, _caller_parent(S, inp, tw)])
     step.rules = {R.PARENT_ANCHOR: inp["p"] != NONE}
     step.post = replace(S, phase=z3.IntVal(HITS), prev=inp["p"], pblk=inp["pb"], budget=inp["F"], pins=z3.IntVal(0))
     return step
 
 
-def hit(S: OState, inp: dict[str, z3.ExprRef], tw: frozenset[str]) -> OStep:
+def hit(S: VllmOpState, inp: dict[str, z3.ExprRef], tw: frozenset[str]) -> VllmOpStep:
     """VLLM-PREFIX-HIT: a leading full block with a cached copy; that copy gains an owner."""
     h, b = inp["h"], inp["b"]
-    step = OStep("use(hit)", S, S, [S.phase == HITS, h >= 0, S.st[b] == V_CACHED, S.hsh[b] == h])
+    step = VllmOpStep("use(hit)", S, S, [S.phase == HITS, h >= 0, S.st[b] == V_CACHED, S.hsh[b] == h])
     step.rules = {R.VLLM_PREFIX_HIT: S.own[b] == 0}
     post = S.write_own(b, S.own[b] + 1)
     step.post = replace(post, prev=h, pblk=b, pins=S.pins + _ind(S.own[b] == 0))
     return step
 
 
-def check(S: OState, inp: dict[str, z3.ExprRef], tw: frozenset[str]) -> OStep:
+def check(S: VllmOpState, inp: dict[str, z3.ExprRef], tw: frozenset[str]) -> VllmOpStep:
     """USE-CAPACITY, passed: the fresh blocks fit in the free blocks plus the
     unowned copies left after the pins (else the Use changes nothing:
     ``refusal``). VLLM-PREFIX-HIT: the hits are the longest cached prefix, so
@@ -241,14 +241,14 @@ def check(S: OState, inp: dict[str, z3.ExprRef], tw: frozenset[str]) -> OStep:
     room = S.cnt["free"] + S.cnt["idle"] + (S.pins if "check-before-pins" in tw else 0)
     nxt = inp["h"]
     longest = z3.Or(nxt == NONE, S.ccnt[nxt] == 0)
-    step = OStep("use(check)", S, S, [S.phase == HITS, longest, S.budget <= room])
+    step = VllmOpStep("use(check)", S, S, [S.phase == HITS, longest, S.budget <= room])
     step.refusal = z3.And(S.phase == HITS, longest, z3.Not(S.budget <= room))
     step.rules = {R.USE_CAPACITY: S.budget == S.cnt["free"] + S.cnt["idle"]}
     step.post = replace(S, phase=z3.IntVal(PLACE))
     return step
 
 
-def _slot(S: OState, b: z3.ExprRef, tw: frozenset[str]) -> tuple[list[z3.BoolRef], z3.BoolRef, OState]:
+def _slot(S: VllmOpState, b: z3.ExprRef, tw: frozenset[str]) -> tuple[list[z3.BoolRef], z3.BoolRef, VllmOpState]:
     """A fresh physical block: a free one, else (none free) an unowned cached
     copy, evicted (VLLM-FREE-ORDER: hashless blocks go first). Returns the
     requirement, "it evicts", and the state with the Removed pending."""
@@ -260,11 +260,11 @@ def _slot(S: OState, b: z3.ExprRef, tw: frozenset[str]) -> tuple[list[z3.BoolRef
     return req, evicts, replace(S, prem=_bump(S.prem, h, 1, announced), budget=S.budget - 1)
 
 
-def new(S: OState, inp: dict[str, z3.ExprRef], tw: frozenset[str]) -> OStep:
+def new(S: VllmOpState, inp: dict[str, z3.ExprRef], tw: frozenset[str]) -> VllmOpStep:
     """USE-NEW: a full block after the hits becomes a new cached copy (STORE-COPY: announced even if cached)."""
     h, b = inp["h"], inp["b"]
     req, evicts, S1 = _slot(S, b, tw)
-    step = OStep("use(new)", S, S, [*req, h >= 0])
+    step = VllmOpStep("use(new)", S, S, [*req, h >= 0])
     step.rules = {R.USE_NEW: z3.BoolVal(True), R.STORE_COPY: S.ccnt[h] >= 1, R.VLLM_LAZY_REMOVE: evicts}
     announced = S.ccnt[h] == 0 if "store-new-only" in tw else z3.BoolVal(True)
     S2 = replace(S1.write(b, V_CACHED, h, z3.IntVal(1), z3.BoolVal(True)), uo=z3.Store(S1.uo, b, z3.BoolVal(False)))
@@ -282,21 +282,21 @@ def new(S: OState, inp: dict[str, z3.ExprRef], tw: frozenset[str]) -> OStep:
     return step
 
 
-def partial(S: OState, inp: dict[str, z3.ExprRef], tw: frozenset[str]) -> OStep:
+def partial(S: VllmOpState, inp: dict[str, z3.ExprRef], tw: frozenset[str]) -> VllmOpStep:
     """USE-PARTIAL: a partial block takes a fresh physical block without a hash."""
     b = inp["b"]
     req, evicts, S1 = _slot(S, b, tw)
-    step = OStep("use(partial)", S, S, req)
+    step = VllmOpStep("use(partial)", S, S, req)
     step.rules = {R.USE_PARTIAL: z3.BoolVal(True), R.VLLM_LAZY_REMOVE: evicts}
     post = S1.write(b, V_HELD, S.hsh[b], z3.IntVal(0), z3.BoolVal(False))
     step.post = replace(post, uo=z3.Store(S1.uo, b, z3.BoolVal(False)))
     return step
 
 
-def close(S: OState, inp: dict[str, z3.ExprRef], tw: frozenset[str]) -> OStep:
+def close(S: VllmOpState, inp: dict[str, z3.ExprRef], tw: frozenset[str]) -> VllmOpStep:
     """The Use publishes its Removed (if any copy was evicted), then its Stored (if any new copy)."""
     x = z3.Int("xv")
-    step = OStep("use(close)", S, S, [S.phase == PLACE, S.budget == 0])
+    step = VllmOpStep("use(close)", S, S, [S.phase == PLACE, S.budget == 0])
     step.rules = {R.EVENT_ORDER: S.sopen}
     after_removed = z3.Lambda([x], S.view[x] - S.prem[x])
     anchored = z3.Or(S.spar == NONE, after_removed[S.spar] >= 1)
@@ -316,10 +316,10 @@ def close(S: OState, inp: dict[str, z3.ExprRef], tw: frozenset[str]) -> OStep:
     return step
 
 
-def promote(S: OState, inp: dict[str, z3.ExprRef], tw: frozenset[str]) -> OStep:
+def promote(S: VllmOpState, inp: dict[str, z3.ExprRef], tw: frozenset[str]) -> VllmOpStep:
     """PROMOTE-NEW: a held partial block becomes a cached copy; one Stored, parent the caller's."""
     h, b = inp["h"], inp["b"]
-    step = OStep("promote", S, S, [S.phase == IDLE, h >= 0, S.st[b] == V_HELD, _caller_parent(S, inp, tw)])
+    step = VllmOpStep("promote", S, S, [S.phase == IDLE, h >= 0, S.st[b] == V_HELD, _caller_parent(S, inp, tw)])
     step.rules = {R.PROMOTE_NEW: z3.BoolVal(True), R.STORE_COPY: S.ccnt[h] >= 1}
     announced = S.ccnt[h] == 0 if "store-new-only" in tw else z3.BoolVal(True)
     step.obligations = {R.PARENT_ANCHOR: [z3.Or(inp["p"] == NONE, S.view[inp["p"]] >= 1)]}
@@ -329,42 +329,42 @@ def promote(S: OState, inp: dict[str, z3.ExprRef], tw: frozenset[str]) -> OStep:
     return step
 
 
-def deref_full(S: OState, inp: dict[str, z3.ExprRef], tw: frozenset[str]) -> OStep:
+def deref_full(S: VllmOpState, inp: dict[str, z3.ExprRef], tw: frozenset[str]) -> VllmOpStep:
     """DEREF-OWNER: one owner of a cached copy released by naming its hash
     (an unowned copy becomes evictable). The owner a promoted block's uuid
     holds is not one of them (DEREF-UNKNOWN: releasing it by hash too would
     free the block twice)."""
     b = inp["b"]
-    step = OStep("deref(full)", S, S, [S.phase == IDLE, S.st[b] == V_CACHED, S.own[b] - _ind(S.uo[b]) >= 1])
+    step = VllmOpStep("deref(full)", S, S, [S.phase == IDLE, S.st[b] == V_CACHED, S.own[b] - _ind(S.uo[b]) >= 1])
     step.rules = {R.DEREF_OWNER: S.own[b] == 1}
     step.post = S.write_own(b, S.own[b] - 1)
     return step
 
 
-def deref_promoted(S: OState, inp: dict[str, z3.ExprRef], tw: frozenset[str]) -> OStep:
+def deref_promoted(S: VllmOpState, inp: dict[str, z3.ExprRef], tw: frozenset[str]) -> VllmOpStep:
     """DEREF-OWNER: a promoted block released by its uuid: the uuid's owner goes."""
     b = inp["b"]
-    step = OStep("deref(promoted)", S, S, [S.phase == IDLE, S.st[b] == V_CACHED, S.uo[b]])
+    step = VllmOpStep("deref(promoted)", S, S, [S.phase == IDLE, S.st[b] == V_CACHED, S.uo[b]])
     step.rules = {R.DEREF_OWNER: S.own[b] == 1}
     post = S.write_own(b, S.own[b] - 1)
     step.post = replace(post, uo=z3.Store(S.uo, b, z3.BoolVal(False)))
     return step
 
 
-def deref_partial(S: OState, inp: dict[str, z3.ExprRef], tw: frozenset[str]) -> OStep:
+def deref_partial(S: VllmOpState, inp: dict[str, z3.ExprRef], tw: frozenset[str]) -> VllmOpStep:
     """DEREF-PARTIAL: a held block without a hash goes straight back to free."""
     b = inp["b"]
-    step = OStep("deref(partial)", S, S, [S.phase == IDLE, S.st[b] == V_HELD])
+    step = VllmOpStep("deref(partial)", S, S, [S.phase == IDLE, S.st[b] == V_HELD])
     step.rules = {R.DEREF_PARTIAL: z3.BoolVal(True)}
     step.post = S.write(b, V_FREE, S.hsh[b], z3.IntVal(0), S.nb[b])
     return step
 
 
-def reset(S: OState, inp: dict[str, z3.ExprRef], tw: frozenset[str]) -> OStep:
+def reset(S: VllmOpState, inp: dict[str, z3.ExprRef], tw: frozenset[str]) -> VllmOpStep:
     """CLEAR-ALL: with nothing held, every block is freed and one Cleared empties the router."""
     x = z3.Const("xr", Block)
     idle = z3.ForAll([x], z3.And(S.st[x] != V_HELD, z3.Implies(S.st[x] == V_CACHED, S.own[x] == 0)))
-    step = OStep("reset", S, S, [S.phase == IDLE, idle])
+    step = VllmOpStep("reset", S, S, [S.phase == IDLE, idle])
     step.refusal = z3.And(S.phase == IDLE, z3.Not(idle))
     step.rules = {R.CLEAR_ALL: S.cnt["cached"] >= 1}
     zero = z3.K(Int, z3.IntVal(0))
@@ -373,7 +373,7 @@ def reset(S: OState, inp: dict[str, z3.ExprRef], tw: frozenset[str]) -> OStep:
     return step
 
 
-Transition = Callable[[OState, dict[str, z3.ExprRef], frozenset[str]], OStep]
+Transition = Callable[[VllmOpState, dict[str, z3.ExprRef], frozenset[str]], VllmOpStep]
 TRANSITIONS: dict[str, Transition] = {
     "use(begin)": begin,
     "use(hit)": hit,
@@ -402,7 +402,7 @@ MUTANTS: dict[str, tuple[str, str]] = {
 }
 
 
-def invariants(S: OState) -> dict[str, list[z3.BoolRef]]:
+def invariants(S: VllmOpState) -> dict[str, list[z3.BoolRef]]:
     """Property id -> its conjuncts over a state (all hold in every state, inside a batch too)."""
     x, h = z3.Const("xi", Block), z3.Int("hi")
     idle = S.phase == IDLE
@@ -430,11 +430,11 @@ def invariants(S: OState) -> dict[str, list[z3.BoolRef]]:
     }
 
 
-def hypothesis(S: OState) -> list[z3.BoolRef]:
+def hypothesis(S: VllmOpState) -> list[z3.BoolRef]:
     return [f for fs in invariants(S).values() for f in fs]
 
 
-def facts(S: OState, p: str) -> list[z3.BoolRef]:
+def facts(S: VllmOpState, p: str) -> list[z3.BoolRef]:
     """What the ghosts satisfy in every finite pool where they are the counts
     they stand for (``finite_check`` makes them exact): not negative, at
     least one when some block has the property, a witness when positive, and
@@ -459,13 +459,13 @@ def facts(S: OState, p: str) -> list[z3.BoolRef]:
 
 
 def base(
-    name: str, S: OState, inp: dict[str, z3.ExprRef], tw: frozenset[str], p: str
-) -> tuple[OStep, list[z3.BoolRef]]:
+    name: str, S: VllmOpState, inp: dict[str, z3.ExprRef], tw: frozenset[str], p: str
+) -> tuple[VllmOpStep, list[z3.BoolRef]]:
     step = TRANSITIONS[name](S, inp, tw)
     return step, [*facts(S, p), *hypothesis(S), *step.requires]
 
 
-def owner_safe(pre: OState, post: OState) -> z3.BoolRef:
+def owner_safe(pre: VllmOpState, post: VllmOpState) -> z3.BoolRef:
     """INV-VLLM-OWNER-SAFE: a cached copy with an owner is still that cached
     copy after the step (only an unowned copy is ever evicted or reused)."""
     x = z3.Const("xo", Block)
@@ -473,24 +473,24 @@ def owner_safe(pre: OState, post: OState) -> z3.BoolRef:
     return z3.ForAll([x], z3.Implies(owned, z3.And(post.st[x] == V_CACHED, post.hsh[x] == pre.hsh[x])))
 
 
-def goals(prop: str, step: OStep) -> list[z3.BoolRef]:
+def goals(prop: str, step: VllmOpStep) -> list[z3.BoolRef]:
     """What the step must establish for ``prop``: its conjuncts on the post-state and the step's obligations."""
     two_state = [owner_safe(step.pre, step.post)] if prop == OWNER_SAFE else []
     return [*invariants(step.post)[prop], *step.obligations.get(prop, []), *two_state]
 
 
-def goal(prop: str, step: OStep) -> z3.BoolRef:
+def goal(prop: str, step: VllmOpStep) -> z3.BoolRef:
     return z3.And(goals(prop, step))
 
 
-def stuck(S: OState) -> list[z3.BoolRef]:
+def stuck(S: VllmOpState) -> list[z3.BoolRef]:
     """A checked Use that still has a block to place and no block to place it in."""
     x = z3.Const("xs", Block)
     no_slot = z3.ForAll([x], z3.Not(z3.Or(S.st[x] == V_FREE, z3.And(S.st[x] == V_CACHED, S.own[x] == 0))))
     return [S.phase == PLACE, S.budget >= 1, no_slot]
 
 
-def initial(S: OState) -> list[z3.BoolRef]:
+def initial(S: VllmOpState) -> list[z3.BoolRef]:
     """An empty pool of any size: every block free, the router empty, no batch."""
     x, h = z3.Const("x0", Block), z3.Int("h0")
     return [
@@ -508,7 +508,7 @@ def initial(S: OState) -> list[z3.BoolRef]:
 
 
 @dataclass
-class OpProof:
+class VllmOpProof:
     prop: str
     transition: str
     verdict: str  # proven | refuted | unknown
@@ -519,21 +519,21 @@ def _verdict(r: z3.CheckSatResult) -> str:
     return "proven" if r == z3.unsat else ("refuted" if r == z3.sat else "unknown")
 
 
-def prove_ops(tw: frozenset[str] = frozenset(), timeout_ms: int = 60_000) -> list[OpProof]:
+def prove_ops(tw: frozenset[str] = frozenset(), timeout_ms: int = 60_000) -> list[VllmOpProof]:
     """Each property holds initially and is kept by every step from any state
     satisfying all of them (any pool size, any hashes, any batch length);
     "never: stuck" has no state at all."""
     out = []
-    for prop in invariants(OState.fresh("i_")):
+    for prop in invariants(VllmOpState.fresh("i_")):
         t0 = time.perf_counter()
-        S0 = OState.fresh("init_")
+        S0 = VllmOpState.fresh("init_")
         s = z3.Solver()
         s.set("timeout", timeout_ms)
         s.add(*initial(S0), z3.Not(z3.And(invariants(S0)[prop])))
-        out.append(OpProof(prop, "initial state", _verdict(s.check()), time.perf_counter() - t0))
+        out.append(VllmOpProof(prop, "initial state", _verdict(s.check()), time.perf_counter() - t0))
         for name in TRANSITIONS:
             t0 = time.perf_counter()
-            step, hyp = base(name, OState.fresh("pre_"), inputs(), tw, "pre_")
+            step, hyp = base(name, VllmOpState.fresh("pre_"), inputs(), tw, "pre_")
             verdicts = []
             for conj in goals(prop, step):  # one query per conjunct: small queries, stable verdicts
                 s = z3.Solver()
@@ -541,23 +541,23 @@ def prove_ops(tw: frozenset[str] = frozenset(), timeout_ms: int = 60_000) -> lis
                 s.add(*hyp, z3.Not(conj))
                 verdicts.append(_verdict(s.check()))
             worst = next((v for v in ("refuted", "unknown") if v in verdicts), "proven")
-            out.append(OpProof(prop, name, worst, time.perf_counter() - t0))
+            out.append(VllmOpProof(prop, name, worst, time.perf_counter() - t0))
     t0 = time.perf_counter()
-    S = OState.fresh("pre_")
+    S = VllmOpState.fresh("pre_")
     s = z3.Solver()
     s.set("timeout", timeout_ms)
     s.add(*facts(S, "pre_"), *hypothesis(S), *stuck(S))
     out.append(
-        OpProof(
+        VllmOpProof(
             f"{R.USE_CAPACITY} (never: stuck)", "use(new)/use(partial)", _verdict(s.check()), time.perf_counter() - t0
         )
     )
     return out
 
 
-def finite_check(build: Callable[[OState], list[z3.BoolRef]], k: int = 3, H: int = 3) -> z3.CheckSatResult:
+def finite_check(build: Callable[[VllmOpState], list[z3.BoolRef]], k: int = 3, H: int = 3) -> z3.CheckSatResult:
     """Satisfiable in a pool of ``k`` distinct blocks and hashes -1..H-1, every ghost exact?"""
-    S0 = OState.fresh("fi_")
+    S0 = VllmOpState.fresh("fi_")
 
     def table(name: str) -> z3.ArrayRef:
         arr = z3.K(Int, z3.IntVal(0))
@@ -589,10 +589,10 @@ def sanity(tw: frozenset[str] = frozenset(), only: tuple[str, ...] = ()) -> list
     it, is enabled in a finite pool satisfying the whole hypothesis; "stuck" is not."""
     problems = []
     for name in only or TRANSITIONS:
-        probe = TRANSITIONS[name](OState.fresh("probe_"), inputs("probe_"), tw)
+        probe = TRANSITIONS[name](VllmOpState.fresh("probe_"), inputs("probe_"), tw)
         for rule in [None, *probe.rules]:
 
-            def build(S: OState, name: str = name, rule: str | None = rule) -> list[z3.BoolRef]:
+            def build(S: VllmOpState, name: str = name, rule: str | None = rule) -> list[z3.BoolRef]:
                 step, hyp = base(name, S, inputs(), tw, "fi_")
                 return hyp + ([step.rules[rule]] if rule else [])
 
@@ -606,10 +606,10 @@ def sanity(tw: frozenset[str] = frozenset(), only: tuple[str, ...] = ()) -> list
 def refute(mutant: str) -> str | None:
     """Where the mutant breaks a property in a finite pool: "step (property)", None if not refuted."""
     tw = frozenset({mutant})
-    props = list(invariants(OState.fresh("r_")))
+    props = list(invariants(VllmOpState.fresh("r_")))
 
     def broken(name: str, ids: list[str]) -> bool:
-        def build(S: OState) -> list[z3.BoolRef]:
+        def build(S: VllmOpState) -> list[z3.BoolRef]:
             step, hyp = base(name, S, inputs(), tw, "fi_")
             return [*hyp, z3.Not(z3.And([goal(i, step) for i in ids]))]
 

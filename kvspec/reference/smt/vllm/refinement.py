@@ -28,7 +28,7 @@ from kvspec.reference.smt.vllm import copies, ops
 from kvspec.reference.smt.vllm.copies import V_CACHED, V_FREE, VState
 
 
-def project(S: ops.OState) -> VState:
+def project(S: ops.VllmOpState) -> VState:
     """The step encoding's view of an operation-encoding state."""
     x = z3.Int("xproj")
     view = z3.Lambda([x], S.view[x] - S.prem[x] + S.psto[x])
@@ -48,7 +48,7 @@ def _same(a: VState, b: VState) -> list[z3.BoolRef]:
     ]
 
 
-def _matched(name: str, step: ops.OStep, inp: dict[str, z3.ExprRef]) -> list[tuple[z3.BoolRef, z3.BoolRef]]:
+def _matched(name: str, step: ops.VllmOpStep, inp: dict[str, z3.ExprRef]) -> list[tuple[z3.BoolRef, z3.BoolRef]]:
     """The step encoding's steps for ``step`` are enabled and end in its projection, as
     (case, conjunct) obligations (one small query each: stable verdicts)."""
     pre, post = project(step.pre), project(step.post)
@@ -155,7 +155,7 @@ def prove_simulation(timeout_ms: int = 60_000) -> list[Simulation]:
     for name in ops.TRANSITIONS:
         t0 = time.perf_counter()
         inp = ops.inputs()
-        step, hyp = ops.base(name, ops.OState.fresh("pre_"), inp, frozenset(), "pre_")
+        step, hyp = ops.base(name, ops.VllmOpState.fresh("pre_"), inp, frozenset(), "pre_")
         worst = _obligations(hyp, _matched(name, step, inp), timeout_ms)
         out.append(Simulation(name, worst, time.perf_counter() - t0))
     return out

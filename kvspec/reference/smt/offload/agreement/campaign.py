@@ -32,7 +32,7 @@ from kvspec.reference.g1 import G1Model
 from kvspec.reference.smt.offload.agreement.sampled import (
     POLICY_NAMES,
     EncodingLockstep,
-    Mismatch,
+    OffloadMismatch,
     PolicyName,
     Universe,
     deref_op,
@@ -172,7 +172,7 @@ class SequenceResult:
     seed: int
     policy: str
     ops: int
-    mismatches: list[Mismatch]
+    mismatches: list[OffloadMismatch]
     #: contract breaks on operations the caller did not flag as misbehaving
     unflagged_breaks: list[tuple[int, str]]
     flagged_breaks: list[tuple[int, str]]
@@ -189,7 +189,7 @@ def sequence(seed: int, policy: PolicyName, n_ops: int = OPS_PER_SEQUENCE) -> Se
     rng = random.Random(f"ops-{seed}")
     caller = Caller()
     flagged: set[int] = set()
-    mismatches: list[Mismatch] = []
+    mismatches: list[OffloadMismatch] = []
     for i in range(n_ops):
         op, misbehaves = random_op(rng, ls, caller)
         if misbehaves:

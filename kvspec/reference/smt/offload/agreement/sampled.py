@@ -277,7 +277,7 @@ def determinism_problems(c: ConcreteState) -> list[str]:
 
 
 @dataclass
-class Mismatch:
+class OffloadMismatch:
     index: int
     op: Operation
     what: str
@@ -339,18 +339,18 @@ class EncodingLockstep:
         self.view = RouterView(anchored_tiers=("device",))
         self.state = self.universe.initial()
 
-    def step(self, op: Operation, prefer: Iterable[int] = ()) -> list[Mismatch]:
+    def step(self, op: Operation, prefer: Iterable[int] = ()) -> list[OffloadMismatch]:
         """Apply ``op`` to both; return every difference found (empty: agree).
         Caller contracts the operation breaks are recorded in
         ``contract_breaks`` (a difference only if the caller says it keeps them)."""
         i, self.index = self.index, self.index + 1
         forward = not (isinstance(op, Tick) and op.now_ms < self.now)
         enc_op = to_encoding(op, forward)
-        problems: list[Mismatch] = []
+        problems: list[OffloadMismatch] = []
 
         def diff(what: str, a: Any, b: Any) -> None:
             if a != b:
-                problems.append(Mismatch(i, op, what, a, b))
+                problems.append(OffloadMismatch(i, op, what, a, b))
 
         victims: list[int] = []
         pick = self.model._pick_victim
@@ -418,12 +418,12 @@ class EncodingLockstep:
             post.view("g2v"),
         )
         for p in determinism_problems(post):
-            problems.append(Mismatch(i, op, "determinism", "unique choices", p))
+            problems.append(OffloadMismatch(i, op, "determinism", "unique choices", p))
         self.state = post.to_state()
         return problems
 
-    def run(self, ops: Iterable[Any]) -> list[Mismatch]:
-        out: list[Mismatch] = []
+    def run(self, ops: Iterable[Any]) -> list[OffloadMismatch]:
+        out: list[OffloadMismatch] = []
         for op in ops:
             out += self.step(op)
             if out:
