@@ -23,7 +23,8 @@ from kvspec.reference.smt.cli.profiles import _blocks
 from kvspec.spec.wire import Deref, FullBlock, Operation, PartialBlock, Plh, Promote, Use
 
 PROFILES = ("kvbm", "legacy", "atomic")
-#: the budget: sampled operations per policy (legacy has one policy; kill rates over 10 seeds: spec/INVARIANTS.md)
+#: the budget: sampled operations per policy (legacy has one policy); kill rates over 10 seeds:
+#: benchmarks/profile_agreement_kills.py
 OPS = {"kvbm": 50, "atomic": 50, "legacy": 100}
 #: the steps that carry no state of their own to get wrong (they only open the batch)
 #: steps with no state change of their own: ``use(begin)`` only enters the batch, legacy's
@@ -45,7 +46,7 @@ def test_the_model_moves_as_the_encoding_allows(profile: str) -> None:
 )
 def test_each_seeded_encoding_bug_is_caught(profile: str, mutant: str) -> None:
     """Every seeded bug, by sampled traffic (kill rates over seeds 0-9:
-    benchmarks/profile_agreement_kills.py, spec/INVARIANTS.md); the two that
+    benchmarks/profile_agreement_kills.py); the two that
     need an aimed state (``_aimed``) are also pinned by scenarios below."""
     r = run_agreement(profile, ops=OPS[profile], seed=1, mutant=mutant, first=True)
     assert r.mismatches, f"the {mutant} encoding bug went unnoticed in {r.checked} operations"

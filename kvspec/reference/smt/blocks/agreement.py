@@ -106,7 +106,7 @@ def random_op(rng: random.Random, profile: str, pre: Abstract, cap: int, model: 
 
 def _aimed(rng: random.Random, profile: str, pre: Abstract, cap: int, model: object | None) -> Operation | None:
     """An operation aimed at a state uniform traffic reaches too rarely to
-    catch two seeded bugs at every seed (their kill rates: spec/INVARIANTS.md),
+    catch two seeded bugs at every seed (their kill rates: benchmarks/profile_agreement_kills.py),
     or None (most of the time: the rest of the traffic stays as it was).
 
     A Promote of a held partial onto a registered hash (PROMOTE-EXISTING: the

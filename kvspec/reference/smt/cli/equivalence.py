@@ -62,7 +62,7 @@ def _radix(mutant: str | None, model_bug: str | None) -> Any:
                              mutant=mutant)  # fmt: skip
 
 
-#: profile -> its bound (the default depth reaches every state of the bound: see INVARIANTS.md)
+#: profile -> its bound and default depth (whether the walk closes its frontier: benchmarks/equivalence.py)
 BOUNDS: dict[str, ExhaustiveBound] = {
     "kvbm-offload": ExhaustiveBound("kvbm-offload", 3, "2 slots, hashes 0->1 and 2, G2 of 1, uuid u0, LRU", _offload),
     "vllm": ExhaustiveBound("vllm", 6, "2 blocks, hashes 0-1, uuid u0", _vllm),
