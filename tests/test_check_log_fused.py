@@ -210,6 +210,12 @@ def test_the_fused_path_is_taken(make_router_stream: MakeStream, native: bool, r
         # only each source's and tier's first event goes the reference way
         assert len(calls) <= len({(e["worker_id"], e["event"]["dp_rank"], e["storage_tier"]) for e in events})
         assert reader.stats.stored + reader.stats.removed == 200
+        # the C reader holds the tiers in its C tables, so the comparisons above cover them
+        tables = {
+            type(t.live).__name__ + "/" + type(t.kids).__name__ for s in view.sources.values() for t in s.tiers.values()
+        }
+        native_tables = raw and fastview.module() is not None
+        assert tables == ({"LiveTable/KidsTable"} if native_tables else {"dict/dict"}), tables
 
 
 def test_an_unknown_corruption_is_refused(make_router_stream: MakeStream, corrupt_stream: Corrupt) -> None:

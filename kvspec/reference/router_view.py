@@ -75,7 +75,7 @@ that is never given a clock (a recorded log without timestamps) skips it.
 from __future__ import annotations
 
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -229,12 +229,18 @@ class _Recent:
         self.old = {}
 
 
+#: a stored block's record: (copies, parent, event id that stored it, stream index of that event)
+Record = tuple[int, int | None, int, int]
+#: makers of a tier's two tables (``RouterView.use_tables``)
+Tables = tuple[Callable[[], MutableMapping[int, Record]], Callable[[], MutableMapping[int, int]]]
+
+
 @dataclass(slots=True)
 class _Tier:
-    #: stored hash -> (copies, parent, event id that stored it, stream index of that event)
-    live: dict[int, tuple[int, int | None, int, int]] = field(default_factory=dict)
+    #: stored hash -> its record (a dict, or the raw reader's C table: ``RouterView.use_tables``)
+    live: MutableMapping[int, Record] = field(default_factory=dict)
     #: parent hash -> how many stored blocks name it as parent
-    kids: dict[int, int] = field(default_factory=dict)
+    kids: MutableMapping[int, int] = field(default_factory=dict)
     removed: _Recent = field(default_factory=_Recent)
     #: what the tier held before the first event seen is unknown (see the module docstring)
     partial: bool = False
@@ -261,11 +267,17 @@ class _Source:
     redelivered: int = 0
     #: the id ranges [first, next) of the last closed segments
     history: list[tuple[int, int]] = field(default_factory=list)
+    #: the makers of new tiers' tables (None: dicts)
+    tables: Tables | None = None
 
     def tier(self, name: str) -> _Tier:
         t = self.tiers.get(name)
         if t is None:
-            t = self.tiers[name] = _Tier(partial=self.partial)
+            if self.tables is None:
+                t = _Tier(partial=self.partial)
+            else:
+                t = _Tier(live=self.tables[0](), kids=self.tables[1](), partial=self.partial)
+            self.tiers[name] = t
         return t
 
     def events(self) -> int | None:
@@ -341,6 +353,8 @@ class RouterView:
         self.counts: Counter[RuleId] = Counter()
         self.expected_parents: dict[int, int | None] = {}
         self.index = 0
+        #: the makers of new tiers' tables (``use_tables``; None: dicts)
+        self.tables: Tables | None = None
         self._timing: _Timing | None = None
         self._collect: list[Violation] | None = None
         self._orphan_listings = 0
@@ -362,8 +376,27 @@ class RouterView:
     def _source(self, key: Source) -> _Source:
         s = self.sources.get(key)
         if s is None:
-            s = self.sources[key] = _Source(next_id=self.first_event_id, partial=key[0] in self.start_unknown)
+            s = self.sources[key] = _Source(
+                next_id=self.first_event_id, partial=key[0] in self.start_unknown, tables=self.tables
+            )
         return s
+
+    def use_tables(self, tables: Tables) -> None:
+        """Hold every tier's live blocks and child counts in the mappings
+        these make (the raw reader's C tables, ``fastview``), the tiers that
+        exist moved over: the same contents, so the same findings; only the
+        iteration order differs, which no check or report depends on."""
+        self.tables = tables
+        make_live, make_kids = tables
+        for src in self.sources.values():
+            src.tables = tables
+            for t in src.tiers.values():
+                live, kids = make_live(), make_kids()
+                for h, rec in t.live.items():
+                    live[h] = rec
+                for h, n in t.kids.items():
+                    kids[h] = n
+                t.live, t.kids = live, kids
 
     def reset_worker(self, worker: int, *, partial: bool) -> None:
         """Forget what this worker's sources hold (a restart seen by the

@@ -9,6 +9,9 @@
  * clean event and returns true, or returns false with the dicts untouched,
  * for the reference path to apply and report the event.
  *
+ * The raw reader (lines(), text()) also works on a tier held in the C block
+ * tables below (LiveTable, KidsTable: the same contents as those dicts).
+ *
  * Built by fastview.py with the machine's C compiler at first use (cached);
  * tests/test_check_log_fused.py runs it beside the reference path.
  */
@@ -244,6 +247,7 @@ static PyObject *fv_stored(PyObject *self, PyObject *const *args, Py_ssize_t nar
     }
     int anchored = PyObject_IsTrue(args[6]), chain = PyObject_IsTrue(args[7]);
     if (anchored < 0 || chain < 0) return NULL;
+    if (!PyDict_CheckExact(args[0]) || !PyDict_CheckExact(args[1])) Py_RETURN_FALSE; /* tables: the Python path */
     return stored_core(args[0], args[1], args[2], args[3], args[4], args[5], anchored, chain, args[8], args[9]);
 }
 
@@ -299,6 +303,7 @@ static PyObject *fv_removed(PyObject *self, PyObject *const *args, Py_ssize_t na
         PyErr_SetString(PyExc_TypeError, "removed() takes 5 arguments");
         return NULL;
     }
+    if (!PyDict_CheckExact(args[0]) || !PyDict_CheckExact(args[1])) return PyLong_FromLong(0); /* tables */
     return removed_core(args[0], args[1], args[2], args[3], args[4]);
 }
 
@@ -389,6 +394,7 @@ static PyObject *fv_line(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     if (live == NULL) goto error;
     kids = GETF(tier, S_kids);
     if (kids == NULL) goto error;
+    if (!PyDict_CheckExact(live) || !PyDict_CheckExact(kids)) goto done; /* tables: the Python path */
     index = GETF(view, S_index);
     if (index == NULL) goto error;
     st = GETF(data, S_stored);
@@ -1066,6 +1072,465 @@ static PyObject *fv_vllm_event(PyObject *self, PyObject *const *args, Py_ssize_t
     return code < 0 ? NULL : PyLong_FromLong(code);
 }
 
+/* ---------------------------------------------------------- block tables
+ *
+ * LiveTable and KidsTable: a tier's live blocks (hash -> (copies, parent,
+ * event id, index)) and child counts (parent hash -> count) held in C, for
+ * the raw reader (lines()/text()) to look up an old block with one or two
+ * cache misses instead of the five to eight a dict of tuples of ints costs
+ * (the dict's index, its entry, the key object, the record tuple, the
+ * parent's int, then the same for the child counts): check-log on a stream
+ * that evicts old leaves spent most of its time there. Both are mappings
+ * with the dict methods the view's Python code uses (get, pop, setdefault,
+ * items, keys, values, clear, in, len, [], del), so the reference path works
+ * on them unchanged; a key or value they cannot hold natively (a key not an
+ * int in [0, 2**64), a record not a 4-tuple of such ints) goes to a plain
+ * dict beside them ("odd"), and the raw reader leaves any event of a tier
+ * with odd entries to the Python path. Iteration order is not insertion
+ * order (keys() is a list: the view only sorts, counts or copies them).
+ * Open addressing with linear probing and backward-shift deletion (no
+ * tombstones), at most half full; slots are placed by a 64-bit mix of the
+ * hash, so hashes chosen to collide in their low bits do not pile up.
+ */
+
+#define SLOT_USED 1u
+#define SLOT_PARENT 2u  /* the record has a parent (else None) */
+#define SLOT_EID_NEG 4u /* the event id is -1 (PRESUMED), eid unused */
+
+typedef struct {
+    uint64_t key, parent, eid;
+    int64_t index;
+    int32_t copies;
+    uint32_t flags;
+} live_slot;
+
+typedef struct {
+    uint64_t key;
+    int32_t count;
+    uint32_t flags;
+} kids_slot;
+
+static inline uint64_t mix64(uint64_t x) {
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+/* one table type per slot type: find, reserve room, insert a new key, remove */
+#define DEFINE_TABLE(P, S)                                                                   \
+    typedef struct {                                                                         \
+        S *slots;                                                                            \
+        size_t mask; /* capacity - 1 (capacity a power of two), 0 when no slots */           \
+        Py_ssize_t used;                                                                     \
+    } P##_tab;                                                                               \
+    static inline S *P##_find(const P##_tab *t, uint64_t k) {                                \
+        if (t->slots == NULL) return NULL;                                                   \
+        size_t i = (size_t)mix64(k) & t->mask;                                               \
+        for (;;) {                                                                           \
+            S *s = &t->slots[i];                                                             \
+            if (!(s->flags & SLOT_USED)) return NULL;                                        \
+            if (s->key == k) return s;                                                       \
+            i = (i + 1) & t->mask;                                                           \
+        }                                                                                    \
+    }                                                                                        \
+    static int P##_resize(P##_tab *t, size_t cap) {                                          \
+        S *old = t->slots;                                                                   \
+        size_t oldcap = old == NULL ? 0 : t->mask + 1;                                       \
+        S *fresh = PyMem_Calloc(cap, sizeof(S));                                             \
+        if (fresh == NULL) {                                                                 \
+            PyErr_NoMemory();                                                                \
+            return -1;                                                                       \
+        }                                                                                    \
+        t->slots = fresh;                                                                    \
+        t->mask = cap - 1;                                                                   \
+        for (size_t j = 0; j < oldcap; j++) {                                                \
+            if (!(old[j].flags & SLOT_USED)) continue;                                       \
+            size_t i = (size_t)mix64(old[j].key) & t->mask;                                  \
+            while (fresh[i].flags & SLOT_USED) i = (i + 1) & t->mask;                        \
+            fresh[i] = old[j];                                                               \
+        }                                                                                    \
+        PyMem_Free(old);                                                                     \
+        return 0;                                                                            \
+    }                                                                                        \
+    /* room for n more keys without a resize: 0, or -1 with MemoryError */                   \
+    static int P##_reserve(P##_tab *t, Py_ssize_t n) {                                       \
+        size_t cap = t->slots == NULL ? 0 : t->mask + 1;                                     \
+        size_t need = (size_t)(t->used + n) * 2;                                             \
+        if (need <= cap) return 0;                                                           \
+        size_t c = cap < 16 ? 16 : cap;                                                      \
+        while (c < need) c *= 2;                                                             \
+        return P##_resize(t, c);                                                             \
+    }                                                                                        \
+    /* the slot of k, added (flags SLOT_USED, the rest zero) when missing; *fresh          \
+     * says which. Needs room (reserve). */                                                  \
+    static inline S *P##_put(P##_tab *t, uint64_t k, int *fresh) {                           \
+        size_t i = (size_t)mix64(k) & t->mask;                                               \
+        for (;;) {                                                                           \
+            S *s = &t->slots[i];                                                             \
+            if (!(s->flags & SLOT_USED)) {                                                   \
+                memset(s, 0, sizeof(S));                                                     \
+                s->key = k;                                                                  \
+                s->flags = SLOT_USED;                                                        \
+                t->used++;                                                                   \
+                *fresh = 1;                                                                  \
+                return s;                                                                    \
+            }                                                                                \
+            if (s->key == k) {                                                               \
+                *fresh = 0;                                                                  \
+                return s;                                                                    \
+            }                                                                                \
+            i = (i + 1) & t->mask;                                                           \
+        }                                                                                    \
+    }                                                                                        \
+    /* remove the (used) slot s: the later slots of its run move back */                    \
+    static void P##_remove(P##_tab *t, S *s) {                                               \
+        size_t i = (size_t)(s - t->slots), j = i;                                            \
+        for (;;) {                                                                           \
+            j = (j + 1) & t->mask;                                                           \
+            if (!(t->slots[j].flags & SLOT_USED)) break;                                     \
+            size_t h = (size_t)mix64(t->slots[j].key) & t->mask;                             \
+            if (i <= j ? (i < h && h <= j) : (i < h || h <= j)) continue;                    \
+            t->slots[i] = t->slots[j];                                                       \
+            i = j;                                                                           \
+        }                                                                                    \
+        memset(&t->slots[i], 0, sizeof(S));                                                  \
+        t->used--;                                                                           \
+    }                                                                                        \
+    static void P##_clear(P##_tab *t) {                                                      \
+        PyMem_Free(t->slots);                                                                \
+        t->slots = NULL;                                                                     \
+        t->mask = 0;                                                                         \
+        t->used = 0;                                                                         \
+    }
+
+DEFINE_TABLE(live, live_slot)
+DEFINE_TABLE(kids, kids_slot)
+
+typedef struct {
+    PyObject_HEAD live_tab t;
+    PyObject *odd; /* dict of what the slots cannot hold, or NULL */
+} LiveTable;
+
+typedef struct {
+    PyObject_HEAD kids_tab t;
+    PyObject *odd;
+} KidsTable;
+
+static PyTypeObject LiveTable_Type, KidsTable_Type;
+
+/* k as a u64 key: 1, or 0 (no error set) when it is not an int in [0, 2**64) */
+static int key_u64(PyObject *k, uint64_t *out) {
+    if (!PyLong_Check(k)) return 0;
+    uint64_t x = PyLong_AsUnsignedLongLong(k);
+    if (x == (uint64_t)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    *out = x;
+    return 1;
+}
+
+/* v as an int64: 1, or 0 (no error set) */
+static int val_i64(PyObject *v, int64_t *out) {
+    if (!PyLong_Check(v)) return 0;
+    int overflow;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow || (x == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return 0;
+    }
+    *out = (int64_t)x;
+    return 1;
+}
+
+/* a record (copies, parent, eid, index) into a slot's fields; 0 when it does not fit */
+static int live_pack(PyObject *v, live_slot *s) {
+    if (!PyTuple_CheckExact(v) || PyTuple_GET_SIZE(v) != 4) return 0;
+    int64_t c, idx, e;
+    PyObject *p = PyTuple_GET_ITEM(v, 1), *eo = PyTuple_GET_ITEM(v, 2);
+    if (!val_i64(PyTuple_GET_ITEM(v, 0), &c) || c < INT32_MIN || c > INT32_MAX) return 0;
+    if (!val_i64(PyTuple_GET_ITEM(v, 3), &idx)) return 0;
+    uint32_t flags = SLOT_USED;
+    s->parent = 0;
+    if (p != Py_None) {
+        if (!PyLong_CheckExact(p) || !key_u64(p, &s->parent)) return 0;
+        flags |= SLOT_PARENT;
+    }
+    if (!PyLong_CheckExact(eo)) return 0;
+    if (key_u64(eo, &s->eid)) {
+    } else if (val_i64(eo, &e) && e == -1) {
+        s->eid = 0;
+        flags |= SLOT_EID_NEG;
+    } else {
+        return 0;
+    }
+    if (!PyLong_CheckExact(PyTuple_GET_ITEM(v, 0)) || !PyLong_CheckExact(PyTuple_GET_ITEM(v, 3))) return 0;
+    s->copies = (int32_t)c;
+    s->index = idx;
+    s->flags = flags;
+    return 1;
+}
+
+static PyObject *live_unpack(const live_slot *s) {
+    PyObject *c = PyLong_FromLong(s->copies);
+    PyObject *p = s->flags & SLOT_PARENT ? PyLong_FromUnsignedLongLong(s->parent) : Py_NewRef(Py_None);
+    PyObject *e = s->flags & SLOT_EID_NEG ? PyLong_FromLong(-1) : PyLong_FromUnsignedLongLong(s->eid);
+    PyObject *i = PyLong_FromLongLong(s->index);
+    PyObject *r = (c && p && e && i) ? PyTuple_Pack(4, c, p, e, i) : NULL;
+    Py_XDECREF(c);
+    Py_XDECREF(p);
+    Py_XDECREF(e);
+    Py_XDECREF(i);
+    return r;
+}
+
+static int kids_pack(PyObject *v, kids_slot *s) {
+    int64_t c;
+    if (!PyLong_CheckExact(v) || !val_i64(v, &c) || c < INT32_MIN || c > INT32_MAX) return 0;
+    s->count = (int32_t)c;
+    return 1;
+}
+
+static PyObject *kids_unpack(const kids_slot *s) { return PyLong_FromLong(s->count); }
+
+static inline int odd_size(PyObject *odd) { return odd != NULL && PyDict_GET_SIZE(odd) > 0; }
+
+/* The mapping methods, once per table type (P: live or kids, T: its object type) */
+#define DEFINE_MAPPING(P, T)                                                                          \
+    /* the value under k: a new reference; NULL with KeyError set (or another error) */              \
+    static PyObject *P##_m_lookup(T *self, PyObject *k, int raise) {                                  \
+        uint64_t u;                                                                                   \
+        if (key_u64(k, &u)) {                                                                         \
+            P##_slot *s = P##_find(&self->t, u);                                                      \
+            if (s != NULL) return P##_unpack(s);                                                      \
+        }                                                                                             \
+        if (self->odd != NULL) {                                                                      \
+            PyObject *v = PyDict_GetItemWithError(self->odd, k);                                      \
+            if (v != NULL) return Py_NewRef(v);                                                       \
+            if (PyErr_Occurred()) return NULL;                                                        \
+        }                                                                                             \
+        if (raise) PyErr_SetObject(PyExc_KeyError, k);                                                \
+        return NULL;                                                                                  \
+    }                                                                                                 \
+    /* remove k: 1 removed, 0 missing, -1 error */                                                    \
+    static int P##_m_discard(T *self, PyObject *k) {                                                  \
+        uint64_t u;                                                                                   \
+        if (key_u64(k, &u)) {                                                                         \
+            P##_slot *s = P##_find(&self->t, u);                                                      \
+            if (s != NULL) {                                                                          \
+                P##_remove(&self->t, s);                                                              \
+                return 1;                                                                             \
+            }                                                                                         \
+        }                                                                                             \
+        if (self->odd != NULL) {                                                                      \
+            int c = PyDict_Contains(self->odd, k);                                                    \
+            if (c <= 0) return c;                                                                     \
+            return PyDict_DelItem(self->odd, k) < 0 ? -1 : 1;                                         \
+        }                                                                                             \
+        return 0;                                                                                     \
+    }                                                                                                 \
+    static int P##_m_set(T *self, PyObject *k, PyObject *v) {                                         \
+        uint64_t u;                                                                                   \
+        P##_slot tmp;                                                                                 \
+        memset(&tmp, 0, sizeof tmp);                                                                  \
+        if (key_u64(k, &u) && P##_pack(v, &tmp)) {                                                    \
+            if (odd_size(self->odd)) {                                                                \
+                int c = PyDict_Contains(self->odd, k);                                                \
+                if (c < 0 || (c && PyDict_DelItem(self->odd, k) < 0)) return -1;                      \
+            }                                                                                         \
+            if (P##_reserve(&self->t, 1) < 0) return -1;                                              \
+            int fresh;                                                                                \
+            P##_slot *s = P##_put(&self->t, u, &fresh);                                               \
+            tmp.key = u;                                                                              \
+            tmp.flags |= SLOT_USED;                                                                   \
+            *s = tmp;                                                                                 \
+            return 0;                                                                                 \
+        }                                                                                             \
+        if (key_u64(k, &u)) {                                                                         \
+            P##_slot *s = P##_find(&self->t, u);                                                      \
+            if (s != NULL) P##_remove(&self->t, s);                                                   \
+        }                                                                                             \
+        if (self->odd == NULL && (self->odd = PyDict_New()) == NULL) return -1;                       \
+        return PyDict_SetItem(self->odd, k, v);                                                       \
+    }                                                                                                 \
+    static Py_ssize_t P##_m_len(T *self) {                                                            \
+        return self->t.used + (self->odd == NULL ? 0 : PyDict_GET_SIZE(self->odd));                   \
+    }                                                                                                 \
+    static PyObject *P##_m_subscript(T *self, PyObject *k) { return P##_m_lookup(self, k, 1); }       \
+    static int P##_m_ass(T *self, PyObject *k, PyObject *v) {                                         \
+        if (v != NULL) return P##_m_set(self, k, v);                                                  \
+        int r = P##_m_discard(self, k);                                                               \
+        if (r == 0) PyErr_SetObject(PyExc_KeyError, k);                                               \
+        return r > 0 ? 0 : -1;                                                                        \
+    }                                                                                                 \
+    static int P##_m_contains(T *self, PyObject *k) {                                                 \
+        uint64_t u;                                                                                   \
+        if (key_u64(k, &u) && P##_find(&self->t, u) != NULL) return 1;                                \
+        return self->odd == NULL ? 0 : PyDict_Contains(self->odd, k);                                 \
+    }                                                                                                 \
+    /* kind 0 keys, 1 values, 2 items: a list (a snapshot) */                                         \
+    static PyObject *P##_m_list(T *self, int kind) {                                                  \
+        PyObject *out = PyList_New(0);                                                                \
+        if (out == NULL) return NULL;                                                                 \
+        size_t cap = self->t.slots == NULL ? 0 : self->t.mask + 1;                                    \
+        for (size_t i = 0; i < cap; i++) {                                                            \
+            P##_slot *s = &self->t.slots[i];                                                          \
+            if (!(s->flags & SLOT_USED)) continue;                                                    \
+            PyObject *k = kind != 1 ? PyLong_FromUnsignedLongLong(s->key) : NULL;                     \
+            PyObject *v = kind != 0 ? P##_unpack(s) : NULL;                                           \
+            PyObject *x = kind == 0 ? Py_XNewRef(k) : kind == 1 ? Py_XNewRef(v) : (k && v) ? PyTuple_Pack(2, k, v) : NULL; \
+            Py_XDECREF(k);                                                                            \
+            Py_XDECREF(v);                                                                            \
+            if (x == NULL || PyList_Append(out, x) < 0) {                                             \
+                Py_XDECREF(x);                                                                        \
+                Py_DECREF(out);                                                                       \
+                return NULL;                                                                          \
+            }                                                                                         \
+            Py_DECREF(x);                                                                             \
+        }                                                                                             \
+        if (self->odd != NULL) {                                                                      \
+            PyObject *k, *v;                                                                          \
+            Py_ssize_t pos = 0;                                                                       \
+            while (PyDict_Next(self->odd, &pos, &k, &v)) {                                            \
+                PyObject *x = kind == 0 ? Py_NewRef(k) : kind == 1 ? Py_NewRef(v) : PyTuple_Pack(2, k, v); \
+                if (x == NULL || PyList_Append(out, x) < 0) {                                         \
+                    Py_XDECREF(x);                                                                    \
+                    Py_DECREF(out);                                                                   \
+                    return NULL;                                                                      \
+                }                                                                                     \
+                Py_DECREF(x);                                                                         \
+            }                                                                                         \
+        }                                                                                             \
+        return out;                                                                                   \
+    }                                                                                                 \
+    static PyObject *P##_keys(T *self, PyObject *unused) { return P##_m_list(self, 0); }              \
+    static PyObject *P##_values(T *self, PyObject *unused) { return P##_m_list(self, 1); }            \
+    static PyObject *P##_items(T *self, PyObject *unused) { return P##_m_list(self, 2); }             \
+    static PyObject *P##_iter(T *self) {                                                              \
+        PyObject *ks = P##_m_list(self, 0);                                                           \
+        if (ks == NULL) return NULL;                                                                  \
+        PyObject *it = PyObject_GetIter(ks);                                                          \
+        Py_DECREF(ks);                                                                                \
+        return it;                                                                                    \
+    }                                                                                                 \
+    static PyObject *P##_get(T *self, PyObject *const *args, Py_ssize_t nargs) {                      \
+        if (nargs < 1 || nargs > 2) {                                                                 \
+            PyErr_SetString(PyExc_TypeError, "get(key, default=None)");                               \
+            return NULL;                                                                              \
+        }                                                                                             \
+        PyObject *v = P##_m_lookup(self, args[0], 0);                                                 \
+        if (v != NULL || PyErr_Occurred()) return v;                                                  \
+        return Py_NewRef(nargs == 2 ? args[1] : Py_None);                                             \
+    }                                                                                                 \
+    static PyObject *P##_pop(T *self, PyObject *const *args, Py_ssize_t nargs) {                      \
+        if (nargs < 1 || nargs > 2) {                                                                 \
+            PyErr_SetString(PyExc_TypeError, "pop(key[, default])");                                  \
+            return NULL;                                                                              \
+        }                                                                                             \
+        PyObject *v = P##_m_lookup(self, args[0], 0);                                                 \
+        if (v == NULL) {                                                                              \
+            if (PyErr_Occurred()) return NULL;                                                        \
+            if (nargs == 2) return Py_NewRef(args[1]);                                                \
+            PyErr_SetObject(PyExc_KeyError, args[0]);                                                 \
+            return NULL;                                                                              \
+        }                                                                                             \
+        if (P##_m_discard(self, args[0]) < 0) {                                                       \
+            Py_DECREF(v);                                                                             \
+            return NULL;                                                                              \
+        }                                                                                             \
+        return v;                                                                                     \
+    }                                                                                                 \
+    /* the value under k; when missing, default is stored and returned itself */                     \
+    static PyObject *P##_setdefault(T *self, PyObject *const *args, Py_ssize_t nargs) {               \
+        if (nargs < 1 || nargs > 2) {                                                                 \
+            PyErr_SetString(PyExc_TypeError, "setdefault(key, default=None)");                        \
+            return NULL;                                                                              \
+        }                                                                                             \
+        PyObject *v = P##_m_lookup(self, args[0], 0);                                                 \
+        if (v != NULL || PyErr_Occurred()) return v;                                                  \
+        PyObject *d = nargs == 2 ? args[1] : Py_None;                                                 \
+        if (P##_m_set(self, args[0], d) < 0) return NULL;                                             \
+        return Py_NewRef(d);                                                                          \
+    }                                                                                                 \
+    static PyObject *P##_clear_m(T *self, PyObject *unused) {                                         \
+        P##_clear(&self->t);                                                                          \
+        Py_CLEAR(self->odd);                                                                          \
+        Py_RETURN_NONE;                                                                               \
+    }                                                                                                 \
+    static void P##_dealloc(T *self) {                                                                \
+        P##_clear(&self->t);                                                                          \
+        Py_CLEAR(self->odd);                                                                          \
+        Py_TYPE(self)->tp_free((PyObject *)self);                                                     \
+    }                                                                                                 \
+    static PyObject *P##_new(PyTypeObject *type, PyObject *args, PyObject *kw) {                      \
+        if (PyTuple_GET_SIZE(args) != 0 || (kw != NULL && PyDict_GET_SIZE(kw) != 0)) {                \
+            PyErr_SetString(PyExc_TypeError, "the table takes no arguments");                         \
+            return NULL;                                                                              \
+        }                                                                                             \
+        return type->tp_alloc(type, 0); /* zeroed: no slots, no odd dict */                          \
+    }                                                                                                 \
+    static PyMethodDef P##_methods[] = {                                                              \
+        {"get", (PyCFunction)(void (*)(void))P##_get, METH_FASTCALL, NULL},                           \
+        {"pop", (PyCFunction)(void (*)(void))P##_pop, METH_FASTCALL, NULL},                           \
+        {"setdefault", (PyCFunction)(void (*)(void))P##_setdefault, METH_FASTCALL, NULL},             \
+        {"keys", (PyCFunction)P##_keys, METH_NOARGS, "the keys, a list"},                            \
+        {"values", (PyCFunction)P##_values, METH_NOARGS, "the values, a list"},                      \
+        {"items", (PyCFunction)P##_items, METH_NOARGS, "the (key, value) pairs, a list"},            \
+        {"clear", (PyCFunction)P##_clear_m, METH_NOARGS, NULL},                                       \
+        {NULL, NULL, 0, NULL},                                                                        \
+    };                                                                                                \
+    static PyMappingMethods P##_as_mapping = {(lenfunc)P##_m_len, (binaryfunc)P##_m_subscript,        \
+                                              (objobjargproc)P##_m_ass};                              \
+    static PySequenceMethods P##_as_sequence = {.sq_contains = (objobjproc)P##_m_contains};
+
+DEFINE_MAPPING(live, LiveTable)
+DEFINE_MAPPING(kids, KidsTable)
+
+static PyTypeObject LiveTable_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_kvspec_fastview.LiveTable",
+    .tp_basicsize = sizeof(LiveTable),
+    .tp_dealloc = (destructor)live_dealloc,
+    .tp_as_mapping = &live_as_mapping,
+    .tp_as_sequence = &live_as_sequence,
+    .tp_iter = (getiterfunc)live_iter,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "a tier's live blocks: hash -> (copies, parent, event id, index), held in C",
+    .tp_methods = live_methods,
+    .tp_new = live_new,
+};
+
+static PyTypeObject KidsTable_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_kvspec_fastview.KidsTable",
+    .tp_basicsize = sizeof(KidsTable),
+    .tp_dealloc = (destructor)kids_dealloc,
+    .tp_as_mapping = &kids_as_mapping,
+    .tp_as_sequence = &kids_as_sequence,
+    .tp_iter = (getiterfunc)kids_iter,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "a tier's child counts: parent hash -> stored blocks naming it, held in C",
+    .tp_methods = kids_methods,
+    .tp_new = kids_new,
+};
+
+/* kids[p] += 1 on a table with room (kids_reserve) */
+static inline void kt_inc(KidsTable *K, uint64_t p) {
+    int fresh;
+    kids_slot *s = kids_put(&K->t, p, &fresh);
+    s->count = fresh ? 1 : s->count + 1;
+}
+
+/* kids[p] -= 1 as kids_dec does it: at 1 the entry goes, a missing or zero count stays */
+static inline void kt_dec(KidsTable *K, uint64_t p) {
+    kids_slot *s = kids_find(&K->t, p);
+    if (s == NULL || s->count == 0) return;
+    if (s->count == 1)
+        kids_remove(&K->t, s);
+    else
+        s->count--;
+}
+
 /* ------------------------------------------------------- raw Dynamo lines
  *
  * lines(ctx, lines, start) reads RouterEvent JSON lines itself, without
@@ -1399,6 +1864,7 @@ typedef struct {
     int tier;
     PyObject *src, *live, *kids, *removed; /* new references */
     int anchored;
+    int tables; /* live and kids are a LiveTable and a KidsTable (else dicts) */
 } rawkey;
 
 static void rawkey_clear(rawkey *k) {
@@ -1439,7 +1905,8 @@ static int rawkey_find(rawkey *k, const rawev *e, PyObject *sources, PyObject *a
             Py_DECREF(tier);
             if (k->removed == NULL) {
                 r = -1;
-            } else if (!PyDict_CheckExact(k->live) || !PyDict_CheckExact(k->kids)) {
+            } else if (!(k->tables = Py_IS_TYPE(k->live, &LiveTable_Type) && Py_IS_TYPE(k->kids, &KidsTable_Type)) &&
+                       (!PyDict_CheckExact(k->live) || !PyDict_CheckExact(k->kids))) {
                 r = 0;
             } else {
                 k->anchored = 1;
@@ -1646,6 +2113,115 @@ out:
     return r;
 }
 
+/* raw_stored on a tier held in LiveTable/KidsTable: the same checks and
+ * effects on the slots (1 applied, 0 not taken with nothing changed, -1
+ * error); a tier with odd entries is left to the Python path */
+static int raw_stored_t(const rawev *e, rawkey *k, uint64_t eid, PyObject *index, int chain, uint64_t seed) {
+    LiveTable *L = (LiveTable *)k->live;
+    KidsTable *K = (KidsTable *)k->kids;
+    if (odd_size(L->odd) || odd_size(K->odd)) return 0;
+    int64_t idx;
+    if (!PyLong_CheckExact(index) || !val_i64(index, &idx)) return 0;
+    if (e->has_parent && k->anchored && live_find(&L->t, e->parent) == NULL) return 0;
+    uint64_t prev = e->parent;
+    for (Py_ssize_t i = 0; i < e->n; i++) {
+        uint64_t h = e->h[i];
+        if (chain) {
+#if HAVE_XXH3_16
+            if (i == 0 && !e->has_parent ? h != e->th[i] : xxh3_16(prev, e->th[i], seed) != h) return 0;
+#else
+            return 0;
+#endif
+        }
+        for (Py_ssize_t j = 0; j < i; j++)
+            if (e->h[j] == h) return 0; /* named twice: the reference reports it */
+        if (live_find(&L->t, h) != NULL) return 0;
+        prev = h;
+    }
+    if (live_reserve(&L->t, e->n) < 0 || kids_reserve(&K->t, e->n) < 0) return -1;
+    int has = e->has_parent;
+    prev = e->parent;
+    for (Py_ssize_t i = 0; i < e->n; i++) {
+        int fresh;
+        live_slot *s = live_put(&L->t, e->h[i], &fresh);
+        s->parent = has ? prev : 0;
+        s->eid = eid;
+        s->index = idx;
+        s->copies = 1;
+        s->flags = SLOT_USED | (has ? SLOT_PARENT : 0u);
+        if (has) kt_inc(K, prev);
+        prev = e->h[i];
+        has = 1;
+    }
+    return 1;
+}
+
+/* raw_removed on a tier held in LiveTable/KidsTable (see raw_stored_t) */
+static int raw_removed_t(const rawev *e, rawkey *k, PyObject *eid, PyObject *index, int strict) {
+    LiveTable *L = (LiveTable *)k->live;
+    KidsTable *K = (KidsTable *)k->kids;
+    if (odd_size(L->odd) || odd_size(K->odd)) return 0;
+    uint64_t par[RAW_MAX_REMOVED];
+    char has_par[RAW_MAX_REMOVED];
+    for (Py_ssize_t i = 0; i < e->n; i++) {
+        for (Py_ssize_t j = 0; j < i; j++)
+            if (e->h[j] == e->h[i]) return 0;
+        live_slot *s = live_find(&L->t, e->h[i]);
+        if (s == NULL) return 0;
+        has_par[i] = (s->flags & SLOT_PARENT) != 0;
+        par[i] = s->parent;
+    }
+    if (strict) { /* a block left with stored children: Python reports the orphans */
+        for (Py_ssize_t i = 0; i < e->n; i++) {
+            kids_slot *s = kids_find(&K->t, e->h[i]);
+            if (s == NULL) continue;
+            long gone = 0;
+            for (Py_ssize_t j = 0; j < e->n; j++) gone += has_par[j] && par[j] == e->h[i];
+            if (s->count > gone) return 0;
+        }
+    }
+    int r = 0;
+    PyObject *cur = GETF(k->removed, S_cur);
+    PyObject *mark = cur ? PyTuple_Pack(2, eid, index) : NULL;
+    if (mark != NULL) PyObject_GC_UnTrack(mark); /* two ints */
+    if (mark == NULL || !PyDict_CheckExact(cur)) {
+        r = mark == NULL ? -1 : 0;
+        goto out;
+    }
+    for (Py_ssize_t i = 0; i < e->n; i++) {
+        PyObject *ho = PyLong_FromUnsignedLongLong(e->h[i]);
+        if (ho == NULL || PyDict_SetItem(cur, ho, mark) < 0) {
+            Py_XDECREF(ho);
+            r = -1;
+            goto out;
+        }
+        Py_DECREF(ho);
+        live_remove(&L->t, live_find(&L->t, e->h[i])); /* found above; the blocks are distinct */
+        if (has_par[i]) kt_dec(K, par[i]);
+    }
+    /* the recent removals rotate when full, as on_removed leaves them */
+    PyObject *cap = GETF(k->removed, S_cap);
+    Py_ssize_t cp = cap == NULL ? -1 : PyLong_AsSsize_t(cap);
+    Py_XDECREF(cap);
+    if (cp < 0) {
+        r = -1;
+        goto out;
+    }
+    if (PyDict_GET_SIZE(cur) >= cp) {
+        PyObject *x = PyObject_CallMethodNoArgs(k->removed, S_rotate);
+        if (x == NULL) {
+            r = -1;
+            goto out;
+        }
+        Py_DECREF(x);
+    }
+    r = 1;
+out:
+    Py_XDECREF(cur);
+    Py_XDECREF(mark);
+    return r;
+}
+
 /* the state lines() and text() share while they run: the context read
  * once per call, the cached source and tier, the view's index */
 typedef struct {
@@ -1708,7 +2284,12 @@ static int rawrun_line(rawrun *st, const unsigned char *s, Py_ssize_t len) {
     if (!ok || due != e.eid) return 0;
     PyObject *eid = PyLong_FromUnsignedLongLong(e.eid);
     if (eid == NULL) return -1;
-    int r = e.kind == 1 ? raw_stored(&e, &st->key, eid, st->index_o, st->chain, st->seed)
+    int r;
+    if (st->key.tables)
+        r = e.kind == 1 ? raw_stored_t(&e, &st->key, e.eid, st->index_o, st->chain, st->seed)
+                        : raw_removed_t(&e, &st->key, eid, st->index_o, st->strict);
+    else
+        r = e.kind == 1 ? raw_stored(&e, &st->key, eid, st->index_o, st->chain, st->seed)
                         : raw_removed(&e, &st->key, eid, st->index_o, st->strict);
     if (r == 1) {
         /* the source's next id and the view's index, as on_stored/on_removed leave them */
@@ -1897,5 +2478,13 @@ PyMODINIT_FUNC PyInit__kvspec_fastview(void) {
     INTERN(S_checked_blocks, "checked_blocks")
     INTERN(S_pop, "pop")
     for (int i = 0; i < N_TIERS; i++) INTERN(tier_objs[i], tier_names[i])
-    return PyModule_Create(&module);
+    if (PyType_Ready(&LiveTable_Type) < 0 || PyType_Ready(&KidsTable_Type) < 0) return NULL;
+    PyObject *mod = PyModule_Create(&module);
+    if (mod == NULL) return NULL;
+    if (PyModule_AddObjectRef(mod, "LiveTable", (PyObject *)&LiveTable_Type) < 0 ||
+        PyModule_AddObjectRef(mod, "KidsTable", (PyObject *)&KidsTable_Type) < 0) {
+        Py_DECREF(mod);
+        return NULL;
+    }
+    return mod;
 }

@@ -341,7 +341,9 @@ class RouterReader:
     ``KVSPEC_FASTVIEW_RAW=0`` turns it off). It stops at the first line of
     any other shape or that might break a rule, which then goes the ways
     above; the tests run every path on valid, corrupted and oddly written
-    lines."""
+    lines. With it, the view's tiers hold their blocks in the extension's C
+    tables (``RouterView.use_tables``), which it reads and changes without
+    Python objects; the other paths see them as mappings."""
 
     def __init__(
         self,
@@ -465,6 +467,10 @@ class RouterReader:
         # lines it understands and stops at the first other one, which takes
         # the path below; then it goes on after that line
         c_text = native.text if native is not None and self.raw else None
+        if c_text is not None and native is not None and view.tables is None:
+            # every tier's blocks in C tables, which the C reader reads and
+            # changes directly; the paths below see them as mappings
+            view.use_tables((native.LiveTable, native.KidsTable))
         rctx = (sources, anchored, chain, hcheck, view, seed, strict)
         acc = [0, 0]  # Stored and Removed the C reader applied
         try:
