@@ -31,7 +31,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kvspec.reference.router_view import RECENT_REMOVALS
-from kvspec.spec.hashing import SEED
+from kvspec.spec.hashing import SEED, chain
 from kvspec.streams import fastview, formats
 from kvspec.streams.check import Checker
 from kvspec.streams.check_log import add_arguments
@@ -127,6 +127,66 @@ def test_long_streams_rotate_the_recent_removals_alike(
     removed = sum(len(e["event"]["data"]["removed"]["block_hashes"]) for e in events if "removed" in e["event"]["data"])
     assert removed > 2 * RECENT_REMOVALS
     compare(check_log_run, tmp_path, events, [[]])
+
+
+def old_leaf_stream(rng: random.Random, n: int, cap: int) -> list[dict[str, Any]]:
+    """``n`` events of one source from an LRU cache of ``cap`` blocks: a
+    request extends a random cached block by 1-4 blocks (touching its
+    prefix), and when the cache is full the least recently used leaves go,
+    one Removed naming them, from different branches: the removed blocks are
+    the oldest held (the pattern of benchmarks/check_log_throughput.py)."""
+    parent: dict[int, int | None] = {}
+    kids: dict[int, int] = {}
+    last: dict[int, int] = {}
+    clock = 0
+    out: list[dict[str, Any]] = []
+
+    def emit(data: dict[str, Any]) -> None:
+        ev = {"event_id": len(out) + 1, "data": data, "dp_rank": 0}
+        out.append({"worker_id": 7, "storage_tier": "device", "residency_domain": "worker", "event": ev})
+
+    while len(out) < n:
+        p = rng.choice(list(parent)) if parent and rng.random() < 0.8 else None
+        x = p
+        while x is not None:
+            clock += 1
+            last[x] = clock
+            x = parent[x]
+        k = rng.randint(1, 4)
+        gone: list[int] = []
+        while len(parent) + k > cap:
+            leaf = min((h for h in parent if kids[h] == 0 and h != p), key=last.__getitem__)
+            gone.append(leaf)
+            q = parent.pop(leaf)
+            del kids[leaf], last[leaf]
+            if q is not None:
+                kids[q] -= 1
+        if gone:
+            emit({"removed": {"block_hashes": gone}})
+        blocks, prev = [], p
+        for _ in range(k):
+            th = rng.getrandbits(64)
+            h = chain(prev, th)
+            blocks.append({"block_hash": h, "tokens_hash": th, "mm_extra_info": None})
+            parent[h], kids[h] = prev, 0
+            if prev is not None:
+                kids[prev] += 1
+            clock += 1
+            last[h] = clock
+            prev = h
+        emit({"stored": {"parent_hash": p, "start_position": None, "blocks": blocks}})
+    return out[:n]
+
+
+@pytest.mark.parametrize("how", CORRUPTIONS)
+def test_old_leaf_eviction_alike(tmp_path: Path, check_log_run: CheckLogRun, corrupt_stream: Corrupt, how: str) -> None:
+    """The old-leaf eviction pattern (removals of the oldest blocks, from
+    many branches; the C tables grow and move slots back on removal),
+    clean and corrupted, leaves the same on every path."""
+    rng = random.Random(f"old-leaf {how}")
+    events = corrupt_stream(rng, old_leaf_stream(rng, 800, 120), how)
+    assert sum("removed" in e["event"]["data"] for e in events) > 150
+    compare(check_log_run, tmp_path, events, [[], ["--anchor-tiers", "device"]])
 
 
 @pytest.mark.parametrize("how", CORRUPTIONS)
