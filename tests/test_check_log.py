@@ -65,6 +65,32 @@ def test_dynamo_recording_is_clean(capsys: pytest.CaptureFixture[str]) -> None:
     assert "Dynamo chain from tokens_hash, 496 blocks" in out
 
 
+@pytest.mark.parametrize("path", [DYNAMO, VLLM])
+def test_a_missing_c_extension_is_said_and_changes_no_verdict(
+    path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the C fast paths cannot be built, check-log says so once (on
+    stderr) and gives the same output from the Python path; turned off on
+    purpose (KVSPEC_FASTVIEW=0) it says nothing."""
+    from kvspec.streams import check_log, fastview
+
+    with_c = run(capsys, str(path), "--json", "-")
+    why = "Python (the C extension could not be built: RuntimeError: cc: not found)"
+    monkeypatch.setattr(fastview, "_tried", True)
+    monkeypatch.setattr(fastview, "_module", None)
+    monkeypatch.setattr(fastview, "_status", why)
+    monkeypatch.setattr(check_log, "_slow_path_noted", False)
+    code, out, err = run(capsys, str(path), "--json", "-")
+    assert err.count("kvspec: note: C fast paths unavailable") == 1, err
+    assert why in err
+    strip = lambda text: [ln for ln in text.splitlines() if "elapsed" not in ln and '_s"' not in ln]  # noqa: E731
+    assert (code, strip(out)) == (with_c[0], strip(with_c[1]))
+    monkeypatch.setattr(fastview, "_status", "off (KVSPEC_FASTVIEW=0)")
+    monkeypatch.setattr(check_log, "_slow_path_noted", False)
+    _, _, err = run(capsys, str(path))
+    assert "note: C fast paths" not in err
+
+
 def test_vllm_recording_is_clean_with_copy_counting_and_its_hashes(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _err = run(capsys, str(VLLM))
     assert code == 0, out

@@ -25,8 +25,10 @@ Speed: Dynamo RouterEvent lines are decoded straight into compact structs
 and clean events are applied by a fused path (``streams/formats.py``,
 ``RouterReader``), whose per-line work is a small C extension built with
 the machine's C compiler at first use (``streams/fastview.py``; pure Python
-where there is no compiler, or with ``KVSPEC_FASTVIEW=0``); any event that
-may break a rule goes through the router view's own methods, the reference.
+where there is no compiler, said once on stderr, or with
+``KVSPEC_FASTVIEW=0``; the verdicts are the same); the C line reader keeps
+each tier's blocks in C tables. Any event that may break a rule goes through
+the router view's own methods, the reference.
 
 Exit status: 0 clean, 1 findings, 2 the input could not be read or the
 command line is wrong. ``--json`` writes the results file
@@ -45,6 +47,7 @@ from types import FrameType
 from typing import IO
 
 from kvspec.spec.errors import WireError
+from kvspec.streams import fastview
 from kvspec.streams.check import FORMAT_PRODUCER, Checker, UsageError, add_checker_arguments
 from kvspec.streams.eventplane import EventPlaneFeed
 from kvspec.streams.formats import (
@@ -255,8 +258,28 @@ def _stopping(inp: Input) -> Iterator[None]:
             signal.signal(s, h)
 
 
+_slow_path_noted = False
+
+
+def _note_slow_path(checker: Checker) -> None:
+    """Say it (once) when the C fast paths could not be built: the Python
+    path gives the same verdicts, several times slower, and an operator who
+    sees the slowdown should know why (``KVSPEC_FASTVIEW=0``, asked for,
+    is not noted)."""
+    global _slow_path_noted
+    if _slow_path_noted or fastview.module() is not None or fastview.status().startswith("off"):
+        return
+    _slow_path_noted = True
+    checker.note(
+        f"C fast paths unavailable: {fastview.status()}; checking on the Python path "
+        "(the same verdicts, several times slower)"
+    )
+
+
 def _reader(fmt: str, checker: Checker, args: argparse.Namespace, worker_id: int) -> Reader:
     limit = args.max_record_bytes
+    if fmt in ("router", "zmq", "vllm"):
+        _note_slow_path(checker)
     if fmt == "router":
         return RouterReader(checker.warn, limit)
     if fmt == "kvspec":
