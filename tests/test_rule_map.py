@@ -14,8 +14,9 @@ from __future__ import annotations
 import ast
 import re
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import cast, get_args
+from typing import Any, ClassVar, cast, get_args
 
 import pytest
 
@@ -27,9 +28,11 @@ from kvspec.reference.labels import StepLabels, applied_rules
 from kvspec.reference.paged import PagedModel
 from kvspec.reference.radix import RadixModel
 from kvspec.reference.session import SessionModel
+from kvspec.reference.transitions import NoTransition, Transition, TransitionModel
 from kvspec.reference.vllm_pool import VllmPoolModel
 from kvspec.spec.config import ManagerConfig, OffloadConfig
 from kvspec.spec.errors import InvalidOperation
+from kvspec.spec.manager_wire import SessionAdmit
 from kvspec.spec.rules import Concern, RuleId, RuleName, rid, rules_of
 from kvspec.spec.scenario import all_scenarios
 from kvspec.spec.wire import (
@@ -106,12 +109,35 @@ def test_every_rule_is_checked_by_a_test() -> None:
 def test_the_untraced_models_label_a_method_for_each_of_their_rules(concern: Concern, model: type) -> None:
     """The paged, session and radix models do not trace their steps; each
     rule of their concern labels (``@applies``) a method of the model or of
-    its module, and the labels name no other concern's rule."""
+    its module, or is the rule of a transition of its table
+    (``reference.transitions``), and they name no other concern's rule."""
     module = sys.modules[model.__module__]
-    methods = [m for c in vars(module).values() if isinstance(c, type) for m in vars(c).values() if callable(m)]
+    classes = [c for c in vars(module).values() if isinstance(c, type)]
+    methods = [m for c in classes for m in vars(c).values() if callable(m)]
     labelled = {r for m in methods for r in applied_rules(m)}
+    tables = [c for c in classes if issubclass(c, TransitionModel)]
+    labelled |= {rid(cast(RuleName, r)) for c in tables for r in c.rules()}
     want = {rid(cast(RuleName, r)) for r in rules_of(concern)}
     assert labelled == want, sorted(labelled ^ want)
+
+
+def test_the_transition_tables_name_catalogue_rules_and_their_methods() -> None:
+    """A bundled model written as a transition table names only catalogue rules, and every
+    guard or effect it names by a string is a method of the model."""
+    SessionModel.check_table()
+    assert set(SessionModel.rules()) <= {r.value for r in RuleId}
+    assert SessionModel.rules_of(SessionAdmit) == ("SESSION-LEASE", "SESSION-CANDIDATE", "SESSION-LRU")
+
+
+def test_a_table_naming_a_missing_method_is_refused() -> None:
+    class Typo(SessionModel):
+        TRANSITIONS: ClassVar[Sequence[Transition[Any, Any]]] = (
+            *SessionModel.TRANSITIONS,
+            Transition("SESSION-LRU", SessionAdmit, "own_idel", "resume"),
+        )
+
+    with pytest.raises(NoTransition, match="own_idel"):
+        Typo.check_table()
 
 
 def _smt_guard_rules() -> set[RuleId]:

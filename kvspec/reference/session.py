@@ -11,17 +11,23 @@ Written from the semantics of a llama.cpp-based runtime's session KV cache
 manager (``KvCacheManager``: ``admit``, ``finalize_slot``,
 ``release_slot_for_reset``, ``evict_all_active_and_idle``,
 ``queue_prefix_snapshot`` / ``drain_pending_prefix_snapshots``), as SPEC.md
-"Session slot leases" states it. Pure and deterministic; a rejected operation
-changes nothing.
+"Session slot leases" states it. Pure and deterministic.
+
+The model is a transition table (``reference.transitions``): per operation,
+the rules in the order they are tried, each with its guard (which reads the
+state) and its effect (which changes it and answers). A refusal or a
+rejection is a transition whose effect changes nothing, so a rejected
+operation leaves the state as it was. Guards and effects are named by method,
+so a variant (the mutant zoo's) overrides one method and keeps the table.
 """
 
 from __future__ import annotations
 
-import copy
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
-from kvspec.reference.labels import applies
-from kvspec.spec.errors import InvalidOperation
+from kvspec.reference.transitions import Transition, TransitionModel, always
 from kvspec.spec.manager_wire import (
     Admission,
     OpError,
@@ -30,7 +36,6 @@ from kvspec.spec.manager_wire import (
     SessionDrain,
     SessionEvictAll,
     SessionFinalize,
-    SessionOp,
     SessionOutcome,
     SessionReset,
     SessionSnapshot,
@@ -38,7 +43,9 @@ from kvspec.spec.manager_wire import (
     SlotState,
     SlotView,
 )
-from kvspec.spec.rules import rid
+
+#: the operations that carry a handle (slot, generation) of a session
+Handle = SessionFinalize | SessionReset
 
 
 @dataclass
@@ -49,7 +56,12 @@ class Slot:
     tokens: list[int] = field(default_factory=list)
 
 
-class SessionModel:
+def _refuse(rule: str) -> Callable[[SessionModel, SessionAdmit], SessionOutcome]:
+    """The effect of a refused admission: nothing changes, the answer names the rule."""
+    return lambda m, op: m.outcome(refused=rule)
+
+
+class SessionModel(TransitionModel[SessionOutcome]):
     """The session-slot manager. ``step(op)`` answers like an implementation."""
 
     def __init__(self, config: SessionConfig) -> None:
@@ -60,28 +72,119 @@ class SessionModel:
         self.idle_lru: list[str] = []
         self.pending: list[tuple[int, int]] = []
 
-    # ------------------------------------------------------------ helpers
+    # ------------------------------------------------------------ guards
 
-    @applies("SESSION-VALIDATE")
-    def _slot(self, slot: int) -> Slot:
-        if slot >= len(self.slots):
-            raise InvalidOperation(rid("SESSION-VALIDATE"), f"slot {slot} does not exist ({len(self.slots)} slots)")
-        return self.slots[slot]
+    def own_leased(self, op: SessionAdmit) -> bool:
+        own = self.holder.get(op.session)
+        return own is not None and self.slots[own].state == "leased"
 
-    @applies("SESSION-FENCE", "SESSION-LEASE")
-    def _current(self, session: str, slot: int, generation: int) -> Slot | None:
-        """The slot a handle names if the handle is current (None: fenced off);
-        a current handle of another session is rejected."""
-        s = self._slot(slot)
-        if s.generation != generation or s.state == "free":
-            return None
-        if s.session != session:
-            raise InvalidOperation(
-                rid("SESSION-LEASE"), f"handle ({slot}, {generation}) belongs to session {s.session!r}, not {session!r}"
-            )
-        return s
+    def own_idle_warm(self, op: SessionAdmit) -> bool:
+        return op.session in self.holder and op.warm
 
-    @applies("SESSION-RELEASE", "SESSION-FENCE")
+    def own_idle(self, op: SessionAdmit) -> bool:
+        return op.session in self.holder
+
+    def a_slot_free(self, op: SessionAdmit) -> bool:
+        return any(s.state == "free" for s in self.slots)
+
+    def an_idle_session(self, op: SessionAdmit) -> bool:
+        return bool(self.idle_lru)
+
+    def no_such_slot(self, op: Handle | SessionSnapshot) -> bool:
+        return op.slot >= len(self.slots)
+
+    def stale(self, op: Handle) -> bool:
+        """The handle is of an older lease (or of a free slot): it never acts."""
+        s = self.slots[op.slot]
+        return s.generation != op.generation or s.state == "free"
+
+    def foreign(self, op: Handle) -> bool:
+        """A current handle carried back under another session's name."""
+        return self.slots[op.slot].session != op.session
+
+    def keep(self, op: SessionFinalize) -> bool:
+        return op.keep
+
+    # ------------------------------------------------------------ effects
+
+    def outcome(
+        self,
+        *,
+        admission: Admission | None = None,
+        refused: str | None = None,
+        applied: bool | None = None,
+        drained: list[tuple[int, int]] | None = None,
+        error: OpError | None = None,
+    ) -> SessionOutcome:
+        """The answer, with the state after the step."""
+        return SessionOutcome(
+            admission=admission, refused=refused, applied=applied, drained=drained, error=error, state=self.state()
+        )
+
+    def invalid_slot(self, op: Handle | SessionSnapshot) -> SessionOutcome:
+        message = f"slot {op.slot} does not exist ({len(self.slots)} slots)"
+        return self.outcome(error=OpError(rule="SESSION-VALIDATE", message=message))
+
+    def foreign_handle(self, op: Handle) -> SessionOutcome:
+        s = self.slots[op.slot]
+        message = f"handle ({op.slot}, {op.generation}) belongs to session {s.session!r}, not {op.session!r}"
+        return self.outcome(error=OpError(rule="SESSION-LEASE", message=message))
+
+    def not_applied(self, op: Handle) -> SessionOutcome:
+        return self.outcome(applied=False)
+
+    def resume(self, op: SessionAdmit) -> SessionOutcome:
+        """The session's own idle slot, warm: its cache is the live candidate."""
+        own = self.holder[op.session]
+        s = self.slots[own]
+        s.state = "leased"
+        self.idle_lru.remove(op.session)
+        adm = Admission(
+            slot=own, generation=s.generation, candidate="live", requires_clear=False, tokens=list(s.tokens)
+        )
+        return self.outcome(admission=adm)
+
+    def lease_own(self, op: SessionAdmit) -> SessionOutcome:
+        """The session's own idle slot, cold: a new lease that clears it."""
+        own = self.holder.pop(op.session)
+        self.idle_lru.remove(op.session)
+        return self._lease(op, own, clear=True)
+
+    def lease_free(self, op: SessionAdmit) -> SessionOutcome:
+        target = next(i for i, s in enumerate(self.slots) if s.state == "free")
+        return self._lease(op, target, clear=self.slots[target].generation > 0)
+
+    def lru_victim(self) -> str:
+        """The idle session that loses its slot: the least recently parked."""
+        return self.idle_lru[0]
+
+    def steal(self, op: SessionAdmit) -> SessionOutcome:
+        victim = self.lru_victim()
+        self.idle_lru.remove(victim)
+        return self._lease(op, self.holder.pop(victim), clear=True)
+
+    def _lease(self, op: SessionAdmit, target: int, *, clear: bool) -> SessionOutcome:
+        s = self.slots[target]
+        s.generation += 1
+        s.state, s.session, s.tokens = "leased", op.session, []
+        self.holder[op.session] = target
+        self.pending = [p for p in self.pending if p[0] != target]
+        return self.outcome(
+            admission=Admission(slot=target, generation=s.generation, candidate="none", requires_clear=clear)
+        )
+
+    def park(self, op: SessionFinalize) -> SessionOutcome:
+        s = self.slots[op.slot]
+        s.state, s.tokens = "idle", list(op.tokens)
+        if op.session in self.idle_lru:
+            self.idle_lru.remove(op.session)
+        self.idle_lru.append(op.session)
+        return self.outcome(applied=True)
+
+    def release(self, op: Handle) -> SessionOutcome:
+        self._release(op.slot)
+        return self.outcome(applied=True)
+
     def _release(self, index: int) -> None:
         s = self.slots[index]
         if s.session is not None:
@@ -92,65 +195,6 @@ class SessionModel:
         s.generation += 1
         self.pending = [p for p in self.pending if p[0] != index]
 
-    # ------------------------------------------------------------ operations
-
-    @applies("SESSION-LEASE", "SESSION-LRU", "SESSION-CANDIDATE", "SESSION-FENCE")
-    def admit(self, op: SessionAdmit) -> tuple[Admission | None, str | None]:
-        """(admission, None) or (None, the rule of the refusal)."""
-        key = op.session
-        own = self.holder.get(key)
-        if own is not None and self.slots[own].state == "leased":
-            return None, str(rid("SESSION-LEASE"))
-        if own is not None and op.warm:
-            s = self.slots[own]
-            s.state = "leased"
-            self.idle_lru.remove(key)
-            return Admission(
-                slot=own, generation=s.generation, candidate="live", requires_clear=False, tokens=list(s.tokens)
-            ), None
-        free = [i for i, s in enumerate(self.slots) if s.state == "free"]
-        if own is not None:
-            target, clear = own, True
-            self.idle_lru.remove(key)
-            del self.holder[key]
-        elif free:
-            target = free[0]
-            clear = self.slots[target].generation > 0
-        elif self.idle_lru:
-            victim = self.idle_lru.pop(0)
-            target = self.holder.pop(victim)
-            clear = True
-        else:
-            return None, str(rid("SESSION-LRU"))
-        s = self.slots[target]
-        s.generation += 1
-        s.state, s.session, s.tokens = "leased", key, []
-        self.holder[key] = target
-        self.pending = [p for p in self.pending if p[0] != target]
-        return Admission(slot=target, generation=s.generation, candidate="none", requires_clear=clear), None
-
-    @applies("SESSION-FENCE", "SESSION-RELEASE", "SESSION-LRU")
-    def finalize(self, op: SessionFinalize) -> bool:
-        s = self._current(op.session, op.slot, op.generation)
-        if s is None:
-            return False
-        if op.keep:
-            s.state, s.tokens = "idle", list(op.tokens)
-            if op.session in self.idle_lru:
-                self.idle_lru.remove(op.session)
-            self.idle_lru.append(op.session)
-        else:
-            self._release(op.slot)
-        return True
-
-    @applies("SESSION-RELEASE")
-    def reset(self, op: SessionReset) -> bool:
-        if self._current(op.session, op.slot, op.generation) is None:
-            return False
-        self._release(op.slot)
-        return True
-
-    @applies("SESSION-RELEASE")
     def evict_all(self) -> None:
         for s in self.slots:
             s.state, s.session, s.tokens = "free", None, []
@@ -159,16 +203,45 @@ class SessionModel:
         self.idle_lru.clear()
         self.pending.clear()
 
-    def snapshot_op(self, op: SessionSnapshot) -> bool:
-        self._slot(op.slot)
-        self.pending.append((op.slot, op.generation))
-        return True
+    def evicted_all(self, op: SessionEvictAll) -> SessionOutcome:
+        self.evict_all()
+        return self.outcome(applied=True)
 
-    @applies("SESSION-FENCE")
+    def queue_snapshot(self, op: SessionSnapshot) -> SessionOutcome:
+        self.pending.append((op.slot, op.generation))
+        return self.outcome(applied=True)
+
     def drain(self) -> list[tuple[int, int]]:
         taken = [(i, g) for i, g in self.pending if self.slots[i].generation == g and self.slots[i].state != "free"]
         self.pending = []
         return taken
+
+    def drained(self, op: SessionDrain) -> SessionOutcome:
+        return self.outcome(drained=self.drain())
+
+    # ------------------------------------------------------------ the table
+
+    TRANSITIONS: ClassVar[Sequence[Transition[Any, Any]]] = (
+        # admit
+        Transition("SESSION-LEASE", SessionAdmit, "own_leased", _refuse("SESSION-LEASE")),
+        Transition("SESSION-CANDIDATE", SessionAdmit, "own_idle_warm", "resume"),
+        Transition("SESSION-CANDIDATE", SessionAdmit, "own_idle", "lease_own"),
+        Transition("SESSION-LEASE", SessionAdmit, "a_slot_free", "lease_free"),
+        Transition("SESSION-LRU", SessionAdmit, "an_idle_session", "steal"),
+        Transition("SESSION-LRU", SessionAdmit, always, _refuse("SESSION-LRU")),
+        # finalize and reset: a handle's operations
+        Transition(
+            "SESSION-VALIDATE", (SessionFinalize, SessionReset, SessionSnapshot), "no_such_slot", "invalid_slot"
+        ),
+        Transition("SESSION-FENCE", (SessionFinalize, SessionReset), "stale", "not_applied"),
+        Transition("SESSION-LEASE", (SessionFinalize, SessionReset), "foreign", "foreign_handle"),
+        Transition("SESSION-LRU", SessionFinalize, "keep", "park"),
+        Transition("SESSION-RELEASE", (SessionFinalize, SessionReset), always, "release"),
+        # the rest
+        Transition("SESSION-RELEASE", SessionEvictAll, always, "evicted_all"),
+        Transition("SESSION-FENCE", SessionSnapshot, always, "queue_snapshot"),
+        Transition("SESSION-FENCE", SessionDrain, always, "drained"),
+    )
 
     # ------------------------------------------------------------ observation
 
@@ -179,24 +252,3 @@ class SessionModel:
             in_flight=sorted(k for k, i in self.holder.items() if self.slots[i].state == "leased"),
             pending=list(self.pending),
         )
-
-    def step(self, op: SessionOp) -> SessionOutcome:
-        saved = copy.deepcopy((self.slots, self.holder, self.idle_lru, self.pending))
-        try:
-            if isinstance(op, SessionAdmit):
-                adm, refused = self.admit(op)
-                return SessionOutcome(admission=adm, refused=refused, state=self.state())
-            if isinstance(op, SessionFinalize):
-                return SessionOutcome(applied=self.finalize(op), state=self.state())
-            if isinstance(op, SessionReset):
-                return SessionOutcome(applied=self.reset(op), state=self.state())
-            if isinstance(op, SessionEvictAll):
-                self.evict_all()
-                return SessionOutcome(applied=True, state=self.state())
-            if isinstance(op, SessionSnapshot):
-                return SessionOutcome(applied=self.snapshot_op(op), state=self.state())
-            assert isinstance(op, SessionDrain)
-            return SessionOutcome(drained=self.drain(), state=self.state())
-        except InvalidOperation as e:
-            self.slots, self.holder, self.idle_lru, self.pending = saved
-            return SessionOutcome(error=OpError(rule=str(e.rule), message=e.message), state=self.state())

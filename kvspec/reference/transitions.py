@@ -14,11 +14,16 @@ and returns the step's outcome. A rejection is a transition too (its rule is
 the rule that refuses the operation, its effect returns the error outcome
 and changes nothing), so a rejected operation leaves the model as it was.
 
+A guard or an effect is a function of (model, operation), or the name of a
+method of the model taking the operation: named, it is looked up on the
+instance, so a variant of the model (the mutant zoos') overrides the one
+method it breaks and keeps the table.
+
 ``TransitionModel`` is the base of a model written this way; it satisfies
 ``spec.model.TaggedModel`` (the one model protocol, plus the rules behind
 the last step), which ``conformance.generic`` needs to name the rule a
-difference breaks. The toy profile of ``tests/test_toy_profile.py`` is the
-example.
+difference breaks. ``reference.session`` (the ``session`` profile) and the
+toy profile of ``tests/test_toy_profile.py`` are written this way.
 """
 
 from __future__ import annotations
@@ -37,10 +42,11 @@ class Transition(Generic[S, Out]):
 
     #: the rule id (a heading of the profile's spec document)
     rule: str
-    #: the operation class it handles
-    op: type
-    guard: Callable[[S, Any], bool]
-    effect: Callable[[S, Any], Out]
+    #: the operation class (or classes) it handles
+    op: type | tuple[type, ...]
+    #: a function of (model, op), or the name of a model method taking op
+    guard: Callable[[S, Any], bool] | str
+    effect: Callable[[S, Any], Out] | str
 
 
 def always(state: object, op: object) -> bool:
@@ -64,11 +70,14 @@ class TransitionModel(Generic[Out]):
 
     def step(self, op: Any) -> Out:
         for t in self.TRANSITIONS:
-            if isinstance(op, t.op) and t.guard(self, op):
+            if isinstance(op, t.op) and self._call(t.guard, op):
                 self.last_rules = (t.rule,)
-                out: Out = t.effect(self, op)
+                out: Out = self._call(t.effect, op)
                 return out
         raise NoTransition(f"{type(self).__name__}: no transition applies to {op!r}")
+
+    def _call(self, f: Callable[[Any, Any], Any] | str, op: Any) -> Any:
+        return getattr(self, f)(op) if isinstance(f, str) else f(self, op)
 
     @classmethod
     def rules(cls) -> tuple[str, ...]:
@@ -79,6 +88,16 @@ class TransitionModel(Generic[Out]):
     def rules_of(cls, op: type) -> tuple[str, ...]:
         """The rules of one operation class, in the order they are tried."""
         return tuple(dict.fromkeys(t.rule for t in cls.TRANSITIONS if issubclass(op, t.op)))
+
+    @classmethod
+    def check_table(cls) -> None:
+        """Every guard and effect named by a string is a method of the model (a typo fails here,
+        not at the first operation that reaches it)."""
+        missing = [
+            f for t in cls.TRANSITIONS for f in (t.guard, t.effect) if isinstance(f, str) and not hasattr(cls, f)
+        ]
+        if missing:
+            raise NoTransition(f"{cls.__name__}: the table names methods it does not have: {', '.join(missing)}")
 
 
 __all__ = ["NoTransition", "Transition", "TransitionModel", "always"]

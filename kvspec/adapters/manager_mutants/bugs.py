@@ -12,7 +12,6 @@ from __future__ import annotations
 from kvspec.reference.paged import PagedModel, Pool, Seq
 from kvspec.reference.session import SessionModel
 from kvspec.spec.manager_wire import (
-    Admission,
     PagedEvictPrefixes,
     PagedExtend,
     PagedFork,
@@ -23,6 +22,8 @@ from kvspec.spec.manager_wire import (
     Pressure,
     SessionAdmit,
     SessionFinalize,
+    SessionOp,
+    SessionOutcome,
 )
 from kvspec.spec.rules import RuleId
 
@@ -153,34 +154,29 @@ class ReleaseKeepsGeneration(SessionModel):
 class FinalizeIgnoresGeneration(SessionModel):
     """finalize acts on a slot the handle names whatever the generation."""
 
-    def finalize(self, op: SessionFinalize) -> bool:
-        s = self._slot(op.slot)
-        if s.generation != op.generation and s.state != "free" and s.session == op.session:
-            op = op.model_copy(update={"generation": s.generation})
-        return super().finalize(op)
+    def step(self, op: SessionOp) -> SessionOutcome:
+        if isinstance(op, SessionFinalize) and op.slot < len(self.slots):
+            s = self.slots[op.slot]
+            if s.generation != op.generation and s.state != "free" and s.session == op.session:
+                op = op.model_copy(update={"generation": s.generation})
+        return super().step(op)
 
 
 class LruNewestFirst(SessionModel):
     """with no free slot, the most recently parked idle session loses its slot."""
 
-    def admit(self, op: SessionAdmit) -> tuple[Admission | None, str | None]:
-        self.idle_lru.reverse()
-        try:
-            return super().admit(op)
-        finally:
-            self.idle_lru.reverse()
+    def lru_victim(self) -> str:
+        return self.idle_lru[-1]
 
 
 class ColdOwnSlotLive(SessionModel):
     """a cold re-admission onto the session's own idle slot is reported as a live candidate."""
 
-    def admit(self, op: SessionAdmit) -> tuple[Admission | None, str | None]:
-        own = self.holder.get(op.session)
-        was_idle = own is not None and self.slots[own].state == "idle" and not op.warm
-        adm, refused = super().admit(op)
-        if adm is not None and was_idle:
-            adm = adm.model_copy(update={"candidate": "live", "requires_clear": False})
-        return adm, refused
+    def lease_own(self, op: SessionAdmit) -> SessionOutcome:
+        out = super().lease_own(op)
+        assert out.admission is not None
+        adm = out.admission.model_copy(update={"candidate": "live", "requires_clear": False})
+        return out.model_copy(update={"admission": adm})
 
 
 class EvictAllKeepsIdle(SessionModel):
