@@ -10,7 +10,9 @@ What is here, by job:
 - the implementation interfaces an in-process adapter subclasses, one per family of operations
   (``Implementation`` for block-level profiles, ``ManagerImplementation`` for paged/session,
   ``RadixImplementation`` for radix, ``RequestImplementation`` for request-level engines) and
-  ``open_implementation``, the opener the suite uses for a manifest;
+  ``open_adapter``, the one opener the suite uses for a manifest and a configuration of any family
+  (``family_of`` says which family a configuration opens; ``open_implementation`` is its block-level
+  name of old);
 - manifests: ``Manifest``, ``Capabilities``, ``load_manifest``, ``builtin_adapters_dir``;
 - transports an adapter can build on: ``ChildProcess`` (a JSON-lines child with bounded reads) and its
   errors, ``open_engine_command``, ``build_dir`` (where C and Rust ports are built);
@@ -33,6 +35,8 @@ if TYPE_CHECKING:
 _HOME = {
     "Implementation": "kvspec.conformance.block.interface",
     "open_implementation": "kvspec.conformance.block.opener",
+    "open_adapter": "kvspec.conformance.opener",
+    "family_of": "kvspec.conformance.opener",
     "ManagerImplementation": "kvspec.conformance.managers.interface",
     "RadixImplementation": "kvspec.conformance.radix.interface",
     "ConcurrentRun": "kvspec.conformance.requests.api",

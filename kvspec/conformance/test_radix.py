@@ -42,7 +42,7 @@ def _require_tree_operations(manifest: Manifest) -> None:
     version 4); a request-only one is checked by the radix request layer
     (test_requests.py, ``test_radix_request_*``)."""
     require_profile(manifest, "radix")
-    if not manifest.start.radix and manifest.kind != "subprocess":
+    if not manifest.start.factory_for("radix", manifest.kind) and manifest.kind != "subprocess":
         pytest.skip(
             f"adapter {manifest.name!r} takes requests only (no start.radix, not a protocol-4 child):"
             " the radix request layer checks it (test_requests.py, test_radix_request_*)"

@@ -23,6 +23,14 @@ from kvspec.spec.wire import StorageTier, Wire
 
 Kind = Literal["python", "subprocess", "c_abi", "request"]
 
+#: what the suite opens an adapter for: one of the profile families of the registry
+#: (``spec/registry.py``: ``block``, ``manager``, ``radix``) or ``request`` (whole requests of an engine,
+#: checked against the vllm or the radix profile)
+AdapterFamily = Literal["block", "manager", "radix", "request"]
+
+#: the per-family keys of ``[start]``: the in-process factory of each family but the block level
+FAMILY_KEYS: dict[AdapterFamily, str] = {"request": "requests", "manager": "managers", "radix": "radix"}
+
 
 class Start(Wire):
     """How to start the implementation (which fields apply depends on kind)."""
@@ -54,6 +62,20 @@ class Start(Wire):
     #: c_abi: "process" runs the library in a child host (a crash in it is an
     #: AdapterError); "inprocess" loads it into the test process (faster)
     isolation: Literal["process", "inprocess"] = "process"
+
+    def factory_for(self, family: AdapterFamily, kind: Kind) -> str | None:
+        """The ``module:factory`` that opens ``family`` in process (None: none is named, and a
+        process-crossing kind reaches the family through its transport, if it has one).
+
+        Each family has its own key (``requests``, ``managers``, ``radix``; block: ``python`` of a
+        ``kind = "python"`` adapter, request: ``python`` of a ``kind = "request"`` one)."""
+        if family == "block":
+            return self.python if kind == "python" else None
+        if family == "request" and kind == "request":
+            return self.python
+        value: str | None = getattr(self, FAMILY_KEYS[family])
+        return value
+
     #: seconds one call may take before the adapter is declared hung
     timeout_s: float = Field(default=10.0, gt=0)
     startup_timeout_s: float = Field(default=30.0, gt=0)

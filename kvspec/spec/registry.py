@@ -227,3 +227,15 @@ def _known(name: str) -> str:
 
 #: a profile name, checked against the registry (the JSON Schema lists them as an enum)
 ProfileName = Annotated[str, AfterValidator(_known), Field(json_schema_extra={"enum": list(PROFILES)})]
+
+
+def profile_of_config(config: Any) -> ProfileEntry:
+    """The profile a manager configuration builds: a block-family config (``ManagerConfig``)
+    names it in ``profile``; the allocator-level and radix configs carry their profile's name
+    as ``kind`` (``PagedConfig.kind == "paged"``). The opener asks this to find the family."""
+    name = getattr(config, "profile", None) or getattr(config, "kind", None)
+    if not isinstance(name, str) or name not in PROFILES:
+        raise ValueError(
+            f"{type(config).__name__} names no registered profile (got {name!r}); known: {', '.join(PROFILES)}"
+        )
+    return PROFILES[name]

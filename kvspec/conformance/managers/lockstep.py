@@ -17,7 +17,6 @@ into a slot and generation from the model's history when the op is sent.
 from __future__ import annotations
 
 import copy
-import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -28,11 +27,11 @@ from hypothesis import strategies as st
 from kvspec.conformance.managers.check import check_expect, check_paged, check_session
 from kvspec.conformance.managers.follow import ManagerModel, candidates, follow_modes, model_step
 from kvspec.conformance.managers.interface import ManagerImplementation
+from kvspec.conformance.opener import open_adapter
 from kvspec.conformance.verdicts.failures import ConformanceFailure, DeviationNotFollowed
 from kvspec.reference.paged import PagedModel
 from kvspec.reference.session import SessionModel
 from kvspec.spec.deviations import Deviation, Site, covering
-from kvspec.spec.errors import ConfigError
 from kvspec.spec.manager_scenario import ManagerScenario
 from kvspec.spec.manager_wire import (
     ManagerConfigKind,
@@ -56,18 +55,9 @@ from kvspec.spec.rules import RuleId
 
 
 def open_manager(manifest: Manifest, adapter_dir: Path, config: ManagerConfigKind) -> ManagerImplementation:
-    """Start the manager a manifest describes, configured with ``config``."""
-    if manifest.start.managers:
-        mod_name, _, attr = manifest.start.managers.partition(":")
-        factory = getattr(importlib.import_module(mod_name), attr)
-        extra = {"variant": manifest.variant} if manifest.variant else {}
-        impl: ManagerImplementation = factory(config, manifest, adapter_dir, **extra)
-        return impl
-    if manifest.kind == "subprocess":
-        from kvspec.conformance.transport.manager import JsonlManager
-
-        return JsonlManager(manifest, adapter_dir, config)
-    raise ConfigError(f"{manifest.name}: no start.managers factory and kind {manifest.kind!r} has no manager session")
+    """Start the manager a manifest describes, configured with ``config`` (through the one opener,
+    ``kvspec.conformance.opener.open_adapter``)."""
+    return open_adapter(manifest, adapter_dir, config)
 
 
 @dataclass

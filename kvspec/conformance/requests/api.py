@@ -31,9 +31,9 @@ it is re-exported here.
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
+from kvspec.conformance.opener import open_adapter
 from kvspec.conformance.requests.interface import (
     STALLED,
     ConcurrentRun,
@@ -44,7 +44,6 @@ from kvspec.conformance.requests.interface import (
 )
 from kvspec.conformance.run.manifest import Manifest
 from kvspec.reference.requests import PoolSetup
-from kvspec.spec.errors import ConfigError
 
 __all__ = [
     "STALLED",
@@ -58,22 +57,6 @@ __all__ = [
 
 
 def open_request_implementation(manifest: Manifest, adapter_dir: Path, setup: PoolSetup) -> RequestImplementation:
-    """Start the request-level implementation a manifest describes."""
-    if not manifest.capabilities.request_level:
-        raise ConfigError(f"{manifest.name}: the manifest does not declare request_level")
-    target = manifest.start.python if manifest.kind == "request" else manifest.start.requests
-    if target is None and manifest.kind in ("subprocess", "c_abi"):
-        from kvspec.conformance.transport.engine import open_engine_implementation
-
-        return open_engine_implementation(manifest, adapter_dir, setup)
-    if not target or ":" not in target:
-        raise ConfigError(
-            f"{manifest.name}: a request-level adapter needs start.python (kind 'request') or "
-            "start.requests (kind 'python') = 'module:factory'; kinds 'subprocess' and 'c_abi' "
-            "speak protocol version 2 without one"
-        )
-    mod_name, _, attr = target.partition(":")
-    factory = getattr(importlib.import_module(mod_name), attr)
-    extra = {} if manifest.variant is None else {"variant": manifest.variant}  # --impl=DIR/NAME
-    impl: RequestImplementation = factory(setup, manifest, adapter_dir, **extra)
-    return impl
+    """Start the request-level implementation a manifest describes (through the one opener,
+    ``kvspec.conformance.opener.open_adapter``)."""
+    return open_adapter(manifest, adapter_dir, setup)

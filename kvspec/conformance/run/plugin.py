@@ -43,12 +43,14 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from kvspec.conformance.block.opener import Implementation, open_implementation
+from kvspec.conformance.block.interface import Implementation
+from kvspec.conformance.opener import open_adapter
 from kvspec.conformance.run import example_db, workdir, xdist_support
 from kvspec.conformance.run.manifest import Manifest, load_impl
 from kvspec.conformance.run.progress import Progress
@@ -59,6 +61,9 @@ from kvspec.spec.config import ManagerConfig
 from kvspec.spec.deviations import Site, covering
 from kvspec.spec.errors import HANG_MARK, ConfigError
 from kvspec.spec.rules import known as known_rule
+
+if TYPE_CHECKING:
+    from hypothesis import settings
 
 _STATE_KEY = pytest.StashKey["_KvspecState"]()
 
@@ -284,7 +289,7 @@ def record_deviation(config: pytest.Config, index: int, site: Site) -> None:
     _state(config).deviations_seen[index] += 1
 
 
-def conformance_settings(config: pytest.Config) -> Any:
+def conformance_settings(config: pytest.Config) -> settings:
     """The Hypothesis settings of the selected effort (``settings.effort``)."""
     st = _state(config)
     return effort(st.effort, seeded=st.seeded, database=example_db.database_for(config, st.effort, seeded=st.seeded))
@@ -746,13 +751,16 @@ def kvspec_adapter_dir(request: pytest.FixtureRequest, kvspec_manifest: Manifest
 
 
 @pytest.fixture
-def open_impl(kvspec_manifest: Manifest, kvspec_adapter_dir: Path) -> Any:
-    """Factory: ``open_impl(config)`` starts the implementation; all are
-    closed at the end of the test, whatever happens."""
+def open_impl(
+    kvspec_manifest: Manifest, kvspec_adapter_dir: Path
+) -> Iterator[Callable[[ManagerConfig], Implementation]]:
+    """Factory: ``open_impl(config)`` starts the block-level implementation
+    (``kvspec.conformance.opener.open_adapter``); all are closed at the end of
+    the test, whatever happens."""
     opened: list[Implementation] = []
 
     def _open(config: ManagerConfig) -> Implementation:
-        impl = open_implementation(kvspec_manifest, kvspec_adapter_dir, config)
+        impl = open_adapter(kvspec_manifest, kvspec_adapter_dir, config)
         opened.append(impl)
         return impl
 
@@ -762,7 +770,9 @@ def open_impl(kvspec_manifest: Manifest, kvspec_adapter_dir: Path) -> Any:
 
 
 @pytest.fixture
-def kvspec_record_rule(request: pytest.FixtureRequest) -> Any:
+def kvspec_record_rule(request: pytest.FixtureRequest) -> Callable[..., None]:
+    """``record(rule, n=1)``: ``rule`` was exercised ``n`` times (the rules table counts it)."""
+
     def _record(rule: str, n: int = 1) -> None:
         record_rule(request.config, rule, n)
 
@@ -770,7 +780,7 @@ def kvspec_record_rule(request: pytest.FixtureRequest) -> Any:
 
 
 @pytest.fixture
-def kvspec_record_deviation(request: pytest.FixtureRequest) -> Any:
+def kvspec_record_deviation(request: pytest.FixtureRequest) -> Callable[[int, Site], None]:
     """``record(index, site)``: a declared deviation was observed and followed."""
 
     def _record(index: int, site: Site) -> None:
@@ -780,6 +790,6 @@ def kvspec_record_deviation(request: pytest.FixtureRequest) -> Any:
 
 
 @pytest.fixture(scope="session")
-def kvspec_settings(request: pytest.FixtureRequest) -> Any:
+def kvspec_settings(request: pytest.FixtureRequest) -> settings:
     """The Hypothesis settings of the selected effort (``--hypothesis-profile``)."""
     return conformance_settings(request.config)

@@ -78,21 +78,21 @@ def _start_and_close(manifest: Manifest, adapter_dir: Path) -> str | None:
     caps = manifest.capabilities
     profile = manifest.profile if manifest.profile in _BLOCK_PROFILES else None
     if caps.block_level and profile is not None and manifest.kind != "request":
-        from kvspec.conformance.block.opener import open_implementation
+        from kvspec.conformance.opener import open_adapter
 
         eviction = "lru" if profile in ("legacy", "vllm") else (caps.policies[0] if caps.policies else "lineage")
         config = ManagerConfig(profile=profile, capacity=8, eviction=eviction)
-        impl = open_implementation(manifest, adapter_dir, config)
+        impl = open_adapter(manifest, adapter_dir, config)
         try:
             return negotiated(impl)
         finally:
             impl.close()
     if caps.request_level:
-        from kvspec.conformance.requests.api import open_request_implementation
+        from kvspec.conformance.opener import open_adapter
         from kvspec.reference.requests import PoolSetup
 
         setup = PoolSetup(manager=ManagerConfig(profile="vllm", capacity=8, eviction="lru"))
-        req = open_request_implementation(manifest, adapter_dir, setup)
+        req = open_adapter(manifest, adapter_dir, setup)
         try:
             return negotiated(req)
         finally:

@@ -142,7 +142,7 @@ def _request_reason(rule: RuleId, m: Manifest) -> str | None:
 def _radix_reason(rule: RuleId, m: Manifest) -> str | None:
     if "radix" not in m.supported_profiles():
         return "missing capability profile:radix"
-    tree_ops = bool(m.start.radix) or m.kind == "subprocess"
+    tree_ops = bool(m.start.factory_for("radix", m.kind)) or m.kind == "subprocess"
     if tree_ops:
         return None if (RULES[rule].concern == Concern.RADIX or rule in _RADIX_SHARED) else "not a radix rule"
     if rule in _RADIX_REQUEST_RULES or rule in _RADIX_SHARED:
