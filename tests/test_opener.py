@@ -83,12 +83,93 @@ def test_a_family_the_manifest_cannot_open_names_what_to_write(tmp_path: Path) -
         'name = "only_blocks"\nkind = "c_abi"\nprofile = "kvbm"\n[start]\nsources = ["x.c"]\n'
     )
     m = load_manifest(tmp_path)
-    with pytest.raises(ConfigError, match=r"no start\.managers factory"):
+    with pytest.raises(ConfigError, match="no in-process factory of paged/session"):
         open_adapter(m, tmp_path, PAGED)
-    with pytest.raises(ConfigError, match=r"start\.radix"):
+    with pytest.raises(ConfigError, match=r"a radix adapter names its factory in start\.python"):
         open_adapter(m, tmp_path, RADIX)
 
 
 def test_the_public_api_names_the_one_opener() -> None:
     assert api.open_adapter is open_adapter
     assert "open_adapter" in api.__all__
+
+
+# ---------------------------------------------------------------- one [start] key, the old ones as aliases
+
+ONE_FACTORY = "kvspec.adapters.reference.any_family:open_reference_any"
+
+
+def _with_start(adapter: str, start: str, tmp_path: Path) -> tuple[Path, str]:
+    """A copy of bundled ``adapter``'s manifest in ``tmp_path`` whose ``[start]`` is ``start``."""
+    text = (builtin_adapters_dir() / adapter / "manifest.toml").read_text()
+    head, _, rest = text.partition("[start]\n")
+    _, _, tail = rest.partition("\n[capabilities]")
+    (tmp_path / "manifest.toml").write_text(f"{head}[start]\n{start}\n\n[capabilities]{tail}")
+    return tmp_path, text
+
+
+@pytest.mark.parametrize(("config", "family"), [(c, f) for c, f, _ in CASES], ids=[f for _, f, _ in CASES])
+def test_an_old_style_and_a_new_style_manifest_open_the_same_implementation(
+    config: OpenConfig, family: str, tmp_path: Path
+) -> None:
+    old_dir = builtin_adapters_dir() / "reference"
+    old = load_manifest(old_dir)
+    assert old.start.managers and old.start.radix and old.start.requests, "the bundled reference keeps the old keys"
+    new_dir, _ = _with_start("reference", f'python = "{ONE_FACTORY}"', tmp_path)
+    new = load_manifest(new_dir)
+    assert (new.start.requests, new.start.managers, new.start.radix) == (None, None, None)
+    with open_adapter(old, old_dir, config) as a, open_adapter(new, new_dir, config) as b:
+        assert type(a) is type(b), family
+        assert type(a).__module__.startswith("kvspec.adapters.reference"), type(a)
+
+
+@pytest.mark.parametrize(
+    ("adapter", "alias", "config", "variant"),
+    [
+        ("radix_mutants", "radix", RADIX, "evict_newest_first"),
+        ("manager_mutants", "managers", PAGED, "swap_out_frees_shared"),
+    ],
+)
+def test_a_bundled_adapter_moved_to_one_key_opens_what_its_alias_did(
+    adapter: str, alias: str, config: OpenConfig, variant: str, tmp_path: Path
+) -> None:
+    new_dir = builtin_adapters_dir() / adapter
+    new = load_manifest(new_dir, variant)
+    assert new.start.python and getattr(new.start, alias) is None, "the bundled manifest names one factory"
+    old_dir, _ = _with_start(adapter, f'{alias} = "{new.start.python}"', tmp_path)
+    old = load_manifest(old_dir, variant)
+    assert old.start.python is None and getattr(old.start, alias) == new.start.python
+    with open_adapter(old, old_dir, config) as a, open_adapter(new, new_dir, config) as b:
+        assert type(a) is type(b)
+        assert type(getattr(a, "model", None)) is type(getattr(b, "model", None))
+        assert type(getattr(a, "model", None)).__module__.startswith(f"kvspec.adapters.{adapter}"), "the variant's bug"
+
+
+def test_an_alias_names_its_family_and_python_the_rest(tmp_path: Path) -> None:
+    (tmp_path / "manifest.toml").write_text(
+        'name = "mixed"\nkind = "python"\nprofile = "kvbm"\n[start]\n'
+        f'python = "{ONE_FACTORY}"\nradix = "kvspec.adapters.radix_mutants.adapter:open_radix_mutant"\n'
+        '[capabilities]\nprofiles = ["kvbm", "paged", "radix"]\n'
+    )
+    start = load_manifest(tmp_path).start
+    assert start.factory_for("radix", "python") == "kvspec.adapters.radix_mutants.adapter:open_radix_mutant"
+    assert start.factory_for("manager", "python") == ONE_FACTORY
+    assert start.factory_for("block", "python") == ONE_FACTORY
+    # a process-crossing kind goes through its transport unless an alias names a factory
+    assert start.factory_for("block", "subprocess") is None
+    assert start.factory_for("manager", "subprocess") is None
+    assert start.factory_for("radix", "subprocess") == "kvspec.adapters.radix_mutants.adapter:open_radix_mutant"
+
+
+def test_a_request_adapter_takes_requests_only(tmp_path: Path) -> None:
+    (tmp_path / "manifest.toml").write_text(
+        'name = "engine"\nkind = "request"\nprofile = "vllm"\n[start]\n'
+        'python = "kvspec.adapters.reference_requests.adapter:open_reference_requests"\n'
+        "[capabilities]\nblock_level = false\nrequest_level = true\n"
+    )
+    m = load_manifest(tmp_path)
+    assert m.start.factory_for("request", m.kind) == m.start.python
+    with pytest.raises(ConfigError, match="no in-process factory of paged/session"):
+        open_adapter(m, tmp_path, PAGED)
+    with pytest.raises(ConfigError, match="takes requests, not block operations"):
+        open_adapter(m, tmp_path, BLOCK)

@@ -96,7 +96,10 @@ def _open_manager(manifest: Manifest, adapter_dir: Path, config: PagedConfig | S
         from kvspec.conformance.transport.manager import JsonlManager
 
         return JsonlManager(manifest, adapter_dir, config)
-    raise ConfigError(f"{manifest.name}: no start.managers factory and kind {manifest.kind!r} has no manager session")
+    raise ConfigError(
+        f"{manifest.name}: no in-process factory of paged/session (start.python of a kind 'python' adapter, "
+        f"or its alias start.managers) and kind {manifest.kind!r} has no manager session (protocol version 3)"
+    )
 
 
 def _open_radix(manifest: Manifest, adapter_dir: Path, config: RadixConfig) -> RadixImplementation:
@@ -107,8 +110,8 @@ def _open_radix(manifest: Manifest, adapter_dir: Path, config: RadixConfig) -> R
         return JsonlRadix(manifest, adapter_dir, config)
     if not target or ":" not in target:
         raise ConfigError(
-            f"{manifest.name}: a radix adapter names its factory in start.radix = 'module:factory' "
-            "or is kind 'subprocess' (protocol version 4)"
+            f"{manifest.name}: a radix adapter names its factory in start.python = 'module:factory' "
+            "(kind 'python'; or its alias start.radix) or is kind 'subprocess' (protocol version 4)"
         )
     impl: RadixImplementation = _call_factory(target, manifest, adapter_dir, config)
     return impl
@@ -124,9 +127,9 @@ def _open_request(manifest: Manifest, adapter_dir: Path, setup: PoolSetup) -> Re
         return open_engine_implementation(manifest, adapter_dir, setup)
     if not target or ":" not in target:
         raise ConfigError(
-            f"{manifest.name}: a request-level adapter needs start.python (kind 'request') or "
-            "start.requests (kind 'python') = 'module:factory'; kinds 'subprocess' and 'c_abi' "
-            "speak protocol version 2 without one"
+            f"{manifest.name}: a request-level adapter needs start.python = 'module:factory' (kinds "
+            "'request' and 'python'; for kind 'python' the alias start.requests); kinds 'subprocess' and "
+            "'c_abi' speak protocol version 2 without one"
         )
     impl: RequestImplementation = _call_factory(target, manifest, adapter_dir, setup)
     return impl

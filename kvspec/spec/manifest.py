@@ -28,24 +28,27 @@ Kind = Literal["python", "subprocess", "c_abi", "request"]
 #: checked against the vllm or the radix profile)
 AdapterFamily = Literal["block", "manager", "radix", "request"]
 
-#: the per-family keys of ``[start]``: the in-process factory of each family but the block level
+#: the per-family keys of ``[start]`` written before ``python`` named the one factory of every family,
+#: kept as accepted (deprecated) aliases: a family's key, when written, names that family's factory;
+#: otherwise ``start.python`` does (spec/ADAPTERS.md, "[start]")
 FAMILY_KEYS: dict[AdapterFamily, str] = {"request": "requests", "manager": "managers", "radix": "radix"}
 
 
 class Start(Wire):
     """How to start the implementation (which fields apply depends on kind)."""
 
-    #: python: "module:factory" returning an Implementation (kind "request":
-    #: returning a RequestImplementation)
+    #: kinds python and request: "module:factory", the one factory of every
+    #: family the adapter runs; called with the family's configuration, it
+    #: returns that family's implementation (``factory_for``)
     python: str | None = None
-    #: a block-level adapter that also takes requests: "module:factory"
-    #: returning its RequestImplementation (capability request_level)
+    #: deprecated alias: "module:factory" of the request level only
+    #: (a RequestImplementation; capability request_level)
     requests: str | None = None
-    #: an adapter of the allocator-level profiles (paged, session) run
-    #: in-process: "module:factory" returning a ManagerImplementation
+    #: deprecated alias: "module:factory" of the allocator-level profiles
+    #: (paged, session) only, returning a ManagerImplementation
     managers: str | None = None
-    #: an adapter of the radix profile run in-process: "module:factory"
-    #: returning a RadixImplementation (conformance/radix/interface.py)
+    #: deprecated alias: "module:factory" of the radix profile only,
+    #: returning a RadixImplementation
     radix: str | None = None
     #: subprocess: argv; "{python}" is replaced by the running interpreter and
     #: "{adapter_dir}" by the manifest's folder
@@ -67,14 +70,21 @@ class Start(Wire):
         """The ``module:factory`` that opens ``family`` in process (None: none is named, and a
         process-crossing kind reaches the family through its transport, if it has one).
 
-        Each family has its own key (``requests``, ``managers``, ``radix``; block: ``python`` of a
-        ``kind = "python"`` adapter, request: ``python`` of a ``kind = "request"`` one)."""
+        ``python`` is the one factory of an in-process adapter, whatever the family: it is called
+        with the family's configuration (``ManagerConfig``, ``PagedConfig`` / ``SessionConfig``,
+        ``RadixConfig``, or a ``PoolSetup`` for the request level) and returns that family's
+        implementation. The per-family keys of old (``requests``, ``managers``, ``radix``) are
+        accepted aliases: when written, each names its family's factory instead. A ``request``
+        adapter takes requests only; a process-crossing kind's families go through its transport
+        unless an alias names a factory."""
         if family == "block":
             return self.python if kind == "python" else None
-        if family == "request" and kind == "request":
+        alias: str | None = getattr(self, FAMILY_KEYS[family])
+        if alias:
+            return alias
+        if kind == "python" or (kind == "request" and family == "request"):
             return self.python
-        value: str | None = getattr(self, FAMILY_KEYS[family])
-        return value
+        return None
 
     #: seconds one call may take before the adapter is declared hung
     timeout_s: float = Field(default=10.0, gt=0)
