@@ -7,12 +7,14 @@ reference model's internals on purpose, may also import ``kvspec.reference``).
 
 What is here, by job:
 
-- the implementation interfaces an in-process adapter subclasses, one per family of operations
-  (``Implementation`` for block-level profiles, ``ManagerImplementation`` for paged/session,
-  ``RadixImplementation`` for radix, ``RequestImplementation`` for request-level engines) and
-  ``open_adapter``, the one opener the suite uses for a manifest and a configuration of any family
-  (``family_of`` says which family a configuration opens; ``open_implementation`` is its block-level
-  name of old);
+- the one implementation protocol (``StepwiseImplementation[Config, Op, Outcome]``: ``config``,
+  ``step(op) -> outcome``, ``close``; ``ImplementationBase`` its root) and the interface an
+  in-process adapter subclasses for each family of operations, that protocol with the family's
+  wire models filled in (``Implementation`` for block-level profiles, ``ManagerImplementation``
+  for paged/session, ``RadixImplementation`` for radix; ``RequestImplementation`` for
+  request-level engines shares only the root), and ``open_adapter``, the one opener the suite uses
+  for a manifest and a configuration of any family (``family_of`` says which family a
+  configuration opens; ``open_implementation`` is its block-level name of old);
 - manifests: ``Manifest``, ``Capabilities``, ``load_manifest``, ``builtin_adapters_dir``;
 - transports an adapter can build on: ``ChildProcess`` (a JSON-lines child with bounded reads) and its
   errors, ``open_engine_command``, ``build_dir`` (where C and Rust ports are built);
@@ -34,6 +36,8 @@ if TYPE_CHECKING:
 
 _HOME = {
     "Implementation": "kvspec.conformance.block.interface",
+    "ImplementationBase": "kvspec.conformance.implementation",
+    "StepwiseImplementation": "kvspec.conformance.implementation",
     "open_implementation": "kvspec.conformance.block.opener",
     "open_adapter": "kvspec.conformance.opener",
     "family_of": "kvspec.conformance.opener",

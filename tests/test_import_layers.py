@@ -61,10 +61,16 @@ def test_no_import_cycle() -> None:
         raise AssertionError(f"import cycle: {' -> '.join(e.args[1])}") from None
 
 
+PROTOCOL = "kvspec.conformance.implementation"
+
+
 def test_the_interface_depends_on_the_spec_alone() -> None:
-    deps = import_graph()["kvspec.conformance.block.interface"]
-    assert deps, "the interface module imports the wire models"
-    assert all(d.startswith("kvspec.spec.") for d in deps), deps
+    g = import_graph()
+    assert not g[PROTOCOL], f"the generic implementation protocol imports nothing of kvspec: {g[PROTOCOL]}"
+    for family in ("block", "managers", "radix"):
+        deps = g[f"kvspec.conformance.{family}.interface"]
+        assert PROTOCOL in deps, f"the {family} interface specialises the one protocol"
+        assert all(d.startswith("kvspec.spec.") or d == PROTOCOL for d in deps), deps
 
 
 def test_transports_sit_above_the_interface_not_the_opener() -> None:

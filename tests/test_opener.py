@@ -5,22 +5,27 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args, get_origin
 
 import pytest
 
 import kvspec.api as api
+from kvspec.conformance.block.interface import Implementation
 from kvspec.conformance.block.opener import open_implementation
+from kvspec.conformance.implementation import ImplementationBase, StepwiseImplementation
+from kvspec.conformance.managers.interface import ManagerImplementation
 from kvspec.conformance.managers.lockstep import open_manager
 from kvspec.conformance.opener import OpenConfig, family_of, open_adapter
+from kvspec.conformance.radix.interface import RadixImplementation
 from kvspec.conformance.radix.opener import open_radix
-from kvspec.conformance.requests.api import open_request_implementation
+from kvspec.conformance.requests.api import RequestImplementation, open_request_implementation
 from kvspec.conformance.run.manifest import builtin_adapters_dir, load_manifest
 from kvspec.reference.requests import PoolSetup
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.errors import ConfigError
-from kvspec.spec.manager_wire import PagedConfig, SessionConfig
-from kvspec.spec.radix_wire import RadixConfig
+from kvspec.spec.manager_wire import ManagerConfigKind, ManagerOp, ManagerOutcome, PagedConfig, SessionConfig
+from kvspec.spec.radix_wire import RadixConfig, RadixOp, RadixOutcome
+from kvspec.spec.wire import Operation, StepOutcome
 
 BLOCK = ManagerConfig(profile="kvbm", capacity=4)
 LEGACY = ManagerConfig(profile="legacy", capacity=4, eviction="lru")
@@ -173,3 +178,58 @@ def test_a_request_adapter_takes_requests_only(tmp_path: Path) -> None:
         open_adapter(m, tmp_path, PAGED)
     with pytest.raises(ConfigError, match="takes requests, not block operations"):
         open_adapter(m, tmp_path, BLOCK)
+
+
+# ---------------------------------------------------------------- the one implementation protocol
+
+
+@pytest.mark.parametrize(
+    ("interface", "args"),
+    [
+        (Implementation, (ManagerConfig, Operation, StepOutcome)),
+        (ManagerImplementation, (ManagerConfigKind, ManagerOp, ManagerOutcome)),
+        (RadixImplementation, (RadixConfig, RadixOp, RadixOutcome)),
+    ],
+    ids=["block", "manager", "radix"],
+)
+def test_each_stepwise_family_is_the_protocol_with_its_wire_models(interface: type, args: tuple[Any, ...]) -> None:
+    assert issubclass(interface, StepwiseImplementation)
+    (base,) = [b for b in interface.__orig_bases__ if get_origin(b) is StepwiseImplementation]  # type: ignore[attr-defined]
+    assert get_args(base) == args
+
+
+def test_the_request_level_shares_the_root_only() -> None:
+    assert issubclass(RequestImplementation, ImplementationBase)
+    assert not issubclass(RequestImplementation, StepwiseImplementation)
+
+
+@pytest.mark.parametrize("config", [c for c, _, _ in CASES], ids=[f for _, f, _ in CASES])
+def test_everything_the_opener_returns_is_of_the_protocol(config: OpenConfig) -> None:
+    d = builtin_adapters_dir() / "reference"
+    with open_adapter(load_manifest(d), d, config) as impl:
+        assert isinstance(impl, ImplementationBase)
+        assert isinstance(impl, StepwiseImplementation) == (family_of(config) != "request")
+
+
+def test_an_adapter_written_against_the_old_interface_still_works() -> None:
+    """A block adapter as the docs described it before the protocol: ``step`` only, no ``close``."""
+    closed: list[bool] = []
+
+    class OldStyle(Implementation):
+        def __init__(self, config: ManagerConfig) -> None:
+            self.config = config
+
+        def step(self, op: Operation) -> StepOutcome:
+            raise NotImplementedError
+
+    class Closing(OldStyle):
+        def close(self) -> None:
+            closed.append(True)
+
+    with OldStyle(BLOCK) as impl:
+        assert impl.config == BLOCK and impl.workers == 1
+    with Closing(BLOCK):
+        pass
+    assert closed == [True]
+    with pytest.raises(TypeError, match="abstract"):
+        Implementation()  # type: ignore[abstract]

@@ -11,17 +11,15 @@ a C ABI through ctypes (spec/kvspec_abi.h).
 This module sits below everything that talks to an implementation: the
 transports (``conformance/transport/``) implement it, the checkers
 (``lockstep``, ``scenario_runner``) drive it, and ``implementation.py``
-opens the right one for a manifest. It imports nothing from the suite, so
-an adapter written outside this repository depends on this module and the
+opens the right one for a manifest. It imports nothing from the suite but the
+generic protocol it specialises (``conformance/implementation.py``), so an
+adapter written outside this repository depends on these two modules and the
 wire models only.
 """
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-from types import TracebackType
-from typing import Self
-
+from kvspec.conformance.implementation import StepwiseImplementation
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.errors import ConfigError
 from kvspec.spec.manifest import Manifest
@@ -37,18 +35,15 @@ from kvspec.spec.wire import (
 )
 
 
-class Implementation(ABC):
-    """One running manager under test. Close it (or use ``with``)."""
+class Implementation(StepwiseImplementation[ManagerConfig, Operation, StepOutcome]):
+    """One running manager under test, driven by block operations (the one implementation protocol,
+    ``conformance/implementation.py``, for the block family). Close it (or use ``with``)."""
 
     manifest: Manifest
     config: ManagerConfig
     #: the workers of one process this session drives (they share G3/G4); an
     #: adapter declaring ``workers = N`` is opened with ``workers=...`` up to N
     workers: int = 1
-
-    @abstractmethod
-    def step(self, op: Operation) -> StepOutcome:
-        """Apply one operation (to worker 0); raise AdapterError if the transport fails."""
 
     def step_on(self, worker: int, op: Operation) -> ProcessOutcome:
         """Apply one operation to ``worker`` of the process (SPEC.md "Lower tiers").
@@ -61,15 +56,6 @@ class Implementation(ABC):
                 f"(asked for worker {worker}): override step_on to serve several workers"
             )
         return ProcessOutcome(outcome=self.step(op))
-
-    def close(self) -> None:  # noqa: B027 - optional for in-process adapters
-        """Release everything the implementation holds (processes, libraries)."""
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
-        self.close()
 
 
 __all__ = [

@@ -13,13 +13,13 @@ request-level layer (``request_check``, ``test_requests``) consumes it, and
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Sequence
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 from pydantic import Field
 
+from kvspec.conformance.implementation import ImplementationBase
 from kvspec.reference.requests import PoolSetup, RequestSpec
 from kvspec.spec.errors import KvSpecError
 from kvspec.spec.manifest import Manifest
@@ -69,8 +69,10 @@ def by_tier(events: Sequence[KvEvent]) -> dict[str, list[KvEvent]]:
     return out
 
 
-class RequestImplementation(ABC):
-    """One running engine with one KV pool. Close it (or use ``with``)."""
+class RequestImplementation(ImplementationBase):
+    """One running engine with one KV pool, driven by whole requests (it shares the root of the
+    implementation protocol, ``conformance/implementation.py``, not its ``step``). Close it (or use
+    ``with``)."""
 
     manifest: Manifest
     setup: PoolSetup
@@ -102,12 +104,3 @@ class RequestImplementation(ABC):
         """The prefix-cache reset (CLEAR-ALL): whether it happened, and the
         events it published."""
         raise NotImplementedError(f"{type(self).__name__} has no prefix-cache reset (capability reset)")
-
-    def close(self) -> None:  # noqa: B027 - optional for in-process adapters
-        """Release everything the implementation holds (processes, sockets)."""
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
-        self.close()
