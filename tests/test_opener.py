@@ -166,6 +166,12 @@ def test_an_alias_names_its_family_and_python_the_rest(tmp_path: Path) -> None:
     assert start.factory_for("radix", "subprocess") == "kvspec.adapters.radix_mutants.adapter:open_radix_mutant"
 
 
+def test_a_factory_that_is_not_module_colon_name_is_refused(tmp_path: Path) -> None:
+    new_dir, _ = _with_start("manager_mutants", 'python = "kvspec.adapters.manager_mutants.adapter"', tmp_path)
+    with pytest.raises(ConfigError, match="a \\[start\\] factory is 'module:factory'"):
+        open_adapter(load_manifest(new_dir), new_dir, PAGED)
+
+
 def test_a_request_adapter_takes_requests_only(tmp_path: Path) -> None:
     (tmp_path / "manifest.toml").write_text(
         'name = "engine"\nkind = "request"\nprofile = "vllm"\n[start]\n'

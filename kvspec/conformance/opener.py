@@ -57,6 +57,8 @@ def family_of(config: OpenConfig) -> AdapterFamily:
 
 def _call_factory(target: str, manifest: Manifest, adapter_dir: Path, config: OpenConfig, **extra: object) -> Any:
     mod_name, _, attr = target.partition(":")
+    if not mod_name or not attr:
+        raise ConfigError(f"{manifest.name}: a [start] factory is 'module:factory', not {target!r}")
     factory = getattr(importlib.import_module(mod_name), attr)
     if manifest.variant is not None:  # a selected variant (--impl=DIR/NAME) is an explicit argument
         extra["variant"] = manifest.variant
