@@ -65,6 +65,8 @@ from kvspec.spec.rules import known as known_rule
 if TYPE_CHECKING:
     from hypothesis import settings
 
+    from kvspec.conformance.transport.jsonl import ChildPool
+
 _STATE_KEY = pytest.StashKey["_KvspecState"]()
 
 
@@ -723,7 +725,7 @@ def _junit_outcome(config: pytest.Config, outcome: str, incomplete: list[str]) -
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _kvspec_reuse_children(request: pytest.FixtureRequest) -> Any:
+def _kvspec_reuse_children(request: pytest.FixtureRequest) -> Iterator[ChildPool | None]:
     """In a conformance run, reuse adapter processes that announce multi_session
     (spec/PROTOCOL.md 3.8): one process start per test instead of per example."""
     if not _state(request.config).active:
