@@ -21,6 +21,7 @@ from kvspec.conformance.radix.opener import open_radix
 from kvspec.conformance.requests.api import RequestImplementation, open_request_implementation
 from kvspec.conformance.run.manifest import builtin_adapters_dir, load_manifest
 from kvspec.reference.requests import PoolSetup
+from kvspec.spec import registry
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.errors import ConfigError
 from kvspec.spec.manager_wire import ManagerConfigKind, ManagerOp, ManagerOutcome, PagedConfig, SessionConfig
@@ -239,3 +240,46 @@ def test_an_adapter_written_against_the_old_interface_still_works() -> None:
     assert closed == [True]
     with pytest.raises(TypeError, match="abstract"):
         Implementation()  # type: ignore[abstract]
+
+
+# ---------------------------------------------------------------- a profile declared outside kvspec
+
+ECHO_ADAPTER = """
+from kvspec.api import StepwiseImplementation
+
+
+class Echo(StepwiseImplementation[dict, str, str]):
+    def __init__(self, config, manifest, adapter_dir):
+        self.config = config
+
+    def step(self, op):
+        return op.upper()
+
+
+def open_echo(config, manifest, adapter_dir):
+    return Echo(config, manifest, adapter_dir)
+"""
+
+
+def test_a_generic_profile_opens_through_the_same_opener(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A profile of the ``generic`` family (registry.register) has no wire protocol: the one opener
+    calls the adapter's one factory, told the profile by name since the config type is the profile's own."""
+    (tmp_path / "echo_adapter.py").write_text(ECHO_ADAPTER)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    entry = registry.ProfileEntry("echo_toy", "generic", lambda c: c, (), (), op_type=str, outcome_type=str)
+    with registry.registered(entry):
+        (tmp_path / "manifest.toml").write_text(
+            'name = "echo"\nkind = "python"\nprofile = "echo_toy"\n[start]\npython = "echo_adapter:open_echo"\n'
+            "[capabilities]\nblock_level = false\n"
+        )
+        m = load_manifest(tmp_path)
+        config = {"slots": 2}
+        assert family_of(config, "echo_toy") == "generic"
+        with open_adapter(m, tmp_path, config, profile="echo_toy") as impl:
+            assert isinstance(impl, StepwiseImplementation)
+            assert impl.step("hi") == "HI" and impl.config == config
+        sub = m.model_copy(update={"kind": "subprocess"})
+        with pytest.raises(ConfigError, match="family 'generic'"):
+            open_adapter(sub, tmp_path, config, profile="echo_toy")
+    with pytest.raises(ConfigError, match="unknown profile 'echo_toy'"):
+        family_of(config, "echo_toy")

@@ -3,8 +3,9 @@
 ``open_adapter(manifest, adapter_dir, config)`` is the only place that turns a manifest into a running
 implementation. The configuration says what is opened: its profile (``ManagerConfig.profile``, or the
 ``kind`` of a ``PagedConfig``, ``SessionConfig``, ``RadixConfig``) is looked up in the profile registry
-(``spec/registry.py``), whose entry names the family (block, manager, radix); a ``PoolSetup`` opens the
-request level. The family then picks how the suite reaches the implementation:
+(``spec/registry.py``), whose entry names the family (block, manager, radix; ``generic`` for a profile
+declared outside kvspec, whose own config type the caller names with ``profile=``); a ``PoolSetup``
+opens the request level. The family then picks how the suite reaches the implementation:
 
 - an in-process factory named in ``[start]`` (``Start.factory_for``), called as
   ``factory(config, manifest, adapter_dir)`` plus ``variant=NAME`` when ``--impl=DIR/NAME`` selects a
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any, overload
 
 from kvspec.conformance.block.interface import Implementation
+from kvspec.conformance.implementation import StepwiseImplementation
 from kvspec.conformance.managers.interface import ManagerImplementation
 from kvspec.conformance.radix.interface import RadixImplementation
 from kvspec.conformance.requests.interface import RequestImplementation
@@ -34,21 +36,31 @@ from kvspec.spec.errors import ConfigError
 from kvspec.spec.manager_wire import PagedConfig, SessionConfig
 from kvspec.spec.manifest import AdapterFamily, Manifest
 from kvspec.spec.radix_wire import RadixConfig
-from kvspec.spec.registry import profile_of_config
+from kvspec.spec.registry import PROFILES, profile_of_config
 
 __all__ = ["AnyImplementation", "OpenConfig", "family_of", "open_adapter"]
 
 #: what ``open_adapter`` takes: one family's configuration
 OpenConfig = ManagerConfig | PagedConfig | SessionConfig | RadixConfig | PoolSetup
 #: what it returns: the implementation of that family
-AnyImplementation = Implementation | ManagerImplementation | RadixImplementation | RequestImplementation
+AnyImplementation = (
+    Implementation
+    | ManagerImplementation
+    | RadixImplementation
+    | RequestImplementation
+    | StepwiseImplementation[Any, Any, Any]
+)
 
 
-def family_of(config: OpenConfig) -> AdapterFamily:
-    """The family ``config`` opens: ``request`` for a ``PoolSetup``, else its profile's family in the
-    registry."""
+def family_of(config: OpenConfig | Any, profile: str | None = None) -> AdapterFamily:
+    """The family ``config`` opens: ``request`` for a ``PoolSetup``, else the registry's family of
+    ``profile`` or, without one, of the profile the configuration names."""
     if isinstance(config, PoolSetup):
         return "request"
+    if profile is not None:
+        if profile not in PROFILES:
+            raise ConfigError(f"unknown profile {profile!r}; known: {', '.join(PROFILES)}")
+        return PROFILES[profile].family
     try:
         return profile_of_config(config).family
     except ValueError as e:
@@ -137,11 +149,23 @@ def _open_request(manifest: Manifest, adapter_dir: Path, setup: PoolSetup) -> Re
     return impl
 
 
+def _open_generic(manifest: Manifest, adapter_dir: Path, config: Any) -> StepwiseImplementation[Any, Any, Any]:
+    target = manifest.start.factory_for("generic", manifest.kind)
+    if not target:
+        raise ConfigError(
+            f"{manifest.name}: a profile declared outside kvspec (family 'generic') has no wire protocol: "
+            "its adapter is kind 'python' with start.python = 'module:factory'"
+        )
+    impl: StepwiseImplementation[Any, Any, Any] = _call_factory(target, manifest, adapter_dir, config)
+    return impl
+
+
 #: each family's way in: (manifest, adapter folder, config, workers) -> implementation
 _OPENERS: dict[AdapterFamily, Callable[[Manifest, Path, Any, int], AnyImplementation]] = {
     "block": _open_block,
     "manager": lambda m, d, c, _w: _open_manager(m, d, c),
     "radix": lambda m, d, c, _w: _open_radix(m, d, c),
+    "generic": lambda m, d, c, _w: _open_generic(m, d, c),
     "request": lambda m, d, c, _w: _open_request(m, d, c),
 }
 
@@ -162,12 +186,21 @@ def open_adapter(
 def open_adapter(
     manifest: Manifest, adapter_dir: Path, config: PoolSetup, *, workers: int = 1
 ) -> RequestImplementation: ...
-def open_adapter(manifest: Manifest, adapter_dir: Path, config: OpenConfig, *, workers: int = 1) -> AnyImplementation:
+@overload
+def open_adapter(
+    manifest: Manifest, adapter_dir: Path, config: Any, *, workers: int = 1, profile: str
+) -> StepwiseImplementation[Any, Any, Any]: ...
+def open_adapter(
+    manifest: Manifest, adapter_dir: Path, config: Any, *, workers: int = 1, profile: str | None = None
+) -> AnyImplementation:
     """Start the implementation ``manifest`` describes (its folder ``adapter_dir``), configured with
     ``config``, for the family the configuration's profile belongs to (``family_of``). ``workers``:
     block-level workers of one process sharing G3/G4 (at most the manifest's ``workers`` capability);
-    the other families serve one. Close what it returns (or use ``with``)."""
-    family = family_of(config)
+    the other families serve one. ``profile`` names the registry entry when the configuration does not
+    (a profile declared outside kvspec, family ``generic``, brings its own config type: its adapter
+    is an in-process factory returning a ``StepwiseImplementation`` of its types). Close what it
+    returns (or use ``with``)."""
+    family = family_of(config, profile)
     if workers != 1 and family != "block":
         raise ConfigError(f"{manifest.name}: {workers} workers asked of a {family} session, which has one")
     return _OPENERS[family](manifest, Path(adapter_dir), config, workers)

@@ -24,9 +24,9 @@ from kvspec.spec.wire import StorageTier, Wire
 Kind = Literal["python", "subprocess", "c_abi", "request"]
 
 #: what the suite opens an adapter for: one of the profile families of the registry
-#: (``spec/registry.py``: ``block``, ``manager``, ``radix``) or ``request`` (whole requests of an engine,
-#: checked against the vllm or the radix profile)
-AdapterFamily = Literal["block", "manager", "radix", "request"]
+#: (``spec/registry.py``: ``block``, ``manager``, ``radix``, ``generic``) or ``request`` (whole requests
+#: of an engine, checked against the vllm or the radix profile)
+AdapterFamily = Literal["block", "manager", "radix", "generic", "request"]
 
 #: the per-family keys of ``[start]`` written before ``python`` named the one factory of every family,
 #: kept as accepted (deprecated) aliases: a family's key, when written, names that family's factory;
@@ -79,7 +79,8 @@ class Start(Wire):
         unless an alias names a factory."""
         if family == "block":
             return self.python if kind == "python" else None
-        alias: str | None = getattr(self, FAMILY_KEYS[family])
+        key = FAMILY_KEYS.get(family)
+        alias: str | None = getattr(self, key) if key else None
         if alias:
             return alias
         if kind == "python" or (kind == "request" and family == "request"):
