@@ -16,15 +16,15 @@ import pytest
 from kvspec.conformance.commands.replay import replay
 from kvspec.conformance.run.manifest import load_impl
 from kvspec.conformance.verdicts.replay_file import load_replay
+from kvspec.reference.smt.blocks.catalogue import block_encoding
 from kvspec.reference.smt.blocks.counterexample import emit, operations
 from kvspec.reference.smt.cli import prove as prove_cli
-from kvspec.reference.smt.cli.profiles import _blocks
 from kvspec.reference.smt.reach import ReachStep, ReachTrace
 from kvspec.spec.wire import Deref, FullBlock, PartialBlock, Use
 
 
 def test_planted_bug_replays_on_the_model_under_its_rule(tmp_path: Path) -> None:
-    prof = _blocks("kvbm")
+    prof = block_encoding("kvbm")
     rule, what = prof.mutants["deref-partial-keeps-slot"]
     lines = emit(tmp_path, prof, "deref-partial-keeps-slot", rule, what)
     assert lines[0].startswith("reachable:"), lines
@@ -43,7 +43,7 @@ def test_planted_bug_replays_on_the_model_under_its_rule(tmp_path: Path) -> None
 
 
 def test_too_shallow_a_search_says_induction_only(tmp_path: Path) -> None:
-    prof = _blocks("kvbm")
+    prof = block_encoding("kvbm")
     rule, what = prof.mutants["deref-partial-keeps-slot"]
     lines = emit(tmp_path, prof, "deref-partial-keeps-slot", rule, what, depth=3)  # the violation needs 4 steps
     assert "induction only: no trace of up to 3 steps" in lines[0]

@@ -19,7 +19,7 @@ from kvspec.reference.smt.blocks.agreement import (
     run_agreement,
     steps_of,
 )
-from kvspec.reference.smt.cli.profiles import _blocks
+from kvspec.reference.smt.blocks.catalogue import block_encoding
 from kvspec.spec.wire import Deref, FullBlock, Operation, PartialBlock, Plh, Promote, Use
 
 PROFILES = ("kvbm", "legacy", "atomic")
@@ -54,7 +54,7 @@ def test_each_seeded_encoding_bug_is_caught(profile: str, mutant: str) -> None:
 
 @pytest.mark.parametrize("profile", PROFILES)
 def test_every_kind_of_step_has_a_seeded_bug(profile: str) -> None:
-    prof = _blocks(profile)
+    prof = block_encoding(profile)
     covered = {s for m in agreement_mutants(profile) for s in changed_steps(profile, m)}
     expected = set(prof.transitions) - set(prof.unreachable) - STATELESS[profile]
     assert expected <= covered, f"no seeded encoding bug changes {sorted(expected - covered)}"
@@ -100,7 +100,7 @@ def test_promote_existing_no_owner_is_caught_on_its_scenario(profile: str) -> No
 def test_the_contract_mutant_is_not_an_agreement_target() -> None:
     """contract-dropped widens what the caller may do, not what the encoding
     does with the model's operations: the model stays inside it."""
-    assert "contract-dropped" in _blocks("atomic").mutants
+    assert "contract-dropped" in block_encoding("atomic").mutants
     assert "contract-dropped" not in agreement_mutants("atomic")
 
 

@@ -30,9 +30,9 @@ import z3
 
 from kvspec.reference import make_model
 from kvspec.reference.outcome import Step
+from kvspec.reference.smt.blocks.catalogue import block_encoding
 from kvspec.reference.smt.blocks.encoding import CENSUS, IDLE, NONE, BState, ProfileEncoding, inputs
 from kvspec.reference.smt.blocks.encoding_mutants import patched, profile_encoding_mutants
-from kvspec.reference.smt.cli.profiles import _blocks
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.errors import InvalidOperation
 from kvspec.spec.wire import Deref, Destroy, FullBlock, KvEvent, Operation, PartialBlock, Plh, Promote, Stored, Use
@@ -427,7 +427,7 @@ def agreement_mutants(profile: str) -> list[str]:
     contract (they widen what the caller may do, not what the encoding
     does: the model is still inside it), and its encoding mutants
     (``profile_encoding_mutants.py``)."""
-    rule = [m for m, (rid, _what) in _blocks(profile).mutants.items() if not rid.startswith("ASSUME-")]
+    rule = [m for m, (rid, _what) in block_encoding(profile).mutants.items() if not rid.startswith("ASSUME-")]
     return rule + [m.name for m in profile_encoding_mutants(profile)]
 
 
@@ -468,7 +468,7 @@ def run_agreement(
     """``ops`` sampled operations per policy through the model and the
     encoding (with ``mutant``, a rule mutant or an encoding mutant of it;
     ``first``: stop at the first mismatch)."""
-    prof = _blocks(profile)
+    prof = block_encoding(profile)
     tw: frozenset[str] = frozenset()
     if mutant in prof.mutants:
         tw = frozenset({mutant})
@@ -499,7 +499,7 @@ def run_agreement(
 
 def _variant(profile: str, mutant: str | None) -> tuple[ProfileEncoding, frozenset[str]]:
     """The profile's encoding with ``mutant`` in force: (transitions, the mutants switched on)."""
-    prof = _blocks(profile)
+    prof = block_encoding(profile)
     if mutant is None:
         return prof, frozenset()
     if mutant in prof.mutants:

@@ -40,9 +40,9 @@ import z3
 
 from kvspec.reference import make_model
 from kvspec.reference.smt.blocks.agreement import HASHES, UUIDS, Abstract, _plh, _use, abstract, encode, steps_of
+from kvspec.reference.smt.blocks.catalogue import block_encoding
 from kvspec.reference.smt.blocks.encoding import IDLE, NONE, ProfileEncoding
 from kvspec.reference.smt.blocks.encoding_mutants import patched
-from kvspec.reference.smt.cli.profiles import _blocks
 from kvspec.reference.smt.equivalence import all_values
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.errors import InvalidOperation
@@ -90,7 +90,7 @@ class BlocksSubject:
 
     def __post_init__(self) -> None:
         self.name = self.name or self.profile
-        prof = _blocks(self.profile)
+        prof = block_encoding(self.profile)
         self.tw: frozenset[str] = frozenset()
         if self.mutant in prof.mutants:
             self.tw = frozenset({self.mutant})

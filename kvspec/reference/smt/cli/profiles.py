@@ -8,6 +8,7 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
+from kvspec.reference.smt.blocks.catalogue import block_encoding
 from kvspec.reference.smt.blocks.encoding import ProfileEncoding
 from kvspec.reference.smt.blocks.encoding import prove as prove_blocks
 from kvspec.reference.smt.blocks.encoding import refute as refute_blocks
@@ -181,14 +182,6 @@ def _vllm_mutant(mutant: str, timeout_ms: int = 60_000) -> int:
     return 1 if caught else 0
 
 
-def _blocks(profile: str) -> ProfileEncoding:
-    from kvspec.reference.smt.blocks import atomic as profile_atomic
-    from kvspec.reference.smt.blocks import kvbm as profile_kvbm
-    from kvspec.reference.smt.blocks import legacy as profile_legacy
-
-    return {"kvbm": profile_kvbm.PROFILE, "atomic": profile_atomic.PROFILE, "legacy": profile_legacy.PROFILE}[profile]
-
-
 #: the block-level profiles without an offload tier (smt/blocks/): the registry's block profiles the lockstep drives
 BLOCK_PROFILES = tuple(p for p in registry.names("block", stateful=True) if p in registry.encodings())
 
@@ -197,7 +190,7 @@ def block_mutants() -> dict[str, list[str]]:
     """Mutant name -> the block-level profiles that have it (for ``--mutant``)."""
     out: dict[str, list[str]] = {}
     for name in BLOCK_PROFILES:
-        for m in _blocks(name).mutants:
+        for m in block_encoding(name).mutants:
             out.setdefault(m, []).append(name)
     return out
 
@@ -211,7 +204,7 @@ def run_blocks(
     that broken variant (exit 1 when it is caught, as for kvbm-offload).
     With ``counterexamples``, each refuted row's trace from the initial state
     is written there as a replay file (``blocks/counterexample.py``)."""
-    prof = _blocks(profile)
+    prof = block_encoding(profile)
     timeout_ms = int(timeout_s * 1000) if timeout_s else 120_000
     summary.set_timeout(timeout_ms / 1000)
     if mutant is not None and mutant not in prof.mutants:

@@ -28,15 +28,15 @@ NOT_ENCODED: tuple[str, ...] = ()
 
 def mutants_by_profile() -> dict[str, list[str]]:
     """Each profile's ``--mutant`` choices."""
+    from kvspec.reference.smt.blocks.catalogue import block_encoding
     from kvspec.reference.smt.blocks.encoding import ProfileEncoding
     from kvspec.reference.smt.cli.managers import PAGED_MUTANTS, SESSION_MUTANTS
-    from kvspec.reference.smt.cli.profiles import _blocks
     from kvspec.reference.smt.cli.radix import ALL_MUTANTS as RADIX_MUTANTS
     from kvspec.reference.smt.offload.mutants import MUTANTS
     from kvspec.reference.smt.vllm.copies import MUTANTS as VLLM_MUTANTS
     from kvspec.reference.smt.vllm.ops import MUTANTS as VLLM_OP_MUTANTS
 
-    blocks: dict[str, ProfileEncoding] = {p: _blocks(p) for p in ("kvbm", "legacy", "atomic")}
+    blocks: dict[str, ProfileEncoding] = {p: block_encoding(p) for p in ("kvbm", "legacy", "atomic")}
     return {
         "kvbm-offload": [m.name for m in MUTANTS],
         "paged": list(PAGED_MUTANTS),
