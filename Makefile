@@ -54,25 +54,50 @@ test: setup engines
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy kvspec tests
 	$(BIN)/pytest -n $(JOBS) tests
+	$(MAKE) --no-print-directory -j$(GATE_JOBS) --output-sync=target gates
+
+# The gates after the tests: independent runs, so make runs GATE_JOBS of them side by side (-j;
+# --output-sync prints each one's output whole when it ends). Longest first: kvspec prove is one
+# process for every profile (about 160 s of CPU, the critical path), the default campaign runs two
+# suites at a time (kvspec mutants --jobs 2); the conformance suites, each a single process (or one plus
+# the adapter's), fill the other core. A campaign on a Rust port runs after that port's suite, which
+# builds the port once into .kvspec/build for both (figures: the commit that made the gates parallel).
+#: gate runs at a time (default: one per core)
+GATE_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+#: the conformance suite at the Hypothesis profile HYPOTHESIS_PROFILE on these adapters (adapters/NAME,
+#: a dash for a slash), and at the suite's own profile on SUITES_OWN_PROFILE's
+SUITES := reference_jsonl kvbm_port_rs session_rust c_port vllm_c_port paged_rust radix_rust
+SUITES_OWN_PROFILE := sglang rust_mocker rust_mocker-trtllm vllm
+#: the kvspec mutants campaigns besides the default one (adapters/mutants)
+CAMPAIGNS := manager_mutants radix_rust radix_mutants paged_rust
+GATES := prove mutants $(SUITES_OWN_PROFILE:%=suite-%) $(CAMPAIGNS:%=mutants-%) $(SUITES:%=suite-%) \
+	docs schemas
+
+.PHONY: gates prove schemas mutants $(SUITES:%=suite-%) $(SUITES_OWN_PROFILE:%=suite-%) \
+	$(CAMPAIGNS:%=mutants-%)
+
+gates: $(GATES)
+
+$(SUITES:%=suite-%): suite-%: setup
+	$(BIN)/pytest conformance --impl=adapters/$(subst -,/,$*) --hypothesis-profile=$(HYPOTHESIS_PROFILE)
+
+$(SUITES_OWN_PROFILE:%=suite-%): suite-%: setup
+	$(BIN)/pytest conformance --impl=adapters/$(subst -,/,$*)
+
+schemas: setup
 	$(BIN)/kvspec schemas --check
-	$(MAKE) docs
+
+prove: setup
 	$(BIN)/kvspec prove
-	$(BIN)/pytest conformance --impl=adapters/reference_jsonl --hypothesis-profile=$(HYPOTHESIS_PROFILE)
-	$(BIN)/pytest conformance --impl=adapters/c_port --hypothesis-profile=$(HYPOTHESIS_PROFILE)
-	$(BIN)/pytest conformance --impl=adapters/vllm_c_port --hypothesis-profile=$(HYPOTHESIS_PROFILE)
-	$(BIN)/pytest conformance --impl=adapters/rust_mocker
-	$(BIN)/pytest conformance --impl=adapters/rust_mocker/trtllm
-	$(BIN)/pytest conformance --impl=adapters/kvbm_port_rs --hypothesis-profile=$(HYPOTHESIS_PROFILE)
-	$(BIN)/pytest conformance --impl=adapters/paged_rust --hypothesis-profile=$(HYPOTHESIS_PROFILE)
-	$(BIN)/pytest conformance --impl=adapters/session_rust --hypothesis-profile=$(HYPOTHESIS_PROFILE)
-	$(BIN)/pytest conformance --impl=adapters/radix_rust --hypothesis-profile=$(HYPOTHESIS_PROFILE)
-	$(BIN)/pytest conformance --impl=adapters/vllm
-	$(BIN)/pytest conformance --impl=adapters/sglang
+
+mutants: setup
 	$(BIN)/kvspec mutants
-	$(BIN)/kvspec mutants --impl=adapters/manager_mutants
-	$(BIN)/kvspec mutants --impl=adapters/radix_mutants
-	$(BIN)/kvspec mutants --impl=adapters/paged_rust
-	$(BIN)/kvspec mutants --impl=adapters/radix_rust
+
+$(CAMPAIGNS:%=mutants-%): mutants-%: setup
+	$(BIN)/kvspec mutants --impl=adapters/$*
+
+mutants-paged_rust: suite-paged_rust
+mutants-radix_rust: suite-radix_rust
 
 # the documentation site: the generated pages (CLI reference, profiles, the tutorial's examples), then
 # mkdocs with warnings as errors (broken links and anchors included; mkdocs.yml, validation); offline
