@@ -25,6 +25,7 @@ from kvspec.adapters.reference_jsonl.engine_session import EngineSession
 from kvspec.adapters.reference_requests.adapter import ReferenceRequests
 from kvspec.conformance.requests.check import check_run
 from kvspec.conformance.requests.reset_check import ResetCheck
+from kvspec.conformance.requests.shared_free_check import SharedFreeCheck
 from kvspec.conformance.requests.workloads import Workload, seed_workloads, setup_of
 from kvspec.conformance.run.manifest import load_manifest
 from kvspec.conformance.transport.engine import EngineImplementation, engine_config
@@ -33,11 +34,29 @@ from kvspec.conformance.verdicts.failures import ConformanceFailure
 from kvspec.reference import make_model
 from kvspec.reference.requests import RequestSpec
 from kvspec.spec.engine_wire import EngineOp, EngineOutcome
-from kvspec.spec.errors import ConfigError
+from kvspec.spec.errors import AdapterError, ConfigError
 from kvspec.spec.rules import RuleId
 
 ADAPTERS = Path(__file__).resolve().parent.parent / "adapters"
 MUTANTS_DIR = ADAPTERS / "mutants"
+
+
+class ErrorReplyCaller:
+    """An EngineSession behind the request-level driver that answers a
+    refused operation as the JSON-lines server does: an error the transport
+    raises as AdapterError."""
+
+    def __init__(self, session: EngineSession) -> None:
+        self.session = session
+
+    def engine_call(self, op: EngineOp) -> EngineOutcome:
+        try:
+            return self.session.apply(op)
+        except ConfigError as e:
+            raise AdapterError(f"protocol error to {op.op}: {e}") from None
+
+    def close(self) -> None:
+        pass
 
 
 class InProcessCaller:
@@ -86,10 +105,12 @@ DIRECTED = {
 
 #: mutants of the prefix-cache reset: a workload never resets, the reset check does
 RESET = ("reset_no_cleared", "reset_while_held", "reset_keeps_cache")
+#: mutants of the free of a shared block: no workload frees one and then needs its slot, the shared-free check does
+SHARED_FREE = ("free_keeps_shared",)
 
 
 def test_every_request_mutant_has_a_directed_workload() -> None:
-    assert set(DIRECTED) | set(RESET) == {m.id for m in REQUEST_MUTANTS}
+    assert set(DIRECTED) | set(RESET) | set(SHARED_FREE) == {m.id for m in REQUEST_MUTANTS}
 
 
 def _reset_check(name: str, dp_rank: int = 0) -> None:
@@ -111,6 +132,31 @@ def test_each_reset_mutant_fails_the_reset_check_under_clear_all(mutant: str) ->
         _reset_check(mutant)
     assert ei.value.rule == RuleId.CLEAR_ALL and MUTANTS[mutant].rule == RuleId.CLEAR_ALL
     assert "calls so far" in ei.value.report
+
+
+def _shared_free_check(name: str, capacity: int = 8, block_size: int = 4) -> None:
+    setup = setup_of(capacity, block_size)
+    driver, model = engine_types(name)
+    session = EngineSession(setup.manager, engine_config(setup), driver_type=driver, model_type=model)
+    impl = EngineImplementation(load_manifest(MUTANTS_DIR), setup, ErrorReplyCaller(session))
+    SharedFreeCheck(impl, setup).run()
+
+
+@pytest.mark.parametrize(("capacity", "block_size"), [(8, 4), (12, 2)])
+def test_the_shared_free_check_passes_the_reference(capacity: int, block_size: int) -> None:
+    _shared_free_check("none", capacity, block_size)
+
+
+@pytest.mark.parametrize("mutant", SHARED_FREE)
+def test_each_shared_free_mutant_fails_the_shared_free_check_under_deref_owner(mutant: str) -> None:
+    with pytest.raises(ConformanceFailure) as ei:
+        _shared_free_check(mutant)
+    assert ei.value.rule == RuleId.DEREF_OWNER and MUTANTS[mutant].rule == RuleId.DEREF_OWNER
+    assert "request c needs every block of the pool" in ei.value.report and "can never be admitted" in ei.value.report
+    # the exploration's workloads run clean on it: the check is what catches it
+    for w in seed_workloads():
+        if w.setup.host_blocks is None:
+            assert run(mutant, w) == set(), w.note
 
 
 @pytest.mark.parametrize("mutant", sorted(DIRECTED))

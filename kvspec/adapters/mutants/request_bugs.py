@@ -33,7 +33,7 @@ from kvspec.api import (
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.errors import ConfigError
 from kvspec.spec.rules import RuleId
-from kvspec.spec.wire import Deref, OpResult, Use, make_cleared
+from kvspec.spec.wire import Deref, FullBlock, OpResult, Use, make_cleared
 
 R = RuleId
 
@@ -53,6 +53,25 @@ class FreeForwardOrder(VllmPoolModel):
 
     def _deref(self, op: Deref) -> Step:
         return super()._deref(Deref(blocks=list(reversed(op.blocks))))
+
+
+class FreeKeepsShared(VllmPoolModel):
+    """A free does not drop the owner of a block another request also holds
+    (vLLM's ``BlockPool.free_blocks`` skipping the ``ref_cnt`` decrement of a
+    shared block): the block keeps an owner nobody has, is never evicted, and
+    its slot is lost to the pool."""
+
+    def _deref(self, op: Deref) -> Step:
+        held = set(self.held.values())
+        kept = [
+            ref
+            for ref in op.blocks
+            if not (
+                isinstance(ref, FullBlock)
+                and any(self.copies[c].owners > 1 for c in self.by_hash.get(ref.full, ()) if self._hash_owners(c, held))
+            )
+        ]
+        return super()._deref(Deref(blocks=kept))
 
 
 class StoredBeforeRemoved(VllmPoolModel):
@@ -156,6 +175,13 @@ REQUEST_MUTANTS: tuple[RequestMutant, ...] = (
         "request level: a finished request frees its blocks first to last (parents evicted first)",
         R.VLLM_FREE_ORDER,
         model=FreeForwardOrder,
+    ),
+    RequestMutant(
+        "free_keeps_shared",
+        "request level: a free drops no owner of a block another request also holds (it is never evicted)",
+        R.DEREF_OWNER,
+        model=FreeKeepsShared,
+        needs=("reset",),
     ),
     RequestMutant(
         "stored_before_removed",

