@@ -19,7 +19,9 @@ checked by ``conformance.requests.check`` (protocol through the router view,
 the exact differential against the reference model for sequential runs, the
 hashes). A run breaking an undeclared rule stops the exploration and is
 shrunk by Hypothesis; a declared deviation is recorded and the exploration
-goes on (the checker follows it, so the rest of each run is still compared).
+goes on (the checker follows it, so the rest of each run is still compared;
+after a declared ``request_stalled`` whose engine ran nothing more, the
+requests after the stall run on a fresh engine: ``replay.run_workload``).
 
 Then one test per rule reports what the exploration found for that rule:
 a finding raises ``ConformanceFailure`` with the rule (an expected deviation
@@ -78,6 +80,8 @@ class Exploration:
     exercised: Counter[RuleId] = field(default_factory=Counter)
     runs: int = 0
     seeds: int = 0
+    #: declared stalls followed: the requests after them run on a fresh engine (``replay.run_workload``)
+    followed_stalls: int = 0
     errors: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -114,6 +118,7 @@ def _run_one(manifest: Manifest, adapter_dir: Path, w: Workload, exp: Exploratio
         e.workload = w  # type: ignore[attr-defined]  # written as the replay file (_session_exploration)
         raise
     exp.runs += 1
+    exp.followed_stalls += checked.followed_stalls
     exp.exercised.update(checked.exercised)
     undeclared = None
     for f in checked.findings:
@@ -175,7 +180,13 @@ def _session_exploration(
                 reporter.write_line(
                     f"\nkvspec request-level ({profile}): {exp.runs} runs ({exp.seeds} seeds and findings)"
                     f" in {exp.seconds:.1f} s;"
-                    f" rules found broken: {', '.join(sorted(map(str, exp.findings))) or 'none'};"
+                    + (
+                        f" {exp.followed_stalls} declared stalls followed (the requests after each checked on a"
+                        " fresh engine);"
+                        if exp.followed_stalls
+                        else ""
+                    )
+                    + f" rules found broken: {', '.join(sorted(map(str, exp.findings))) or 'none'};"
                     " declared deviations observed: "
                     f"{', '.join(sorted({str(f.rule) for f in exp.declared.values()})) or 'none'}"
                 )

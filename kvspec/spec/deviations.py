@@ -123,7 +123,9 @@ CONDITIONS: dict[str, Condition] = _conditions(
         "request_stalled",
         "the request that did not generate max_tokens never finished at all: the engine kept it without "
         "progress (no token, no event) until the adapter gave up on it (finish 'stalled', request level; in a "
-        "sequential run the requests after it are not sent and are reported stalled too)",
+        "sequential run the requests after it are not sent and are reported stalled too). Followed where "
+        "declared: the requests after it run as a workload of their own on a fresh engine and are checked like "
+        "any other (an undeclared stall fails the run as it is)",
         frozenset({R.USE_CAPACITY, R.RADIX_CAPACITY}),
     ),
     Condition(

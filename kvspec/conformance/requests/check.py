@@ -149,6 +149,8 @@ class RunCheck:
     exercised: Counter[RuleId] = field(default_factory=Counter)
     #: the model variant the differential ended on (what it had to follow)
     variant: PoolVariant = SPEC_VARIANT
+    #: declared stalls followed by running the requests after them on a fresh engine (``replay.run_workload``)
+    followed_stalls: int = 0
 
     def add(self, finding: Finding) -> None:
         """Keep the first finding per rule and conditions (a departure the

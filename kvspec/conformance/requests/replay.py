@@ -22,10 +22,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from kvspec.conformance.radix.requests import check_radix_run
-from kvspec.conformance.requests.api import open_request_implementation
+from kvspec.conformance.requests.api import STALLED, ConcurrentRun, RequestOutcome, open_request_implementation
 from kvspec.conformance.requests.check import RunCheck, check_run
 from kvspec.conformance.requests.workloads import FORMAT, Workload, load_workload
 from kvspec.conformance.run.manifest import Manifest, load_impl
@@ -46,16 +47,73 @@ def is_request_workload(path: Path) -> bool:
 
 def run_workload(manifest: Manifest, adapter_dir: Path, workload: Workload) -> RunCheck:
     """Start the implementation, run the workload, close it, check the run
-    (against the radix profile for a radix adapter, ``radix_requests``)."""
+    (against the radix profile for a radix adapter, ``radix_requests``).
+
+    A sequential run that stalls (condition ``request_stalled``) where the
+    manifest declares it is followed: an engine that still holds the stalled
+    request runs nothing after it (the requests after it come back stalled,
+    unsent: ``unsent_after``), so the requests after it run as a workload of
+    their own on a fresh engine and are checked like any other (their
+    findings name that workload, so that its replay file reproduces them).
+    An undeclared stall is not followed: it fails the run as it is."""
+    checked, outcomes = _run_and_check(manifest, adapter_dir, workload)
+    while not workload.concurrent:
+        k = declared_stall(manifest, checked, outcomes)
+        if k is None:
+            break
+        rest = workload.model_copy(
+            update={
+                "requests": workload.requests[k + 1 :],
+                "note": f"the requests after request {k} of a run, which stalled (request_stalled, declared; "
+                "followed on a fresh engine)",
+                "run": None,
+            }
+        )
+        more, outcomes = _run_and_check(manifest, adapter_dir, rest)
+        for f in more.findings:
+            checked.add(f)
+        checked.exercised.update(more.exercised)
+        checked.followed_stalls += 1
+        workload = rest
+    return checked
+
+
+def _run_and_check(
+    manifest: Manifest, adapter_dir: Path, workload: Workload
+) -> tuple[RunCheck, list[RequestOutcome] | None]:
     impl = open_request_implementation(manifest, adapter_dir, workload.setup)
     try:
         reqs = workload.requests
         result = impl.run_concurrent(reqs) if workload.concurrent else impl.run_sequential(reqs)
     finally:
         impl.close()
+    outcomes = None if isinstance(result, ConcurrentRun) else list(result)
     if manifest.request_profile() == "radix":
-        return check_radix_run(workload, result)
-    return check_run(workload, result, manifest.capabilities.tiers)
+        return check_radix_run(workload, result), outcomes
+    return check_run(workload, result, manifest.capabilities.tiers), outcomes
+
+
+def unsent_after(outcomes: Sequence[RequestOutcome], k: int) -> bool:
+    """Request ``k`` stalled and every request after it came back stalled
+    with nothing done (no token, no event): the engine still held ``k`` and
+    was sent nothing more. At least one request comes after ``k``."""
+    if outcomes[k].finish != STALLED or k + 1 >= len(outcomes):
+        return False
+    return all(o.finish == STALLED and not o.events and o.output_tokens == 0 for o in outcomes[k + 1 :])
+
+
+def declared_stall(manifest: Manifest, checked: RunCheck, outcomes: Sequence[RequestOutcome] | None) -> int | None:
+    """The request a declared ``request_stalled`` finding names, when the
+    requests after it were not run (``unsent_after``); else None."""
+    if outcomes is None:
+        return None
+    for f in checked.findings:
+        k = f.request
+        if "request_stalled" not in f.conditions or k is None or k >= len(outcomes):
+            continue
+        if manifest.deviation_for(f.site()) is not None and unsent_after(outcomes, k):
+            return k
+    return None
 
 
 def _implementation(path: Path, workload: Workload, impl: str | None) -> tuple[str, Path, Manifest]:
