@@ -43,6 +43,7 @@ from kvspec.spec.manager_wire import (
     SlotState,
     SlotView,
 )
+from kvspec.spec.rules import RuleId, rid
 
 #: the operations that carry a handle (slot, generation) of a session
 Handle = SessionFinalize | SessionReset
@@ -62,7 +63,36 @@ def _refuse(rule: str) -> Callable[[SessionModel, SessionAdmit], SessionOutcome]
 
 
 class SessionModel(TransitionModel[SessionOutcome]):
-    """The session-slot manager. ``step(op)`` answers like an implementation."""
+    """The session-slot manager. ``step(op)`` answers like an implementation.
+
+    ``FOLLOW``: the departures the lockstep can follow when a manifest
+    declares them (``kvspec.conformance.managers.follow``): condition -> (the
+    rule it breaks, the switch that runs the one step that departs). They are
+    the llama.cpp-based runtime's ``KvCacheManager`` handle checks
+    (``sequence_generation_matches`` compares the generation only, and
+    ``finalize_slot`` / ``release_slot_for_reset`` trust the handle):
+
+    - ``handle_of_free_slot`` (SESSION-FENCE, ``fence_generation_only``): a
+      handle with a free slot's generation acts on it (a finalize that keeps
+      parks the slot idle for the session, one that does not, or a reset,
+      releases it); a drain hands out a free slot's pending snapshot;
+    - ``handle_of_another_session`` (SESSION-LEASE, ``trust_handle_session``):
+      a current handle of a slot another session leased acts under the
+      caller's name (keep: the slot is parked idle for the caller), and the
+      leasing session stays in flight with no slot (``orphaned``: it is
+      refused every admission until an evict-all);
+    - ``handle_of_no_slot`` (SESSION-VALIDATE, ``unchecked_slots``): a
+      finalize or reset naming no slot does not act (no error), a snapshot of
+      one is queued, and a drain drops it.
+
+    In both acting cases the caller's own record moves as the runtime's does:
+    another slot it held keeps its state, an idle one with no session."""
+
+    FOLLOW: ClassVar[dict[str, tuple[RuleId, str]]] = {
+        "handle_of_free_slot": (rid("SESSION-FENCE"), "fence_generation_only"),
+        "handle_of_another_session": (rid("SESSION-LEASE"), "trust_handle_session"),
+        "handle_of_no_slot": (rid("SESSION-VALIDATE"), "unchecked_slots"),
+    }
 
     def __init__(self, config: SessionConfig) -> None:
         self.config = config
@@ -71,12 +101,17 @@ class SessionModel(TransitionModel[SessionOutcome]):
         self.holder: dict[str, int] = {}
         self.idle_lru: list[str] = []
         self.pending: list[tuple[int, int]] = []
+        #: sessions left in flight with no slot (only after a followed handle_of_another_session)
+        self.orphaned: set[str] = set()
+        self.fence_generation_only = False
+        self.trust_handle_session = False
+        self.unchecked_slots = False
 
     # ------------------------------------------------------------ guards
 
     def own_leased(self, op: SessionAdmit) -> bool:
         own = self.holder.get(op.session)
-        return own is not None and self.slots[own].state == "leased"
+        return (own is not None and self.slots[own].state == "leased") or op.session in self.orphaned
 
     def own_idle_warm(self, op: SessionAdmit) -> bool:
         return op.session in self.holder and op.warm
@@ -96,7 +131,7 @@ class SessionModel(TransitionModel[SessionOutcome]):
     def stale(self, op: Handle) -> bool:
         """The handle is of an older lease (or of a free slot): it never acts."""
         s = self.slots[op.slot]
-        return s.generation != op.generation or s.state == "free"
+        return s.generation != op.generation or (s.state == "free" and not self.fence_generation_only)
 
     def foreign(self, op: Handle) -> bool:
         """A current handle carried back under another session's name."""
@@ -122,11 +157,17 @@ class SessionModel(TransitionModel[SessionOutcome]):
         )
 
     def invalid_slot(self, op: Handle | SessionSnapshot) -> SessionOutcome:
+        if self.unchecked_slots:  # followed handle_of_no_slot
+            return self.queue_snapshot(op) if isinstance(op, SessionSnapshot) else self.not_applied(op)
         message = f"slot {op.slot} does not exist ({len(self.slots)} slots)"
         return self.outcome(error=OpError(rule="SESSION-VALIDATE", message=message))
 
     def foreign_handle(self, op: Handle) -> SessionOutcome:
         s = self.slots[op.slot]
+        if s.state == "free" or (self.trust_handle_session and s.state == "leased"):
+            # followed handle_of_free_slot (a free slot is foreign to every session) or handle_of_another_session
+            self._act_as_runtime(op, isinstance(op, SessionFinalize) and op.keep)
+            return self.outcome(applied=True)
         message = f"handle ({op.slot}, {op.generation}) belongs to session {s.session!r}, not {op.session!r}"
         return self.outcome(error=OpError(rule="SESSION-LEASE", message=message))
 
@@ -185,6 +226,27 @@ class SessionModel(TransitionModel[SessionOutcome]):
         self._release(op.slot)
         return self.outcome(applied=True)
 
+    def _act_as_runtime(self, op: Handle, keep: bool) -> None:
+        """A handle of a free slot or of another session's lease acting as the
+        runtime's ``finalize_slot`` / ``release_slot_for_reset`` do (class doc)."""
+        key, s = op.session, self.slots[op.slot]
+        if s.session is not None and s.session != key:  # the leasing session: in flight, no slot
+            self.holder.pop(s.session, None)
+            self.orphaned.add(s.session)
+        own = self.holder.pop(key, None)
+        if own is not None and own != op.slot and self.slots[own].state == "idle":
+            self.slots[own].session = None  # its record moved: the slot stays idle, nobody's
+        if key in self.idle_lru:
+            self.idle_lru.remove(key)
+        self.orphaned.discard(key)
+        if keep:
+            s.state, s.session, s.tokens = "idle", key, list(op.tokens) if isinstance(op, SessionFinalize) else []
+            self.holder[key] = op.slot
+            self.idle_lru.append(key)
+        else:
+            s.session = None
+            self._release(op.slot)
+
     def _release(self, index: int) -> None:
         s = self.slots[index]
         if s.session is not None:
@@ -202,6 +264,7 @@ class SessionModel(TransitionModel[SessionOutcome]):
         self.holder.clear()
         self.idle_lru.clear()
         self.pending.clear()
+        self.orphaned.clear()
 
     def evicted_all(self, op: SessionEvictAll) -> SessionOutcome:
         self.evict_all()
@@ -212,7 +275,13 @@ class SessionModel(TransitionModel[SessionOutcome]):
         return self.outcome(applied=True)
 
     def drain(self) -> list[tuple[int, int]]:
-        taken = [(i, g) for i, g in self.pending if self.slots[i].generation == g and self.slots[i].state != "free"]
+        taken = [
+            (i, g)
+            for i, g in self.pending
+            if i < len(self.slots)
+            and self.slots[i].generation == g
+            and (self.slots[i].state != "free" or self.fence_generation_only)
+        ]
         self.pending = []
         return taken
 
@@ -249,6 +318,6 @@ class SessionModel(TransitionModel[SessionOutcome]):
         return SessionState(
             slots=[SlotView(state=s.state, generation=s.generation, session=s.session) for s in self.slots],
             idle_lru=list(self.idle_lru),
-            in_flight=sorted(k for k, i in self.holder.items() if self.slots[i].state == "leased"),
+            in_flight=sorted({k for k, i in self.holder.items() if self.slots[i].state == "leased"} | self.orphaned),
             pending=list(self.pending),
         )

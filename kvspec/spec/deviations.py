@@ -250,8 +250,24 @@ CONDITIONS: dict[str, Condition] = _conditions(
     Condition(
         "handle_of_free_slot",
         "session profile: the diverging finalize or reset carries a handle whose slot is free and whose "
-        "generation is that free slot's own (a handle no lease ever issued, such as a default-constructed one)",
+        "generation is that free slot's own (a handle no lease ever issued, such as a default-constructed one), "
+        "or the diverging drain hands out a pending snapshot of such a slot; the lockstep follows it (the handle "
+        "acts as the runtime's generation-only check lets it, reference/session.py) and checks the rest",
         frozenset({R.SESSION_FENCE}),
+    ),
+    Condition(
+        "handle_of_another_session",
+        "session profile: the diverging finalize or reset carries a current handle of a slot another session "
+        "leased, under the caller's name, and acts (keep: the slot is parked idle for the caller; the leasing "
+        "session stays in flight with no slot); the lockstep follows it and checks the rest",
+        frozenset({R.SESSION_LEASE}),
+    ),
+    Condition(
+        "handle_of_no_slot",
+        "session profile: the diverging finalize or reset names no slot and does not act, with no error, or the "
+        "diverging snapshot of no slot is queued (a later drain drops it); the lockstep follows it and checks "
+        "the rest",
+        frozenset({R.SESSION_VALIDATE}),
     ),
 )
 

@@ -8,6 +8,13 @@ reference models with one declared departure per variant.
   no copy is taken, so later free counts, capacity and pressure differ from
   the spec's run, and the lockstep follows it (``conformance/managers/follow.py``).
 
+- ``session_free_slot_handle``, ``session_another_sessions_handle``,
+  ``session_no_slot_handle``: session ports with one of the llama.cpp-based
+  runtime's handle checks each (``KvCacheManager::sequence_generation_matches``
+  compares the generation only; ``finalize_slot`` / ``release_slot_for_reset``
+  trust the handle), the departures ``adapters/session_rust`` declares,
+  each declared once by its condition (``reference/session.py``, ``FOLLOW``).
+
 ``bug``: a mutant of ``adapters/manager_mutants`` (``bugs.py``) under the
 departure, to show that the declaration hides no bug outside its cause.
 A block-level variant of the folder leaves these profiles as the reference.
@@ -27,6 +34,9 @@ from kvspec.spec.manifest import Manifest
 #: each manager variant's departure: (the profile it lives in, the model's switch)
 MANAGER_DEPARTURES: dict[str, tuple[str, str]] = {
     "paged_write_in_place": ("paged", "write_in_place"),
+    "session_free_slot_handle": ("session", "fence_generation_only"),
+    "session_another_sessions_handle": ("session", "trust_handle_session"),
+    "session_no_slot_handle": ("session", "unchecked_slots"),
 }
 
 

@@ -192,7 +192,7 @@ class DrainIgnoresGeneration(SessionModel):
     """drain takes every queued snapshot whose slot is in use, whatever its generation."""
 
     def drain(self) -> list[tuple[int, int]]:
-        taken = [(i, g) for i, g in self.pending if self.slots[i].state != "free"]
+        taken = [(i, g) for i, g in self.pending if i < len(self.slots) and self.slots[i].state != "free"]
         self.pending = []
         return taken
 

@@ -25,7 +25,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from kvspec.conformance.managers.check import check_expect, check_paged, check_session
-from kvspec.conformance.managers.follow import ManagerModel, candidates, follow_modes, model_step
+from kvspec.conformance.managers.follow import ManagerModel, candidates, model_step
 from kvspec.conformance.managers.interface import ManagerImplementation
 from kvspec.conformance.opener import open_adapter
 from kvspec.conformance.verdicts.failures import ConformanceFailure, DeviationNotFollowed
@@ -71,9 +71,7 @@ class ManagerLockstep:
     state, ``on_deviation`` is told, and every rule is checked again from the
     next step on. A difference a declaration covers that no mode reproduces
     fails with ``DeviationNotFollowed``: the rest of the run could not be
-    checked honestly. A model with no follow mode at all (``session`` for
-    now) raises the covered difference as before (the plugin reports the
-    whole test as the expected deviation, nothing after it checked). Without declarations nothing is followed, and a
+    checked honestly. Without declarations nothing is followed, and a
     failure a mode explains names the condition to declare."""
 
     impl: ManagerImplementation
@@ -174,16 +172,6 @@ class ManagerLockstep:
                 f"\nthe implementation's answer is the model's under condition {m.condition} (declare it to follow it)"
             )
         i = covering(list(self.deviations), site)
-        if i is not None and not follow_modes(before):
-            # a model with no follow mode at all (session, for now): the covered
-            # difference ends the test as the expected deviation it was before
-            # following existed, and says that nothing after it was checked
-            raise ConformanceFailure(
-                site.rule,
-                f"{failure.report}\nnot followed: the {self.config.kind} model has no follow mode yet, so the rest of "
-                "this test is not checked after this declared deviation",
-                site=site,
-            )
         if i is not None:
             d = self.deviations[i]
             raise DeviationNotFollowed(
