@@ -41,10 +41,18 @@ class Tally:
     wall0: float = field(default_factory=time.perf_counter)
     #: problems reported in words (sanity, reachability): counted as failed rows already
     notes: list[str] = field(default_factory=list)
+    #: when the profile's rows ended (the next profile's ``start``); None while it runs
+    cpu1: float | None = None
+    wall1: float | None = None
+
+    def stop(self) -> None:
+        """Close the profile's time span (its figures are its own, not the run's so far)."""
+        if self.cpu1 is None:
+            self.cpu1, self.wall1 = time.process_time(), time.perf_counter()
 
     def line(self) -> str:
-        cpu = time.process_time() - self.cpu0
-        wall = time.perf_counter() - self.wall0
+        cpu = (self.cpu1 if self.cpu1 is not None else time.process_time()) - self.cpu0
+        wall = (self.wall1 if self.wall1 is not None else time.perf_counter()) - self.wall0
         return (
             f"summary {self.profile}: {self.held} held, {self.failed} failed, {self.unknown} unknown"
             f" ({cpu:.1f} s CPU, {wall:.1f} s wall)"
@@ -57,7 +65,10 @@ _timeout_s: list[float | None] = [None]
 
 
 def start(profile: str, timeout_s: float | None = None) -> Tally:
-    """Begin a profile's rows (its tally gets every row until the next ``start``)."""
+    """Begin a profile's rows (its tally gets every row until the next ``start``, which
+    also ends the previous profile's time span)."""
+    if _TALLIES:
+        _TALLIES[-1].stop()
     t = Tally(profile)
     _TALLIES.append(t)
     _timeout_s[0] = timeout_s
