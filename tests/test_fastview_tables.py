@@ -12,14 +12,21 @@ removal), and sizes grow past several resizes."""
 
 from __future__ import annotations
 
+import argparse
+import json
 import random
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvspec.spec.hashing import chain
 from kvspec.streams import fastview
+from kvspec.streams.check import Checker
+from kvspec.streams.check_log import add_arguments
+from kvspec.streams.formats import RouterReader
 
 U64 = 2**64 - 1
 
@@ -167,3 +174,43 @@ def test_the_tables_take_no_arguments() -> None:
     for make in (mod.LiveTable, mod.KidsTable):
         with pytest.raises(TypeError):
             make({1: 2})
+
+
+def test_a_child_count_out_of_the_slots_range_goes_the_python_way(tmp_path: Path) -> None:
+    """The C line reader leaves a Stored whose parent's child count would
+    not fit a slot (2**31 - 1 already) to the Python path, which keeps the
+    count exact (beside the slots), and likewise a Removed whose parent's
+    count could fall below the slots' range."""
+    module()
+    root = chain(None, 11)
+    leaf = chain(root, 12)
+    blocks = [{"block_hash": h, "tokens_hash": th, "mm_extra_info": None} for h, th in ((root, 11), (leaf, 12))]
+    more = {"block_hash": chain(leaf, 13), "tokens_hash": 13, "mm_extra_info": None}
+
+    def line(eid: int, data: dict[str, Any]) -> str:
+        ev = {"event_id": eid, "data": data, "dp_rank": 0}
+        return json.dumps({"worker_id": 7, "storage_tier": "device", "event": ev}) + "\n"
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    first = tmp_path / "a.jsonl"
+    first.write_text(line(1, {"stored": {"parent_hash": None, "start_position": None, "blocks": blocks}}))
+    checker = Checker(parser.parse_args([str(first), "--quiet"]), "router")
+    view = checker.view
+    with first.open("rb") as f:
+        RouterReader(checker.warn, native=True, raw=True).run(f, view)
+    tier = view.sources[(7, 0)].tiers["device"]
+    assert type(tier.kids).__name__ == "KidsTable"
+    tier.kids[leaf] = 2**31 - 1
+    second = tmp_path / "b.jsonl"
+    second.write_text(line(2, {"stored": {"parent_hash": leaf, "start_position": None, "blocks": [more]}}))
+    with second.open("rb") as f:
+        RouterReader(checker.warn, native=True, raw=True).run(f, view)
+    assert tier.kids[leaf] == 2**31
+    tier.kids[leaf] = -(2**31)  # back in the slots
+    third = tmp_path / "c.jsonl"
+    third.write_text(line(3, {"removed": {"block_hashes": [more["block_hash"]]}}))
+    with third.open("rb") as f:
+        RouterReader(checker.warn, native=True, raw=True).run(f, view)
+    assert tier.kids[leaf] == -(2**31) - 1
+    assert not checker.counts

@@ -2123,6 +2123,10 @@ static int raw_stored_t(const rawev *e, rawkey *k, uint64_t eid, PyObject *index
     int64_t idx;
     if (!PyLong_CheckExact(index) || !val_i64(index, &idx)) return 0;
     if (e->has_parent && k->anchored && live_find(&L->t, e->parent) == NULL) return 0;
+    if (e->has_parent) { /* a child count one more would not fit its slot: the Python path */
+        kids_slot *ps = kids_find(&K->t, e->parent);
+        if (ps != NULL && ps->count == INT32_MAX) return 0;
+    }
     uint64_t prev = e->parent;
     for (Py_ssize_t i = 0; i < e->n; i++) {
         uint64_t h = e->h[i];
@@ -2170,6 +2174,10 @@ static int raw_removed_t(const rawev *e, rawkey *k, PyObject *eid, PyObject *ind
         if (s == NULL) return 0;
         has_par[i] = (s->flags & SLOT_PARENT) != 0;
         par[i] = s->parent;
+        if (has_par[i]) { /* a count the decrements below could take out of its slot's range */
+            kids_slot *ps = kids_find(&K->t, par[i]);
+            if (ps != NULL && ps->count < INT32_MIN + RAW_MAX_REMOVED) return 0;
+        }
     }
     if (strict) { /* a block left with stored children: Python reports the orphans */
         for (Py_ssize_t i = 0; i < e->n; i++) {
