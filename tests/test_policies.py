@@ -103,22 +103,28 @@ def test_lineage_ties_break_on_position_then_hash_only_when_ticks_equal() -> Non
 def test_lineage_victim_is_always_a_real_leaf(script: list[tuple[str, int]]) -> None:
     # a fixed forest of 12 nodes: node i's parent is (i - 1) // 2. As in real
     # traffic a block is registered only while its parent is registered
-    # (inactive here, or active = taken out by a hit), so every link is known.
+    # (inactive here, or active = taken out by a hit), so every link is known;
+    # a hit takes the whole prefix out of the pool (a prefix match cannot skip
+    # a block), and a request gives its blocks back tail first (a held block
+    # returns only once the blocks it holds below it have).
     p = LineagePolicy()
     inside: set[int] = set()
     active: set[int] = set()
     for action, n in script:
         registered_parent = n == 0 or ((n - 1) // 2) in inside | active
-        if action == "ins" and n not in inside and registered_parent:
+        held_below = any(_is_descendant(k, n) for k in active)
+        if action == "ins" and n not in inside and registered_parent and not held_below:
             active.discard(n)
             par = (n - 1) // 2 if n else None
             depth = 0 if n == 0 else len(bin(n + 1)) - 3
             p.insert(n, (depth, n), None if par is None else (depth - 1, par), 1)
             inside.add(n)
         elif action == "hit" and n in inside:
-            p.remove(n)
-            inside.discard(n)
-            active.add(n)
+            for k in _prefix(n):
+                if k in inside:
+                    p.remove(k)
+                    inside.discard(k)
+                    active.add(k)
         elif action == "evict":
             v = p.victim()
             if v is None:
@@ -135,6 +141,14 @@ def test_lineage_victim_is_always_a_real_leaf(script: list[tuple[str, int]]) -> 
             # scheduler holds prefixes, so drop them from the script's world
             active -= {k for k in active if _is_descendant(k, v)}
         assert set(p) == inside
+
+
+def _prefix(n: int) -> list[int]:
+    """``n`` and its ancestors in the script's forest, root first."""
+    chain = [n]
+    while chain[-1] > 0:
+        chain.append((chain[-1] - 1) // 2)
+    return chain[::-1]
 
 
 def _is_descendant(k: int, v: int) -> bool:
