@@ -14,6 +14,7 @@ Use's parent in the encoding, so their Uses name none.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import z3
@@ -33,6 +34,8 @@ TWINS: dict[tuple[str, str], str] = {
 
 #: per solver call of the search (each depth is one call)
 TIMEOUT_MS = 30_000
+#: the model-guided search's CPU time, when the greedy one gave up
+GUIDED_BUDGET_S = 60.0
 
 
 @dataclass
@@ -89,17 +92,91 @@ def find(
     ``depth`` steps (``reach.DEPTH``), whose last step breaks an invariant."""
     from kvspec.reference.smt.blocks.reach import DEPTH, system
 
-    def bad(_t: str, mv: Move) -> z3.BoolRef:
-        return z3.Not(z3.And([f for inv in prof.invariants.values() for _l, f in inv(mv.post)]))
+    return violation(system(prof, tw), partial(_unused, prof), depth=depth or DEPTH, timeout_ms=timeout_ms)
 
-    return violation(system(prof, tw), bad, depth=depth or DEPTH, timeout_ms=timeout_ms)
+
+def _unused(prof: ProfileEncoding, _t: str, mv: Move) -> z3.BoolRef:
+    return _broken(prof, mv)
+
+
+def guided(
+    prof: ProfileEncoding, tw: frozenset[str], depth: int = 2, budget_s: float = GUIDED_BUDGET_S
+) -> tuple[list[Operation], ReachTrace] | str | None:
+    """The operations and steps of a trace the model proposes that breaks an invariant, None when none of
+    up to ``depth`` operations does, "budget" when the search ran out of time first.
+
+    When the greedy search gives up, the operations are proposed by the
+    Python model (``blocks/equivalence.BlocksSubject``, capacity 2, breadth
+    first, as ``blocks/reach.model_guided`` does for the REACHABLE goals);
+    each operation's steps (``agreement.steps_of``) are pinned in the
+    encoding with the mutant in force, victims left to z3, which is asked
+    whether one of the last operation's steps breaks an invariant. A trace
+    found this way is a trace of the encoding from its initial state; the
+    model only proposes it."""
+    import copy
+    import time
+
+    from kvspec.reference.smt.blocks.agreement import steps_of
+    from kvspec.reference.smt.blocks.equivalence import BlocksSubject
+    from kvspec.reference.smt.blocks.reach import CAP, H, system
+    from kvspec.reference.smt.reach import ReachStep, _Unrolling
+    from kvspec.spec.errors import InvalidOperation
+
+    t0 = time.process_time()  # CPU, z3's included: the machine's load does not shrink the search
+    sysm = system(prof, tw, depth=1)
+    subject = BlocksSubject(prof.name, capacity=CAP, hashes=H)
+    frontier: list[tuple[object, list[Operation], list[ReachStep]]] = [(subject.initial()[0], [], [])]
+    seen = {subject.key(frontier[0][0])}  # type: ignore[arg-type]
+    for _ in range(depth):
+        nxt: list[tuple[object, list[Operation], list[ReachStep]]] = []
+        for node, ops, path in frontier:
+            for op in subject.alphabet(node):  # type: ignore[arg-type]
+                if time.process_time() - t0 > budget_s:
+                    return "budget"
+                m = copy.deepcopy(node.model)  # type: ignore[attr-defined]
+                try:
+                    res = m.apply(op)
+                except InvalidOperation:
+                    continue
+                value = res.result.value if res.result is not None else None
+                steps = path + [ReachStep(t, {k: NONE if x is None else x for k, x in given.items()})
+                                for t, given in steps_of(prof.name, op, value)]  # fmt: skip
+                s = z3.Solver()
+                s.set("timeout", TIMEOUT_MS)
+                u = _Unrolling(sysm, s)
+                u.pin(ReachTrace(steps))
+                news = range(len(path) + 1, len(steps) + 1)
+                bad = {j: _broken(prof, u.moves[j - 1][steps[j - 1].transition]) for j in news}
+                if s.check(z3.Or(list(bad.values()))) == z3.sat:
+                    model = s.model()
+                    last = next(j for j in news if z3.is_true(model.eval(bad[j], model_completion=True)))
+                    trace = u.trace(model, last)
+                    return [*ops, op], ReachTrace(trace.steps, {"capacity": CAP})
+                for _key, succ in subject.model_outcomes(node, op)[:1]:  # type: ignore[arg-type]
+                    k = subject.key(succ)
+                    if k not in seen:
+                        seen.add(k)
+                        nxt.append((succ, [*ops, op], steps))
+        frontier = nxt
+    return None
+
+
+def _broken(prof: ProfileEncoding, mv: Move) -> z3.BoolRef:
+    return z3.Not(z3.And([f for inv in prof.invariants.values() for _l, f in inv(mv.post)]))
 
 
 def emit(
-    folder: Path, prof: ProfileEncoding, mutant: str | None, rule: str, what: str, depth: int | None = None
+    folder: Path,
+    prof: ProfileEncoding,
+    mutant: str | None,
+    rule: str,
+    what: str,
+    depth: int | None = None,
+    guide: bool = True,
 ) -> list[str]:
-    """Search, write the replay file (or the statement that none exists within
-    the bound) into ``folder``, and return the lines to print."""
+    """Search (greedy to ``depth`` steps, then, with ``guide``, the
+    model-guided stage), write the replay file (or the statement that none
+    was found within the bound) into ``folder``, and return the lines to print."""
     from kvspec.reference.smt import counterexamples as cx
     from kvspec.reference.smt.blocks.reach import BOUND, DEPTH
 
@@ -107,23 +184,33 @@ def emit(
     tw = frozenset({mutant}) if mutant else frozenset()
     depth = depth or DEPTH
     trace, verdict = find(prof, tw, depth)
+    ops: list[Operation] | None = None
+    found = guided(prof, tw) if trace is None and guide else None
+    if isinstance(found, tuple):
+        ops, trace = found
     if trace is None:
-        if verdict == z3.unknown:
-            statement = (
-                f"{name}: unknown: the search for a trace from the initial state ({BOUND}) gave up"
-                f" (timeout after {TIMEOUT_MS / 1000:.0f} s per depth); the counterexample is induction only"
+        greedy = (
+            f"the search gave up (unknown: timeout after {TIMEOUT_MS / 1000:.0f} s at some depth <= {depth})"
+            if verdict == z3.unknown
+            else f"no trace of up to {depth} steps breaks an invariant"
+        )
+        if guide:
+            greedy += (
+                "; of the model-proposed operations (up to 2), none breaks one"
+                if found is None
+                else f"; the model-guided search ran out of its {GUIDED_BUDGET_S:.0f} s of CPU"
             )
-        else:
-            statement = (
-                f"{name}: induction only: no trace of up to {depth} steps from the initial state ({BOUND})"
-                " breaks an invariant; the induction counterexample's pre-state is unreachable within that bound"
-            )
+        kind = "unknown" if verdict == z3.unknown or found == "budget" else "induction only"
+        statement = (
+            f"{name}: {kind}: from the initial state ({BOUND}) {greedy}; the induction counterexample's pre-state"
+            " is not shown reachable within that bound"
+        )
         path = cx.not_reachable(folder, name, statement)
         return [statement, f"  (written to {path})"]
     policy = "lru" if prof.name == "legacy" else "unordered"
     cap = int(trace.params.get("capacity", 2))
     config = ManagerConfig(profile=prof.name, capacity=cap, eviction=policy)  # type: ignore[arg-type]
-    ops = operations(prof.name, trace)
+    ops = ops if ops is not None else operations(prof.name, trace)
     twin = TWINS.get((prof.name, mutant)) if mutant else None
     w = cx.write(folder, name, config, ops, rule=rule, what=what, twin=twin)
     head = (
