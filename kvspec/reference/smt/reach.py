@@ -331,7 +331,7 @@ def cover(system: System[Any], timeout_ms: int | None = None) -> Coverage:
             for j in range(1, d + 1):
                 for t, g in todo:
                     if (t, g) not in reached and z3.is_true(m.eval(u.goal(j, t, g), model_completion=True)):
-                        reached[(t, g)] = ReachTrace(trace.steps[:j])
+                        reached[(t, g)] = ReachTrace(trace.steps[:j], trace.params)
             s.pop()
         if gave_up is not None or (goals is not None and all(g in reached or g in excluded for g in goals)):
             break

@@ -190,4 +190,4 @@ def _ask(
         trace = u.trace(m, len(steps))
         for j, t, g in cands:
             if (t, g) not in reached and z3.is_true(m.eval(u.goal(j, t, g), model_completion=True)):
-                reached[(t, g)] = ReachTrace(trace.steps[:j])
+                reached[(t, g)] = ReachTrace(trace.steps[:j], trace.params)

@@ -264,6 +264,7 @@ def run_blocks(
             _counterexample(counterexamples, prof, mutant, rule, what)
         print(f"total {time.perf_counter() - t0:.2f}s")
         return 1 if problems or where else 0
+    problems += _reach_row(prof)
     wheres = [
         _refute_row(profile, name, rule, partial(refute_blocks, prof, name), problems)
         for name, (rule, _what) in prof.mutants.items()
@@ -281,6 +282,22 @@ def run_blocks(
     for p in problems:
         print(f"sanity check failed: {p}")
     return 1 if problems else 0
+
+
+def _reach_row(prof: ProfileEncoding) -> list[str]:
+    """REACHABLE: every case of every step on a trace from the initial state, the recorded
+    traces checked again pinned (``blocks/reach_traces.py``); no row where none are recorded."""
+    from kvspec.reference.smt.blocks import reach_traces
+
+    if not reach_traces.recorded(prof.name):
+        why = reach_traces.NOT_RECORDED.get(prof.name, "no recorded traces")
+        print(f"REACHABLE: not checked for {prof.name} ({why})")
+        return []
+    t1 = time.perf_counter()
+    chk = reach_traces.check(prof)
+    secs = f"{time.perf_counter() - t1:.2f}s"
+    print(_row(["REACHABLE", "ok" if not chk.problems else "FAILED", chk.summary(), secs]))
+    return chk.problems
 
 
 def _counterexample(folder: Path, prof: ProfileEncoding, mutant: str | None, rule: str, what: str) -> None:
