@@ -47,6 +47,14 @@ class Transition(Generic[S, Out]):
     #: a function of (model, op), or the name of a model method taking op
     guard: Callable[[S, Any], bool] | str
     effect: Callable[[S, Any], Out] | str
+    #: the further rules its effect applies, after the deciding ``rule`` (a z3 step's
+    #: ``rules`` tuple: an allocation also keeps the pool's conservation, say)
+    also: tuple[str, ...] = ()
+
+    @property
+    def rules(self) -> tuple[str, ...]:
+        """The rules of a step that takes this transition, the deciding one first."""
+        return (self.rule, *self.also)
 
 
 def always(state: object, op: object) -> bool:
@@ -62,18 +70,25 @@ class TransitionModel(Generic[Out]):
     """A model whose ``step`` fires the first applicable transition of ``TRANSITIONS``.
 
     Subclasses set ``TRANSITIONS`` (a class attribute) and ``config``;
-    ``last_rules`` names the rule of the last step (``spec.model.TaggedModel``)."""
+    ``last_rules`` names the rules of the last step, the deciding one first
+    (``spec.model.TaggedModel``)."""
 
     TRANSITIONS: ClassVar[Sequence[Transition[Any, Any]]] = ()
     config: Any
     last_rules: tuple[str, ...] = ()
 
     def step(self, op: Any) -> Out:
+        out: Out = self.fire(op)
+        return out
+
+    def fire(self, op: Any) -> Any:
+        """Take the first transition of ``op`` whose guard holds: its effect's result. A model whose
+        effects return a value rather than the whole answer overrides ``step`` to wrap it (the paged
+        and radix models add the state after the step)."""
         for t in self.TRANSITIONS:
             if isinstance(op, t.op) and self._call(t.guard, op):
-                self.last_rules = (t.rule,)
-                out: Out = self._call(t.effect, op)
-                return out
+                self.last_rules = t.rules
+                return self._call(t.effect, op)
         raise NoTransition(f"{type(self).__name__}: no transition applies to {op!r}")
 
     def _call(self, f: Callable[[Any, Any], Any] | str, op: Any) -> Any:
@@ -82,12 +97,12 @@ class TransitionModel(Generic[Out]):
     @classmethod
     def rules(cls) -> tuple[str, ...]:
         """Every rule the model applies, in table order, each once."""
-        return tuple(dict.fromkeys(t.rule for t in cls.TRANSITIONS))
+        return tuple(dict.fromkeys(r for t in cls.TRANSITIONS for r in t.rules))
 
     @classmethod
     def rules_of(cls, op: type) -> tuple[str, ...]:
         """The rules of one operation class, in the order they are tried."""
-        return tuple(dict.fromkeys(t.rule for t in cls.TRANSITIONS if issubclass(op, t.op)))
+        return tuple(dict.fromkeys(r for t in cls.TRANSITIONS if issubclass(op, t.op) for r in t.rules))
 
     @classmethod
     def check_table(cls) -> None:
