@@ -32,7 +32,7 @@ from kvspec.reference.transitions import NoTransition, Transition, TransitionMod
 from kvspec.reference.vllm_pool import VllmPoolModel
 from kvspec.spec.config import ManagerConfig, OffloadConfig
 from kvspec.spec.errors import InvalidOperation
-from kvspec.spec.manager_wire import SessionAdmit
+from kvspec.spec.manager_wire import PagedWrite, SessionAdmit
 from kvspec.spec.rules import Concern, RuleId, RuleName, rid, rules_of
 from kvspec.spec.scenario import all_scenarios
 from kvspec.spec.wire import (
@@ -121,12 +121,22 @@ def test_the_untraced_models_label_a_method_for_each_of_their_rules(concern: Con
     assert labelled == want, sorted(labelled ^ want)
 
 
-def test_the_transition_tables_name_catalogue_rules_and_their_methods() -> None:
-    """A bundled model written as a transition table names only catalogue rules, and every
-    guard or effect it names by a string is a method of the model."""
-    SessionModel.check_table()
-    assert set(SessionModel.rules()) <= {r.value for r in RuleId}
-    assert SessionModel.rules_of(SessionAdmit) == ("SESSION-LEASE", "SESSION-CANDIDATE", "SESSION-LRU")
+@pytest.mark.parametrize(
+    ("model", "op", "first"),
+    [
+        (SessionModel, SessionAdmit, ("SESSION-LEASE", "SESSION-CANDIDATE", "SESSION-LRU")),
+        (PagedModel, PagedWrite, ("PAGED-VALIDATE", "PAGED-COW", "PAGED-NO-REUSE")),
+    ],
+)
+def test_the_transition_tables_name_catalogue_rules_and_their_methods(
+    model: type[TransitionModel[Any]], op: type, first: tuple[str, ...]
+) -> None:
+    """A bundled model written as a transition table names only catalogue rules, every
+    guard or effect it names by a string is a method of the model, and an operation's
+    rules come in the order its transitions are tried."""
+    model.check_table()
+    assert set(model.rules()) <= {r.value for r in RuleId}
+    assert model.rules_of(op)[: len(first)] == first
 
 
 def test_a_table_naming_a_missing_method_is_refused() -> None:

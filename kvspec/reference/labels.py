@@ -19,13 +19,12 @@ rules as they apply them, through a ``Trace``:
   operation breaks by publishing an event of that kind that it was not due
   to publish (default: ``default_label(...).published``).
 
-The models of the small-operation profiles (paged, radix) do not trace
-their steps: their checkers attribute a difference by what differs. They
-label their methods instead, ``@applies("PAGED-SHARE")``, so each rule still
-has its place in the model next to the code that applies it. The session
-model is written the way new models are (``reference.transitions``): a table
-of transitions, per operation rule -> guard -> effect, so the rule of every
-step is the transition it took.
+The radix model does not trace its steps: its checker attributes a difference
+by what differs. It labels its methods instead, ``@applies("RADIX-MATCH")``,
+so each rule still has its place in the model next to the code that applies
+it. The session and paged models are written the way new models are
+(``reference.transitions``): a table of transitions, per operation rule ->
+guard -> effect, so the rules of every step are the transition it took.
 
 Rules are written as text (``RuleName``): ``grep RULE-ID kvspec/reference``
 finds the place, and mypy checks the spelling. ``tests/test_rule_map.py``

@@ -7,23 +7,31 @@ and a small prefix cache that holds blocks like a sequence does. The model
 is the spec of SPEC.md "Paged allocator" written as code: pure, deterministic
 (the lowest free block is taken; implementations may take any free block,
 the checker matches ids), and every operation either applies completely or
-raises ``InvalidOperation`` with the rule and changes nothing.
+is rejected with the rule and changes nothing.
 
 Written from the semantics of the ferrum inference engine's paged manager
 (sizzlecar/ferrum-infer-rs crates/ferrum-kv/src/managers/paged.rs,
 ``PagedKvCacheManager``), with its questionable swap and copy-on-write paths
 replaced by what the rules require (SPEC.md says where they differ).
+
+The model is a transition table (``reference.transitions``): per operation,
+the rules in the order they are tried, each with its guard (which reads the
+state) and its effect (which changes it and returns the operation's value).
+A rejection is a transition whose effect returns the error and changes
+nothing, so every check comes before any change. The invariants an effect
+keeps (PAGED-CONSERVE, PAGED-NO-REUSE, PAGED-REFCOUNT, PAGED-PRESSURE) are
+the further rules of the transitions whose effects take or drop blocks.
+Guards and effects are named by method, so a variant (the mutant zoo's)
+overrides one method and keeps the table.
 """
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from kvspec.reference.labels import applies
-from kvspec.spec.errors import InvalidOperation
+from kvspec.reference.transitions import Transition, TransitionModel, always
 from kvspec.spec.manager_wire import (
     OpError,
     PagedAllocate,
@@ -47,6 +55,13 @@ from kvspec.spec.manager_wire import (
 )
 from kvspec.spec.rules import RuleId, rid
 
+#: the operations that name an existing sequence in ``seq`` (a fork names it in ``src``)
+Named = PagedExtend | PagedFork | PagedWrite | PagedSwapOut | PagedSwapIn | PagedFree | PagedStorePrefix
+#: the operations that create a sequence (an allocation names it in ``seq``, the others in ``dst``)
+Creating = PagedAllocate | PagedFork | PagedMatchPrefix
+#: what an effect returns: the operation's value, or the error of a rejection
+Answer = int | OpError
+
 
 @dataclass
 class Pool:
@@ -62,7 +77,6 @@ class Pool:
     def __post_init__(self) -> None:
         self.free = set(range(self.size))
 
-    @applies("PAGED-NO-REUSE", "PAGED-CONSERVE", "PAGED-REFCOUNT")
     def take(self) -> int:
         """A free block, with one holder and nothing written in it."""
         b = min(self.free)
@@ -71,7 +85,6 @@ class Pool:
         self.data[b] = [None] * self.block_size
         return b
 
-    @applies("PAGED-FREE", "PAGED-NO-REUSE", "PAGED-CONSERVE", "PAGED-REFCOUNT")
     def drop(self, b: int) -> bool:
         """One holder less; True when the block went back to the free set."""
         self.refs[b] -= 1
@@ -95,8 +108,21 @@ def _ceil(n: int, d: int) -> int:
     return -(-n // d)
 
 
-class PagedModel:
-    """The paged allocator. ``apply(op)`` returns the op's value or raises.
+def _reject(rule: str, message: Callable[[PagedModel, Any], str]) -> Callable[[PagedModel, Any], OpError]:
+    """The effect of a rejection: nothing changes, the error names the rule."""
+    return lambda m, op: OpError(rule=rule, message=message(m, op))
+
+
+def _needs(what: str, n: int, free: int) -> str:
+    return f"{what} needs {n} free blocks, {free} free"
+
+
+#: the rules an effect that takes or drops blocks keeps besides its own
+KEEPS = ("PAGED-NO-REUSE", "PAGED-CONSERVE", "PAGED-REFCOUNT", "PAGED-PRESSURE")
+
+
+class PagedModel(TransitionModel[PagedOutcome]):
+    """The paged allocator. ``step(op)`` answers like an implementation: value or error, then the state.
 
     ``FOLLOW``: the departures the lockstep can follow when a manifest declares
     them (``kvspec.conformance.managers.follow``): condition -> (the rule it
@@ -122,28 +148,10 @@ class PagedModel:
     def pool(self, tier: Tier) -> Pool:
         return self.device if tier == "device" else self.host
 
-    @applies("PAGED-VALIDATE")
-    def _seq(self, name: str, *, tier: Tier | None = "device") -> Seq:
-        s = self.seqs.get(name)
-        if s is None:
-            raise InvalidOperation(rid("PAGED-VALIDATE"), f"no sequence {name!r}")
-        if tier is not None and s.tier != tier:
-            raise InvalidOperation(rid("PAGED-VALIDATE"), f"sequence {name!r} is in the {s.tier} pool, not {tier}")
-        return s
-
-    def _new_name(self, name: str) -> None:
-        if name in self.seqs:
-            raise InvalidOperation(rid("PAGED-VALIDATE"), f"sequence {name!r} already exists")
-
-    def _need(self, pool: Pool, n: int, rule: RuleId, what: str) -> None:
-        if n > len(pool.free):
-            raise InvalidOperation(rule, f"{what} needs {n} free blocks, {len(pool.free)} free")
-
     def _held_by_sequence(self, blocks: list[int]) -> bool:
         held = {b for s in self.seqs.values() if s.tier == "device" for b in s.blocks}
         return any(b in held for b in blocks)
 
-    @applies("PAGED-PRESSURE")
     def pressure(self) -> Pressure:
         frac = len(self.device.free) / self.config.device_blocks
         if frac < self.config.critical_below:
@@ -152,59 +160,22 @@ class PagedModel:
             return "high"
         return "low"
 
-    # ------------------------------------------------------------ operations
+    @staticmethod
+    def named(op: Named) -> str:
+        """The existing sequence an operation names."""
+        return op.src if isinstance(op, PagedFork) else op.seq
 
-    def apply(self, op: PagedOp) -> int:
-        handler: Callable[..., int] = getattr(self, f"_op_{op.op}")
-        return handler(op)
+    @staticmethod
+    def created(op: Creating) -> str:
+        """The sequence an operation creates."""
+        return op.seq if isinstance(op, PagedAllocate) else op.dst
 
-    @applies("PAGED-EXTEND")
-    def _op_allocate(self, op: PagedAllocate) -> int:
-        self._new_name(op.seq)
-        n = _ceil(op.tokens, self.bs)
-        self._need(self.device, n, rid("PAGED-EXTEND"), f"allocate {op.seq!r} ({op.tokens} tokens)")
-        self.seqs[op.seq] = Seq("device", op.tokens, [self.device.take() for _ in range(n)])
-        return n
+    def _evictable(self) -> list[str]:
+        return [k for k, blocks in self.prefixes.items() if not self._held_by_sequence(blocks)]
 
-    @applies("PAGED-EXTEND")
-    def _op_extend(self, op: PagedExtend) -> int:
-        s = self._seq(op.seq)
-        n = _ceil(s.tokens + op.tokens, self.bs) - len(s.blocks)
-        self._need(self.device, n, rid("PAGED-EXTEND"), f"extend {op.seq!r} by {op.tokens} tokens")
-        s.blocks.extend(self.device.take() for _ in range(n))
-        s.tokens += op.tokens
-        return n
-
-    @applies("PAGED-SHARE", "PAGED-REFCOUNT")
-    def _op_fork(self, op: PagedFork) -> int:
-        src = self._seq(op.src)
-        self._new_name(op.dst)
-        n = len(src.blocks) if op.blocks is None else min(op.blocks, len(src.blocks))
-        shared = src.blocks[:n]
-        for b in shared:
-            self.device.refs[b] += 1
-        self.seqs[op.dst] = Seq("device", min(src.tokens, n * self.bs), list(shared))
-        return n
-
-    @applies("PAGED-COW")
-    def _op_write(self, op: PagedWrite) -> int:
-        s = self._seq(op.seq)
-        if op.position >= s.tokens:
-            raise InvalidOperation(
-                rid("PAGED-VALIDATE"), f"position {op.position} is past {op.seq!r}'s {s.tokens} tokens"
-            )
-        i, slot = divmod(op.position, self.bs)
-        b = s.blocks[i]
-        copied = 0
-        if self.device.refs[b] > 1 and not self.write_in_place:
-            self._need(self.device, 1, rid("PAGED-COW"), f"copy-on-write of block {b} for {op.seq!r}")
-            nb = self.device.take()
-            self.device.data[nb] = list(self.device.data[b])
+    def _evict(self, key: str) -> None:
+        for b in self.prefixes.pop(key):
             self.device.drop(b)
-            s.blocks[i] = nb
-            b, copied = nb, 1
-        self.device.data[b][slot] = op.value
-        return copied
 
     def _move(self, s: Seq, src: Pool, dst: Pool) -> int:
         moved = []
@@ -217,78 +188,308 @@ class PagedModel:
         s.blocks = moved
         return len(moved)
 
-    @applies("PAGED-SWAP")
-    def _op_swap_out(self, op: PagedSwapOut) -> int:
-        s = self._seq(op.seq)
-        self._need(self.host, len(s.blocks), rid("PAGED-SWAP"), f"swap out {op.seq!r}")
+    def _allocation(self, op: PagedAllocate) -> int:
+        return _ceil(op.tokens, self.bs)
+
+    def _extension(self, op: PagedExtend) -> int:
+        s = self.seqs[op.seq]
+        return _ceil(s.tokens + op.tokens, self.bs) - len(s.blocks)
+
+    def _written(self, op: PagedWrite) -> int:
+        """The block a write lands in."""
+        return self.seqs[op.seq].blocks[op.position // self.bs]
+
+    # ------------------------------------------------------------ guards
+
+    def name_taken(self, op: Creating) -> bool:
+        return self.created(op) in self.seqs
+
+    def no_such_sequence(self, op: Named) -> bool:
+        return self.named(op) not in self.seqs
+
+    def not_on_device(self, op: Named) -> bool:
+        return self.seqs[self.named(op)].tier != "device"
+
+    def not_on_host(self, op: PagedSwapIn) -> bool:
+        return self.seqs[op.seq].tier != "host"
+
+    def allocation_too_big(self, op: PagedAllocate) -> bool:
+        return self._allocation(op) > len(self.device.free)
+
+    def extension_too_big(self, op: PagedExtend) -> bool:
+        return self._extension(op) > len(self.device.free)
+
+    def past_the_end(self, op: PagedWrite) -> bool:
+        return op.position >= self.seqs[op.seq].tokens
+
+    def shared(self, op: PagedWrite) -> bool:
+        """The write lands in a block another holder reads: it copies first (but under ``write_in_place``)."""
+        return self.device.refs[self._written(op)] > 1 and not self.write_in_place
+
+    def shared_without_room(self, op: PagedWrite) -> bool:
+        return self.shared(op) and not self.device.free
+
+    def host_too_small(self, op: PagedSwapOut) -> bool:
+        return len(self.seqs[op.seq].blocks) > len(self.host.free)
+
+    def device_too_small(self, op: PagedSwapIn) -> bool:
+        return len(self.seqs[op.seq].blocks) > len(self.device.free)
+
+    def key_cached(self, op: PagedStorePrefix) -> bool:
+        return op.key in self.prefixes
+
+    def key_not_cached(self, op: PagedMatchPrefix) -> bool:
+        return op.key not in self.prefixes
+
+    def too_many_blocks(self, op: PagedStorePrefix) -> bool:
+        return op.blocks > len(self.seqs[op.seq].blocks)
+
+    def cache_disabled(self, op: PagedStorePrefix) -> bool:
+        return self.config.max_prefixes == 0
+
+    def cache_full(self, op: PagedStorePrefix) -> bool:
+        return len(self.prefixes) >= self.config.max_prefixes
+
+    def cache_full_and_held(self, op: PagedStorePrefix) -> bool:
+        return self.cache_full(op) and not self._evictable()
+
+    # ------------------------------------------------------------ effects
+
+    def allocate(self, op: PagedAllocate) -> int:
+        n = self._allocation(op)
+        self.seqs[op.seq] = Seq("device", op.tokens, [self.device.take() for _ in range(n)])
+        return n
+
+    def extend(self, op: PagedExtend) -> int:
+        s = self.seqs[op.seq]
+        n = self._extension(op)
+        s.blocks.extend(self.device.take() for _ in range(n))
+        s.tokens += op.tokens
+        return n
+
+    def fork(self, op: PagedFork) -> int:
+        src = self.seqs[op.src]
+        n = len(src.blocks) if op.blocks is None else min(op.blocks, len(src.blocks))
+        shared = src.blocks[:n]
+        for b in shared:
+            self.device.refs[b] += 1
+        self.seqs[op.dst] = Seq("device", min(src.tokens, n * self.bs), list(shared))
+        return n
+
+    def copy_on_write(self, op: PagedWrite) -> int:
+        """The writer's private copy of the shared block, then the write into it."""
+        s = self.seqs[op.seq]
+        i = op.position // self.bs
+        b = s.blocks[i]
+        nb = self.device.take()
+        self.device.data[nb] = list(self.device.data[b])
+        self.device.drop(b)
+        s.blocks[i] = nb
+        self.write(op)
+        return 1
+
+    def write(self, op: PagedWrite) -> int:
+        self.device.data[self._written(op)][op.position % self.bs] = op.value
+        return 0
+
+    def swap_out(self, op: PagedSwapOut) -> int:
+        s = self.seqs[op.seq]
         n = self._move(s, self.device, self.host)
         s.tier = "host"
         return n
 
-    @applies("PAGED-SWAP")
-    def _op_swap_in(self, op: PagedSwapIn) -> int:
-        s = self._seq(op.seq, tier="host")
-        self._need(self.device, len(s.blocks), rid("PAGED-SWAP"), f"swap in {op.seq!r}")
+    def swap_in(self, op: PagedSwapIn) -> int:
+        s = self.seqs[op.seq]
         n = self._move(s, self.host, self.device)
         s.tier = "device"
         return n
 
-    @applies("PAGED-FREE")
-    def _op_free(self, op: PagedFree) -> int:
-        s = self._seq(op.seq, tier=None)
+    def free(self, op: PagedFree) -> int:
+        s = self.seqs.pop(op.seq)
         pool = self.pool(s.tier)
-        del self.seqs[op.seq]
         return sum(pool.drop(b) for b in s.blocks)
 
-    def _evictable(self) -> list[str]:
-        return [k for k, blocks in self.prefixes.items() if not self._held_by_sequence(blocks)]
+    def evict_and_store(self, op: PagedStorePrefix) -> int:
+        """A full cache makes room: its least recently used entry no sequence holds goes."""
+        self._evict(self._evictable()[0])
+        return 1 + self.store(op)
 
-    def _evict(self, key: str) -> None:
-        for b in self.prefixes.pop(key):
-            self.device.drop(b)
-
-    @applies("PAGED-PREFIX-EVICT", "PAGED-REFCOUNT")
-    def _op_store_prefix(self, op: PagedStorePrefix) -> int:
-        s = self._seq(op.seq)
-        if op.key in self.prefixes:
-            raise InvalidOperation(rid("PAGED-VALIDATE"), f"prefix {op.key!r} is already cached")
-        if op.blocks > len(s.blocks):
-            raise InvalidOperation(rid("PAGED-VALIDATE"), f"{op.seq!r} has {len(s.blocks)} blocks, not {op.blocks}")
-        if self.config.max_prefixes == 0:
-            raise InvalidOperation(rid("PAGED-VALIDATE"), "the prefix cache is disabled (max_prefixes = 0)")
-        evicted = 0
-        if len(self.prefixes) >= self.config.max_prefixes:
-            victims = self._evictable()
-            if not victims:
-                raise InvalidOperation(
-                    rid("PAGED-PREFIX-EVICT"), f"prefix cache full ({len(self.prefixes)}) and every entry is in use"
-                )
-            self._evict(victims[0])
-            evicted = 1
-        blocks = s.blocks[: op.blocks]
+    def store(self, op: PagedStorePrefix) -> int:
+        blocks = self.seqs[op.seq].blocks[: op.blocks]
         for b in blocks:
             self.device.refs[b] += 1
         self.prefixes[op.key] = list(blocks)
-        return evicted
+        return 0
 
-    @applies("PAGED-PREFIX-EVICT", "PAGED-SHARE")
-    def _op_match_prefix(self, op: PagedMatchPrefix) -> int:
-        blocks = self.prefixes.get(op.key)
-        if blocks is None:
-            raise InvalidOperation(rid("PAGED-VALIDATE"), f"no cached prefix {op.key!r}")
-        self._new_name(op.dst)
+    def match(self, op: PagedMatchPrefix) -> int:
+        blocks = self.prefixes[op.key]
         for b in blocks:
             self.device.refs[b] += 1
         self.prefixes[op.key] = self.prefixes.pop(op.key)  # most recently used
         self.seqs[op.dst] = Seq("device", len(blocks) * self.bs, list(blocks))
         return len(blocks)
 
-    @applies("PAGED-PREFIX-EVICT")
-    def _op_evict_prefixes(self, op: PagedEvictPrefixes) -> int:
+    def evict_prefixes(self, op: PagedEvictPrefixes) -> int:
         victims = self._evictable()[: op.count]
         for k in victims:
             self._evict(k)
         return len(victims)
+
+    # ------------------------------------------------------------ the table
+
+    TRANSITIONS: ClassVar[Sequence[Transition[Any, Any]]] = (
+        # allocate
+        Transition(
+            "PAGED-VALIDATE",
+            PagedAllocate,
+            "name_taken",
+            _reject("PAGED-VALIDATE", lambda m, op: f"sequence {op.seq!r} already exists"),
+        ),
+        Transition(
+            "PAGED-EXTEND",
+            PagedAllocate,
+            "allocation_too_big",
+            _reject(
+                "PAGED-EXTEND",
+                lambda m, op: _needs(
+                    f"allocate {op.seq!r} ({op.tokens} tokens)", m._allocation(op), len(m.device.free)
+                ),
+            ),
+        ),
+        Transition("PAGED-EXTEND", PagedAllocate, always, "allocate", also=KEEPS),
+        # the other operations name an existing sequence, on the device (a swap-in: on the host)
+        Transition(
+            "PAGED-VALIDATE",
+            (PagedExtend, PagedFork, PagedWrite, PagedSwapOut, PagedSwapIn, PagedFree, PagedStorePrefix),
+            "no_such_sequence",
+            _reject("PAGED-VALIDATE", lambda m, op: f"no sequence {m.named(op)!r}"),
+        ),
+        Transition(
+            "PAGED-VALIDATE",
+            (PagedExtend, PagedFork, PagedWrite, PagedSwapOut, PagedStorePrefix),
+            "not_on_device",
+            _reject(
+                "PAGED-VALIDATE",
+                lambda m, op: f"sequence {m.named(op)!r} is in the {m.seqs[m.named(op)].tier} pool, not device",
+            ),
+        ),
+        Transition(
+            "PAGED-VALIDATE",
+            PagedSwapIn,
+            "not_on_host",
+            _reject("PAGED-VALIDATE", lambda m, op: f"sequence {op.seq!r} is in the device pool, not host"),
+        ),
+        # extend
+        Transition(
+            "PAGED-EXTEND",
+            PagedExtend,
+            "extension_too_big",
+            _reject(
+                "PAGED-EXTEND",
+                lambda m, op: _needs(f"extend {op.seq!r} by {op.tokens} tokens", m._extension(op), len(m.device.free)),
+            ),
+        ),
+        Transition("PAGED-EXTEND", PagedExtend, always, "extend", also=KEEPS),
+        # fork
+        Transition(
+            "PAGED-VALIDATE",
+            PagedFork,
+            "name_taken",
+            _reject("PAGED-VALIDATE", lambda m, op: f"sequence {op.dst!r} already exists"),
+        ),
+        Transition("PAGED-SHARE", PagedFork, always, "fork", also=("PAGED-REFCOUNT",)),
+        # write
+        Transition(
+            "PAGED-VALIDATE",
+            PagedWrite,
+            "past_the_end",
+            _reject(
+                "PAGED-VALIDATE",
+                lambda m, op: f"position {op.position} is past {op.seq!r}'s {m.seqs[op.seq].tokens} tokens",
+            ),
+        ),
+        Transition(
+            "PAGED-COW",
+            PagedWrite,
+            "shared_without_room",
+            _reject(
+                "PAGED-COW",
+                lambda m, op: _needs(f"copy-on-write of block {m._written(op)} for {op.seq!r}", 1, 0),
+            ),
+        ),
+        Transition("PAGED-COW", PagedWrite, "shared", "copy_on_write", also=KEEPS),
+        Transition("PAGED-COW", PagedWrite, always, "write"),
+        # swaps move the whole sequence between the pools
+        Transition(
+            "PAGED-SWAP",
+            PagedSwapOut,
+            "host_too_small",
+            _reject(
+                "PAGED-SWAP",
+                lambda m, op: _needs(f"swap out {op.seq!r}", len(m.seqs[op.seq].blocks), len(m.host.free)),
+            ),
+        ),
+        Transition("PAGED-SWAP", PagedSwapOut, always, "swap_out", also=KEEPS),
+        Transition(
+            "PAGED-SWAP",
+            PagedSwapIn,
+            "device_too_small",
+            _reject(
+                "PAGED-SWAP",
+                lambda m, op: _needs(f"swap in {op.seq!r}", len(m.seqs[op.seq].blocks), len(m.device.free)),
+            ),
+        ),
+        Transition("PAGED-SWAP", PagedSwapIn, always, "swap_in", also=KEEPS),
+        # free
+        Transition("PAGED-FREE", PagedFree, always, "free", also=KEEPS),
+        # the prefix cache
+        Transition(
+            "PAGED-VALIDATE",
+            PagedStorePrefix,
+            "key_cached",
+            _reject("PAGED-VALIDATE", lambda m, op: f"prefix {op.key!r} is already cached"),
+        ),
+        Transition(
+            "PAGED-VALIDATE",
+            PagedStorePrefix,
+            "too_many_blocks",
+            _reject(
+                "PAGED-VALIDATE",
+                lambda m, op: f"{op.seq!r} has {len(m.seqs[op.seq].blocks)} blocks, not {op.blocks}",
+            ),
+        ),
+        Transition(
+            "PAGED-VALIDATE",
+            PagedStorePrefix,
+            "cache_disabled",
+            _reject("PAGED-VALIDATE", lambda m, op: "the prefix cache is disabled (max_prefixes = 0)"),
+        ),
+        Transition(
+            "PAGED-PREFIX-EVICT",
+            PagedStorePrefix,
+            "cache_full_and_held",
+            _reject(
+                "PAGED-PREFIX-EVICT",
+                lambda m, op: f"prefix cache full ({len(m.prefixes)}) and every entry is in use",
+            ),
+        ),
+        Transition("PAGED-PREFIX-EVICT", PagedStorePrefix, "cache_full", "evict_and_store", also=KEEPS),
+        Transition("PAGED-REFCOUNT", PagedStorePrefix, always, "store"),
+        Transition(
+            "PAGED-VALIDATE",
+            PagedMatchPrefix,
+            "key_not_cached",
+            _reject("PAGED-VALIDATE", lambda m, op: f"no cached prefix {op.key!r}"),
+        ),
+        Transition(
+            "PAGED-VALIDATE",
+            PagedMatchPrefix,
+            "name_taken",
+            _reject("PAGED-VALIDATE", lambda m, op: f"sequence {op.dst!r} already exists"),
+        ),
+        Transition("PAGED-SHARE", PagedMatchPrefix, always, "match", also=("PAGED-REFCOUNT",)),
+        Transition("PAGED-PREFIX-EVICT", PagedEvictPrefixes, always, "evict_prefixes", also=KEEPS),
+    )
 
     # ------------------------------------------------------------ observation
 
@@ -310,11 +511,7 @@ class PagedModel:
 
     def step(self, op: PagedOp) -> PagedOutcome:
         """Apply ``op`` as an implementation would answer it: value or error, then the state."""
-        saved = copy.deepcopy((self.device, self.host, self.seqs, self.prefixes))
-        try:
-            value = self.apply(op)
-        except InvalidOperation as e:
-            # every handler validates before it mutates; restoring guards the model's own promise
-            self.device, self.host, self.seqs, self.prefixes = saved
-            return PagedOutcome(error=OpError(rule=str(e.rule), message=e.message), state=self.snapshot())
-        return PagedOutcome(value=value, state=self.snapshot())
+        answer: Answer = self.fire(op)
+        if isinstance(answer, OpError):
+            return PagedOutcome(error=answer, state=self.snapshot())
+        return PagedOutcome(value=answer, state=self.snapshot())

@@ -25,7 +25,6 @@ from kvspec.spec.manager_wire import (
     SessionOp,
     SessionOutcome,
 )
-from kvspec.spec.rules import RuleId
 
 # ---------------------------------------------------------------- paged
 
@@ -33,10 +32,9 @@ from kvspec.spec.rules import RuleId
 class SwapOutFreesShared(PagedModel):
     """swap_out returns every device block to the pool, held by others or not."""
 
-    def _op_swap_out(self, op: PagedSwapOut) -> int:
-        s = self._seq(op.seq)
-        shared = [b for b in s.blocks if self.device.refs[b] > 1]
-        n = super()._op_swap_out(op)
+    def swap_out(self, op: PagedSwapOut) -> int:
+        shared = [b for b in self.seqs[op.seq].blocks if self.device.refs[b] > 1]
+        n = super().swap_out(op)
         for b in shared:
             while b in self.device.refs:
                 self.device.drop(b)
@@ -46,9 +44,8 @@ class SwapOutFreesShared(PagedModel):
 class SwapInLosesData(PagedModel):
     """swap_in takes fresh device blocks but copies nothing back (the seed)."""
 
-    def _op_swap_in(self, op: PagedSwapIn) -> int:
-        s = self._seq(op.seq, tier="host")
-        self._need(self.device, len(s.blocks), RuleId.PAGED_SWAP, f"swap in {op.seq!r}")
+    def swap_in(self, op: PagedSwapIn) -> int:
+        s = self.seqs[op.seq]
         fresh = [self.device.take() for _ in s.blocks]
         for b in s.blocks:
             self.host.drop(b)
@@ -59,34 +56,26 @@ class SwapInLosesData(PagedModel):
 class CowInPlace(PagedModel):
     """a write to a shared block writes in place: the other holders see it (the seed's write_kv)."""
 
-    def _op_write(self, op: PagedWrite) -> int:
-        s = self._seq(op.seq)
-        if op.position >= s.tokens:
-            return super()._op_write(op)
-        i, slot = divmod(op.position, self.bs)
-        self.device.data[s.blocks[i]][slot] = op.value
-        return 0
+    def shared(self, op: PagedWrite) -> bool:
+        return False
 
 
 class CowSourceKept(PagedModel):
     """copy-on-write copies, but the shared block keeps the writer as a holder."""
 
-    def _op_write(self, op: PagedWrite) -> int:
-        s = self._seq(op.seq)
-        old = s.blocks[op.position // self.bs] if op.position < s.tokens else None
-        copied = super()._op_write(op)
-        if copied and old is not None:
-            self.device.refs[old] += 1
+    def copy_on_write(self, op: PagedWrite) -> int:
+        old = self._written(op)
+        copied = super().copy_on_write(op)
+        self.device.refs[old] += 1
         return copied
 
 
 class FreeIgnoresHolders(PagedModel):
     """free returns every block of the sequence to the pool, whoever else holds it."""
 
-    def _op_free(self, op: PagedFree) -> int:
-        s = self._seq(op.seq, tier=None)
+    def free(self, op: PagedFree) -> int:
+        s: Seq = self.seqs.pop(op.seq)
         pool: Pool = self.pool(s.tier)
-        del self.seqs[op.seq]
         n = 0
         for b in s.blocks:
             if b in pool.refs:
@@ -98,8 +87,8 @@ class FreeIgnoresHolders(PagedModel):
 class ForkWithoutRef(PagedModel):
     """a fork shares the blocks without counting the new holder."""
 
-    def _op_fork(self, op: PagedFork) -> int:
-        n = super()._op_fork(op)
+    def fork(self, op: PagedFork) -> int:
+        n = super().fork(op)
         for b in self.seqs[op.dst].blocks:
             self.device.refs[b] -= 1
         return n
@@ -108,10 +97,10 @@ class ForkWithoutRef(PagedModel):
 class ExtendOneExtra(PagedModel):
     """extend past a full last block takes one block more than it needs."""
 
-    def _op_extend(self, op: PagedExtend) -> int:
-        s: Seq = self._seq(op.seq)
+    def extend(self, op: PagedExtend) -> int:
+        s = self.seqs[op.seq]
         full = s.tokens % self.bs == 0 and op.tokens > 0 and len(self.device.free) > 1
-        n = super()._op_extend(op)
+        n = super().extend(op)
         if full and n > 0 and len(self.device.free) > 0:
             s.blocks.append(self.device.take())
             return n + 1
@@ -121,7 +110,7 @@ class ExtendOneExtra(PagedModel):
 class PrefixEvictsInUse(PagedModel):
     """evict_prefixes evicts the oldest entries whether a sequence holds them or not."""
 
-    def _op_evict_prefixes(self, op: PagedEvictPrefixes) -> int:
+    def evict_prefixes(self, op: PagedEvictPrefixes) -> int:
         victims = list(self.prefixes)[: op.count]
         for k in victims:
             self._evict(k)
