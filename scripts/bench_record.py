@@ -14,6 +14,7 @@ finished. ``python scripts/gen_docs.py`` then renders docs/results/benchmarks.md
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
@@ -21,8 +22,10 @@ import platform
 import re
 import resource
 import shlex
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -72,62 +75,80 @@ def parse_last_line(name: str, line: str) -> tuple[str, str]:
     return m["value"], m["unit"] or ""
 
 
-def run(name: str, args: list[str], root: Path = ROOT, timeout: float | None = None) -> dict[str, Any]:
-    """Run the benchmark once and return its record; SystemExit saying why when it did not finish."""
-    script = root / "benchmarks" / f"{name}.py"
-    if not script.is_file():
-        known = ", ".join(sorted(p.stem for p in (root / "benchmarks").glob("*.py")))
-        raise SystemExit(f"no benchmark {name!r} (benchmarks/{name}.py); known: {known}")
+def run_command(argv: list[str], cwd: Path, timeout: float | None = None) -> dict[str, Any]:
+    """Run ``argv`` once, its output passing through; what any record keeps of the run: when, how
+    long (wall, and CPU of it and its children), the machine and its load, and the lines it printed.
+    ``rc`` is its exit code, or None when it ran over ``timeout`` seconds (its process group killed)."""
     started, load_start = _utc(), _load()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
-    proc = subprocess.Popen(
-        [sys.executable, str(script.relative_to(root)), *args],
-        cwd=root,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, text=True, start_new_session=True)
     assert proc.stdout is not None
+    timed_out = threading.Event()
+
+    def _kill() -> None:
+        timed_out.set()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+    timer = threading.Timer(timeout, _kill) if timeout is not None else None
+    if timer is not None:
+        timer.start()
     lines: list[str] = []
     try:
         for line in proc.stdout:
             sys.stdout.write(line)
             sys.stdout.flush()
             lines.append(line.rstrip())
-        rc = proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        raise SystemExit(f"benchmarks/{name}.py ran over {timeout} s; nothing recorded") from None
+        rc = proc.wait()
+    finally:
+        if timer is not None:
+            timer.cancel()
     wall = time.monotonic() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    load_end = _load()
-    if rc != 0:
-        raise SystemExit(f"benchmarks/{name}.py exited with {rc}; nothing recorded")
     while lines and not lines[-1].strip():
         lines.pop()
+    return {
+        "rc": None if timed_out.is_set() else rc,
+        "started": started,
+        "ended": _utc(),
+        "wall_s": round(wall, 1),
+        "cpu_s": round((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), 1),
+        "machine": {
+            "cores": os.cpu_count(),
+            "load_start": load_start,
+            "load_end": _load(),
+            "python": platform.python_version(),
+            "system": f"{platform.system()} {platform.machine()}",
+        },
+        "lines": lines,
+    }
+
+
+def run(name: str, args: list[str], root: Path = ROOT, timeout: float | None = None) -> dict[str, Any]:
+    """Run the benchmark once and return its record; SystemExit saying why when it did not finish."""
+    script = root / "benchmarks" / f"{name}.py"
+    if not script.is_file():
+        known = ", ".join(sorted(p.stem for p in (root / "benchmarks").glob("*.py")))
+        raise SystemExit(f"no benchmark {name!r} (benchmarks/{name}.py); known: {known}")
+    ran = run_command([sys.executable, str(script.relative_to(root)), *args], root, timeout)
+    lines = ran.pop("lines")
+    rc = ran.pop("rc")
+    if rc is None:
+        raise SystemExit(f"benchmarks/{name}.py ran over {timeout} s; nothing recorded")
+    if rc != 0:
+        raise SystemExit(f"benchmarks/{name}.py exited with {rc}; nothing recorded")
     if not lines:
         raise SystemExit(f"benchmarks/{name}.py printed nothing; nothing recorded")
     try:
         value, unit = parse_last_line(name, lines[-1])
     except ValueError as e:
         raise SystemExit(f"{e}; nothing recorded") from None
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return {
         "name": name,
         "status": "measured",
         "command": shlex.join(["python", f"benchmarks/{name}.py", *args]),
-        "started": started,
-        "ended": _utc(),
-        "wall_s": round(wall, 1),
-        "cpu_s": round(cpu, 1),
-        "machine": {
-            "cores": os.cpu_count(),
-            "load_start": load_start,
-            "load_end": load_end,
-            "python": platform.python_version(),
-            "system": f"{platform.system()} {platform.machine()}",
-        },
+        **ran,
         "commit": _commit(root, name),
         "last_line": lines[-1].strip(),
         "value": value,
