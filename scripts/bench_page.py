@@ -19,8 +19,10 @@ from typing import Any
 STATUSES = ("measured", "carried over")
 #: the keys each kind of record must have
 NEEDS = {
-    "measured": ("name", "status", "command", "started", "ended", "wall_s", "cpu_s", "machine", "commit")
-    + ("last_line", "value", "unit", "output"),
+    "measured": (
+        *("name", "status", "command", "started", "ended", "wall_s", "cpu_s", "machine", "commit"),
+        *("last_line", "value", "unit", "output"),
+    ),
     "carried over": ("name", "status", "command", "measured", "load", "summary", "figures", "not_rerun_because"),
 }
 

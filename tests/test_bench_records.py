@@ -94,13 +94,13 @@ def test_a_run_over_its_time_is_killed_and_gives_no_record(fake_root: Path) -> N
         "print('started', flush=True)\n"
         "time.sleep(600)\n"
     )
-    with pytest.raises(SystemExit, match="ran over 1.0 s; nothing recorded"):
+    with pytest.raises(SystemExit, match=r"ran over 1\.0 s; nothing recorded"):
         _load("bench_record").run("fake", [], root=fake_root, timeout=1.0)
     assert not _alive(int(pid_file.read_text()))
 
 
 def test_an_unknown_benchmark_is_named(fake_root: Path) -> None:
-    with pytest.raises(SystemExit, match="no benchmark 'nope'.*known: fake"):
+    with pytest.raises(SystemExit, match=r"no benchmark 'nope'.*known: fake"):
         _load("bench_record").run("nope", [], root=fake_root)
 
 
