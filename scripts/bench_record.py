@@ -51,7 +51,7 @@ _NOT_MEASURED = (":(exclude)docs", ":(exclude)scripts")
 _RUN_TESTS = {"quick_tier"}
 
 
-def _commit(root: Path, name: str) -> str:
+def commit_of(root: Path, name: str) -> str:
     """HEAD's id, with ``+dirty`` when the measured code differs from it (tracked files outside docs/
     and scripts/; outside tests/ too unless the benchmark runs the tests)."""
     skip = _NOT_MEASURED if name in _RUN_TESTS else (*_NOT_MEASURED, ":(exclude)tests")
@@ -149,7 +149,7 @@ def run(name: str, args: list[str], root: Path = ROOT, timeout: float | None = N
         "status": "measured",
         "command": shlex.join(["python", f"benchmarks/{name}.py", *args]),
         **ran,
-        "commit": _commit(root, name),
+        "commit": commit_of(root, name),
         "last_line": lines[-1].strip(),
         "value": value,
         "unit": unit,
