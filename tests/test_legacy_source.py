@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 import kvspec.conformance as conformance_pkg
-from kvspec.conformance.block.traffic import LEGACY_STRICT_ONLY, Traffic
+from kvspec.conformance.block.traffic import Traffic
 from kvspec.reference.legacy import LegacyModel
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.errors import InvalidOperation
+from kvspec.spec.profiles import LEGACY
 from kvspec.spec.rules import RuleId
 from kvspec.spec.wire import FullBlock, Stored, Use
 
@@ -84,6 +85,8 @@ def test_the_spec_model_keeps_the_stricter_checks(op: Use) -> None:
 
 
 def test_the_lockstep_sends_the_strict_only_uses_to_legacy_only_with_strict_validation() -> None:
+    LEGACY_STRICT_ONLY = LEGACY.strict_only_uses  # noqa: N806 (the profile's declaration, spec/profiles.py)
+    assert {"short_token_lists", "extra_local_hash"} == LEGACY_STRICT_ONLY
     assert set(Traffic(CFG, strict_validation=True).invalid_kinds) >= LEGACY_STRICT_ONLY
     assert not LEGACY_STRICT_ONLY & set(Traffic(CFG, strict_validation=False).invalid_kinds)
     kvbm = ManagerConfig(profile="kvbm", capacity=4)

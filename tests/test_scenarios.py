@@ -136,7 +136,7 @@ def test_policies_field_is_checked() -> None:
     legacy = _raw(SCENARIO_DIR / "legacy" / "stringent_lifecycle.json")
     legacy.pop("requires", None)
     assert Scenario.model_validate({**legacy, "policies": "any"}).run_policies() == ["lru"]
-    with pytest.raises(ValueError, match="legacy profile evicts by LRU only"):
+    with pytest.raises(ValueError, match=r"legacy profile evicts by 'lru' only"):
         Scenario.model_validate({**legacy, "policies": ["lru", "lineage"]})
 
 

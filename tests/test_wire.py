@@ -107,8 +107,13 @@ def test_step_outcome_carries_result_xor_error() -> None:
 
 
 def test_config_rejects_profile_policy_mismatches() -> None:
-    with pytest.raises(ValidationError, match="legacy profile evicts by LRU"):
+    with pytest.raises(ValidationError, match="legacy profile evicts by 'lru' only"):
         ManagerConfig(profile="legacy", capacity=4, eviction="lineage")
+    with pytest.raises(ValidationError, match="vllm profile evicts by 'lru' only"):
+        ManagerConfig(profile="vllm", capacity=4, eviction="multi_lru")
+    with pytest.raises(ValidationError, match="no offload tier"):
+        ManagerConfig(profile="atomic", capacity=4, eviction="lru", offload=OffloadConfig(num_g2_blocks=1))
+    assert ManagerConfig(profile="kvbm", capacity=4, eviction="lru", offload=OffloadConfig(num_g2_blocks=1)).offload
     with pytest.raises(ValidationError, match="no offload tier"):
         ManagerConfig(profile="legacy", capacity=4, eviction="lru", offload=OffloadConfig(num_g2_blocks=1))
     with pytest.raises(ValidationError):

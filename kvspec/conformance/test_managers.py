@@ -35,6 +35,7 @@ from kvspec.conformance.managers.profile_suite import cheap_op_settings, record_
 from kvspec.conformance.run.manifest import Manifest
 from kvspec.spec.manager_scenario import ManagerScenario, manager_scenarios
 from kvspec.spec.manager_wire import PAGED_OP_ADAPTER, PagedConfig, SessionConfig
+from kvspec.spec.registry import PAGED, SESSION
 from kvspec.spec.rules import Concern, rules_of
 
 SCENARIOS = manager_scenarios()
@@ -73,7 +74,7 @@ def test_paged_lockstep(
     kvspec_settings: settings,
 ) -> None:
     """Values, errors, block sharing, reference counts, contents and pressure equal the model's at every step."""
-    require_profile(kvspec_manifest, "paged")
+    require_profile(kvspec_manifest, PAGED)
 
     @cheap_op_settings(kvspec_settings)
     @given(config=paged_configs(), ops=st.lists(paged_ops(), min_size=1, max_size=kvspec_settings.stateful_step_count))
@@ -96,7 +97,7 @@ def test_session_lockstep(
     kvspec_settings: settings,
 ) -> None:
     """Admissions, fencing, LRU reuse and releases equal the model's at every step."""
-    require_profile(kvspec_manifest, "session")
+    require_profile(kvspec_manifest, SESSION)
 
     @cheap_op_settings(kvspec_settings)
     @given(

@@ -53,6 +53,8 @@ from kvspec.conformance.verdicts.failures import ConformanceFailure
 from kvspec.conformance.verdicts.replay_file import recorded_header
 from kvspec.conformance.verdicts.replay_store import replay_command
 from kvspec.spec.errors import AdapterError
+from kvspec.spec.profiles import VLLM
+from kvspec.spec.registry import RADIX
 from kvspec.spec.rules import RuleId
 
 #: every test here is a conformance test of the request level; the rules each
@@ -225,14 +227,14 @@ def _crash_report(manifest: Manifest, config: pytest.Config, e: AdapterError) ->
 def request_exploration(
     kvspec_manifest: Manifest, kvspec_adapter_dir: Path, pytestconfig: pytest.Config, kvspec_settings: settings
 ) -> Exploration:
-    return _session_exploration("vllm", kvspec_manifest, kvspec_adapter_dir, pytestconfig, kvspec_settings)
+    return _session_exploration(VLLM.name, kvspec_manifest, kvspec_adapter_dir, pytestconfig, kvspec_settings)
 
 
 @pytest.fixture(scope="session")
 def radix_request_exploration(
     kvspec_manifest: Manifest, kvspec_adapter_dir: Path, pytestconfig: pytest.Config, kvspec_settings: settings
 ) -> Exploration:
-    return _session_exploration("radix", kvspec_manifest, kvspec_adapter_dir, pytestconfig, kvspec_settings)
+    return _session_exploration(RADIX, kvspec_manifest, kvspec_adapter_dir, pytestconfig, kvspec_settings)
 
 
 def _write_replay(request: pytest.FixtureRequest, finding: Finding) -> tuple[Path, str] | None:

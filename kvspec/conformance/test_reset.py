@@ -18,6 +18,7 @@ from kvspec.conformance.requests.api import ImplementationUnavailableError, open
 from kvspec.conformance.requests.reset_check import ResetCheck
 from kvspec.conformance.requests.workloads import setup_of
 from kvspec.conformance.run.manifest import Manifest
+from kvspec.spec.profiles import VLLM
 
 
 @pytest.mark.kvspec_rules("CLEAR-ALL")
@@ -27,7 +28,7 @@ def test_reset_prefix_cache(
     dp_rank: int, kvspec_manifest: Manifest, kvspec_adapter_dir: Path, kvspec_record_rule: Any
 ) -> None:
     """A reset succeeds with one Cleared only when nothing is held, and forgets every cached block."""
-    if kvspec_manifest.request_profile() != "vllm":
+    if kvspec_manifest.request_profile() != VLLM.name:
         pytest.skip(f"adapter {kvspec_manifest.name!r} does not declare capability profile:vllm")
     setup = setup_of(8, 4, dp_rank=dp_rank)
     try:

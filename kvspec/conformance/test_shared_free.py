@@ -18,6 +18,7 @@ from kvspec.conformance.requests.api import ImplementationUnavailableError, open
 from kvspec.conformance.requests.shared_free_check import SharedFreeCheck
 from kvspec.conformance.requests.workloads import setup_of
 from kvspec.conformance.run.manifest import Manifest
+from kvspec.spec.profiles import VLLM
 
 
 @pytest.mark.kvspec_rules("DEREF-OWNER")
@@ -27,7 +28,7 @@ def test_free_of_a_shared_block(
     capacity: int, block_size: int, kvspec_manifest: Manifest, kvspec_adapter_dir: Path, kvspec_record_rule: Any
 ) -> None:
     """A block two requests held is evictable once both have freed it, and only then is the pool whole."""
-    if kvspec_manifest.request_profile() != "vllm":
+    if kvspec_manifest.request_profile() != VLLM.name:
         pytest.skip(f"adapter {kvspec_manifest.name!r} does not declare capability profile:vllm")
     setup = setup_of(capacity, block_size)
     try:

@@ -27,6 +27,7 @@ from kvspec.conformance.run.manifest import Manifest
 from kvspec.conformance.workers.check import run_process_scenario
 from kvspec.conformance.workers.lockstep import WORKERS, run_two_workers, tier_configs
 from kvspec.spec.process_scenario import ProcessScenario, tier_scenarios
+from kvspec.spec.profiles import KVBM
 from kvspec.spec.rules import Concern, rules_of
 
 SCENARIOS = tier_scenarios()
@@ -70,7 +71,7 @@ def test_two_worker_lockstep(
 ) -> None:
     """Two workers sharing G3/G4: every step of each equals the reference process's."""
     caps = kvspec_manifest.capabilities
-    if "kvbm" not in kvspec_manifest.supported_profiles():
+    if KVBM.name not in kvspec_manifest.supported_profiles():
         pytest.skip(f"adapter {kvspec_manifest.name!r} does not declare capability profile:kvbm")
     if not caps.offload or not {"disk", "external"} & set(caps.tiers):
         pytest.skip(f"adapter {kvspec_manifest.name!r} does not declare capability tier:disk or tier:external")

@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from kvspec.spec.profiles import PROFILES
 from kvspec.spec.registry import ProfileName
 from kvspec.spec.wire import Wire
 
@@ -178,10 +179,15 @@ class ManagerConfig(Wire):
 
     @model_validator(mode="after")
     def _profile_fits(self) -> ManagerConfig:
-        if self.profile == "legacy" and self.eviction != "lru":
-            raise ValueError("the legacy profile evicts by LRU only (eviction='lru')")
-        if self.profile == "vllm" and self.eviction != "lru":
-            raise ValueError("the vllm profile evicts from its free queue (eviction='lru')")
-        if self.offload is not None and self.profile != "kvbm":
+        """The policy and the tier must be ones the profile has (its declaration, spec/profiles.py)."""
+        semantics = PROFILES.get(self.profile)
+        if semantics is None:
+            return self
+        if self.eviction not in semantics.policies:
+            raise ValueError(
+                f"the {self.profile} profile evicts by {' or '.join(map(repr, semantics.policies))} only "
+                f"(got eviction={self.eviction!r})"
+            )
+        if self.offload is not None and not semantics.offload_tier:
             raise ValueError(f"the {self.profile} profile has no offload tier")
         return self

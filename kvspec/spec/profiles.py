@@ -35,6 +35,19 @@ class Profile:
     not_applicable: frozenset[RuleId] = frozenset()
     #: protocol rules this generation is known to break, and when
     known_breaks: dict[RuleId, str] = field(default_factory=dict)
+    #: the invariants only this profile has (the lockstep checks them on its steps as well as the common ones)
+    own_invariants: frozenset[RuleId] = frozenset()
+    #: the invariant its router-match check also is (every registered block announced), if it has one
+    announced: RuleId | None = None
+    #: a G2 (host-pinned) offload tier can be attached to its manager
+    offload_tier: bool = False
+    #: how a Use names its blocks: ``lineage`` (a parent lineage hash per block, the caller's parent, local
+    #: hashes optional) or ``hash_cache`` (no parent, local hashes always given: the 1.0.2 hash cache)
+    use_shape: Literal["lineage", "hash_cache"] = "lineage"
+    #: the malformed Uses its source rejects under USE-VALIDATE (kinds of ``conformance.block.traffic``)
+    invalid_uses: frozenset[str] = frozenset()
+    #: of those, the ones only an adapter declaring ``strict_validation`` is sent (its source accepts them)
+    strict_only_uses: frozenset[str] = frozenset()
 
     def applies(self, rule: RuleId | str) -> bool:
         return RuleId(rule) not in self.not_applicable
@@ -66,106 +79,123 @@ _INTERLEAVE = (
     "later block, which is not the block before the first stored one"
 )
 
-PROFILES: dict[str, Profile] = {
-    p.name: p
-    for p in [
-        Profile(
-            name="kvbm",
-            title="kvbm mocker (kvbm-logical block manager)",
-            source="ai-dynamo/dynamo lib/mocker/src/kv_manager/kvbm_backend.rs (KvManager)",
-            use_result="count",
-            use_all_or_nothing=False,
-            stored_grouping="one_per_use",
-            removed_timing="after_stored",
-            policies=("lineage", "lru", "multi_lru", "unordered"),
-            view_mode="set",
-            operations=("use", "deref", "promote", "tick", "swap_in"),
-            not_applicable=_VLLM_ONLY | {R.DESTROY_ACTIVE},
-            known_breaks={
-                R.PARENT_ANCHOR: _INTERLEAVE
-                + "; and a swap-in whose parent the caller released before it completed anchors its "
-                "Stored to a block the router saw removed",
-                R.STORE_NO_DUP: (
-                    "a block evicted by an earlier allocation of the same batch and then registered "
-                    "again is Stored a second time before the batch's Removed names it; it stays "
-                    "registered but unannounced (hits publish nothing, its next eviction publishes no "
-                    "Removed), and a Use after that eviction Stores it anew"
-                ),
-                R.REMOVE_NO_ORPHAN: _ORPHAN,
-                R.USE_VALIDATE: (
-                    "the source checks only how many lineage hashes, local hashes and token lists a Use "
-                    "carries: it accepts a token list of any length, and it matches a full block by "
-                    "sequence hash among the blocks it holds, else by lineage hash alone, so a Use that "
-                    "names a registered block under another lineage hash, or a registered lineage hash "
-                    "under another sequence hash, is accepted; kvspec rejects these (capability "
-                    "strict_validation)"
-                ),
-            },
+KVBM = Profile(
+    name="kvbm",
+    title="kvbm mocker (kvbm-logical block manager)",
+    source="ai-dynamo/dynamo lib/mocker/src/kv_manager/kvbm_backend.rs (KvManager)",
+    use_result="count",
+    use_all_or_nothing=False,
+    stored_grouping="one_per_use",
+    removed_timing="after_stored",
+    policies=("lineage", "lru", "multi_lru", "unordered"),
+    view_mode="set",
+    operations=("use", "deref", "promote", "tick", "swap_in"),
+    not_applicable=_VLLM_ONLY | {R.DESTROY_ACTIVE},
+    own_invariants=frozenset({R.INV_QUARANTINE, R.INV_KVBM_ANNOUNCED}),
+    announced=R.INV_KVBM_ANNOUNCED,
+    offload_tier=True,
+    invalid_uses=frozenset({"short_token_lists", "extra_local_hash", "missing_plh", "partial_parent"}),
+    known_breaks={
+        R.PARENT_ANCHOR: _INTERLEAVE
+        + "; and a swap-in whose parent the caller released before it completed anchors its "
+        "Stored to a block the router saw removed",
+        R.STORE_NO_DUP: (
+            "a block evicted by an earlier allocation of the same batch and then registered "
+            "again is Stored a second time before the batch's Removed names it; it stays "
+            "registered but unannounced (hits publish nothing, its next eviction publishes no "
+            "Removed), and a Use after that eviction Stores it anew"
         ),
-        Profile(
-            name="atomic",
-            title="newest mocker generation (all-or-nothing Use, split Stored groups)",
-            source="issue #2 (no seed): the generation after the kvbm mocker",
-            use_result="count",
-            use_all_or_nothing=True,
-            stored_grouping="split_at_reuse",
-            removed_timing="after_stored",
-            policies=("lineage", "lru", "multi_lru", "unordered"),
-            view_mode="set",
-            operations=("use", "deref", "promote"),
-            not_applicable=_VLLM_ONLY | {R.DESTROY_ACTIVE},
-            known_breaks={R.REMOVE_NO_ORPHAN: _ORPHAN},
+        R.REMOVE_NO_ORPHAN: _ORPHAN,
+        R.USE_VALIDATE: (
+            "the source checks only how many lineage hashes, local hashes and token lists a Use "
+            "carries: it accepts a token list of any length, and it matches a full block by "
+            "sequence hash among the blocks it holds, else by lineage hash alone, so a Use that "
+            "names a registered block under another lineage hash, or a registered lineage hash "
+            "under another sequence hash, is accepted; kvspec rejects these (capability "
+            "strict_validation)"
         ),
-        Profile(
-            name="legacy",
-            title="dynamo-mocker 1.0.2 (hash cache)",
-            source="ai-dynamo/dynamo lib/mocker/src/kv_manager.rs as published in dynamo-mocker 1.0.2",
-            use_result="bool",
-            use_all_or_nothing=False,
-            stored_grouping="one_per_use",
-            removed_timing="at_eviction",
-            policies=("lru",),
-            view_mode="set",
-            operations=("use", "deref", "destroy", "promote"),
-            not_applicable=_VLLM_ONLY | {R.DEREF_UNKNOWN, R.DEREF_PARTIAL},
-            known_breaks={
-                R.EVENT_ORDER: "each eviction publishes its Removed at once, before the batch's Stored",
-                R.PARENT_ANCHOR: _INTERLEAVE,
-                R.STORE_TOKENS_HASH: (
-                    "the Stored takes the tail of the caller's local hashes, which is misaligned when "
-                    "a reused block follows a new one"
-                ),
-                R.STORE_NEW_ONLY: "a Use that runs out of slots keeps the blocks it placed but publishes no Stored",
-                R.REMOVE_EXACT: (
-                    "blocks placed by a failed Use were never Stored, yet their eviction publishes Removed"
-                ),
-                R.REMOVE_NO_ORPHAN: _ORPHAN,
-                R.USE_VALIDATE: (
-                    "the source checks none of a Use's list counts: the Stored takes the tail of extra local "
-                    "hashes, and a token list is read only for a block newly placed, so a Use with more local "
-                    "hashes than full blocks, or a token list missing for a reused block, is accepted; kvspec "
-                    "rejects these (capability strict_validation)"
-                ),
-            },
+    },
+)
+
+ATOMIC = Profile(
+    name="atomic",
+    title="newest mocker generation (all-or-nothing Use, split Stored groups)",
+    source="issue #2 (no seed): the generation after the kvbm mocker",
+    use_result="count",
+    use_all_or_nothing=True,
+    stored_grouping="split_at_reuse",
+    removed_timing="after_stored",
+    policies=("lineage", "lru", "multi_lru", "unordered"),
+    view_mode="set",
+    operations=("use", "deref", "promote"),
+    not_applicable=_VLLM_ONLY | {R.DESTROY_ACTIVE},
+    own_invariants=frozenset({R.INV_ATOMIC_NO_HALF, R.INV_ATOMIC_ANCHOR}),
+    invalid_uses=frozenset(
+        {
+            "short_token_lists",
+            "short_block_tokens",
+            "extra_local_hash",
+            "missing_plh",
+            "partial_parent",
+            "duplicate_position",
+        }
+    ),
+    known_breaks={R.REMOVE_NO_ORPHAN: _ORPHAN},
+)
+
+LEGACY = Profile(
+    name="legacy",
+    title="dynamo-mocker 1.0.2 (hash cache)",
+    source="ai-dynamo/dynamo lib/mocker/src/kv_manager.rs as published in dynamo-mocker 1.0.2",
+    use_result="bool",
+    use_all_or_nothing=False,
+    stored_grouping="one_per_use",
+    removed_timing="at_eviction",
+    policies=("lru",),
+    view_mode="set",
+    operations=("use", "deref", "destroy", "promote"),
+    not_applicable=_VLLM_ONLY | {R.DEREF_UNKNOWN, R.DEREF_PARTIAL},
+    own_invariants=frozenset({R.INV_LEGACY_ANNOUNCED}),
+    announced=R.INV_LEGACY_ANNOUNCED,
+    use_shape="hash_cache",
+    invalid_uses=frozenset({"short_token_lists", "extra_local_hash", "partial_parent"}),
+    strict_only_uses=frozenset({"short_token_lists", "extra_local_hash"}),
+    known_breaks={
+        R.EVENT_ORDER: "each eviction publishes its Removed at once, before the batch's Stored",
+        R.PARENT_ANCHOR: _INTERLEAVE,
+        R.STORE_TOKENS_HASH: (
+            "the Stored takes the tail of the caller's local hashes, which is misaligned when "
+            "a reused block follows a new one"
         ),
-        Profile(
-            name="vllm",
-            title="vLLM-style block pool (request level)",
-            source="vllm-project/vllm vllm/v1/core/block_pool.py (BlockPool); the ai-dynamo-runtime mocker",
-            use_result="request",
-            use_all_or_nothing=True,
-            stored_grouping="one_per_cache_call",
-            removed_timing="lazy",
-            policies=("lru",),
-            view_mode="copies",
-            operations=("use", "deref", "promote", "reset"),
-            not_applicable=frozenset(
-                {R.STORE_NO_DUP, R.REMOVE_EXACT, R.DESTROY_ACTIVE, R.EVICT_POLICY, R.USE_HIT_INACTIVE}
-            ),
-            known_breaks={R.REMOVE_NO_ORPHAN: _ORPHAN},
+        R.STORE_NEW_ONLY: "a Use that runs out of slots keeps the blocks it placed but publishes no Stored",
+        R.REMOVE_EXACT: ("blocks placed by a failed Use were never Stored, yet their eviction publishes Removed"),
+        R.REMOVE_NO_ORPHAN: _ORPHAN,
+        R.USE_VALIDATE: (
+            "the source checks none of a Use's list counts: the Stored takes the tail of extra local "
+            "hashes, and a token list is read only for a block newly placed, so a Use with more local "
+            "hashes than full blocks, or a token list missing for a reused block, is accepted; kvspec "
+            "rejects these (capability strict_validation)"
         ),
-    ]
-}
+    },
+)
+
+VLLM = Profile(
+    name="vllm",
+    title="vLLM-style block pool (request level)",
+    source="vllm-project/vllm vllm/v1/core/block_pool.py (BlockPool); the ai-dynamo-runtime mocker",
+    use_result="request",
+    use_all_or_nothing=True,
+    stored_grouping="one_per_cache_call",
+    removed_timing="lazy",
+    policies=("lru",),
+    view_mode="copies",
+    operations=("use", "deref", "promote", "reset"),
+    not_applicable=frozenset({R.STORE_NO_DUP, R.REMOVE_EXACT, R.DESTROY_ACTIVE, R.EVICT_POLICY, R.USE_HIT_INACTIVE}),
+    known_breaks={R.REMOVE_NO_ORPHAN: _ORPHAN},
+)
+
+#: the block-level profiles' rule sets, by name (the registry, spec/registry.py, lists every profile)
+PROFILES: dict[str, Profile] = {p.name: p for p in (KVBM, ATOMIC, LEGACY, VLLM)}
 
 
 def profile(name: str) -> Profile:

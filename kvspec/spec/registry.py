@@ -35,6 +35,7 @@ from pydantic import AfterValidator, Field
 
 from kvspec.spec import rules
 from kvspec.spec.model import ModelFactory
+from kvspec.spec.profiles import ATOMIC, KVBM, LEGACY, VLLM, Profile
 
 #: which operations a profile takes, and so its wire models, adapter interface and checker:
 #: ``block`` (spec.wire: Use/Deref/Promote/... checked by the block lockstep), ``manager`` (spec.manager_wire:
@@ -42,6 +43,9 @@ from kvspec.spec.model import ModelFactory
 #: ``generic`` (the profile brings its own operation and outcome types; kvspec.conformance.generic compares
 #: the implementation's outcome of each operation with the model's, whole)
 Family = Literal["block", "manager", "radix", "generic"]
+
+#: the names of the bundled profiles that have no block-level rule set (spec/profiles.py names those)
+PAGED, SESSION, RADIX = "paged", "session", "radix"
 
 #: where the bundled golden folders live (``ProfileEntry.scenarios`` are relative to it)
 SCENARIO_ROOT = Path(__file__).parent / "scenarios"
@@ -74,6 +78,13 @@ class ProfileEntry:
     config_type: Any = None
     op_type: Any = None
     outcome_type: Any = None
+    #: a block-family profile's rule set and traits (spec/profiles.py: which rules apply, the known breaks,
+    #: its own invariants, what its Uses look like); its name is this entry's name
+    semantics: Profile | None = None
+
+    def __post_init__(self) -> None:
+        if self.semantics is not None and self.semantics.name != self.name:
+            raise ValueError(f"profile {self.name!r} declares the rule set of {self.semantics.name!r}")
 
     def resolve_model(self) -> ModelFactory:
         """The model factory (imports the reference layer: call it from there or above)."""
@@ -93,63 +104,67 @@ PROFILES: dict[str, ProfileEntry] = {
     p.name: p
     for p in (
         ProfileEntry(
-            "kvbm",
+            KVBM.name,
             "block",
             "kvspec.reference.g1:G1Model",
-            scenarios=("kvbm", "offload", "witnesses"),
+            scenarios=(KVBM.name, "offload", "witnesses"),
             process_scenarios=("tiers",),
-            encodings=("kvbm", "kvbm-offload"),
+            encodings=(KVBM.name, "kvbm-offload"),
             stateful=True,
+            semantics=KVBM,
             title="kvbm mocker (kvbm-logical block manager), with an optional offload tier",
         ),
         ProfileEntry(
-            "atomic",
+            ATOMIC.name,
             "block",
             "kvspec.reference.g1:G1Model",
-            scenarios=("atomic",),
-            encodings=("atomic",),
+            scenarios=(ATOMIC.name,),
+            encodings=(ATOMIC.name,),
             stateful=True,
+            semantics=ATOMIC,
             title="newest mocker generation (all-or-nothing Use, split Stored groups)",
         ),
         ProfileEntry(
-            "legacy",
+            LEGACY.name,
             "block",
             "kvspec.reference.legacy:LegacyModel",
-            scenarios=("legacy",),
-            encodings=("legacy",),
+            scenarios=(LEGACY.name,),
+            encodings=(LEGACY.name,),
             stateful=True,
+            semantics=LEGACY,
             title="dynamo-mocker 1.0.2 hash cache (Destroy, boolean result, LRU)",
         ),
         ProfileEntry(
-            "vllm",
+            VLLM.name,
             "block",
             "kvspec.reference.vllm_pool:VllmPoolModel",
             scenarios=(),
-            encodings=("vllm",),
+            encodings=(VLLM.name,),
+            semantics=VLLM,
             title="vLLM-style block pool (free queue, copies, lazy Removed)",
         ),
         ProfileEntry(
-            "paged",
+            PAGED,
             "manager",
             "kvspec.reference.paged:PagedModel",
-            scenarios=("paged",),
-            encodings=("paged",),
+            scenarios=(PAGED,),
+            encodings=(PAGED,),
             title="paged allocator (reference counts, copy-on-write, swap)",
         ),
         ProfileEntry(
-            "session",
+            SESSION,
             "manager",
             "kvspec.reference.session:SessionModel",
-            scenarios=("session",),
-            encodings=("session",),
+            scenarios=(SESSION,),
+            encodings=(SESSION,),
             title="session slot leases with generation fencing",
         ),
         ProfileEntry(
-            "radix",
+            RADIX,
             "radix",
             "kvspec.reference.radix:RadixModel",
-            scenarios=("radix",),
-            encodings=("radix",),
+            scenarios=(RADIX,),
+            encodings=(RADIX,),
             title="radix-tree prefix cache (SGLang's RadixCache)",
         ),
     )

@@ -34,6 +34,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from kvspec.reference import Model
+from kvspec.spec.profiles import PROFILES
 from kvspec.spec.rules import RuleId
 from kvspec.spec.wire import (
     Counters,
@@ -61,20 +62,18 @@ def use_placed(op: Use, result: OpResult, refs_delta: int) -> int:
     return int(v or 0)
 
 
-#: the invariants a lockstep step exercises (module doc), by profile (None: every profile)
+#: the invariants a lockstep step exercises (module doc), by profile (None: every profile); a profile's
+#: own invariants are its declaration's (``Profile.own_invariants``, spec/profiles.py)
 STEP_INVARIANTS: dict[RuleId, tuple[str, ...] | None] = {
     RuleId.INV_CONSERVE: None,
     RuleId.INV_OWNERS: None,
     RuleId.INV_NO_DUP: None,
     RuleId.INV_PARTIAL_UUID: None,
-    RuleId.INV_QUARANTINE: ("kvbm",),
-    RuleId.INV_KVBM_ANNOUNCED: ("kvbm",),
-    RuleId.INV_LEGACY_ANNOUNCED: ("legacy",),
-    RuleId.INV_ATOMIC_NO_HALF: ("atomic",),
-    RuleId.INV_ATOMIC_ANCHOR: ("atomic",),
+    **{
+        rule: tuple(p.name for p in PROFILES.values() if rule in p.own_invariants)
+        for rule in sorted({r for p in PROFILES.values() for r in p.own_invariants}, key=list(RuleId).index)
+    },
 }
-#: what each profile's INV-ROUTER-MATCH check also is
-_ANNOUNCED = {"kvbm": RuleId.INV_KVBM_ANNOUNCED, "legacy": RuleId.INV_LEGACY_ANNOUNCED}
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,8 +104,9 @@ def cover_step(
     c[RuleId.COUNTERS] += 1
     c[RuleId.INV_CONSERVE] += 1
     c[RuleId.INV_ROUTER_MATCH] += 1
-    if profile in _ANNOUNCED:
-        c[_ANNOUNCED[profile]] += 1
+    own = PROFILES.get(profile)
+    if own is not None and own.announced is not None:
+        c[own.announced] += 1
     if exp.error is not None:
         c[exp.error.rule] += 1
         return
@@ -119,7 +119,7 @@ def cover_step(
             c[RuleId.USE_CAPACITY] += 1
         if res.status == "blocked_on_offload":
             c[RuleId.OFFLOAD_BLOCKS_USE] += 1
-        if profile == "atomic":
+        if own is not None and RuleId.INV_ATOMIC_NO_HALF in own.own_invariants:
             c[RuleId.INV_ATOMIC_NO_HALF] += 1
         for b in op.blocks[:placed]:
             if isinstance(b, PartialBlock):
@@ -171,7 +171,7 @@ def cover_step(
             c[RuleId.STORE_NEW_ONLY] += 1
             c[RuleId.PARENT_ANCHOR] += 1
             c[RuleId.STORE_NO_DUP] += 1
-            if profile == "atomic":
+            if own is not None and RuleId.INV_ATOMIC_ANCHOR in own.own_invariants:
                 c[RuleId.INV_ATOMIC_ANCHOR] += 1
             if e.block_token_ids is not None:
                 c[RuleId.STORE_TOKENS_HASH] += 1

@@ -264,17 +264,17 @@ class LockstepMachine(RuleGroup, RuleBasedStateMachine, register=False):
     @classmethod
     def kind_available(cls, kind: str) -> bool:
         caps = cls.setup.manifest.capabilities
-        prof = cls.setup.profile
+        prof = get_profile(cls.setup.profile)
         if kind == "promote" and not (caps.promote and caps.partial_blocks):
             return False
         if kind == "invalid" and not caps.typed_errors:
             return False
-        if kind == "destroy" and not (caps.destroy and prof == "legacy"):
+        if kind == "destroy" and not (caps.destroy and "destroy" in prof.operations):
             return False
-        if kind == "fork" and prof == "atomic":
+        if kind == "fork" and "duplicate_position" in prof.invalid_uses:
             return False  # repeated positions are invalid there (injected as invalid traffic)
-        if kind == "suffix" and prof == "legacy":
-            return False  # a legacy Use carries no parent to anchor a suffix to
+        if kind == "suffix" and prof.use_shape == "hash_cache":
+            return False  # a hash-cache Use carries no parent to anchor a suffix to
         return super().kind_available(kind)
 
     @initialize(data=st.data())

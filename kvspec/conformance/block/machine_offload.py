@@ -62,7 +62,9 @@ from hypothesis import strategies as st
 
 from kvspec.conformance.block.machine import Digits, RuleGroup, action
 from kvspec.conformance.block.traffic import Planned, TrafficError, TrafficRequest, TreeBlock
+from kvspec.spec import registry
 from kvspec.spec.config import SEMANTICS, ManagerConfig, OffloadConfig
+from kvspec.spec.profiles import profile as get_profile
 from kvspec.spec.rules import RuleId
 from kvspec.spec.wire import Counters, Deref, FullBlock, StepOutcome, SwapIn, SwapInBlock, Tick
 
@@ -98,7 +100,7 @@ class OffloadGroup(RuleGroup):
     #: swarm kinds (each enabled in half of the examples)
     kinds = ("swap_in", "tick", "wait_retry", "tick_back")
     requires = ("offload",)
-    profiles = ("kvbm",)
+    profiles = tuple(p for p in registry.names("block", stateful=True) if get_profile(p).offload_tier)
 
     #: set per example
     _clock: float
@@ -117,7 +119,7 @@ class OffloadGroup(RuleGroup):
     # ------------------------------------------------------------------ hooks
     def configure(self, config: ManagerConfig, data: Any) -> ManagerConfig:
         config = super().configure(config, data)
-        if config.profile != "kvbm":
+        if not get_profile(config.profile).offload_tier:
             return config
         # one draw: bit 0 attaches the tier, the rest pick capacity and timing
         x = data.draw(st.integers(0, 2 * len(G2_CAPACITIES) * len(TRANSFERS) - 1), label="offload tier")

@@ -34,8 +34,8 @@ Hypothesis shrinks a failure toward shared prefixes, first requests and short
 paths; the strategies at the bottom produce those integers. Each builder
 returns a ``Planned`` operation; after the lockstep step the machine calls
 ``commit`` with the model's outcome, which updates what each request holds.
-Operations are valid for the profile: ``legacy`` gets local hashes always
-and never a ``parent``; no batch repeats a position.
+Operations are valid for the profile: a hash-cache profile (``Profile.use_shape``:
+legacy) gets local hashes always and never a ``parent``; no batch repeats a position.
 """
 
 from __future__ import annotations
@@ -50,6 +50,8 @@ from hypothesis import strategies as st
 from kvspec.conformance.block.coverage import use_placed
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.hashing import local_block_hash, sequence_hash
+from kvspec.spec.profiles import Profile
+from kvspec.spec.profiles import profile as get_profile
 from kvspec.spec.rules import RuleId
 from kvspec.spec.wire import (
     BlockRef,
@@ -215,34 +217,31 @@ class Planned:
     unheld_anchor: bool = False
 
 
-INVALID_KINDS: dict[str, tuple[RuleId, tuple[str, ...]]] = {
-    # kind: (rule it must be rejected with, profiles it applies to)
-    "short_token_lists": (RuleId.USE_VALIDATE, ("kvbm", "atomic", "legacy")),
-    # the kvbm source accepts a token list of any length (a known break of
-    # USE-VALIDATE in the kvbm profile, spec/profiles.py)
-    "short_block_tokens": (RuleId.USE_VALIDATE, ("atomic",)),
-    "extra_local_hash": (RuleId.USE_VALIDATE, ("kvbm", "atomic", "legacy")),
-    "missing_plh": (RuleId.USE_VALIDATE, ("kvbm", "atomic")),
-    "partial_parent": (RuleId.USE_VALIDATE, ("kvbm", "atomic", "legacy")),
-    "duplicate_position": (RuleId.USE_VALIDATE, ("atomic",)),
-    "deref_unknown": (RuleId.DEREF_UNKNOWN, ("kvbm", "atomic")),
-    "deref_unheld": (RuleId.DEREF_UNKNOWN, ("kvbm", "atomic")),
-    "deref_twice": (RuleId.DEREF_UNKNOWN, ("kvbm", "atomic")),
-    "promote_unknown": (RuleId.PROMOTE_UNKNOWN, ("kvbm", "atomic", "legacy")),
-    # Destroy (legacy, capability destroy) of a block that is not active, or
-    # naming a block twice: the whole Destroy is rejected
-    "destroy_unheld": (RuleId.DESTROY_ACTIVE, ("legacy",)),
-    "destroy_twice": (RuleId.DESTROY_ACTIVE, ("legacy",)),
+#: each kind of invalid traffic, and the rule it must be rejected with. Which profiles are sent a kind
+#: is the profile's declaration (spec/profiles.py): the malformed Uses its source rejects
+#: (``invalid_uses``, those needing ``strict_validation`` in ``strict_only_uses``), and the Deref, Promote
+#: and Destroy kinds where their rule applies (Destroy also needs the capability destroy: a Destroy of a
+#: block that is not active, or naming a block twice, rejects the whole Destroy)
+INVALID_KINDS: dict[str, RuleId] = {
+    "short_token_lists": RuleId.USE_VALIDATE,
+    "short_block_tokens": RuleId.USE_VALIDATE,
+    "extra_local_hash": RuleId.USE_VALIDATE,
+    "missing_plh": RuleId.USE_VALIDATE,
+    "partial_parent": RuleId.USE_VALIDATE,
+    "duplicate_position": RuleId.USE_VALIDATE,
+    "deref_unknown": RuleId.DEREF_UNKNOWN,
+    "deref_unheld": RuleId.DEREF_UNKNOWN,
+    "deref_twice": RuleId.DEREF_UNKNOWN,
+    "promote_unknown": RuleId.PROMOTE_UNKNOWN,
+    "destroy_unheld": RuleId.DESTROY_ACTIVE,
+    "destroy_twice": RuleId.DESTROY_ACTIVE,
 }
-#: invalid kinds that need capability destroy
-_DESTROY_KINDS = frozenset({"destroy_unheld", "destroy_twice"})
 
 
-#: invalid kinds a legacy port sees only if it declares strict_validation:
-#: the Dynamo mocker 1.0.2 source accepts them (more local hashes than full
-#: blocks, a token list missing for a block that is not new; a known break of
-#: USE-VALIDATE in the legacy profile, spec/profiles.py)
-LEGACY_STRICT_ONLY = frozenset({"short_token_lists", "extra_local_hash"})
+def sends(profile: Profile, kind: str) -> bool:
+    """Whether the invalid ``kind`` is sent to an implementation of ``profile`` (before its capabilities)."""
+    rule = INVALID_KINDS[kind]
+    return kind in profile.invalid_uses if rule == RuleId.USE_VALIDATE else profile.applies(rule)
 
 
 class Traffic:
@@ -261,7 +260,11 @@ class Traffic:
     ) -> None:
         self.config = config
         self.profile = config.profile
-        self.legacy = config.profile == "legacy"
+        semantics = get_profile(config.profile)
+        #: the 1.0.2 hash cache's Use: no parent, local hashes always given (``Profile.use_shape``)
+        self.hash_cache = semantics.use_shape == "hash_cache"
+        #: Destroy is one of its operations
+        self.destroys = "destroy" in semantics.operations
         self.partial_blocks = partial_blocks
         self.tree = TokenTree(config.block_size)
         self.requests: list[TrafficRequest] = []
@@ -269,11 +272,11 @@ class Traffic:
         self._next_uuid = 0
         self.invalid_kinds = [
             k
-            for k, (_, profs) in INVALID_KINDS.items()
-            if self.profile in profs
-            and (promote or k != "promote_unknown")
-            and (strict_validation or not self.legacy or k not in LEGACY_STRICT_ONLY)
-            and (destroy or k not in _DESTROY_KINDS)
+            for k, rule in INVALID_KINDS.items()
+            if sends(semantics, k)
+            and (promote or rule != RuleId.PROMOTE_UNKNOWN)
+            and (strict_validation or k not in semantics.strict_only_uses)
+            and (destroy or rule != RuleId.DESTROY_ACTIVE)
         ]
 
     # ---------------------------------------------------------------- helpers
@@ -282,7 +285,7 @@ class Traffic:
         return f"r{self._next_uuid}"
 
     def _meta(self, meta: int) -> Meta:
-        options: tuple[Meta, ...] = ("tokens", "hashes") if self.legacy else ("tokens", "hashes", "none")
+        options: tuple[Meta, ...] = ("tokens", "hashes") if self.hash_cache else ("tokens", "hashes", "none")
         return options[meta % len(options)]
 
     def _use(self, nodes: list[TreeBlock], meta: Meta, parent: TreeBlock | None, partial: str | None) -> Use:
@@ -294,7 +297,7 @@ class Traffic:
             local_hashes=[n.local for n in nodes] if meta != "none" else [],
             plhs=[n.lineage for n in nodes],
             token_ids=[list(n.tokens) for n in nodes] if meta == "tokens" else None,
-            parent=parent.ref if parent is not None and not self.legacy else None,
+            parent=parent.ref if parent is not None and not self.hash_cache else None,
         )
 
     def pick(self, reqs: list[TrafficRequest], choice: int) -> TrafficRequest:
@@ -327,14 +330,14 @@ class Traffic:
 
     def destroyable(self) -> list[TrafficRequest]:
         """Legacy: requests whose every held block no other request holds."""
-        if not self.legacy:
+        if not self.destroys:
             return []
         counts = self.holds()
         return [r for r in self.requests if r.holds_anything() and all(counts[n.seq] == 1 for n in r.path[: r.held])]
 
     def shared_destroyable(self) -> list[TrafficRequest]:
         """Legacy: requests holding a block some other request holds too."""
-        if not self.legacy:
+        if not self.destroys:
             return []
         counts = self.holds()
         return [r for r in self.requests if any(counts[n.seq] > 1 for n in r.path[: r.held])]
@@ -572,7 +575,7 @@ class Traffic:
     def invalid(self, kind_choice: int, choices: Sequence[int], req_choice: int) -> Planned:
         """An operation the profile must reject (rule id in ``expect_error``)."""
         kind = self.invalid_kinds[kind_choice % len(self.invalid_kinds)]
-        rule_id = INVALID_KINDS[kind][0]
+        rule_id = INVALID_KINDS[kind]
         nodes = self.tree.path(None, choices or [0])
         op: Operation
         if kind == "short_token_lists":

@@ -59,6 +59,7 @@ from kvspec.spec.radix_wire import (
     RadixOutcome,
     RadixScenario,
 )
+from kvspec.spec.registry import RADIX
 from kvspec.spec.rules import RuleId
 from kvspec.spec.wire import KvEvent, Removed, Stored
 
@@ -87,7 +88,7 @@ _TREE_RULE = {
 
 
 def _fail(rule: RuleId, op: RadixOp, message: str) -> ConformanceFailure:
-    return ConformanceFailure(rule, message, site=Site(rule, operation=op.op, profile="radix"))
+    return ConformanceFailure(rule, message, site=Site(rule, operation=op.op, profile=RADIX))
 
 
 def _same(a: KvEvent, b: KvEvent) -> bool:
@@ -372,7 +373,7 @@ def run_golden(scenario: RadixScenario, impl: RadixImplementation) -> None:
         try:
             check_expect(ls, s.op, out, s.expect)
         except ConformanceFailure as e:
-            site = Site(e.rule, scenario=f"radix/{scenario.name}", operation=s.op.op, profile="radix")
+            site = Site(e.rule, scenario=f"{RADIX}/{scenario.name}", operation=s.op.op, profile=RADIX)
             raise ConformanceFailure(e.rule, f"{scenario.name} step {i + 1}: {e.report}", site=site) from None
 
 

@@ -80,6 +80,7 @@ from kvspec.reference.radix_flow import UNSEEN, Flow, FlowModel
 from kvspec.reference.router_view import RouterView
 from kvspec.spec.deviations import Site
 from kvspec.spec.radix_wire import RadixConfig, RadixRequest
+from kvspec.spec.registry import RADIX
 from kvspec.spec.rules import RuleId
 from kvspec.spec.wire import KvEvent, Removed, Stored, make_removed, make_stored
 
@@ -111,7 +112,7 @@ class RadixRequestFailure(ConformanceFailure):
 
     def __init__(self, rule: RuleId | str, report: str, *, request: int, conditions: frozenset[str] = frozenset()):
         rid = RuleId(rule)
-        super().__init__(rid, report, site=Site(rid, operation="request", conditions=conditions, profile="radix"))
+        super().__init__(rid, report, site=Site(rid, operation="request", conditions=conditions, profile=RADIX))
         self.request = request
 
 
@@ -349,7 +350,7 @@ def check_radix_run(workload: Workload, result: Sequence[RequestOutcome] | Concu
                 workload,
                 detail=f"  first event: {events[0].brief()}",
                 conditions=frozenset({"event_ids_from_1"}),
-                profile="radix",
+                profile=RADIX,
             )
         )
     if isinstance(result, ConcurrentRun):
@@ -370,7 +371,7 @@ def check_radix_run(workload: Workload, result: Sequence[RequestOutcome] | Concu
                 request=e.request,
                 detail=detail,
                 conditions=frozenset({cond}),
-                profile="radix",
+                profile=RADIX,
             )
         )
     if failure is not None:
@@ -386,7 +387,7 @@ def check_radix_run(workload: Workload, result: Sequence[RequestOutcome] | Concu
                 request=failure.request,
                 detail=detail,
                 conditions=conditions,
-                profile="radix",
+                profile=RADIX,
             )
         )
     return out
@@ -426,7 +427,7 @@ def _check_concurrent(
                     f"router view: {v.message}",
                     workload,
                     detail=f"  stream index {i}: {ev.brief()}",
-                    profile="radix",
+                    profile=RADIX,
                 )
             )
     for i, o in enumerate(outcomes):
@@ -439,6 +440,6 @@ def _check_concurrent(
                     workload,
                     request=i,
                     conditions=frozenset({"request_stalled", "concurrent_run"}) if o.finish == STALLED else frozenset(),
-                    profile="radix",
+                    profile=RADIX,
                 )
             )

@@ -61,6 +61,7 @@ from kvspec.reference.router_view import RouterView
 from kvspec.reference.vllm_pool import SPEC_VARIANT, PoolVariant, VllmPoolModel, removed_label
 from kvspec.spec.deviations import Site
 from kvspec.spec.hashing import block_hashes, sequence_hash
+from kvspec.spec.profiles import VLLM
 from kvspec.spec.rules import RuleId
 from kvspec.spec.wire import KvEvent, Removed, Stored, event_to_json
 
@@ -116,7 +117,7 @@ class Finding:
     #: the named conditions the checker established for this finding
     conditions: frozenset[str] = frozenset()
     #: the profile the run was checked against
-    profile: str = "vllm"
+    profile: str = VLLM.name
 
     def site(self) -> Site:
         """The finding as a deviation scope sees it (request level: no

@@ -33,6 +33,7 @@ from kvspec.conformance.run.manifest import Manifest, load_impl
 from kvspec.conformance.verdicts.replay_file import ReplayFileError, provenance_lines, recorded_run
 from kvspec.conformance.verdicts.replay_store import NotRecordedError, open_recorded, unrecorded_message
 from kvspec.spec.errors import AdapterError, ConfigError
+from kvspec.spec.registry import RADIX
 
 
 def is_request_workload(path: Path) -> bool:
@@ -88,7 +89,7 @@ def _run_and_check(
     finally:
         impl.close()
     outcomes = None if isinstance(result, ConcurrentRun) else list(result)
-    if manifest.request_profile() == "radix":
+    if manifest.request_profile() == RADIX:
         return check_radix_run(workload, result), outcomes
     return check_run(workload, result, manifest.capabilities.tiers), outcomes
 

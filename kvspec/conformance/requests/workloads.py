@@ -43,6 +43,7 @@ from pydantic import Field, ValidationError
 from kvspec.reference.requests import PoolSetup, RequestSpec
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.errors import ConfigError
+from kvspec.spec.profiles import VLLM
 from kvspec.spec.wire import Wire
 
 FORMAT: Literal["request-workload"] = "request-workload"
@@ -130,7 +131,9 @@ def load_workloads(folder: Path) -> list[tuple[Path, Workload]]:
 
 
 def setup_of(capacity: int, block_size: int, host_blocks: int | None = None, dp_rank: int = 0) -> PoolSetup:
-    manager = ManagerConfig(profile="vllm", capacity=capacity, block_size=block_size, eviction="lru", dp_rank=dp_rank)
+    manager = ManagerConfig(
+        profile=VLLM.name, capacity=capacity, block_size=block_size, eviction="lru", dp_rank=dp_rank
+    )
     return PoolSetup(manager=manager, host_blocks=host_blocks)
 
 

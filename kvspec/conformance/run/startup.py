@@ -22,6 +22,8 @@ from kvspec.spec import registry
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.errors import KvSpecError
 from kvspec.spec.manifest import Manifest
+from kvspec.spec.profiles import VLLM
+from kvspec.spec.profiles import profile as get_profile
 
 #: profiles a block-level adapter can be started with (the manager and radix
 #: profiles start through their own factories)
@@ -80,8 +82,9 @@ def _start_and_close(manifest: Manifest, adapter_dir: Path) -> str | None:
     if caps.block_level and profile is not None and manifest.kind != "request":
         from kvspec.conformance.opener import open_adapter
 
-        eviction = "lru" if profile in ("legacy", "vllm") else (caps.policies[0] if caps.policies else "lineage")
-        config = ManagerConfig(profile=profile, capacity=8, eviction=eviction)
+        own = get_profile(profile).policies
+        eviction = own[0] if len(own) == 1 else (caps.policies[0] if caps.policies else "lineage")
+        config = ManagerConfig.model_validate({"profile": profile, "capacity": 8, "eviction": eviction})
         impl = open_adapter(manifest, adapter_dir, config)
         try:
             return negotiated(impl)
@@ -91,7 +94,7 @@ def _start_and_close(manifest: Manifest, adapter_dir: Path) -> str | None:
         from kvspec.conformance.opener import open_adapter
         from kvspec.reference.requests import PoolSetup
 
-        setup = PoolSetup(manager=ManagerConfig(profile="vllm", capacity=8, eviction="lru"))
+        setup = PoolSetup(manager=ManagerConfig(profile=VLLM.name, capacity=8, eviction="lru"))
         req = open_adapter(manifest, adapter_dir, setup)
         try:
             return negotiated(req)

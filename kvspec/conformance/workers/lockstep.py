@@ -38,6 +38,7 @@ from kvspec.conformance.workers.check import ProcessChecker
 from kvspec.reference.caller_contracts import broken_contracts
 from kvspec.spec.config import SEMANTICS, ManagerConfig, OffloadConfig
 from kvspec.spec.manifest import Capabilities
+from kvspec.spec.profiles import KVBM
 from kvspec.spec.profiles import profile as get_profile
 from kvspec.spec.wire import Deref, FullBlock, Operation, Plh, SwapIn, SwapInBlock, Tick, Use
 
@@ -78,7 +79,7 @@ def swap_in_of(path: list[int]) -> SwapIn:
 @st.composite
 def tier_configs(draw: st.DrawFn, caps: Capabilities) -> ManagerConfig:
     """A kvbm configuration with G3 and/or G4 on, within what ``caps`` declares."""
-    policies = [p for p in get_profile("kvbm").policies if p in caps.policies]
+    policies = [p for p in get_profile(KVBM.name).policies if p in caps.policies]
     g3_ok, g4_ok = "disk" in caps.tiers, "external" in caps.tiers
     g3 = draw(st.sampled_from([1, 2, 4, None])) if g3_ok else None
     g4 = draw(st.booleans()) if g4_ok else False
