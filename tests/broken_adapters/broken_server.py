@@ -120,7 +120,7 @@ def main() -> None:
             sleep_forever()
         if MODE == "stderr_flood" and n == 2:
             line = b"warning: something is not quite right in the allocator\n"
-            for _ in range(100_000):  # ~5.6 MB
+            for _ in range(20_000):  # ~1.1 MB, far over the parent's stderr tail
                 sys.stderr.buffer.write(line)
             sys.stderr.buffer.write(b"FINAL WORDS: out of slots\n")
             sys.stderr.flush()
