@@ -257,7 +257,7 @@ def test_handshake_and_clean_close() -> None:
     config = ManagerConfig(profile="legacy", capacity=2, eviction="lru")
     impl = JsonlImplementation(load_manifest(JSONL_DIR), JSONL_DIR, config)
     assert impl.ready is not None
-    assert impl.ready.protocol == 2  # offered [1, 2]: the newest both speak
+    assert impl.ready.protocol == 6  # offered [1, 2, 6] (its manifest says protocol = 6): the newest both speak
     assert impl.ready.profile == "legacy"
     assert impl.ready.name.startswith("kvspec reference model")
     pgid = impl.pgid

@@ -151,16 +151,16 @@ def test_two_worker_lockstep_catches_the_wrong_publisher() -> None:
 
 def test_the_hellos_of_versions_3_and_4_are_unchanged_by_version_5() -> None:
     """A version's messages never change: the allocator (3) and radix (4) hellos carry no workers field."""
-    from types import SimpleNamespace
-
-    from kvspec.conformance.transport.manager import _ManagerSession
-    from kvspec.conformance.transport.radix import _RadixSession, radix_manager_config
+    from kvspec.conformance.transport.manager import manager_config
+    from kvspec.conformance.transport.radix import radix_manager_config
     from kvspec.spec.manager_wire import PagedConfig
     from kvspec.spec.radix_wire import RadixConfig
 
     paged = PagedConfig(kind="paged", device_blocks=4, block_size=2)
-    manager = SimpleNamespace(config=ManagerConfig(profile="paged", capacity=4), manager=paged)
     radix = RadixConfig(kind="radix", page_size=1, capacity=4)
-    tree = SimpleNamespace(radix=radix, config=radix_manager_config(radix))
-    for hello in (_ManagerSession._hello(manager), _RadixSession._hello(tree)):  # type: ignore[arg-type]
+    hellos = (
+        encode_hello(manager_config(paged), manager=paged),
+        encode_hello(radix_manager_config(radix), radix=radix),
+    )
+    for hello in hellos:
         assert b'"workers"' not in hello, hello

@@ -39,7 +39,7 @@ from kvspec.reference.requests import RequestSpec
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.engine_wire import AddRequest, EngineConfig, EngineStep, ResetPrefixCache, parse_engine_operation
 from kvspec.spec.errors import AdapterError, ConfigError
-from kvspec.spec.protocol import SUPPORTED_VERSIONS, protocol_schema
+from kvspec.spec.protocol import BLOCK_VERSIONS, protocol_schema
 from kvspec.spec.schema_export import SCHEMA_DIR, stale
 from kvspec.spec.wire import FullBlock, Plh, Use
 
@@ -113,7 +113,7 @@ def test_block_level_hello_is_the_version_1_hello_and_engine_hello_offers_versio
     cfg = ManagerConfig(capacity=3)
     block = json.loads(encode_hello(cfg))
     assert "engine" not in block  # a version-1 child reads exactly the hello it knows
-    assert block["versions"] == list(SUPPORTED_VERSIONS) == [1, 2]
+    assert block["versions"] == list(BLOCK_VERSIONS) == [1, 2]
     eng = json.loads(encode_hello(VLLM, EngineConfig(host_blocks=3)))
     assert eng["versions"] == [2] == list(offered_versions(EngineConfig()))
     assert eng["engine"] == {"host_blocks": 3}

@@ -20,7 +20,6 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import jsonschema
@@ -29,8 +28,8 @@ import pytest
 from kvspec.conformance.radix.check import BASES
 from kvspec.conformance.radix.opener import open_radix
 from kvspec.conformance.run.manifest import load_manifest, resolve_adapter_dir
-from kvspec.conformance.transport.jsonl import reuse_children
-from kvspec.conformance.transport.radix import JsonlRadix, _RadixSession, radix_manager_config
+from kvspec.conformance.transport.jsonl import encode_hello, reuse_children
+from kvspec.conformance.transport.radix import JsonlRadix, radix_manager_config
 from kvspec.reference.radix import RadixModel
 from kvspec.spec.errors import AdapterError
 from kvspec.spec.protocol import protocol_schema
@@ -108,8 +107,7 @@ def test_protocol_md_version_4_example_matches_the_schema_and_the_reference_serv
 def test_parent_hello_is_the_documented_one() -> None:
     sent = next(line for d, line in _v4_example() if d == "→" and '"hello"' in line)
     radix = RadixConfig.model_validate(json.loads(sent)["radix"])
-    fake = SimpleNamespace(radix=radix, config=radix_manager_config(radix))
-    assert _RadixSession._hello(fake).decode() == sent  # type: ignore[arg-type]
+    assert encode_hello(radix_manager_config(radix), radix=radix).decode() == sent
 
 
 @pytest.mark.parametrize(

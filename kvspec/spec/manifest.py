@@ -92,6 +92,12 @@ class Start(Wire):
     startup_timeout_s: float = Field(default=30.0, gt=0)
     #: largest reply, in bytes, accepted from a process-crossing adapter
     max_reply_bytes: int = Field(default=4 * 1024 * 1024, gt=0)
+    #: subprocess: the newest JSON-lines protocol version the child reads
+    #: (PROTOCOL.md section 13). Left out, the child was written for versions
+    #: 1-5 and gets exactly their hellos (it may refuse fields it does not
+    #: know). ``6``: every hello names its session's family and offers 6
+    #: together with the older version of that kind of session.
+    protocol: Literal[6] | None = None
 
 
 class Capabilities(Wire):
@@ -315,6 +321,11 @@ class Manifest(Wire):
             raise ValueError(f"unknown variant {self.variant!r} of {self.name} (known: {known})")
         self._scopes_match_something()
         self._workers_fit()
+        if self.start.protocol is not None and self.kind != "subprocess":
+            raise ValueError(
+                f"start.protocol = {self.start.protocol} does nothing: it is the JSON-lines version of a "
+                f"kind 'subprocess' child, and kind {self.kind!r} has no hello; remove it"
+            )
         return self
 
     def _workers_fit(self) -> None:

@@ -22,7 +22,16 @@ carrying ``engine`` opens one, and its requests are whole-request operations
 (add a request, run a scheduler step, reset the prefix cache). Everything
 version 1 defines is unchanged, so a version-1 child keeps working: the
 parent offers both versions for block-level sessions and only version 2 for
-request-level ones.
+request-level ones. Versions 3, 4 and 5 were family selectors (allocator,
+radix, several workers), each offered alone for its kind of session.
+
+Version 6 makes the number a version again: its ``hello`` names the session's
+family (``Hello.family``: block, request, manager or radix) next to the same
+per-family parameters, and ``ready`` repeats it, so one number covers every
+kind of session and a later change bumps it for all. The parent offers 6
+together with the older version of the session's kind, and only to a child
+whose manifest says it reads version-6 hellos (``[start] protocol = 6``): a
+child written for 1-5 never sees the ``family`` field (PROTOCOL.md section 13).
 
 Two kinds of errors are kept apart on purpose. An operation the *spec*
 rejects is an ordinary outcome: ``OutcomeReply.outcome.error`` carries the
@@ -36,7 +45,7 @@ it as a broken adapter, never as a spec verdict.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import Field
 from pydantic.json_schema import models_json_schema
@@ -46,13 +55,16 @@ from kvspec.spec.engine_wire import EngineConfig, EngineOperation, EngineOutcome
 from kvspec.spec.manager_wire import ManagerConfigKind, PagedOp, PagedOutcome, SessionOp, SessionOutcome
 from kvspec.spec.manifest import Capabilities
 from kvspec.spec.radix_wire import RadixConfig, RadixOp, RadixOutcome
+from kvspec.spec.registry import PROFILES
 from kvspec.spec.wire import Operation, ProcessOutcome, StepOutcome, Wire, WorkerEvents
 
 #: The newest protocol version this module describes (an integer; see
 #: PROTOCOL.md "Versions"). Any change to a message's shape makes a new version.
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 6
 #: Every version this package can speak, oldest first.
-SUPPORTED_VERSIONS: tuple[int, ...] = (1, 2)
+SUPPORTED_VERSIONS: tuple[int, ...] = (1, 2, 3, 4, 5, 6)
+#: The versions before 6 that carry a one-worker block-level session.
+BLOCK_VERSIONS: tuple[int, ...] = (1, 2)
 #: The first version with request-level sessions (``Hello.engine``).
 ENGINE_VERSION = 2
 #: Version 3: allocator-level sessions (``Hello.manager``, profiles paged and
@@ -66,6 +78,18 @@ RADIX_VERSION = 4
 #: (``Hello.workers``; PROTOCOL.md section 12). Offered alone, only for a
 #: session of more than one worker, so a one-worker hello is unchanged.
 WORKERS_VERSION = 5
+#: Version 6: the hello names its session's family (``Hello.family``) and the
+#: ready repeats it; one version for every kind of session (PROTOCOL.md
+#: section 13). Offered with the older version of the session's kind, to a
+#: child whose manifest declares ``[start] protocol = 6``.
+FAMILY_VERSION = 6
+
+#: The kinds of session a version-6 hello names: the registry's families that
+#: have a wire protocol (``spec.registry.Family`` without ``generic``) and the
+#: request level. A block session of several workers is family ``block`` with
+#: ``workers`` set.
+SessionFamily = Literal["block", "request", "manager", "radix"]
+SESSION_FAMILIES: tuple[SessionFamily, ...] = get_args(SessionFamily)
 
 #: Largest request line (bytes, without the newline) a parent may send; a
 #: child must accept lines up to this size.
@@ -89,6 +113,10 @@ class Hello(Wire):
     type: Literal["hello"]
     #: protocol versions the parent speaks (non-empty, any order)
     versions: Annotated[list[Annotated[int, Field(ge=1, strict=True)]], Field(min_length=1)]
+    #: version 6: the session's family, present exactly when ``versions``
+    #: holds 6; its parameters are the fields below (``engine`` for request,
+    #: ``manager``, ``radix``, ``workers`` for a block session of several)
+    family: SessionFamily | None = None
     #: the manager to build (spec/config.py)
     config: ManagerConfig
     #: version 2: present only in a request-level session (the parent then
@@ -114,6 +142,9 @@ class Ready(Wire):
     name: Annotated[str, Field(min_length=1, max_length=200)]
     #: the version the child chose; must be one of Hello.versions
     protocol: Annotated[int, Field(ge=1, strict=True)]
+    #: version 6 only: the family of the session it opened (must equal
+    #: Hello.family); absent under the older versions
+    family: SessionFamily | None = None
     #: the profile the child runs (must equal Hello.config.profile)
     profile: ProfileName
     #: same fields as the manifest's [capabilities] table
@@ -266,6 +297,78 @@ CHILD_MESSAGES: tuple[type[Wire], ...] = (
     WorkerOutcomeReply,
     ErrorReply,
 )
+
+
+# --------------------------------------------------------------------------
+# Which versions carry which session (version 6 and the family selectors)
+# --------------------------------------------------------------------------
+
+
+def legacy_versions(family: SessionFamily, workers: int = 1) -> tuple[int, ...]:
+    """The versions before 6 that carry a session of ``family``: 1 and 2 for
+    one block-level worker, 5 for several, 2 for the request level, 3 for an
+    allocator, 4 for a radix cache (each selected what the session was)."""
+    if family == "block":
+        return BLOCK_VERSIONS if workers <= 1 else (WORKERS_VERSION,)
+    return {"request": (ENGINE_VERSION,), "manager": (MANAGER_VERSION,), "radix": (RADIX_VERSION,)}[family]
+
+
+def session_versions(family: SessionFamily, workers: int = 1, newest: int | None = None) -> tuple[int, ...]:
+    """The versions the parent offers for a session of ``family`` to a child
+    whose manifest names ``newest`` (``[start] protocol``; None: a child
+    written for versions 1-5, offered exactly what it was offered before)."""
+    old = legacy_versions(family, workers)
+    if newest is not None and newest >= FAMILY_VERSION:
+        return (*old, FAMILY_VERSION)
+    return old
+
+
+def family_of_hello(hello: Hello) -> SessionFamily:
+    """The family a hello opens: its ``family`` (version 6), else the one its
+    fields imply (``radix``, ``manager``, ``engine``; otherwise block)."""
+    if hello.family is not None:
+        return hello.family
+    if hello.radix is not None:
+        return "radix"
+    if hello.manager is not None:
+        return "manager"
+    if hello.engine is not None:
+        return "request"
+    return "block"
+
+
+#: the parameter field each family's hello carries, and the fields it must not
+_FAMILY_FIELDS: dict[SessionFamily, tuple[str | None, tuple[str, ...]]] = {
+    "block": (None, ("engine", "manager", "radix")),
+    "request": ("engine", ("manager", "radix", "workers")),
+    "manager": ("manager", ("engine", "radix", "workers")),
+    "radix": ("radix", ("engine", "manager", "workers")),
+}
+
+
+def hello_problem(hello: Hello) -> str | None:
+    """What is wrong with ``hello`` as a version-6 hello, or None: it names
+    its family exactly when it offers 6, carries that family's parameters and
+    no other family's, and its ``config.profile`` belongs to the family (the
+    registry's family of the profile; the request level runs profile vllm)."""
+    offers = FAMILY_VERSION in hello.versions
+    if hello.family is None:
+        return "a hello offering version 6 names its session's family (family)" if offers else None
+    if not offers:
+        return f"family {hello.family!r} is a version-6 field, but the hello offers {hello.versions}"
+    needs, forbids = _FAMILY_FIELDS[hello.family]
+    if needs is not None and getattr(hello, needs) is None:
+        return f"a {hello.family} session's hello carries {needs}"
+    extra = [f for f in forbids if getattr(hello, f) is not None]
+    if extra:
+        return f"a {hello.family} session's hello carries no {', '.join(extra)}"
+    profile = hello.config.profile
+    family = "block" if hello.family == "request" and profile == "vllm" else hello.family
+    if PROFILES[profile].family != family:
+        return f"profile {profile!r} is not of family {hello.family!r}"
+    if hello.manager is not None and hello.manager.kind != profile:
+        return f"manager {hello.manager.kind} but config.profile {profile}"
+    return None
 
 
 # --------------------------------------------------------------------------

@@ -5,7 +5,7 @@ example for anyone writing an adapter in another language: read ``hello``,
 answer ``ready`` (or ``refused``), then answer one line per request until
 ``bye`` or end of input. See spec/PROTOCOL.md.
 
-It speaks versions 1 to 5. A ``hello`` with ``engine`` opens a
+It speaks versions 1 to 6. A ``hello`` with ``engine`` opens a
 request-level session (version 2): the reference engine
 (``engine_session.py``) answers ``add_request`` / ``step`` /
 ``reset_prefix_cache``; otherwise the session is block-level, as in version 1.
@@ -15,7 +15,12 @@ profiles (``adapters/reference/managers.py``). A ``hello`` with ``radix``
 (version 4) opens a radix session answered by the radix model
 (``reference/radix.py``). A ``hello`` with ``workers`` (version 5) opens a
 process session: several kvbm workers sharing G3/G4 (``reference/process.py``),
-each request naming its worker.
+each request naming its worker. Version 6 opens each of these sessions by
+name: its ``hello`` says ``family`` (block, request, manager, radix) next to
+the same parameters, the ``ready`` repeats it, and the requests and replies
+are those of the family's older version; a hello naming a family this server
+does not know, or parameters that do not fit the family it names, is refused
+with a message that names what was wrong.
 
 The capabilities it announces are those of ``adapters/reference`` (it runs
 the same model), with the request level only under version 2, so the
@@ -46,11 +51,9 @@ from kvspec.api import builtin_adapters_dir as _builtin_adapters_dir
 from kvspec.spec.errors import ConfigError
 from kvspec.spec.protocol import (
     ENGINE_VERSION,
-    MANAGER_VERSION,
+    FAMILY_VERSION,
     MAX_REQUEST_BYTES,
-    RADIX_VERSION,
-    SUPPORTED_VERSIONS,
-    WORKERS_VERSION,
+    SESSION_FAMILIES,
     EngineRequest,
     ErrorReply,
     HandshakeError,
@@ -64,6 +67,9 @@ from kvspec.spec.protocol import (
     Refused,
     Request,
     WorkerRequest,
+    family_of_hello,
+    hello_problem,
+    legacy_versions,
 )
 
 NAME = "kvspec reference model (JSON lines)"
@@ -80,6 +86,19 @@ def _brief(err: ValidationError) -> str:
     return "; ".join(
         f"{'.'.join(str(x) for x in e['loc']) or '(message)'}: {e['msg']}" for e in err.errors(include_url=False)[:4]
     )
+
+
+def _unknown_family(line: bytes) -> str | None:
+    """Why a hello line names a session family this server does not know
+    (checked before the model, so that the refusal names the family), or None."""
+    try:
+        obj = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None  # the model's validation names what is wrong
+    family = obj.get("family") if isinstance(obj, dict) else None
+    if family is None or family in SESSION_FAMILIES:
+        return None
+    return f"unknown session family {family!r} in the hello: this child serves {', '.join(SESSION_FAMILIES)}"
 
 
 class Server:
@@ -127,18 +146,22 @@ class Server:
         request-level session), or None after a refusal."""
         if line is None:
             return None
+        unknown = _unknown_family(line)
+        if unknown is not None:
+            self.refuse("unsupported_config", unknown)
+            return None
         try:
             hello = Hello.model_validate_json(line)
         except ValidationError as e:
             self.refuse("unsupported_config", f"not a valid hello: {_brief(e)}")
             return None
-        speaks = [v for v in SUPPORTED_VERSIONS if hello.engine is None or v >= ENGINE_VERSION]
-        if hello.manager is not None:
-            speaks = [MANAGER_VERSION]
-        if hello.radix is not None:
-            speaks = [RADIX_VERSION]
-        if hello.workers is not None:
-            speaks = [WORKERS_VERSION]
+        family = family_of_hello(hello)
+        problem = hello_problem(hello)
+        if problem is not None:
+            self.refuse("unsupported_config", problem)
+            return None
+        # a version-6 hello names its family; an older hello's fields select the one version of its kind
+        speaks = [*legacy_versions(family, hello.workers or 1), *([FAMILY_VERSION] if hello.family else [])]
         common = set(hello.versions) & set(speaks)
         if not common:
             what = "request-level sessions in versions" if hello.engine is not None else "versions"
@@ -186,6 +209,7 @@ class Server:
             type="ready",
             name=NAME,
             protocol=protocol,
+            family=family if protocol >= FAMILY_VERSION else None,
             profile=hello.config.profile,
             capabilities=_capabilities(protocol),
             multi_session=True,

@@ -21,7 +21,7 @@ from pathlib import Path
 from kvspec.conformance.run.settings import effort, is_deterministic
 from kvspec.conformance.verdicts.results import RuleResult, current_versions
 from kvspec.spec.manifest import Manifest
-from kvspec.spec.protocol import SUPPORTED_VERSIONS
+from kvspec.spec.protocol import BLOCK_VERSIONS, ENGINE_VERSION, FAMILY_VERSION, SessionFamily, legacy_versions
 from kvspec.spec.rules import RULES
 
 _BOOL_CAPS = (
@@ -37,6 +37,19 @@ _BOOL_CAPS = (
     "destroy",
     "reset",
 )
+
+
+def _offered(m: Manifest) -> str:
+    """The JSON-lines versions the parent offers this adapter, by kind of session."""
+    if m.kind != "subprocess":  # the C library's host process speaks 1 and 2
+        return f"protocol versions {', '.join(map(str, BLOCK_VERSIONS))} offered (request level: {ENGINE_VERSION})"
+    kinds: dict[SessionFamily, str] = {"block": "block", "request": "request", "manager": "allocator", "radix": "radix"}
+    each = "; ".join(f"{what} {', '.join(map(str, legacy_versions(fam)))}" for fam, what in kinds.items())
+    if m.capabilities.workers > 1:
+        each += f"; workers {', '.join(map(str, legacy_versions('block', 2)))}"
+    if m.start.protocol is not None and m.start.protocol >= FAMILY_VERSION:
+        return f"protocol versions offered: {each}; {FAMILY_VERSION} with each (start.protocol = {m.start.protocol})"
+    return f"protocol versions offered: {each}"
 
 
 def header_lines(
@@ -56,10 +69,7 @@ def header_lines(
     on = [c for c in _BOOL_CAPS if getattr(caps, c, False)]
     off = [c for c in _BOOL_CAPS if not getattr(caps, c, False)]
     semantics = "; ".join(f"{k}={'|'.join(caps.supported(k))}" for k in sorted(caps.semantics)) or "defaults"
-    if m.kind == "python":
-        protocol = "in-process (kind python: no wire protocol)"
-    else:
-        protocol = f"kind {m.kind}, protocol versions {', '.join(map(str, SUPPORTED_VERSIONS))} offered"
+    protocol = "in-process (kind python: no wire protocol)" if m.kind == "python" else f"kind {m.kind}, {_offered(m)}"
     s = effort(effort_name, seeded=seeded)
     mode = "derandomised" if s.derandomize else ("seeded" if seeded else "random")
     if seeded and seed is not None:

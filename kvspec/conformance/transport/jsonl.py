@@ -43,19 +43,21 @@ from kvspec.conformance.transport.process import (
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.engine_wire import EngineConfig, EngineOp, EngineOutcome
 from kvspec.spec.errors import HANG_MARK, AdapterError, ConfigError
+from kvspec.spec.manager_wire import ManagerConfigKind
 from kvspec.spec.manifest import Capabilities, Manifest
 from kvspec.spec.protocol import (
-    ENGINE_VERSION,
-    SUPPORTED_VERSIONS,
-    WORKERS_VERSION,
+    FAMILY_VERSION,
     EngineOutcomeReply,
     ErrorReply,
     Hello,
     OutcomeReply,
     Ready,
     Refused,
+    SessionFamily,
     WorkerOutcomeReply,
+    session_versions,
 )
+from kvspec.spec.radix_wire import RadixConfig
 from kvspec.spec.wire import Operation, ProcessOutcome, StepOutcome, parse_operation
 
 #: how long a child may take to exit after ``bye`` before it is signalled
@@ -70,28 +72,54 @@ def expand_command(command: list[str], adapter_dir: Path) -> list[str]:
     return [part.replace("{python}", sys.executable).replace("{adapter_dir}", str(adapter_dir)) for part in command]
 
 
-def offered_versions(engine: EngineConfig | None = None, workers: int = 1) -> tuple[int, ...]:
-    """The versions the parent offers: all it speaks for a block-level
-    session, those with request-level sessions for a request-level one,
-    version 5 alone for a session of several workers."""
-    if workers > 1:
-        return (WORKERS_VERSION,)
-    if engine is None:
-        return SUPPORTED_VERSIONS
-    return tuple(v for v in SUPPORTED_VERSIONS if v >= ENGINE_VERSION)
+def offered_versions(
+    engine: EngineConfig | None = None, workers: int = 1, newest: int | None = None
+) -> tuple[int, ...]:
+    """The versions the parent offers a block-level or request-level session:
+    1 and 2 for a block-level one, 2 alone for a request-level one, 5 alone
+    for a session of several workers; and 6 with them when the child's
+    manifest says it reads version-6 hellos (``newest``, ``[start] protocol``)."""
+    return session_versions("block" if engine is None else "request", workers, newest)
 
 
-def encode_hello(config: ManagerConfig, engine: EngineConfig | None = None, workers: int = 1) -> bytes:
-    """The hello line the parent writes (without its newline). Without an
-    engine the ``engine`` field is left out, and ``workers`` unless there
-    are several, so a version-1 child reads exactly the hello it knows."""
-    many = workers if workers > 1 else None
+def hello_family(
+    engine: EngineConfig | None = None, manager: ManagerConfigKind | None = None, radix: RadixConfig | None = None
+) -> SessionFamily:
+    """The family of the session these parameters open (at most one is given)."""
+    if radix is not None:
+        return "radix"
+    if manager is not None:
+        return "manager"
+    return "block" if engine is None else "request"
+
+
+def encode_hello(
+    config: ManagerConfig,
+    engine: EngineConfig | None = None,
+    workers: int = 1,
+    *,
+    manager: ManagerConfigKind | None = None,
+    radix: RadixConfig | None = None,
+    newest: int | None = None,
+) -> bytes:
+    """The hello line the parent writes (without its newline), for any kind of
+    session. A field the session does not use is left out, so a child of an
+    older version reads exactly the hello it knows: ``family`` travels only
+    when version 6 is offered (``newest``: the manifest's ``[start] protocol``),
+    ``workers`` only when there are several."""
+    family = hello_family(engine, manager, radix)
+    versions = session_versions(family, workers, newest)
     hello = Hello(
-        type="hello", versions=list(offered_versions(engine, workers)), config=config, engine=engine, workers=many
+        type="hello",
+        versions=list(versions),
+        family=family if FAMILY_VERSION in versions else None,
+        config=config,
+        engine=engine,
+        manager=manager,
+        radix=radix,
+        workers=workers if workers > 1 else None,
     )
-    leave_out = (
-        {"manager", "radix"} | ({"engine"} if engine is None else set()) | ({"workers"} if many is None else set())
-    )
+    leave_out = {f for f in ("family", "engine", "manager", "radix", "workers") if getattr(hello, f) is None}
     return hello.model_dump_json(exclude=leave_out).encode()
 
 
@@ -154,6 +182,9 @@ class AdapterProtocolError(AdapterError):
 
 
 ChildKey = tuple[tuple[str, ...], str]
+
+#: the sessions whose versions were offered alone before version 6, for the message of a wrong version
+_FAMILY_WHAT: dict[SessionFamily, str] = {"manager": "an allocator-level session", "radix": "a radix session"}
 
 
 class ChildPool:
@@ -236,6 +267,8 @@ class JsonlImplementation(Implementation):
         *,
         engine: EngineConfig | None = None,
         workers: int = 1,
+        manager: ManagerConfigKind | None = None,
+        radix: RadixConfig | None = None,
     ) -> None:
         if not manifest.start.command:
             raise ConfigError(f"{manifest.name}: kind 'subprocess' needs start.command (argv list)")
@@ -247,6 +280,15 @@ class JsonlImplementation(Implementation):
             raise ConfigError(f"{manifest.name}: a request-level session has one worker")
         #: several workers of one process: a version-5 session
         self.workers = workers
+        #: an allocator-level session (version 3) or a radix session (version 4)
+        self.manager = manager
+        self.radix = radix
+        #: the kind of session, named by a version-6 hello
+        self.family: SessionFamily = hello_family(engine, manager, radix)
+        if sum(x is not None for x in (engine, manager, radix)) > 1:
+            raise ConfigError(f"{manifest.name}: a session is of one family (engine, manager or radix)")
+        #: the versions the hello offers (6 only to a child whose manifest says it reads it)
+        self.offered = session_versions(self.family, workers, manifest.start.protocol)
         self.adapter_dir = Path(adapter_dir)
         self.timeout_s = manifest.start.timeout_s
         self.max_reply_bytes = manifest.start.max_reply_bytes
@@ -364,14 +406,37 @@ class JsonlImplementation(Implementation):
 
     def _hello(self) -> bytes:
         """The hello line, without its newline: every version this session can run."""
-        return encode_hello(self.config, self.engine, self.workers)
+        return encode_hello(
+            self.config,
+            self.engine,
+            self.workers,
+            manager=self.manager,
+            radix=self.radix,
+            newest=self.manifest.start.protocol,
+        )
 
-    def _wrong_version(self, chosen: int) -> str | None:
-        """Why the version the ready chose is not one the hello offered, or None."""
-        offered = offered_versions(self.engine, self.workers)
-        if chosen in offered:
+    def _wrong_version(self, ready: Ready) -> str | None:
+        """Why the version the ready chose, or the family it names, does not
+        answer the hello, or None. Under version 6 the ready repeats the
+        hello's family; under the older versions it has no family field."""
+        chosen = ready.protocol
+        if chosen not in self.offered:
+            what = _FAMILY_WHAT.get(self.family)
+            if what is not None:
+                return f"chose protocol version {chosen}; {what} offers only {' and '.join(map(str, self.offered))}"
+            return f"chose protocol version {chosen}, which the parent did not offer (offered {list(self.offered)})"
+        if chosen < FAMILY_VERSION:
+            if ready.family is not None:
+                return f"chose protocol version {chosen}, whose ready has no family, yet names family {ready.family!r}"
             return None
-        return f"chose protocol version {chosen}, which the parent did not offer (offered {list(offered)})"
+        if ready.family is None:
+            return f"chose protocol version {chosen} but its ready names no family (the hello named {self.family!r})"
+        if ready.family != self.family:
+            return (
+                f"answered a hello for a {self.family!r} session with a ready for a {ready.family!r} session "
+                f"(ready.family); a version-{chosen} child opens the family the hello names or refuses it"
+            )
+        return None
 
     def _handshake(self, deadline: float) -> Ready:
         limit = self.manifest.start.startup_timeout_s
@@ -389,7 +454,7 @@ class JsonlImplementation(Implementation):
         if kind != "ready":
             raise self._fail(f"answered hello with {kind!r} instead of 'ready' or 'refused': {excerpt(raw)}")
         ready: Ready = self._validate(Ready, obj, raw, "to hello")
-        wrong = self._wrong_version(ready.protocol)
+        wrong = self._wrong_version(ready)
         if wrong is not None:
             raise self._fail(wrong)
         if ready.profile != self.config.profile:

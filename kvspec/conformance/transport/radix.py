@@ -4,10 +4,11 @@ A ``kind = "subprocess"`` adapter declaring ``profile:radix`` (without a
 ``start.radix`` factory) is reached through the child process machinery of
 ``transport/jsonl.py`` (start, timeouts, crash and garbage detection, reply
 size limit, child reuse across sessions), as the allocator profiles are
-(``transport/manager.py``): the ``hello`` offers version 4 alone and carries
-the radix cache's configuration in ``radix`` (``config`` names profile
+(``transport/manager.py``): the ``hello`` offers version 4 (with 6, naming
+family ``radix``, to a child whose manifest says it reads version 6) and
+carries the radix cache's configuration in ``radix`` (``config`` names profile
 ``radix``); each operation of ``spec.radix_wire`` is one request, answered by
-a ``RadixOutcomeReply`` (PROTOCOL.md section 11). Every reply is validated
+a ``RadixOutcomeReply`` (PROTOCOL.md sections 11 and 13). Every reply is validated
 against the wire models, so a bad line names the field that was wrong.
 """
 
@@ -17,10 +18,10 @@ import time
 from pathlib import Path
 
 from kvspec.conformance.radix.interface import RadixImplementation
-from kvspec.conformance.transport.manager import SingleVersionSession
+from kvspec.conformance.transport.jsonl import JsonlImplementation
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.manifest import Manifest
-from kvspec.spec.protocol import RADIX_VERSION, Hello, RadixOutcomeReply
+from kvspec.spec.protocol import RadixOutcomeReply
 from kvspec.spec.radix_wire import RadixConfig, RadixOp, RadixOutcome
 
 #: ManagerConfig's largest capacity; the hello's ``config`` only names the
@@ -33,19 +34,11 @@ def radix_manager_config(config: RadixConfig) -> ManagerConfig:
     return ManagerConfig(profile="radix", capacity=min(config.capacity, _CONFIG_CAPACITY), block_size=config.page_size)
 
 
-class _RadixSession(SingleVersionSession):
-    """A child process in a version-4 session."""
-
-    version = RADIX_VERSION
-    what = "a radix session"
+class _RadixSession(JsonlImplementation):
+    """A child process in a radix session (version 4, or 6 naming family radix)."""
 
     def __init__(self, manifest: Manifest, adapter_dir: Path, radix: RadixConfig) -> None:
-        self.radix = radix
-        super().__init__(manifest, adapter_dir, radix_manager_config(radix))
-
-    def _hello(self) -> bytes:
-        hello = Hello(type="hello", versions=[RADIX_VERSION], config=self.config, radix=self.radix)
-        return hello.model_dump_json(exclude={"engine", "manager", "workers"}).encode()
+        super().__init__(manifest, adapter_dir, radix_manager_config(radix), radix=radix)
 
     def radix_call(self, op: RadixOp) -> RadixOutcome:
         obj, raw, during = self._exchange(op)
@@ -54,7 +47,7 @@ class _RadixSession(SingleVersionSession):
 
 
 class JsonlRadix(RadixImplementation):
-    """A radix cache in a child process (protocol version 4)."""
+    """A radix cache in a child process (protocol version 4 or 6)."""
 
     def __init__(self, manifest: Manifest, adapter_dir: Path, config: RadixConfig) -> None:
         self.config = config
