@@ -76,8 +76,8 @@ def cli_page() -> str:
 _FAMILY_TEXT = {
     "block": "block operations (Use, Deref, Promote, ...: `kvspec.spec.wire`), checked by the block lockstep "
     "or, for `vllm`, at request level",
-    "manager": "allocator operations (`kvspec.spec.manager_wire`), protocol version 3",
-    "radix": "radix-tree operations (`kvspec.spec.radix_wire`), protocol version 4",
+    "manager": "allocator operations (`kvspec.spec.manager_wire`), protocol version 6 (family `manager`) or 3",
+    "radix": "radix-tree operations (`kvspec.spec.radix_wire`), protocol version 6 (family `radix`) or 4",
     "generic": "its own operation and outcome types (named by its registry entry), checked whole, step by step, "
     "by `kvspec.conformance.generic`",
 }
