@@ -44,10 +44,11 @@ from kvspec.spec.engine_wire import EngineConfig
 from kvspec.spec.errors import HANG_MARK, AdapterError
 from kvspec.spec.manager_scenario import manager_scenarios
 from kvspec.spec.manager_wire import PagedAllocate, PagedConfig, PagedOutcome, SessionConfig
-from kvspec.spec.manifest import Manifest
+from kvspec.spec.manifest import Capabilities, Manifest, Start
 from kvspec.spec.process_scenario import tier_scenarios
 from kvspec.spec.protocol import Ready, protocol_schema
 from kvspec.spec.radix_wire import RadixConfig, RadixMatch, radix_scenarios
+from kvspec.spec.wire import FullBlock, Plh, Use
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -368,6 +369,55 @@ def test_children_of_versions_2_to_5_open_as_before() -> None:
         "session": (3, None),
         "radix": (4, None),
     }
+
+
+# ------------------------------------------------------------------ misbehaviour in a version-6 session
+
+BROKEN = Path(__file__).parent / "broken_adapters"
+
+
+def _declaring_6(manifest: Manifest) -> Manifest:
+    return manifest.model_copy(update={"start": manifest.start.model_copy(update={"protocol": 6})})
+
+
+@pytest.mark.parametrize(
+    ("mode", "pattern"),
+    [
+        ("crash_mid_session", r"exited to request 3 \(use\) \(exit status 3\)"),
+        ("hang", r"no reply to request 2 \(use\) within 1 s: the adapter hangs"),
+        ("garbage", r"reply to request 2 \(use\) is not valid JSON"),
+        ("wrong_id", r"reply to request 2 \(use\) carries id 3, expected 2"),
+        ("schema", r"OutcomeReply to request 2 \(use\) does not match the protocol schema"),
+    ],
+)
+def test_a_version_6_block_session_fails_on_misbehaviour_as_the_older_ones_do(mode: str, pattern: str) -> None:
+    """The broken children of tests/broken_adapters answer 6 when offered it: after a version-6
+    handshake the transport's failures are the same clear errors (test_jsonl_robustness.py)."""
+    d = BROKEN / mode
+    impl = JsonlImplementation(_declaring_6(load_manifest(d)), d, ManagerConfig(capacity=4))
+    assert impl.ready is not None and (impl.ready.protocol, impl.ready.family) == (6, "block")
+    with pytest.raises(AdapterError, match=pattern):
+        for i in range(1, 6):
+            impl.step(Use(blocks=[FullBlock(full=i)], plhs=[Plh(hash=i)]))
+    assert impl.dead is not None
+
+
+def test_a_version_6_request_level_session_fails_on_a_wrong_id_as_version_2_does() -> None:
+    manifest = Manifest(
+        name="broken_engine_wrong_id",
+        kind="subprocess",
+        profile="vllm",
+        start=Start(command=["{python}", "{adapter_dir}/broken_engine.py", "wrong_id"], timeout_s=1.0, protocol=6),
+        capabilities=Capabilities(block_level=False, request_level=True, tiers=["device", "host_pinned"]),
+    )
+    impl = open_adapter(manifest, BROKEN, setup_of(4, 2))
+    try:
+        assert (_ready(impl).protocol, _ready(impl).family) == (6, "request")
+        assert isinstance(impl, EngineImplementation)
+        with pytest.raises(AdapterError, match=r"reply to request 2 \(step\) carries id 3, expected 2"):
+            impl.run_sequential([RequestSpec(prompt=[1, 2, 3], max_tokens=2)])
+    finally:
+        impl.close()
 
 
 # ------------------------------------------------------------------ the manifest key and the schema

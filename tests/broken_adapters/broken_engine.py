@@ -1,4 +1,4 @@
-"""A deliberately broken request-level child (protocol version 2), for tests/test_protocol_v2.py.
+"""A deliberately broken request-level child (protocol version 2, or 6 when offered), for tests/test_protocol_v2.py.
 
 ``python broken_engine.py MODE``: accepts a request-level ``hello`` and
 answers ``add_request`` like a working engine (stdlib only, so it starts
@@ -32,13 +32,15 @@ def main() -> None:
         msg = f"speaks versions [1], offered {hello['versions']}"
         send({"type": "refused", "error": {"code": "unsupported_version", "message": msg}})
         sys.exit(1)
-    version = 1 if MODE == "picks_v1" else 2  # picks_v1 answers a request-level hello with version 1
+    version = 6 if 6 in hello["versions"] else 2  # 6 when offered (the manifest declares protocol = 6)
+    version = 1 if MODE == "picks_v1" else version  # picks_v1 answers a request-level hello with version 1
     caps = {"block_level": False, "request_level": True, "tiers": ["device", "host_pinned"]}
     send(
         {
             "type": "ready",
             "name": f"broken-engine:{MODE}",
             "protocol": version,
+            **({"family": hello["family"]} if version == 6 else {}),
             "profile": hello["config"]["profile"],
             "capabilities": caps,
         }

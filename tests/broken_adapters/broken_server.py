@@ -5,7 +5,9 @@
 misbehaves. Each folder beside this file is a manifest that runs one MODE
 with small timeouts. The outcomes it sends when it behaves are valid
 protocol messages but not a real manager (every result is 0): these
-adapters test the transport, not the model.
+adapters test the transport, not the model. It answers version 6 (naming the
+hello's family) when offered it, else version 1; the manifests here do not
+declare ``protocol = 6``, so they run version 1 unless a test says otherwise.
 """
 
 from __future__ import annotations
@@ -60,11 +62,14 @@ def main() -> None:
     if MODE == "ignore_term":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # version 6 when offered (a manifest declaring protocol = 6), naming the hello's family; else 1
+    v6 = 6 in hello["versions"]
     send(
         {
             "type": "ready",
             "name": f"broken:{MODE}",
-            "protocol": 1,
+            "protocol": 6 if v6 else 1,
+            **({"family": hello["family"]} if v6 else {}),
             "profile": hello["config"]["profile"],
             "capabilities": {},
             # claims reuse, so that the pool tests can show a failed child is not reused
