@@ -6,7 +6,13 @@ operation per line, validating every reply against ``spec.protocol``.
 Opened with an ``EngineConfig`` it runs a request-level session (protocol
 version 2): ``engine_call`` sends one request-level operation
 (``spec.engine_wire``) and returns its ``EngineOutcome``;
-``conformance.transport.engine`` drives whole workloads with it.
+``conformance.transport.engine`` drives whole workloads with it. The
+allocator and radix sessions (``transport/manager.py``, ``transport/radix.py``)
+are this class opened with ``manager=`` or ``radix=``: one handshake for every
+kind of session. Its hello offers the versions of the session's kind (1 and 2,
+2, 3, 4 or 5) and, when the manifest declares ``[start] protocol = 6``, 6
+beside them with the session's ``family`` named (PROTOCOL.md section 13); the
+ready must choose an offered version and, under 6, repeat the family.
 
 It treats the child as untrusted. Every way the child can misbehave ends in
 an ``AdapterError`` that says what went wrong and on which request, within
