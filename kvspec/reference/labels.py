@@ -19,12 +19,11 @@ rules as they apply them, through a ``Trace``:
   operation breaks by publishing an event of that kind that it was not due
   to publish (default: ``default_label(...).published``).
 
-The radix model does not trace its steps: its checker attributes a difference
-by what differs. It labels its methods instead, ``@applies("RADIX-MATCH")``,
-so each rule still has its place in the model next to the code that applies
-it. The session and paged models are written the way new models are
-(``reference.transitions``): a table of transitions, per operation rule ->
-guard -> effect, so the rules of every step are the transition it took.
+The models of the small-operation profiles (paged, session, radix) are
+written the way new models are (``reference.transitions``): a table of
+transitions, per operation rule -> guard -> effect, so the rules of every
+step are the transition it took; their checkers attribute a difference by
+what differs.
 
 Rules are written as text (``RuleName``): ``grep RULE-ID kvspec/reference``
 finds the place, and mypy checks the spelling. ``tests/test_rule_map.py``
@@ -33,9 +32,8 @@ keeps the map complete: every rule has a labelled place and tests.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
 
 from kvspec.spec.rules import RuleId, RuleName, rid
 from kvspec.spec.wire import KvEvent
@@ -201,24 +199,3 @@ class Trace:
             self._result,
             dict(self._silent),
         )
-
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def applies(*names: RuleName) -> Callable[[F], F]:
-    """Label a model method with the rules it applies (for the models that
-    do not trace their steps; see the module docstring). The method is
-    returned as it is; ``applied_rules`` reads the labels back."""
-    rules = tuple(rid(n) for n in names)
-
-    def mark(fn: F) -> F:
-        setattr(fn, "kvspec_rules", rules)  # noqa: B010 (a function object has no declared attribute)
-        return fn
-
-    return mark
-
-
-def applied_rules(method: Callable[..., Any]) -> tuple[RuleId, ...]:
-    """The rules ``@applies`` labelled ``method`` with (none: unlabelled)."""
-    return tuple(getattr(method, "kvspec_rules", ()))

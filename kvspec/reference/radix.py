@@ -19,18 +19,27 @@ leaf) takes a later tick of its own, in creation order, the order in which
 SGLang reads its clock. Two leaves never share a tick (they would be on one
 path), so the eviction order is total.
 
-Every operation either applies or raises ``InvalidOperation`` with its rule
-and changes nothing, with one documented exception: a request refused for
-capacity (RADIX-CAPACITY) keeps the split and the access times of its match.
+Every operation either applies or is rejected with its rule and changes
+nothing, with one documented exception: a request refused for capacity
+(RADIX-CAPACITY) keeps the split and the access times of its match.
+
+The model is a transition table (``reference.transitions``): per operation,
+the rules in the order they are tried, each with its guard (which reads the
+state) and its effect (which changes it and returns the operation's value;
+the events it publishes go to the step's list). A rejection is a transition
+whose effect returns the error; a transition names, after its deciding rule,
+the rules its effect applies on the way (a request matches, locks, evicts and
+inserts). Guards and effects are named by method, so a variant (the mutant
+zoo's, ``reference.radix_flow``) overrides one method and keeps the table.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
-from kvspec.reference.labels import applies
-from kvspec.spec.errors import InvalidOperation
+from kvspec.reference.transitions import Transition, TransitionModel, always
 from kvspec.spec.hashing import local_block_hash, sequence_hash
 from kvspec.spec.manager_wire import OpError
 from kvspec.spec.radix_wire import (
@@ -47,7 +56,6 @@ from kvspec.spec.radix_wire import (
     RadixSnapshot,
     RadixUnlock,
 )
-from kvspec.spec.rules import rid
 from kvspec.spec.wire import KvEvent, make_cleared, make_removed, make_stored
 
 
@@ -68,8 +76,13 @@ class RadixTreeNode:
         return self.pages[-1][0] if self.pages else None
 
 
-class RadixModel:
-    """The radix profile as a pure, deterministic state machine."""
+def _reject(rule: str, message: Callable[[RadixModel, Any], str]) -> Callable[[RadixModel, Any], OpError]:
+    """The effect of a rejection: nothing changes, the error names the rule."""
+    return lambda m, op: OpError(rule=rule, message=message(m, op))
+
+
+class RadixModel(TransitionModel[RadixOutcome]):
+    """The radix profile as a pure, deterministic state machine (module docstring)."""
 
     def __init__(self, config: RadixConfig) -> None:
         self.config = config
@@ -79,6 +92,8 @@ class RadixModel:
         self.free = config.capacity
         self.root = self._new_root()
         self.locks: dict[str, RadixTreeNode] = {}
+        #: the events of the step being applied
+        self._events: list[KvEvent] = []
 
     # ----------------------------------------------------------- helpers
     @staticmethod
@@ -144,7 +159,6 @@ class RadixModel:
         return self.next_event_id - 1
 
     # ------------------------------------------------------ tree operations
-    @applies("RADIX-MATCH", "RADIX-SPLIT-SILENT")
     def _split(self, child: RadixTreeNode, n: int) -> RadixTreeNode:
         """Split ``child`` after its first ``n`` tokens; returns the new upper node
         (RADIX-MATCH). Publishes nothing (RADIX-SPLIT-SILENT)."""
@@ -163,7 +177,6 @@ class RadixModel:
         upper.children[self._child_key(child.tokens, 0)] = child
         return upper
 
-    @applies("RADIX-MATCH")
     def _match(self, key: list[int]) -> tuple[int, RadixTreeNode]:
         """Longest cached prefix of the page-aligned ``key``: its length and the
         node it ends at, splitting the node the match ends inside."""
@@ -191,7 +204,6 @@ class RadixModel:
             node = child
         return pos, node
 
-    @applies("RADIX-INSERT")
     def _insert(self, key: list[int], events: list[KvEvent]) -> tuple[int, RadixTreeNode]:
         """Cache the page-aligned ``key``: how much of it was cached, and its last node."""
         pos, node = self._walk(key)
@@ -208,7 +220,6 @@ class RadixModel:
             node = leaf
         return pos, node
 
-    @applies("RADIX-LOCK")
     def _lock(self, node: RadixTreeNode, delta: int) -> None:
         while node.parent is not None:
             node.lock_ref += delta
@@ -217,7 +228,6 @@ class RadixModel:
     def evictable_size(self) -> int:
         return sum(len(n.tokens) for n in self.nodes() if n.lock_ref == 0)
 
-    @applies("RADIX-EVICT-LRU", "RADIX-LOCKED-KEPT", "RADIX-REMOVE")
     def _evict(self, tokens: int, events: list[KvEvent]) -> int:
         """Evict unlocked leaves, least recently accessed first, until ``tokens``
         tokens are freed or none is left (RADIX-EVICT-LRU, RADIX-LOCKED-KEPT);
@@ -238,7 +248,6 @@ class RadixModel:
             events.append(make_removed(self._event_id(), removed))
         return evicted
 
-    @applies("RADIX-REMOVE")
     def _removed_pages(self, node: RadixTreeNode) -> list[int]:
         """The hashes a Removed names for an evicted node: all its pages (RADIX-REMOVE)."""
         return [s for s, _ in node.pages]
@@ -247,69 +256,95 @@ class RadixModel:
         """What a request matches: its prompt but the last token, cut to whole pages."""
         return self._aligned(prompt[:-1])
 
-    # ------------------------------------------------------------ operations
-    def step(self, op: RadixOp) -> RadixOutcome:
-        """Apply one operation; a rejected one changes nothing and returns its error."""
-        events: list[KvEvent] = []
-        try:
-            value = self._apply(op, events)
-        except InvalidOperation as e:
-            return RadixOutcome(error=OpError(rule=str(e.rule), message=e.message), state=self.snapshot())
-        return RadixOutcome(value=value, events=events, state=self.snapshot())
+    def _probe(self, key: list[int]) -> tuple[int, int]:
+        """What a match of the page-aligned ``key`` would find, the tree untouched: the
+        cached length, and the tokens of unlocked nodes it passes (a lock on the match
+        takes them out of the evictable ones)."""
+        node, pos, unlocked = self.root, 0, 0
+        while pos < len(key):
+            child = node.children.get(self._child_key(key, pos))
+            if child is None:
+                break
+            n = self._common(child.tokens, key, pos)
+            pos += n
+            if child.lock_ref == 0:
+                unlocked += n
+            if n < len(child.tokens):
+                break
+            node = child
+        return pos, unlocked
 
-    @applies("RADIX-VALIDATE", "RADIX-CAPACITY", "RADIX-LOCK", "RADIX-RESET")
-    def _apply(self, op: RadixOp, events: list[KvEvent]) -> int:
-        if isinstance(op, RadixMatch):
-            return self._match(self._aligned(op.tokens))[0]
-        if isinstance(op, RadixInsert):
-            key = self._aligned(op.tokens)
-            if len(key) > self.free:
-                raise InvalidOperation(
-                    rid("RADIX-CAPACITY"), f"insert of {len(key)} tokens needs as many free slots; {self.free} are free"
-                )
-            self.free -= len(key)
-            cached, _ = self._insert(key, events)
-            self.free += cached  # the slots of what was already cached go back
-            return cached
-        if isinstance(op, RadixLock):
-            if op.name in self.locks:
-                raise InvalidOperation(rid("RADIX-VALIDATE"), f"lock {op.name!r} is already held")
-            n, node = self._match(self._aligned(op.tokens))
-            self._lock(node, +1)
-            self.locks[op.name] = node
-            return n
-        if isinstance(op, RadixUnlock):
-            held = self.locks.pop(op.name, None)
-            if held is None:
-                raise InvalidOperation(rid("RADIX-VALIDATE"), f"no lock {op.name!r} is held")
-            self._lock(held, -1)
-            return 0
-        if isinstance(op, RadixEvict):
-            return self._evict(op.tokens, events)
-        if isinstance(op, RadixReset):
-            self.root = self._new_root()
-            self.locks.clear()
-            self.free = self.config.capacity
-            events.append(make_cleared(self._event_id()))
-            return 0
-        assert isinstance(op, RadixRequest)
-        return self._request(op, events)
+    def _request_need(self, op: RadixRequest, cached: int) -> int:
+        """The free slots a request takes beyond its cached prefix: prompt and output but the last token."""
+        return len(op.prompt) + len(op.output) - 1 - cached
 
-    @applies("RADIX-PREFIX-HIT", "RADIX-CAPACITY")
-    def _request(self, op: RadixRequest, events: list[KvEvent]) -> int:
+    # ------------------------------------------------------------ guards
+    def insert_does_not_fit(self, op: RadixInsert) -> bool:
+        return len(self._aligned(op.tokens)) > self.free
+
+    def lock_held(self, op: RadixLock) -> bool:
+        return op.name in self.locks
+
+    def lock_not_held(self, op: RadixUnlock) -> bool:
+        return op.name not in self.locks
+
+    def request_does_not_fit(self, op: RadixRequest) -> bool:
+        """The request, holding its match, needs more slots than are free or evictable."""
+        cached, unlocked = self._probe(self._hit_key(op.prompt))
+        return self._request_need(op, cached) > self.free + self.evictable_size() - unlocked
+
+    # ------------------------------------------------------------ effects
+    def match(self, op: RadixMatch) -> int:
+        return self._match(self._aligned(op.tokens))[0]
+
+    def insert(self, op: RadixInsert) -> int:
+        key = self._aligned(op.tokens)
+        self.free -= len(key)
+        cached, _ = self._insert(key, self._events)
+        self.free += cached  # the slots of what was already cached go back
+        return cached
+
+    def lock(self, op: RadixLock) -> int:
+        n, node = self._match(self._aligned(op.tokens))
+        self._lock(node, +1)
+        self.locks[op.name] = node
+        return n
+
+    def unlock(self, op: RadixUnlock) -> int:
+        self._lock(self.locks.pop(op.name), -1)
+        return 0
+
+    def evict(self, op: RadixEvict) -> int:
+        return self._evict(op.tokens, self._events)
+
+    def reset(self, op: RadixReset) -> int:
+        self.root = self._new_root()
+        self.locks.clear()
+        self.free = self.config.capacity
+        self._events.append(make_cleared(self._event_id()))
+        return 0
+
+    def refuse_request(self, op: RadixRequest) -> OpError:
+        """The request matches and holds its match while it is measured, then gives up:
+        the split and the access times of the match stay (module docstring)."""
+        cached, node = self._match(self._hit_key(op.prompt))
+        self._lock(node, +1)
+        self._lock(node, -1)
+        message = (
+            f"the request needs {self._request_need(op, cached)} slots; "
+            f"{self.free} are free and {self.evictable_size()} evictable"
+        )
+        return OpError(rule="RADIX-CAPACITY", message=message)
+
+    def request(self, op: RadixRequest) -> int:
         """Match the prompt but its last token (RADIX-PREFIX-HIT), lock, take
         slots for the rest (evicting what is missing), insert prompt and output
         but the last output token, free the duplicates and the partial page, unlock."""
+        events = self._events
         cached, node = self._match(self._hit_key(op.prompt))
         self._lock(node, +1)
         seq = op.prompt + op.output[:-1]
         need = len(seq) - cached
-        if need > self.free + self.evictable_size():
-            self._lock(node, -1)
-            raise InvalidOperation(
-                rid("RADIX-CAPACITY"),
-                f"the request needs {need} slots; {self.free} are free and {self.evictable_size()} evictable",
-            )
         if need > self.free:
             self._evict(need - self.free, events)
         self.free -= need
@@ -318,6 +353,76 @@ class RadixModel:
         self.free += (prefix - cached) + (len(seq) - len(key))
         self._lock(node, -1)
         return cached
+
+    # ------------------------------------------------------------ the table
+    TRANSITIONS: ClassVar[Sequence[Transition[Any, Any]]] = (
+        Transition("RADIX-MATCH", RadixMatch, always, "match", also=("RADIX-SPLIT-SILENT",)),
+        Transition(
+            "RADIX-CAPACITY",
+            RadixInsert,
+            "insert_does_not_fit",
+            _reject(
+                "RADIX-CAPACITY",
+                lambda m, op: (
+                    f"insert of {len(m._aligned(op.tokens))} tokens needs as many free slots; {m.free} are free"
+                ),
+            ),
+        ),
+        Transition(
+            "RADIX-INSERT",
+            RadixInsert,
+            always,
+            "insert",
+            also=("RADIX-MATCH", "RADIX-SPLIT-SILENT", "RADIX-CAPACITY"),
+        ),
+        Transition(
+            "RADIX-VALIDATE",
+            RadixLock,
+            "lock_held",
+            _reject("RADIX-VALIDATE", lambda m, op: f"lock {op.name!r} is already held"),
+        ),
+        Transition("RADIX-LOCK", RadixLock, always, "lock", also=("RADIX-MATCH", "RADIX-SPLIT-SILENT")),
+        Transition(
+            "RADIX-VALIDATE",
+            RadixUnlock,
+            "lock_not_held",
+            _reject("RADIX-VALIDATE", lambda m, op: f"no lock {op.name!r} is held"),
+        ),
+        Transition("RADIX-LOCK", RadixUnlock, always, "unlock"),
+        Transition("RADIX-EVICT-LRU", RadixEvict, always, "evict", also=("RADIX-LOCKED-KEPT", "RADIX-REMOVE")),
+        Transition("RADIX-RESET", RadixReset, always, "reset"),
+        Transition(
+            "RADIX-CAPACITY",
+            RadixRequest,
+            "request_does_not_fit",
+            "refuse_request",
+            also=("RADIX-MATCH", "RADIX-SPLIT-SILENT"),
+        ),
+        Transition(
+            "RADIX-PREFIX-HIT",
+            RadixRequest,
+            always,
+            "request",
+            also=(
+                "RADIX-MATCH",
+                "RADIX-SPLIT-SILENT",
+                "RADIX-LOCK",
+                "RADIX-EVICT-LRU",
+                "RADIX-LOCKED-KEPT",
+                "RADIX-REMOVE",
+                "RADIX-INSERT",
+                "RADIX-CAPACITY",
+            ),
+        ),
+    )
+
+    def step(self, op: RadixOp) -> RadixOutcome:
+        """Apply one operation: its value and events, or its error (and no events), then the state."""
+        self._events = []
+        answer = self.fire(op)
+        if isinstance(answer, OpError):
+            return RadixOutcome(error=answer, state=self.snapshot())
+        return RadixOutcome(value=answer, events=self._events, state=self.snapshot())
 
     # ------------------------------------------------------------- snapshot
     def _view(self, node: RadixTreeNode) -> RadixNode:

@@ -16,15 +16,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kvspec.reference.radix import RadixModel, RadixTreeNode
-from kvspec.spec.errors import InvalidOperation
 from kvspec.spec.radix_wire import RadixConfig, RadixRequest
-from kvspec.spec.rules import RuleId
 from kvspec.spec.wire import KvEvent, Removed, Stored, make_removed, make_stored
 
 #: the value an output token never cached stands for (it is never seen)
 UNSEEN = 0
-
-R = RuleId
 
 
 @dataclass(frozen=True)
@@ -138,16 +134,25 @@ class FlowModel(RadixModel):
             node = child
         return out
 
-    def _request(self, op: RadixRequest, events: list[KvEvent]) -> int:
+    def _request_need(self, op: RadixRequest, cached: int) -> int:
+        """``last_token``: a request that decodes takes a slot for its last token too;
+        ``in_parts``: whole pages, the pages found cached aside."""
+        last = self.flow.last_token and len(op.output) > 1
+        n = len(op.prompt) + len(op.output) - (0 if last else 1)
+        if not self.flow.in_parts:
+            return n - cached
+        return (-(-n // self.page) - cached // self.page) * self.page
+
+    def request(self, op: RadixRequest) -> int:
         if not (self.flow.in_parts or self.flow.last_token):
-            return super()._request(op, events)
+            return super().request(op)
         last = self.flow.last_token and len(op.output) > 1  # a request that decodes
         seq = op.prompt + (op.output if last else op.output[:-1])
         if not self.flow.in_parts:
             if not last:
-                return super()._request(op, events)
-            return super()._request(op.model_copy(update={"output": [*op.output, UNSEEN]}), events)
-        return self._scheduled(op.prompt, seq, events, len(op.prompt))
+                return super().request(op)
+            return super().request(op.model_copy(update={"output": [*op.output, UNSEEN]}))
+        return self._scheduled(op.prompt, seq, self._events, len(op.prompt))
 
     def _scheduled(self, prompt: list[int], seq: list[int], events: list[KvEvent], prefill: int) -> int:
         """``in_parts``: the request as a scheduler runs it, token by token: the
@@ -156,20 +161,14 @@ class FlowModel(RadixModel):
         allocates one (evicting), and each page it completes is cached (one
         insert, one Stored); the request's path stays locked (the lock moves
         to each new last node); at the end the partial page and the pages
-        found cached already go back."""
+        found cached already go back. (That it fits, ``_request_need``, the
+        table's guard checked.)"""
         page = self.page
         cached, node = self._match(self._hit_key(prompt))
         self._lock(node, +1)
         held = node
         key = self._aligned(seq)
         prompt_pages = -(-prefill // page) - cached // page
-        need = (-(-len(seq) // page) - cached // page) * page
-        if need > self.free + self.evictable_size():
-            self._lock(node, -1)
-            raise InvalidOperation(
-                R.RADIX_CAPACITY,
-                f"the request needs {need} slots; {self.free} are free and {self.evictable_size()} evictable",
-            )
         pending = 0
 
         def allocate(pages: int) -> None:

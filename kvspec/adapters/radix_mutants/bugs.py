@@ -83,14 +83,12 @@ class RemovedFirstPageOnly(RadixModel):
 class ResetKeepsTree(RadixModel):
     """reset publishes Cleared and forgets the locks but keeps the tree."""
 
-    def _apply(self, op: RadixOp, events: list[KvEvent]) -> int:
-        if isinstance(op, RadixReset):
-            self.locks.clear()
-            for n in self.nodes():
-                n.lock_ref = 0
-            events.append(make_cleared(self._event_id()))
-            return 0
-        return super()._apply(op, events)
+    def reset(self, op: RadixReset) -> int:
+        self.locks.clear()
+        for n in self.nodes():
+            n.lock_ref = 0
+        self._events.append(make_cleared(self._event_id()))
+        return 0
 
 
 class HitIncludesLastToken(RadixModel):
