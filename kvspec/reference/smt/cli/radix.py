@@ -25,7 +25,17 @@ from kvspec.reference.smt.radix.agreement import Disagreement, catches, check_ag
 from kvspec.reference.smt.radix.encoding import INVARIANTS, RadixBound
 from kvspec.reference.smt.radix.operations import OpBound
 from kvspec.reference.smt.radix.ops import DEFAULT_OP_BOUND, OP_MUTANTS, op_rows, prove_ops, refute_op, sanity_ops
-from kvspec.reference.smt.radix.steps import DEFAULT_BOUND, LEMMA_ID, MUTANTS, RadixProof, prove_radix, refute, sanity
+from kvspec.reference.smt.radix.steps import (
+    ALSO_BREAKS,
+    DEFAULT_BOUND,
+    LEMMA_ID,
+    MUTANTS,
+    RadixProof,
+    breaks,
+    prove_radix,
+    refute,
+    sanity,
+)
 
 #: the bound of an operation mutant's run (a module attribute, read at call time, so a test can shrink it)
 OP_BOUND: OpBound = DEFAULT_OP_BOUND
@@ -128,8 +138,12 @@ def run_radix(
             problems.append(f"the radix mutant {name} was not refuted")
         else:
             broken.append(f"{m.step} ({m.breaks})")
-    problems += cover_row([*INVARIANTS], broken)
-    problems += op_rows(_row)
+    for row, name in ALSO_BREAKS.items():  # a row no mutant names: the mutant declared to break it too
+        if name not in MUTANTS or not breaks(name, row, bound):
+            continue
+        broken.append(f"{MUTANTS[name].step} ({row})")
+    problems += cover_row([*INVARIANTS, LEMMA_ID], broken, "MUTANTS-COVER", _row)
+    problems += op_rows(_row, cover=lambda rows, broken: cover_row(rows, broken, "op MUTANTS-COVER", _row))
     from kvspec.reference.smt.cli.profiles import order_rows
 
     problems += order_rows(("radix",))

@@ -365,6 +365,43 @@ def prove_operations(
     return results
 
 
+def outcomes(name: str, shape: str, out: OpOutcome, inputs: OpInputs) -> dict[str, z3.BoolRef]:
+    """The outcomes of one operation variant that matter (each must happen in
+    some state: ``check_operations_enabled``, and from the initial state:
+    ``offload/op_reach.py``): a Use that stores and evicts, one whose Stored
+    names a reused block, one that places its whole batch; a Tick that
+    completes an offload and registers a swap-in; a whole swap-in scheduled; a
+    valid Deref."""
+
+    def any_of(tier: str, kind: str) -> z3.BoolRef:
+        ws = [w for w, f in out.frags if f.tier == tier and f.kind == kind]
+        return z3.Or(ws) if ws else z3.BoolVal(False)
+
+    stored, removed = any_of("device", "stored"), any_of("device", "removed")
+    fulls = shape.count("F")
+    wants: dict[str, z3.BoolRef] = {}
+    if name == "use" and out.value is not None:
+        if fulls:
+            wants["every block placed"] = out.value == len(shape)
+            wants["a device Stored"] = stored
+        if "F" in shape[:-1]:
+            wants["a device Stored and an eviction"] = z3.And(stored, removed)
+        if fulls >= 2:
+            wants["a Stored whose parent is a block it reused"] = z3.And(
+                stored, out.stored_parent != inputs.consts["op_parent"]
+            )
+    if name == "tick":
+        wants["a Stored"] = z3.Or(stored, any_of("host_pinned", "stored"))
+    if (name, shape) == ("tick", "swap_in job"):
+        regs = [z3.If(w, 1, 0) for w, f in out.frags if f.tier == "device" and f.kind == "stored"]
+        wants["a job registers two blocks"] = z3.Sum(regs) >= 2
+    if name == "swap_in" and out.value is not None:
+        wants["the whole swap-in scheduled"] = out.value == len(shape)
+    if name in ("deref", "promote"):
+        wants["the operation is valid"] = out.valid
+    return wants
+
+
 def check_operations_enabled(bound: Bound = DEFAULT_OP_BOUND, n: int = DEFAULT_BATCH) -> list[str]:
     """Sanity: the operation-level hypothesis is satisfiable for every
     variant, and the outcomes that matter happen in some covered state (a Use
@@ -377,34 +414,7 @@ def check_operations_enabled(bound: Bound = DEFAULT_OP_BOUND, n: int = DEFAULT_B
         b = build_op(name, bound, shape)
         s = z3.Solver()
         s.add(*b.base)
-        out = b.outcome
-
-        def any_of(tier: str, kind: str, out: OpOutcome = out) -> z3.BoolRef:
-            ws = [w for w, f in out.frags if f.tier == tier and f.kind == kind]
-            return z3.Or(ws) if ws else z3.BoolVal(False)
-
-        stored, removed = any_of("device", "stored"), any_of("device", "removed")
-        fulls = shape.count("F")
-        wants: dict[str, z3.BoolRef] = {"enabled": z3.BoolVal(True)}
-        if name == "use" and out.value is not None:
-            if fulls:
-                wants["every block placed"] = out.value == len(shape)
-                wants["a device Stored"] = stored
-            if "F" in shape[:-1]:
-                wants["a device Stored and an eviction"] = z3.And(stored, removed)
-            if fulls >= 2:
-                wants["a Stored whose parent is a block it reused"] = z3.And(
-                    stored, out.stored_parent != b.inputs.consts["op_parent"]
-                )
-        if name == "tick":
-            wants["a Stored"] = z3.Or(stored, any_of("host_pinned", "stored"))
-        if (name, shape) == ("tick", "swap_in job"):
-            regs = [z3.If(w, 1, 0) for w, f in out.frags if f.tier == "device" and f.kind == "stored"]
-            wants["a job registers two blocks"] = z3.Sum(regs) >= 2
-        if name == "swap_in" and out.value is not None:
-            wants["the whole swap-in scheduled"] = out.value == len(shape)
-        if name in ("deref", "promote"):
-            wants["the operation is valid"] = out.valid
+        wants = {"enabled": z3.BoolVal(True), **outcomes(name, shape, b.outcome, b.inputs)}
         for what, cond in wants.items():
             s.push()
             s.add(cond)

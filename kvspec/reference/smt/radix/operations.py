@@ -175,7 +175,7 @@ def walk(S: RState, b: OpBound, tw: frozenset[str], tag: str) -> Walk:
     for i in range(1, K + 1):
         here = z3.And(in_slots(S, path[i]), live_at(S, path[i]), parent_of(S, path[i]) == path[i - 1])
         req.append(z3.Implies(got >= i, z3.And(here, sel_i(S.tok, path[i], 0) == tok[i - 1])))
-    for i in range(K):  # the walk went as far as it could
+    for i in range(K if "op-walk-stops-early" not in tw else 0):  # the walk went as far as it could
         stuck = z3.And([z3.Implies(ch, S.tok[c] != tok[i]) for c, ch in enumerate(children(S, path[i]))])
         req.append(z3.Implies(z3.And(got == i, length > i), stuck))
     end = path[K]
@@ -186,7 +186,7 @@ def walk(S: RState, b: OpBound, tw: frozenset[str], tag: str) -> Walk:
     req.append(z3.Implies(split, z3.And(in_slots(S, cut), live_at(S, cut), parent_of(S, cut) == end)))
     req.append(z3.Implies(split, z3.Not(sel_b(S.head, cut, True))))
     cut_post, cut_guard = run_step("split", S, tw, p=cut)
-    after = ite(split, cut_post, S)
+    after = S if "op-insert-no-split" in tw and tag == "i" else ite(split, cut_post, S)
     return Walk(tok, length, got, path, end, split, cut, req, after, [Sub("split", split, cut_guard)])
 
 
@@ -339,7 +339,7 @@ def op_evict(S: RState, b: OpBound, tw: frozenset[str]) -> OpTransition:
         for r in range(1, M):
             cont = z3.And(in_slots(cur, pages[r]), live_at(cur, pages[r]), parent_of(cur, pages[r]) == pages[r - 1])
             node.append(z3.Implies(z3.And(go, m > r), z3.And(cont, z3.Not(sel_b(cur.head, pages[r], True)))))
-        for r in range(M):  # its last page is a leaf: the node has no child
+        for r in range(M if "op-evict-inner" not in tw else 0):  # its last page is a leaf: the node has no child
             node.append(z3.Implies(z3.And(go, m == r + 1), z3.Not(z3.Or(children(cur, pages[r])))))
         if not (i > 0 and "op-batch-evicts-locked" in tw):
             node.append(z3.Implies(go, sel_i(cur.lock, pages[0], 1) == 0))

@@ -83,6 +83,27 @@ OP_MUTANTS: dict[str, OpMutant] = {
             "the Removed names each evicted node's first page only",
         ),
         OpMutant(
+            "op-walk-stops-early",
+            R.RADIX_MATCH,
+            "insert",
+            R.INV_RADIX_NO_DUP,
+            "the walk may stop before a child that holds the next page: insert stores that page again",
+        ),
+        OpMutant(
+            "op-insert-no-split",
+            R.RADIX_MATCH,
+            "insert",
+            R.INV_RADIX_RUN,
+            "insert hangs its leaf under a page inside a node's run without splitting the node",
+        ),
+        OpMutant(
+            "op-evict-inner",
+            R.RADIX_EVICT_LRU,
+            "evict",
+            R.INV_RADIX_ANCHOR,
+            "a batched eviction takes a node whose last page still has children",
+        ),
+        OpMutant(
             "split-forgets-lock",
             R.RADIX_MATCH,
             "lock",
@@ -91,6 +112,34 @@ OP_MUTANTS: dict[str, OpMutant] = {
         ),
     ]
 }
+
+
+#: rows no operation mutant names as the one it breaks -> (a mutant, step or operation, and the
+#: operation it breaks the row at) (``op_breaks`` checks it)
+OP_ALSO_BREAKS: dict[str, tuple[str, str]] = {
+    R.INV_RADIX_TREE: ("split-forgets-parent", "lock"),
+    R.INV_RADIX_CAPACITY: ("insert-takes-no-slot", "insert"),
+    STEPS_ROW: ("op-batch-evicts-locked", "evict"),
+}
+
+
+def op_breaks(mutant: str, op: str, row: str, bound: OpBound = DEFAULT_OP_BOUND) -> bool:
+    """The operation ``op`` with ``mutant`` in force (a step mutant acts through
+    the steps the operation runs) breaks ``row`` from a state of the invariants."""
+    t = build(op, bound, frozenset({mutant}))
+    s = z3.Solver()
+    s.add(*_hyp(t.pre), *t.requires, z3.Not(obligations(t)[row]))
+    return s.check() == z3.sat
+
+
+def cover_rows() -> list[str]:
+    """The rows of an operation MUTANTS-COVER counts: each invariant, the steps row, the events row."""
+    return [*map(str, INVARIANTS), STEPS_ROW, EVENTS_ROW]
+
+
+def also_broken(bound: OpBound = DEFAULT_OP_BOUND) -> list[str]:
+    """ "op (row)" for each row of ``OP_ALSO_BREAKS`` its mutant does break."""
+    return [f"{op} ({r})" for r, (mutant, op) in OP_ALSO_BREAKS.items() if op_breaks(mutant, op, r, bound)]
 
 
 @dataclass
@@ -186,10 +235,15 @@ def refute_op(name: str, bound: OpBound = DEFAULT_OP_BOUND) -> str | None:
     return "\n".join([head, render(t.pre, model, "before"), render(t.post, model, "after")])
 
 
-def op_rows(row: Callable[[list[str]], str], bound: OpBound = DEFAULT_OP_BOUND) -> list[str]:
+def op_rows(
+    row: Callable[[list[str]], str],
+    bound: OpBound = DEFAULT_OP_BOUND,
+    cover: Callable[[list[str], list[str]], list[str]] | None = None,
+) -> list[str]:
     """``kvspec prove --profile radix``'s operation rows: one per operation
     (its invariant, steps and events rows), the sanity check, one per
-    operation mutant; prints them through ``row`` and returns the problems."""
+    operation mutant, then ``cover(rows, "op (row)" broken)`` (MUTANTS-COVER);
+    prints them through ``row`` and returns the problems."""
     problems: list[str] = []
     print(f"operations (whole match, insert, lock, unlock, batched evict, reset), every state of {bound}:")
     for name in OPERATIONS:
@@ -221,6 +275,7 @@ def op_rows(row: Callable[[list[str]], str], bound: OpBound = DEFAULT_OP_BOUND) 
         )
     )
     problems += found
+    broken: list[str] = []
     for name, m in OP_MUTANTS.items():
         t0 = time.process_time()
         cx = refute_op(name, bound)
@@ -236,4 +291,8 @@ def op_rows(row: Callable[[list[str]], str], bound: OpBound = DEFAULT_OP_BOUND) 
         )
         if cx is None:
             problems.append(f"the radix operation mutant {name} was not refuted")
+        else:
+            broken.append(f"{m.op} ({m.breaks})")
+    if cover is not None:
+        problems += cover(cover_rows(), broken + also_broken(bound))
     return problems

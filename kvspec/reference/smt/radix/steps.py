@@ -123,6 +123,22 @@ MUTANTS: dict[str, RadixMutant] = {
 }
 
 
+#: rows no mutant names as the one it breaks -> a mutant that breaks it as well (``breaks`` checks it):
+#: counting the end page only leaves the lock path's parent page behind
+ALSO_BREAKS: dict[str, str] = {LEMMA_ID: "lock-node-only"}
+
+
+def breaks(name: str, row: str, bound: RadixBound = DEFAULT_BOUND) -> bool:
+    """The mutant's step, from a state of the invariants, leads to a state
+    where ``row`` (an invariant or the lemma) is false."""
+    m = MUTANTS[name]
+    step = STEPS[m.step](RState.fresh(bound, "pre_"), frozenset({name}))
+    prop = lemma_lock_path if row == LEMMA_ID else INVARIANTS[row]
+    s = z3.Solver()
+    s.add(*_hyp(step.pre), *step.requires, z3.Not(prop(step.post)))
+    return s.check() == z3.sat
+
+
 @dataclass
 class RadixProof:
     """One invariant: proven at every step (and initially), or where it failed."""
