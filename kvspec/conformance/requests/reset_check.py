@@ -21,13 +21,12 @@ lists the calls so far with both sides' answers.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from kvspec.conformance.requests.interface import RequestImplementation
+from kvspec.conformance.requests.scripted import ScriptedRequestCheck
+from kvspec.conformance.requests.scripted import brief as _brief
 from kvspec.conformance.transport.engine import step_budget
-from kvspec.conformance.verdicts.failures import ConformanceFailure
-from kvspec.reference.requests import PoolSetup, RequestEngine, RequestSpec, make_engine
+from kvspec.reference.requests import RequestSpec
 from kvspec.spec.errors import AdapterError
 from kvspec.spec.hashing import block_hashes
 from kvspec.spec.rules import RuleId
@@ -36,23 +35,10 @@ from kvspec.spec.wire import KvEvent, Stored
 R = RuleId
 
 
-def _brief(events: list[KvEvent]) -> str:
-    return "; ".join(e.brief() for e in events) or "-"
-
-
 @dataclass
-class ResetCheck:
-    """One session's reset script against the reference engine (module doc)."""
-
-    impl: RequestImplementation
-    setup: PoolSetup
-    #: told each time a reset was compared (the plugin's rule counter)
-    record: Callable[[str], None] = lambda rule: None
-    model: RequestEngine = field(init=False)
-    log: list[str] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        self.model = make_engine(self.setup)
+class ResetCheck(ScriptedRequestCheck):
+    """One session's reset script against the reference engine (module doc); ``record`` is told
+    each time a reset was compared."""
 
     # ------------------------------------------------------------ the script
     def run(self) -> None:
@@ -146,14 +132,11 @@ class ResetCheck:
             )
 
     # --------------------------------------------------------------- failure
+    def pool(self) -> str:
+        return f"{super().pool()}, dp_rank {self.setup.manager.dp_rank}"
+
     def fail(self, what: str, expected: object, actual: object) -> None:
-        calls = "\n".join(f"  {i}: {line}" for i, line in enumerate(self.log))
-        report = (
-            f"{what}\n  expected: {expected}\n  actual:   {actual}\n"
-            f"pool: {self.setup.manager.capacity} blocks of {self.setup.manager.block_size} tokens, "
-            f"dp_rank {self.setup.manager.dp_rank}\ncalls so far (the implementation's answers):\n{calls}"
-        )
-        raise ConformanceFailure(R.CLEAR_ALL, report)
+        self.fail_under(R.CLEAR_ALL, what, expected, actual)
 
 
 __all__ = ["ResetCheck"]

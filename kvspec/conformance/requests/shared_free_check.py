@@ -31,14 +31,14 @@ engine that refuses ``c`` kept an owner that no request has).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from kvspec.conformance.requests.interface import STALLED, RequestImplementation
+from kvspec.conformance.requests.interface import STALLED
+from kvspec.conformance.requests.scripted import ScriptedRequestCheck
+from kvspec.conformance.requests.scripted import brief as _brief
 from kvspec.conformance.transport.engine import step_budget
-from kvspec.conformance.verdicts.failures import ConformanceFailure
-from kvspec.reference.requests import PoolSetup, RequestEngine, RequestSpec, make_engine
+from kvspec.reference.requests import RequestSpec
 from kvspec.spec.errors import AdapterError
 from kvspec.spec.hashing import block_hashes
 from kvspec.spec.rules import RuleId
@@ -47,27 +47,14 @@ from kvspec.spec.wire import KvEvent, Removed
 R = RuleId
 
 
-def _brief(events: list[KvEvent]) -> str:
-    return "; ".join(e.brief() for e in events) or "-"
-
-
 def _removed(events: list[KvEvent]) -> list[int]:
     return [h for e in events if e.storage_tier == "device" and isinstance(e.data, Removed) for h in e.hashes()]
 
 
 @dataclass
-class SharedFreeCheck:
-    """One session's shared-free script against the reference engine (module doc)."""
-
-    impl: RequestImplementation
-    setup: PoolSetup
-    #: told each time the script compared a free of shared blocks (the plugin's rule counter)
-    record: Callable[[str], None] = lambda rule: None
-    model: RequestEngine = field(init=False)
-    log: list[str] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        self.model = make_engine(self.setup)
+class SharedFreeCheck(ScriptedRequestCheck):
+    """One session's shared-free script against the reference engine (module doc); ``record`` is
+    told each time the script compared a free of shared blocks."""
 
     def run(self) -> None:
         bs, cap = self.setup.manager.block_size, self.setup.manager.capacity
@@ -162,13 +149,7 @@ class SharedFreeCheck:
         return impl_done, model_done, (events, want)
 
     def fail(self, rule: RuleId, what: str, expected: object, actual: object) -> None:
-        calls = "\n".join(f"  {i}: {line}" for i, line in enumerate(self.log))
-        report = (
-            f"{what}\n  expected: {expected}\n  actual:   {actual}\n"
-            f"pool: {self.setup.manager.capacity} blocks of {self.setup.manager.block_size} tokens\n"
-            f"calls so far (the implementation's answers):\n{calls}"
-        )
-        raise ConformanceFailure(rule, report)
+        self.fail_under(rule, what, expected, actual)
 
 
 __all__ = ["SharedFreeCheck"]
