@@ -27,17 +27,18 @@ NEEDS = {
 }
 
 
-def load_records(folder: Path) -> dict[str, dict[str, Any]]:
-    """Name -> record; SystemExit naming the file when one is not a well-formed record."""
+def load_records(folder: Path, needs: dict[str, tuple[str, ...]] = NEEDS) -> dict[str, dict[str, Any]]:
+    """Name -> record; SystemExit naming the file when one is not a well-formed record (a status of
+    ``needs`` and that status's keys, named after its file)."""
     out: dict[str, dict[str, Any]] = {}
     for path in sorted(folder.glob("*.json")):
         try:
             rec = json.loads(path.read_text())
         except json.JSONDecodeError as e:
             raise SystemExit(f"{path}: not JSON ({e})") from None
-        if not isinstance(rec, dict) or rec.get("status") not in STATUSES:
-            raise SystemExit(f"{path}: status must be one of {STATUSES}")
-        missing = [k for k in NEEDS[rec["status"]] if k not in rec]
+        if not isinstance(rec, dict) or rec.get("status") not in needs:
+            raise SystemExit(f"{path}: status must be one of {tuple(needs)}")
+        missing = [k for k in needs[rec["status"]] if k not in rec]
         if missing:
             raise SystemExit(f"{path}: a {rec['status']} record needs {', '.join(missing)}")
         if rec["name"] != path.stem:

@@ -9,30 +9,18 @@ load and command stated then. The block between ``<!-- gen:mutants-runs -->`` an
 
 from __future__ import annotations
 
-import json
+import sys
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_page
 
 BEGIN, END = "<!-- gen:mutants-runs -->", "<!-- /gen:mutants-runs -->"
 NEEDS = {
     "measured": ("name", "status", "command", "started", "machine", "wall_s", "cpu_s", "commit", "rows", "summary"),
     "carried over": ("name", "status", "command", "measured", "load", "rows", "summary", "carried_from"),
 }
-
-
-def load_records(folder: Path) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
-    for path in sorted(folder.glob("*.json")):
-        rec = json.loads(path.read_text())
-        if not isinstance(rec, dict) or rec.get("status") not in NEEDS:
-            raise SystemExit(f"{path}: status must be one of {tuple(NEEDS)}")
-        missing = [k for k in NEEDS[rec["status"]] if k not in rec]
-        if missing:
-            raise SystemExit(f"{path}: a {rec['status']} record needs {', '.join(missing)}")
-        if rec["name"] != path.stem:
-            raise SystemExit(f"{path}: its name is {rec['name']!r}, not {path.stem!r}")
-        out[path.stem] = rec
-    return out
 
 
 def _code(text: str) -> str:
@@ -65,7 +53,7 @@ def _when(rec: dict[str, Any]) -> str:
 
 def block(folder: Path) -> str:
     """The generated block: per campaign, when and how it ran, its summary and its table."""
-    records = load_records(folder)
+    records = bench_page.load_records(folder, NEEDS)
     out = [
         "The table of each recorded campaign, generated from its record "
         "(`docs/results/data/mutants/NAME.json`): `python scripts/mutants_record.py [--impl=adapters/NAME]` "

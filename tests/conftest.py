@@ -25,6 +25,7 @@ cannot import a sibling, but every test sees this file's fixtures.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import io
 import json
 import os
@@ -35,6 +36,7 @@ import sys
 import textwrap
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -168,8 +170,22 @@ def child_pytest(tmp_path: Path) -> Callable[..., tuple[int, str]]:
     return run
 
 
+@pytest.fixture
+def script() -> Callable[[str], ModuleType]:
+    """``script(NAME)``: ``scripts/NAME.py`` loaded as a module (the scripts are no package)."""
+
+    def load(name: str) -> ModuleType:
+        spec = importlib.util.spec_from_file_location(f"kvspec_script_{name}", ROOT / "scripts" / f"{name}.py")
+        assert spec is not None and spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+
+    return load
+
+
 #: the conformance suite's test files (``conformance/test_NAME.py``)
-SUITE = Path(__file__).resolve().parents[1] / "kvspec" / "conformance"
+SUITE = ROOT / "kvspec" / "conformance"
 
 
 @pytest.fixture

@@ -10,26 +10,20 @@ the JSON files rather than from the renderer.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 
+#: ``script(NAME)``: scripts/NAME.py as a module (the ``script`` fixture of conftest.py)
+LoadScript = Callable[[str], ModuleType]
 ROOT = Path(__file__).resolve().parents[1]
 RECORDS = ROOT / "docs" / "results" / "data" / "benchmarks"
 PAGE = ROOT / "docs" / "results" / "benchmarks.md"
-
-
-def _load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"kvspec_script_{name}", ROOT / "scripts" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.fixture
@@ -46,8 +40,8 @@ def fake_root(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def test_a_record_keeps_the_output_the_load_and_the_command(fake_root: Path) -> None:
-    rec = _load("bench_record").run("fake", ["7.25"], root=fake_root)
+def test_a_record_keeps_the_output_the_load_and_the_command(fake_root: Path, script: LoadScript) -> None:
+    rec = script("bench_record").run("fake", ["7.25"], root=fake_root)
     assert rec["status"] == "measured"
     assert rec["command"] == "python benchmarks/fake.py 7.25"
     assert (rec["last_line"], rec["value"], rec["unit"]) == ("fake: 7.25 widgets/s", "7.25", "widgets/s")
@@ -69,10 +63,10 @@ def test_a_record_keeps_the_output_the_load_and_the_command(fake_root: Path) -> 
         ("pass\n", "printed nothing"),
     ],
 )
-def test_a_run_that_did_not_finish_gives_no_record(fake_root: Path, body: str, why: str) -> None:
+def test_a_run_that_did_not_finish_gives_no_record(fake_root: Path, body: str, why: str, script: LoadScript) -> None:
     (fake_root / "benchmarks" / "fake.py").write_text(body)
     with pytest.raises(SystemExit, match=why):
-        _load("bench_record").run("fake", [], root=fake_root)
+        script("bench_record").run("fake", [], root=fake_root)
 
 
 def _alive(pid: int) -> bool:
@@ -84,7 +78,7 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.timeout(120)  # a run that waits for the sleepers instead of killing them hangs here for 10 minutes
-def test_a_run_over_its_time_is_killed_and_gives_no_record(fake_root: Path) -> None:
+def test_a_run_over_its_time_is_killed_and_gives_no_record(fake_root: Path, script: LoadScript) -> None:
     """The benchmark and what it started are killed at the limit, not waited for."""
     pid_file = fake_root / "grandchild.pid"
     (fake_root / "benchmarks" / "fake.py").write_text(
@@ -95,13 +89,13 @@ def test_a_run_over_its_time_is_killed_and_gives_no_record(fake_root: Path) -> N
         "time.sleep(600)\n"
     )
     with pytest.raises(SystemExit, match=r"ran over 1\.0 s; nothing recorded"):
-        _load("bench_record").run("fake", [], root=fake_root, timeout=1.0)
+        script("bench_record").run("fake", [], root=fake_root, timeout=1.0)
     assert not _alive(int(pid_file.read_text()))
 
 
-def test_an_unknown_benchmark_is_named(fake_root: Path) -> None:
+def test_an_unknown_benchmark_is_named(fake_root: Path, script: LoadScript) -> None:
     with pytest.raises(SystemExit, match=r"no benchmark 'nope'.*known: fake"):
-        _load("bench_record").run("nope", [], root=fake_root)
+        script("bench_record").run("nope", [], root=fake_root)
 
 
 def _carried(name: str) -> dict[str, Any]:
@@ -117,14 +111,14 @@ def _carried(name: str) -> dict[str, Any]:
     }
 
 
-def test_the_page_says_which_figures_were_measured_and_which_carried_over(fake_root: Path) -> None:
+def test_the_page_says_which_figures_were_measured_and_which_carried_over(fake_root: Path, script: LoadScript) -> None:
     for name in ("old", "never"):
         (fake_root / "benchmarks" / f"{name}.py").write_text(f'"""The {name} benchmark."""\n')
     records = fake_root / "records"
-    rec = _load("bench_record")
+    rec = script("bench_record")
     rec.write(rec.run("fake", [], root=fake_root), records)
     (records / "old.json").write_text(json.dumps(_carried("old")))
-    page = _load("bench_page").render(records, fake_root / "benchmarks", "HEADER")
+    page = script("bench_page").render(records, fake_root / "benchmarks", "HEADER")
     rows = {line.split("`")[1]: line for line in page.splitlines() if line.startswith("| [`")}
     assert "3.5 widgets/s" in rows["fake"] and rows["fake"].endswith("| measured |")
     assert "99 old widgets/s" in rows["old"] and rows["old"].endswith("| **carried over** |")
@@ -144,11 +138,11 @@ def test_the_page_says_which_figures_were_measured_and_which_carried_over(fake_r
         ({"name": "other"}, "its name is 'other', not 'old'"),
     ],
 )
-def test_a_malformed_record_is_named(tmp_path: Path, change: dict[str, Any], why: str) -> None:
+def test_a_malformed_record_is_named(tmp_path: Path, change: dict[str, Any], why: str, script: LoadScript) -> None:
     bad = {k: v for k, v in {**_carried("old"), **change}.items() if v is not None}
     (tmp_path / "old.json").write_text(json.dumps(bad))
     with pytest.raises(SystemExit, match=why):
-        _load("bench_page").load_records(tmp_path)
+        script("bench_page").load_records(tmp_path)
 
 
 def test_the_committed_page_shows_each_records_own_figure() -> None:

@@ -9,8 +9,8 @@ record; and the committed page shows each committed record's rows, read from the
 
 from __future__ import annotations
 
-import importlib.util
 import json
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -18,17 +18,11 @@ import pytest
 
 from kvspec.conformance.commands.mutants import SuiteRun, format_table, summary
 
+#: ``script(NAME)``: scripts/NAME.py as a module (the ``script`` fixture of conftest.py)
+LoadScript = Callable[[str], ModuleType]
 ROOT = Path(__file__).resolve().parents[1]
 RECORDS = ROOT / "docs" / "results" / "data" / "mutants"
 PAGE = ROOT / "docs" / "results" / "mutants.md"
-
-
-def _load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"kvspec_script_{name}", ROOT / "scripts" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 RUNS = [
@@ -48,9 +42,9 @@ RUNS = [
 EXPECTED = {"stored_on_inactive_hit": "STORE-NEW-ONLY", "validate_after_mutation": "USE-VALIDATE", "sneaky": "EVENT-ID"}
 
 
-def test_the_printed_table_is_read_back_cell_for_cell() -> None:
+def test_the_printed_table_is_read_back_cell_for_cell(script: LoadScript) -> None:
     lines = ["[1/3] ...", format_table(RUNS, EXPECTED), "", *summary(RUNS), "logs (pytest output, ...): /tmp/x"]
-    rows, lines_of_summary = _load("mutants_record").parse_output("\n".join(lines).split("\n"))
+    rows, lines_of_summary = script("mutants_record").parse_output("\n".join(lines).split("\n"))
     assert rows == [
         {
             "mutant": "stored_on_inactive_hit",
@@ -91,21 +85,21 @@ def test_the_printed_table_is_read_back_cell_for_cell() -> None:
         ([format_table(RUNS, EXPECTED)], "no summary line"),
     ],
 )
-def test_output_without_a_table_gives_no_record(lines: list[str], why: str) -> None:
+def test_output_without_a_table_gives_no_record(lines: list[str], why: str, script: LoadScript) -> None:
     with pytest.raises(ValueError, match=why):
-        _load("mutants_record").parse_output("\n".join(lines).split("\n"))
+        script("mutants_record").parse_output("\n".join(lines).split("\n"))
 
 
-def test_the_campaign_is_named_after_its_adapter_folder() -> None:
-    name = _load("mutants_record").campaign_name
+def test_the_campaign_is_named_after_its_adapter_folder(script: LoadScript) -> None:
+    name = script("mutants_record").campaign_name
     assert name([]) == "mutants"
     assert name(["--impl=adapters/radix_mutants", "-j", "1"]) == "radix_mutants"
     assert name(["--jobs", "1", "--impl", "adapters/paged_rust/"]) == "paged_rust"
 
 
-def test_a_declared_rule_other_than_the_killing_one_is_shown() -> None:
+def test_a_declared_rule_other_than_the_killing_one_is_shown(script: LoadScript) -> None:
     row = {"mutant": "m", "result": "killed", "time_s": "1.0", "cpu_s": "0.50", "rule": "A-B"}
-    show = _load("mutants_page")._row
+    show = script("mutants_page")._row
     assert show({**row, "expected rule": "C-D", "killed by test": "t"}) == (
         "| `m` | killed | 1.0 s | 0.50 s | `A-B` (declared `C-D`) | t |"
     )
