@@ -22,8 +22,13 @@ method it breaks and keeps the table.
 ``TransitionModel`` is the base of a model written this way; it satisfies
 ``spec.model.TaggedModel`` (the one model protocol, plus the rules behind
 the last step), which ``conformance.generic`` needs to name the rule a
-difference breaks. ``reference.session`` (the ``session`` profile) and the
-toy profile of ``tests/test_toy_profile.py`` are written this way.
+difference breaks. The models of the ``session``, ``paged`` and ``radix``
+profiles (``reference.session``, ``reference.paged``, ``reference.radix``
+and its scheduler-flow variant) and the toy profile of
+``tests/test_toy_profile.py`` are written this way. The block-level models
+(kvbm, legacy, vllm) still name their rules inline (``reference.labels``:
+``trace.did``), per block within an operation, with event labels the block
+checkers read.
 """
 
 from __future__ import annotations
