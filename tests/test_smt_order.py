@@ -64,6 +64,8 @@ def test_the_equivalence_rows_are_catalogue_rules() -> None:
         "legacy": "EQUIV-LEGACY",
         "atomic": "EQUIV-ATOMIC",
         "radix": "EQUIV-RADIX",
+        "paged": "EQUIV-PAGED",
+        "session": "EQUIV-SESSION",
     }
     assert set(EQUIV_ROWS) == set(BOUNDS)
     progress = {"PROGRESS-NO-DEADLOCK", "PROGRESS-USE-FITS", "PROGRESS-QUARANTINE"}

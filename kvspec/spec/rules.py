@@ -115,6 +115,8 @@ class RuleId(StrEnum):
     EQUIV_ATOMIC = "EQUIV-ATOMIC"
     EQUIV_KVBM_OFFLOAD = "EQUIV-KVBM-OFFLOAD"
     EQUIV_RADIX = "EQUIV-RADIX"
+    EQUIV_PAGED = "EQUIV-PAGED"
+    EQUIV_SESSION = "EQUIV-SESSION"
     BIND_VLLM_STEPS = "BIND-VLLM-STEPS"
     PROGRESS_NO_DEADLOCK = "PROGRESS-NO-DEADLOCK"
     PROGRESS_USE_FITS = "PROGRESS-USE-FITS"
@@ -314,6 +316,10 @@ RULES: dict[RuleId, Rule] = {
         Rule(RuleId.EQUIV_ATOMIC, _I, "atomic: the model and the step encoding have the same successors at the bound"),
         Rule(RuleId.EQUIV_KVBM_OFFLOAD, _I, "kvbm with offload: the model and the encoding have the same successors"),
         Rule(RuleId.EQUIV_RADIX, _I, "radix: the model's recency order and the order encoding agree at the bound"),
+        Rule(RuleId.EQUIV_PAGED, _I, "paged: the model and the INV-PAGED-REFS encoding have the same successors"),
+        Rule(
+            RuleId.EQUIV_SESSION, _I, "session: the model and the INV-SESSION-FENCE encoding have the same successors"
+        ),
         Rule(
             RuleId.BIND_VLLM_STEPS,
             _I,
@@ -506,6 +512,8 @@ RuleName = Literal[
     "EQUIV-ATOMIC",
     "EQUIV-KVBM-OFFLOAD",
     "EQUIV-RADIX",
+    "EQUIV-PAGED",
+    "EQUIV-SESSION",
     "BIND-VLLM-STEPS",
     "PROGRESS-NO-DEADLOCK",
     "PROGRESS-USE-FITS",

@@ -62,6 +62,20 @@ def _radix(mutant: str | None, model_bug: str | None) -> Any:
                              mutant=mutant)  # fmt: skip
 
 
+def _paged(mutant: str | None, model_bug: str | None) -> Any:
+    from kvspec.reference.paged import PagedModel
+    from kvspec.reference.smt.managers.paged_equivalence import MODEL_BUGS, PagedSubject
+
+    return PagedSubject(mutant=mutant, model_class=MODEL_BUGS[model_bug] if model_bug else PagedModel)
+
+
+def _session(mutant: str | None, model_bug: str | None) -> Any:
+    from kvspec.reference.session import SessionModel
+    from kvspec.reference.smt.managers.session_equivalence import MODEL_BUGS, SessionSubject
+
+    return SessionSubject(mutant=mutant, model_class=MODEL_BUGS[model_bug] if model_bug else SessionModel)
+
+
 #: profile -> its bound and default depth (whether the walk closes its frontier: benchmarks/equivalence.py)
 BOUNDS: dict[str, ExhaustiveBound] = {
     "kvbm-offload": ExhaustiveBound("kvbm-offload", 3, "2 slots, hashes 0->1 and 2, G2 of 1, uuid u0, LRU", _offload),
@@ -70,6 +84,8 @@ BOUNDS: dict[str, ExhaustiveBound] = {
     "legacy": ExhaustiveBound("legacy", 3, "2 slots, hashes 0-2, uuid u0", _blocks("legacy")),
     "atomic": ExhaustiveBound("atomic", 3, "2 slots, hashes 0-2, uuid u0", _blocks("atomic")),
     "radix": ExhaustiveBound("radix", 4, "page 1, capacity 3, keys 1, 12, 13, 2, lock a; recency order", _radix),
+    "paged": ExhaustiveBound("paged", 8, "2+2 blocks of 1 token, sequences a b, prefix p", _paged),
+    "session": ExhaustiveBound("session", 6, "2 slots, sessions s0-s2, generations up to a shift", _session),
 }
 #: profile -> its row id (SPEC.md, "Proven invariants")
 EQUIV_ROWS: dict[str, str] = {
@@ -79,6 +95,8 @@ EQUIV_ROWS: dict[str, str] = {
     "legacy": "EQUIV-LEGACY",
     "atomic": "EQUIV-ATOMIC",
     "radix": "EQUIV-RADIX",
+    "paged": "EQUIV-PAGED",
+    "session": "EQUIV-SESSION",
 }
 BIND_ROW = "BIND-VLLM-STEPS"
 
@@ -94,6 +112,16 @@ def mutants(profile: str) -> list[str]:
         from kvspec.reference.smt.order.encoding import mutants_of
 
         return mutants_of("radix")
+    if profile == "paged":
+        from kvspec.reference.smt.cli.managers import PAGED_MUTANTS
+        from kvspec.reference.smt.managers.paged_equivalence import EQUIVALENCE_MUTANTS as PAGED_EQ
+
+        return [*PAGED_MUTANTS, *PAGED_EQ]
+    if profile == "session":
+        from kvspec.reference.smt.cli.managers import SESSION_MUTANTS
+        from kvspec.reference.smt.managers.session_equivalence import EQUIVALENCE_MUTANTS as SESSION_EQ
+
+        return [*SESSION_MUTANTS, *SESSION_EQ]
     if profile == "kvbm-offload":
         from kvspec.reference.smt.offload.agreement.encoding_mutants import ENCODING_MUTANTS, EQUIVALENCE_MUTANTS
 
@@ -110,6 +138,14 @@ def model_bugs(profile: str) -> list[str]:
         from kvspec.reference.smt.order.radix_equivalence import MODEL_BUGS as RADIX_BUGS
 
         return list(RADIX_BUGS)
+    if profile == "paged":
+        from kvspec.reference.smt.managers.paged_equivalence import MODEL_BUGS as PAGED_BUGS
+
+        return list(PAGED_BUGS)
+    if profile == "session":
+        from kvspec.reference.smt.managers.session_equivalence import MODEL_BUGS as SESSION_BUGS
+
+        return list(SESSION_BUGS)
     from kvspec.reference.smt.blocks.model_bugs import MODEL_BUGS
 
     return [name for name, (profiles, _cls, _rule) in MODEL_BUGS.items() if profile in profiles]
@@ -216,12 +252,33 @@ def _prove_refutes(profile: str, mutant: str) -> str | None:
         from kvspec.reference.smt.order.encoding import refute as refute_order
 
         return refute_order("radix", mutant)
+    if profile in ("paged", "session"):
+        return _prove_manager_refutes(profile, mutant)
     if profile in ("kvbm", "legacy", "atomic"):
         from kvspec.reference.smt.blocks.encoding import refute
 
         prof = _blocks_profile(profile)
         return refute(prof, mutant) if mutant in prof.mutants else None
     return None
+
+
+def _prove_manager_refutes(profile: str, mutant: str) -> str | None:
+    """The transition at which ``kvspec prove --profile paged|session`` finds a counterexample with
+    ``mutant`` in force (None: it proves the invariant; the mutant keeps it)."""
+    from kvspec.reference.smt.cli.managers import PAGED_MUTANTS, SESSION_MUTANTS, SESSION_SLOTS
+    from kvspec.reference.smt.managers import paged, session
+
+    if profile == "paged":
+        from kvspec.reference.smt.managers.paged_equivalence import EQUIVALENCE_MUTANTS as PAGED_EQ
+
+        where, broken = {**PAGED_MUTANTS, **PAGED_EQ}[mutant]
+        proofs, _ = paged.prove_paged(paged.PagedBound(), {**paged.TRANSITIONS, where: broken})
+        return next((p.transition for p in proofs if not p.proven), None)
+    from kvspec.reference.smt.managers.session_equivalence import EQUIVALENCE_MUTANTS as SESSION_EQ
+
+    swhere, sbroken = {**SESSION_MUTANTS, **SESSION_EQ}[mutant]
+    sproofs, _ = session.prove_session(SESSION_SLOTS, {**session.TRANSITIONS, swhere: sbroken})
+    return next((p.transition for p in sproofs if not p.proven), None)
 
 
 def _blocks_profile(profile: str) -> Any:

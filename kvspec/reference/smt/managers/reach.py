@@ -142,14 +142,8 @@ def session_system(
 ) -> System[session.SState]:
     table = dict(session.TRANSITIONS if transitions is None else transitions)
 
-    def initial() -> session.SState:
-        z = z3.IntVal(0)
-        return session.SState(
-            gen=[z] * n, st=[z3.IntVal(session.FREE)] * n, old_slot=z, old_gen=z, has_old=z3.BoolVal(False)
-        )
-
     def start() -> ReachStart[session.SState]:
-        return ReachStart(initial(), [], lambda tag: session.fresh(n, tag))
+        return ReachStart(session.initial(n), [], lambda tag: session.fresh(n, tag))
 
     def move(name: str, pre: session.SState, prefix: str) -> Move:
         post, enabled = table[name](pre, n, prefix)

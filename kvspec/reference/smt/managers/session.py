@@ -9,11 +9,18 @@ its slot's, so a ``finalize`` or ``reset`` carrying it (which acts only when
 its generation is the slot's) can never act (``SESSION-FENCE``); and every
 slot's generation is at least 0.
 
-Transitions of the ``session`` profile: a cold lease (generation up), a warm
-re-admission (same lease, same generation), a park (``finalize`` keeping the
-slot), a release (``finalize`` without keeping, ``reset``: generation up),
+Transitions of the ``session`` profile, each as the model's rule table
+(``reference/session.py``) has it: a cold lease (generation up) of the
+session's own idle slot, else the lowest free slot, else the slot of the
+idle session parked least recently (``SESSION-LRU``: each slot records its
+session and when it was parked, from a clock), refused while the session
+holds a leased slot; a warm re-admission (same lease, same generation); a
+park (``finalize`` keeping the slot, by its session with the current
+handle); a release (``finalize`` without keeping, ``reset``: generation up);
 ``evict_all`` (every generation up). A release that does not move the
 generation on (``release without a new generation``) must be refuted.
+``managers/session_equivalence.py`` checks the transitions against the model
+both ways (``EQUIV-SESSION``).
 """
 
 from __future__ import annotations
@@ -25,6 +32,8 @@ from dataclasses import dataclass
 import z3
 
 FREE, IDLE, LEASED = 0, 1, 2
+#: ``own`` of a slot no session holds
+NOBODY = -1
 
 
 @dataclass
@@ -34,6 +43,11 @@ class SState:
     old_slot: z3.ArithRef
     old_gen: z3.ArithRef
     has_old: z3.BoolRef
+    #: the session (a number) the slot is leased or parked for, else ``NOBODY``
+    own: list[z3.ArithRef]
+    #: when the slot was last parked (the clock then): idle slots in LRU order by it
+    stamp: list[z3.ArithRef]
+    clock: z3.ArithRef
 
 
 def fresh(n: int, p: str) -> SState:
@@ -43,7 +57,17 @@ def fresh(n: int, p: str) -> SState:
         old_slot=z3.Int(f"{p}oslot"),
         old_gen=z3.Int(f"{p}ogen"),
         has_old=z3.Bool(f"{p}hasold"),
+        own=[z3.Int(f"{p}own{i}") for i in range(n)],
+        stamp=[z3.Int(f"{p}stamp{i}") for i in range(n)],
+        clock=z3.Int(f"{p}clock"),
     )
+
+
+def initial(n: int) -> SState:
+    """Every slot free at generation 0, nobody's, no old handle."""
+    z = z3.IntVal(0)
+    return SState(gen=[z] * n, st=[z3.IntVal(FREE)] * n, old_slot=z, old_gen=z, has_old=z3.BoolVal(False),
+                  own=[z3.IntVal(NOBODY)] * n, stamp=[z] * n, clock=z)  # fmt: skip
 
 
 def _at(xs: list[z3.ArithRef], i: z3.ArithRef) -> z3.ArithRef:
@@ -62,41 +86,83 @@ def invariant(s: SState, n: int) -> z3.BoolRef:
 Transition = Callable[[SState, int, str], tuple[SState, z3.BoolRef]]
 
 
-def _with(s: SState, k: z3.ArithRef, n: int, *, gen_up: bool, state: int, supersede: z3.BoolRef) -> SState:
-    """Slot ``k`` gets ``state`` (and a new generation if ``gen_up``); the ghost may become its old handle."""
+def _with(
+    s: SState,
+    k: z3.ArithRef,
+    n: int,
+    *,
+    gen_up: bool,
+    state: int,
+    supersede: z3.BoolRef,
+    owner: z3.ArithRef | None = None,
+    park: bool = False,
+) -> SState:
+    """Slot ``k`` gets ``state`` (and a new generation if ``gen_up``, the session ``owner`` if
+    given, a park stamp from the clock if ``park``); the ghost may become its old handle."""
     gen = [z3.If(k == i, s.gen[i] + (1 if gen_up else 0), s.gen[i]) for i in range(n)]
     st = [z3.If(k == i, z3.IntVal(state), s.st[i]) for i in range(n)]
+    own = s.own if owner is None else [z3.If(k == i, owner, s.own[i]) for i in range(n)]
+    stamp = [z3.If(k == i, s.clock, s.stamp[i]) for i in range(n)] if park else list(s.stamp)
     return SState(
         gen=gen,
         st=st,
         old_slot=z3.If(supersede, k, s.old_slot),
         old_gen=z3.If(supersede, _at(s.gen, k), s.old_gen),
         has_old=z3.Or(s.has_old, supersede),
+        own=list(own),
+        stamp=stamp,
+        clock=s.clock + 1 if park else s.clock,
     )
 
 
+def _holds(s: SState, n: int, x: z3.ArithRef, state: int) -> z3.BoolRef:
+    """Session ``x`` holds a slot in ``state``."""
+    return z3.Or([z3.And(s.own[i] == x, s.st[i] == state) for i in range(n)])
+
+
+def _slot(k: z3.ArithRef, n: int) -> z3.BoolRef:
+    return z3.And(k >= 0, k < n)
+
+
 def cold_lease(s: SState, n: int, t: str) -> tuple[SState, z3.BoolRef]:
-    k, sup = z3.Int(f"{t}k"), z3.Bool(f"{t}sup")
-    en = z3.And(k >= 0, k < n, _at(s.st, k) != LEASED)
-    return _with(s, k, n, gen_up=True, state=LEASED, supersede=sup), en
+    """An admission of session ``x`` as a new lease (SESSION-CANDIDATE cold, SESSION-LEASE,
+    SESSION-LRU): its own idle slot when not warm; else the lowest free slot; else the slot of
+    the idle session parked least recently. A session with a leased slot is refused."""
+    k, sup, x, w = z3.Int(f"{t}k"), z3.Bool(f"{t}sup"), z3.Int(f"{t}x"), z3.Bool(f"{t}w")
+    st = _at(s.st, k)
+    own_idle = _holds(s, n, x, IDLE)
+    case_own = z3.And(z3.Not(w), st == IDLE, _at(s.own, k) == x)
+    case_free = z3.And(z3.Not(own_idle), st == FREE, *[z3.Or(k <= i, s.st[i] != FREE) for i in range(n)])
+    no_free = z3.And([x_ != FREE for x_ in s.st])
+    oldest = z3.And([z3.Or(k == i, s.st[i] != IDLE, _at(s.stamp, k) < s.stamp[i]) for i in range(n)])
+    case_steal = z3.And(z3.Not(own_idle), no_free, st == IDLE, oldest)
+    en = z3.And(_slot(k, n), x >= 0, z3.Not(_holds(s, n, x, LEASED)), z3.Or(case_own, case_free, case_steal))
+    return _with(s, k, n, gen_up=True, state=LEASED, supersede=sup, owner=x), en
 
 
 def warm_admit(s: SState, n: int, t: str) -> tuple[SState, z3.BoolRef]:
-    k = z3.Int(f"{t}k")
-    en = z3.And(k >= 0, k < n, _at(s.st, k) == IDLE)
+    """A warm admission of session ``x`` onto its own idle slot: same lease, same generation."""
+    k, x, w = z3.Int(f"{t}k"), z3.Int(f"{t}x"), z3.Bool(f"{t}w")
+    en = z3.And(_slot(k, n), w, _at(s.st, k) == IDLE, _at(s.own, k) == x, z3.Not(_holds(s, n, x, LEASED)))
     return _with(s, k, n, gen_up=False, state=LEASED, supersede=z3.BoolVal(False)), en
 
 
+def _current(s: SState, n: int, t: str) -> tuple[z3.ArithRef, z3.BoolRef]:
+    """The handle ``(k, g)`` carried by session ``x`` acts: the slot's current lease, held by ``x``."""
+    k, g, x = z3.Int(f"{t}k"), z3.Int(f"{t}g"), z3.Int(f"{t}x")
+    return k, z3.And(_slot(k, n), _at(s.st, k) != FREE, g == _at(s.gen, k), _at(s.own, k) == x)
+
+
 def park(s: SState, n: int, t: str) -> tuple[SState, z3.BoolRef]:
-    k, g = z3.Int(f"{t}k"), z3.Int(f"{t}g")
-    en = z3.And(k >= 0, k < n, _at(s.st, k) == LEASED, g == _at(s.gen, k))
-    return _with(s, k, n, gen_up=False, state=IDLE, supersede=z3.BoolVal(False)), en
+    """A finalize keeping the slot: idle for its session, the most recently parked."""
+    k, en = _current(s, n, t)
+    return _with(s, k, n, gen_up=False, state=IDLE, supersede=z3.BoolVal(False), park=True), en
 
 
 def _release(s: SState, n: int, t: str, *, bump: bool) -> tuple[SState, z3.BoolRef]:
-    k, g, sup = z3.Int(f"{t}k"), z3.Int(f"{t}g"), z3.Bool(f"{t}sup")
-    en = z3.And(k >= 0, k < n, _at(s.st, k) != FREE, g == _at(s.gen, k))
-    return _with(s, k, n, gen_up=bump, state=FREE, supersede=sup), en
+    k, en = _current(s, n, t)
+    sup = z3.Bool(f"{t}sup")
+    return _with(s, k, n, gen_up=bump, state=FREE, supersede=sup, owner=z3.IntVal(NOBODY)), en
 
 
 def release(s: SState, n: int, t: str) -> tuple[SState, z3.BoolRef]:
@@ -115,8 +181,11 @@ def evict_all(s: SState, n: int, t: str) -> tuple[SState, z3.BoolRef]:
         old_slot=z3.If(sup, k, s.old_slot),
         old_gen=z3.If(sup, _at(s.gen, k), s.old_gen),
         has_old=z3.Or(s.has_old, sup),
+        own=[z3.IntVal(NOBODY) for _ in s.own],
+        stamp=list(s.stamp),
+        clock=s.clock,
     )
-    return post, z3.And(k >= 0, k < n)
+    return post, _slot(k, n)
 
 
 def stale_acts(s: SState, n: int, t: str) -> tuple[SState, z3.BoolRef]:
@@ -170,10 +239,8 @@ def prove_session(
 ) -> tuple[list[SessionProof], list[SessionProof]]:
     """(the profile's transitions, all to be proven; the broken ones, all to be
     refuted). ``transitions``: the table to prove (a mutant replaces one)."""
-    init = fresh(n, "init_")
     s = z3.Solver()
-    s.add(z3.And([g == 0 for g in init.gen] + [x == FREE for x in init.st] + [z3.Not(init.has_old)]))
-    s.add(z3.Not(invariant(init, n)))
+    s.add(z3.Not(invariant(initial(n), n)))
     ok = [SessionProof("initial state", s.check() == z3.unsat, 0.0)]
     ok += [check(name, tr, n, timeout_ms) for name, tr in (TRANSITIONS if transitions is None else transitions).items()]
     ok.append(stale_never_acts(n))
