@@ -28,6 +28,10 @@ def test_vllm_equal_at_depth_2() -> None:
     rep = explore(VllmSubject(), 2)
     assert rep.equal and rep.complete, [d.render() for d in rep.differences]
     assert rep.states >= 20 and rep.outcomes > 0
+    # PROGRESS-NO-DEADLOCK and PROGRESS-USE-FITS hold at depth 2 (checked on this walk, not a second
+    # one; test_progress_holds_and_a_refusing_model_violates_it has the model that violates one)
+    assert rep.progress_checked.keys() == {"PROGRESS-NO-DEADLOCK", "PROGRESS-USE-FITS"}
+    assert not rep.progress_violations
 
 
 def test_vllm_eviction_ignoring_owners_is_caught() -> None:
@@ -41,6 +45,9 @@ def test_vllm_eviction_ignoring_owners_is_caught() -> None:
 def test_blocks_equal_at_depth_1(profile: str) -> None:
     rep = explore(BlocksSubject(profile), 1)
     assert rep.equal and rep.complete, [d.render() for d in rep.differences]
+    # PROGRESS-NO-DEADLOCK holds at depth 1, checked on this walk (test_smt_order.py's
+    # test_block_progress_holds_and_a_refusing_model_violates_it has the model that violates it)
+    assert rep.progress_checked.get("PROGRESS-NO-DEADLOCK", 0) > 0 and not rep.progress_violations
 
 
 def test_promote_existing_slot_leak_in_the_model_is_caught() -> None:
@@ -166,11 +173,9 @@ def test_vllm_step_encoding_simulates_the_operation_encoding(monkeypatch: pytest
 
 
 def test_progress_holds_and_a_refusing_model_violates_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    """PROGRESS-NO-DEADLOCK and PROGRESS-USE-FITS hold at depth 2; a model whose Deref is always
-    refused (work held, nothing releases it) violates NO-DEADLOCK."""
-    rep = explore(VllmSubject(), 2)
-    assert rep.progress_checked.keys() == {"PROGRESS-NO-DEADLOCK", "PROGRESS-USE-FITS"}
-    assert not rep.progress_violations
+    """PROGRESS-NO-DEADLOCK and PROGRESS-USE-FITS hold at depth 2 (test_vllm_equal_at_depth_2
+    checks them on its walk); a model whose Deref is always refused (work held, nothing releases
+    it) violates NO-DEADLOCK."""
     from kvspec.reference.vllm_pool import VllmPoolModel
     from kvspec.spec.errors import InvalidOperation
     from kvspec.spec.rules import rid
