@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from kvspec.adapters.reference.adapter import ReferenceImplementation
@@ -126,9 +126,18 @@ def test_jsonl_session_of_two_workers_matches_the_golden() -> None:
 
 
 def _lockstep(impl_type: type[ReferenceImplementation], examples: int) -> None:
+    """The two-worker lockstep at ``examples`` examples, unshrunk: a failure is raised as first
+    found (the examples before it are the same; shrinking it was most of a kill's time)."""
     manifest = load_manifest(builtin_adapters_dir() / "reference")
+    phases = [p for p in Phase if p is not Phase.shrink]
 
-    @settings(max_examples=examples, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=examples,
+        deadline=None,
+        derandomize=True,
+        suppress_health_check=list(HealthCheck),
+        phases=phases,
+    )
     @given(data=st.data())
     def run(data: st.DataObject) -> None:
         config = data.draw(tier_configs(manifest.capabilities))
