@@ -12,6 +12,10 @@ HYPOTHESIS_PROFILE ?= ci
 
 #: pytest's workers (pytest-xdist): auto is one per core
 JOBS ?= auto
+#: how xdist hands tests out: each worker starts with a share and an idle one takes half of what another
+#: still has queued, so no long test waits behind others on a busy worker while the other one idles
+#: (tests/conftest.py also puts the slow tier first)
+DIST ?= worksteal
 #: pytest caches the assertion-rewritten test modules as bytecode; an environment that forbids bytecode
 #: (PYTHONDONTWRITEBYTECODE) makes every run and every xdist worker rewrite all of them again
 unexport PYTHONDONTWRITEBYTECODE
@@ -47,13 +51,14 @@ quick: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy kvspec tests
-	$(BIN)/pytest -q -x -n $(JOBS) -m "not slow and not engines" tests
+	$(BIN)/pytest -q -x -n $(JOBS) --dist $(DIST) -m "not slow and not engines" tests
 
-test: setup engines
-	$(BIN)/ruff check .
-	$(BIN)/ruff format --check .
-	$(BIN)/mypy kvspec tests
-	$(BIN)/pytest -n $(JOBS) tests
+# The engines' install (pip, one process) and the lint (mypy, one process) side by side: two cores,
+# two single-threaded jobs. mypy does not read the engines (pyproject.toml: follow_imports = "skip"),
+# and the packages both lists pin are pinned alike, so the install changes nothing mypy reads.
+test: setup
+	$(MAKE) --no-print-directory -j2 --output-sync=target engines lint
+	$(BIN)/pytest -n $(JOBS) --dist $(DIST) tests
 	$(MAKE) --no-print-directory -j$(GATE_JOBS) --output-sync=target gates
 
 # The gates after the tests: independent runs, so make runs GATE_JOBS of them side by side (-j;
@@ -73,7 +78,12 @@ CAMPAIGNS := manager_mutants radix_rust radix_mutants paged_rust
 GATES := prove mutants $(SUITES_OWN_PROFILE:%=suite-%) $(CAMPAIGNS:%=mutants-%) $(SUITES:%=suite-%) \
 	docs schemas
 
-.PHONY: gates prove schemas mutants $(SUITES:%=suite-%) $(SUITES_OWN_PROFILE:%=suite-%) \
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy kvspec tests
+
+.PHONY: lint gates prove schemas mutants $(SUITES:%=suite-%) $(SUITES_OWN_PROFILE:%=suite-%) \
 	$(CAMPAIGNS:%=mutants-%)
 
 gates: $(GATES)

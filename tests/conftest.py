@@ -411,11 +411,36 @@ def check_log_run() -> CheckLogRun:
     return _check_log_run
 
 
+def shared_dir(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
+    """A folder ``name`` that every xdist worker of this run sees (the parent of
+    the workers' own temp roots; without xdist, under this session's root)."""
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    path = root / name
+    path.mkdir(exist_ok=True)
+    return path
+
+
 @pytest.fixture(scope="session")
 def built_wheel(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """kvspec's wheel, built once a session from a copy of the files git
-    tracks as the working copy has them (in a copy: setuptools writes build/
-    next to the sources); return it and the build's output."""
+    """kvspec's wheel, built once a run (the first xdist worker to need it
+    builds it under a lock, the others wait and take it) from a copy of the
+    files git tracks as the working copy has them (in a copy: setuptools writes
+    build/ next to the sources); return it and the build's output."""
+    import fcntl
+
+    shared = shared_dir(tmp_path_factory, "kvspec-wheel")
+    with open(shared / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        built = sorted((shared / "wheel").glob("kvspec-*.whl"))
+        if built and (shared / "output.txt").is_file():
+            return built[0], (shared / "output.txt").read_text()
+        wheel, output = _build_wheel(tmp_path_factory, shared / "wheel")
+        (shared / "output.txt").write_text(output)
+        return wheel, output
+
+
+def _build_wheel(tmp_path_factory: pytest.TempPathFactory, out: Path) -> tuple[Path, str]:
     src = tmp_path_factory.mktemp("src")
     listed = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
     for rel in listed:
@@ -425,7 +450,7 @@ def built_wheel(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
             dest.symlink_to(os.readlink(ROOT / rel))
         elif (ROOT / rel).is_file():
             shutil.copy2(ROOT / rel, dest)
-    out = tmp_path_factory.mktemp("wheel")
+    out.mkdir(exist_ok=True)
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(out), str(src)],
         capture_output=True,
@@ -535,6 +560,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         n, q, e = counts.get(module, (0, 0, 0))
         counts[module] = (n + 1, q + quick, e + engines)
     config.stash[TIER_COUNTS] = counts
+    # the slow tier first (stable: each tier keeps pytest's order): under xdist the long tests then
+    # start while the short ones are still there to fill the other workers, instead of one long test
+    # running alone at the end of the run
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.fixture(scope="session")
