@@ -76,6 +76,17 @@ def _freeze(A: Abstract, profile: str) -> tuple:
     return tuple(hs), us, free, tuple(sorted(A.counts.items()))
 
 
+@dataclass(frozen=True)
+class _BuiltStep:
+    """One step built from a state: the state after it, and what it adds to the sequence's
+    requirements, Stored events and Removed hashes."""
+
+    post: Any
+    requires: list[z3.BoolRef]
+    stored: list[tuple[z3.BoolRef, z3.ExprRef]]
+    removed: z3.ArrayRef | None
+
+
 @dataclass
 class BlocksSubject:
     """One block-level profile at one bound (``mutant``: a rule or encoding mutant in force)."""
@@ -90,8 +101,10 @@ class BlocksSubject:
 
     def __post_init__(self) -> None:
         self.name = self.name or self.profile
-        #: the encoded pre-state of each abstract state met (``_encoded``)
+        #: the encoded pre-state of each abstract state met (``_encoded``), and per pre-state the
+        #: steps built from it, by their sequence so far (``_run``)
         self._pre: dict[tuple[Any, ...], Any] = {}
+        self._built: dict[int, dict[tuple[Any, ...], _BuiltStep]] = {}
         prof = block_encoding(self.profile)
         self.tw: frozenset[str] = frozenset()
         if self.mutant in prof.mutants:
@@ -217,26 +230,23 @@ class BlocksSubject:
         req: list[z3.BoolRef] = []
         emitted: list[tuple[z3.BoolRef, z3.ExprRef]] = []
         gone: list[z3.ArrayRef] = []
+        # the operations of the alphabet share step prefixes (a Use's begin and first blocks, atomic's
+        # declares and check in both families): each prefix is built once from this pre-state (its
+        # inputs are named by the step's index, so a prefix's terms are the same whoever asks)
+        built = self._built.setdefault(id(pre), {})
+        prefix: tuple[Any, ...] = ()
         for i, (name, given) in enumerate(steps):
-            inp: dict[str, z3.ExprRef] = {
-                "h": z3.IntVal(0),
-                "u": z3.IntVal(0),
-                "p": z3.IntVal(NONE),
-                "v": z3.Int(f"eq_v{i}"),
-                "w": z3.Int(f"eq_w{i}"),
-                "vp": z3.Bool(f"eq_vp{i}"),
-            }
-            for k, x in given.items():
-                inp[k] = z3.IntVal(x if x is not None else NONE)
             if name not in self.prof.transitions:
                 return set()  # no such step in this profile: the encoding refuses
-            step = self.prof.transitions[name](S, inp, self.tw)
-            req += step.requires
-            req.append(z3.And(inp["v"] >= 0, inp["v"] < HASHES, inp["w"] >= 0, inp["w"] < UUIDS))
-            emitted += step.stored
-            if step.removed is not None:
-                gone.append(step.removed)
-            S = step.post
+            prefix += ((name, tuple(sorted(given.items()))),)
+            b = built.get(prefix)
+            if b is None:
+                b = built[prefix] = self._step(S, i, name, given)
+            req += b.requires
+            emitted += b.stored
+            if b.removed is not None:
+                gone.append(b.removed)
+            S = b.post
         req.append(S.v["phase"] == IDLE)
         terms: list[z3.ExprRef] = []
         for h in range(HASHES):
@@ -275,6 +285,22 @@ class BlocksSubject:
                 parents = tuple(ps)
             out.add((self._freeze_enc(A), removed, parents))
         return out
+
+    def _step(self, S: Any, i: int, name: str, given: dict[str, int | None]) -> _BuiltStep:
+        """Step ``i`` of a sequence, ``name`` with the inputs ``given`` (the rest free), from ``S``."""
+        inp: dict[str, z3.ExprRef] = {
+            "h": z3.IntVal(0),
+            "u": z3.IntVal(0),
+            "p": z3.IntVal(NONE),
+            "v": z3.Int(f"eq_v{i}"),
+            "w": z3.Int(f"eq_w{i}"),
+            "vp": z3.Bool(f"eq_vp{i}"),
+        }
+        for k, x in given.items():
+            inp[k] = z3.IntVal(x if x is not None else NONE)
+        step = self.prof.transitions[name](S, inp, self.tw)
+        domain = z3.And(inp["v"] >= 0, inp["v"] < HASHES, inp["w"] >= 0, inp["w"] < UUIDS)
+        return _BuiltStep(step.post, [*step.requires, domain], list(step.stored), step.removed)
 
     def _freeze_enc(self, A: Abstract) -> tuple:
         """The encoding's censuses are named as the model's counts (``abstract`` names them per profile)."""
