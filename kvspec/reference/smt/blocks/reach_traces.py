@@ -29,6 +29,7 @@ import z3
 
 from kvspec.reference.smt.blocks.encoding import ProfileEncoding
 from kvspec.reference.smt.reach import ReachStep, ReachTrace, _Unrolling, cover
+from kvspec.reference.smt.recorded import Checked
 
 DATA = Path(__file__).with_name("reach_traces.json")
 #: per solver call of the pinned checks
@@ -79,17 +80,6 @@ def record(profile: str, timeout_ms: int = 20_000) -> list[tuple[str, str]]:
 
 def recorded(profile: str) -> bool:
     return profile in _load()
-
-
-@dataclasses.dataclass
-class Checked:
-    reached: int
-    goals: int
-    deepest: int
-    problems: list[str]
-
-    def summary(self) -> str:
-        return f"{self.reached}/{self.goals} cases reached in <= {self.deepest} steps (recorded traces, pinned)"
 
 
 def check(prof: ProfileEncoding, tw: frozenset[str] = frozenset(), timeout_ms: int = TIMEOUT_MS) -> Checked:
