@@ -101,10 +101,13 @@ class BlocksSubject:
 
     def __post_init__(self) -> None:
         self.name = self.name or self.profile
-        #: the encoded pre-state of each abstract state met (``_encoded``), and per pre-state the
-        #: steps built from it, by their sequence so far (``_run``)
-        self._pre: dict[tuple[Any, ...], Any] = {}
-        self._built: dict[int, dict[tuple[Any, ...], _BuiltStep]] = {}
+        #: the encoded pre-state of the abstract state last met (``_encoded``: ``explore`` asks for
+        #: every operation of a state in a row, and never for a state again), and the steps built
+        #: from it by their sequence so far (``_run``); one state's worth, so memory stays bounded at
+        #: any depth
+        self._pre_key: tuple[Any, ...] | None = None
+        self._pre: Any = None
+        self._built: dict[tuple[Any, ...], _BuiltStep] = {}
         prof = block_encoding(self.profile)
         self.tw: frozenset[str] = frozenset()
         if self.mutant in prof.mutants:
@@ -211,13 +214,13 @@ class BlocksSubject:
     def _encoded(self, A: Abstract) -> Any:
         """``encode(A, capacity)``, built once per state: every operation of the alphabet starts
         from it (half the check's time went to building the same pre-state for each one); the
-        state is immutable (a step returns a new one), so sharing it changes no outcome."""
+        state is immutable (a step returns a new one), so sharing it changes no outcome. Only
+        the last state's is kept (see ``__post_init__``)."""
         tables = (A.reg, A.own, A.ann, A.unann, A.dev, A.preg, A.pown)
         key: tuple[Any, ...] = (*(tuple(sorted(d.items())) for d in tables), A.free)
-        pre = self._pre.get(key)
-        if pre is None:
-            pre = self._pre[key] = encode(A, self.capacity)
-        return pre
+        if key != self._pre_key:
+            self._pre_key, self._pre, self._built = key, encode(A, self.capacity), {}
+        return self._pre
 
     def _families(self, op: Operation) -> list[list[tuple[str, dict[str, int | None]]]]:
         """The step sequences the encoding may take for ``op`` (atomic: the check fails or passes)."""
@@ -233,7 +236,7 @@ class BlocksSubject:
         # the operations of the alphabet share step prefixes (a Use's begin and first blocks, atomic's
         # declares and check in both families): each prefix is built once from this pre-state (its
         # inputs are named by the step's index, so a prefix's terms are the same whoever asks)
-        built = self._built.setdefault(id(pre), {})
+        built: dict[tuple[Any, ...], _BuiltStep] = self._built if pre is self._pre else {}
         prefix: tuple[Any, ...] = ()
         for i, (name, given) in enumerate(steps):
             if name not in self.prof.transitions:
