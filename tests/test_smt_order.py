@@ -54,7 +54,7 @@ def test_radix_order_mutants_differ_from_the_model(mutant: str) -> None:
 
 def test_the_equivalence_rows_are_catalogue_rules() -> None:
     """The ids `kvspec equivalence` prints are rules of SPEC.md (each profile its own row)."""
-    from kvspec.reference.smt.cli.equivalence import BIND_ROW, BOUNDS, EQUIV_ROWS
+    from kvspec.reference.smt.cli.equivalence import BIND_ROW, BOUNDS, EQUIV_ROWS, ORDER_ROW
     from kvspec.spec.rules import RuleId
 
     assert EQUIV_ROWS == {
@@ -67,6 +67,7 @@ def test_the_equivalence_rows_are_catalogue_rules() -> None:
         "paged": "EQUIV-PAGED",
         "session": "EQUIV-SESSION",
     }
+    assert ORDER_ROW == "EQUIV-ORDER" and ORDER_ROW in {r.value for r in RuleId}
     assert set(EQUIV_ROWS) == set(BOUNDS)
     progress = {"PROGRESS-NO-DEADLOCK", "PROGRESS-USE-FITS", "PROGRESS-QUARANTINE"}
     assert {*EQUIV_ROWS.values(), BIND_ROW, *progress} <= {r.value for r in RuleId}
@@ -93,3 +94,51 @@ def test_block_progress_holds_and_a_refusing_model_violates_it(profile: str, mon
     monkeypatch.setattr(model, "apply", refuse)
     rep = explore(BlocksSubject(profile), 1, first=False)
     assert any(v.startswith("PROGRESS-NO-DEADLOCK") for v in rep.progress_violations)
+
+
+@pytest.mark.parametrize("policy", ["lru", "multi_lru", "lineage"])
+def test_policy_order_encodings_equal_the_policies(policy: str) -> None:
+    """EQUIV-ORDER: every state of 4 entries the Python policy reaches, both ways, the walk closed."""
+    from kvspec.reference.smt.order.policy_equivalence import PolicyOrderSubject
+
+    rep = explore(PolicyOrderSubject(policy), 12)
+    assert rep.equal and rep.closed, [d.render() for d in rep.differences]
+
+
+def test_lineage_parent_known_only_once_inserted() -> None:
+    """A ghost made for a missing parent knows no grandparent: with 0 and 3 in the pool (1 never
+    inserted) the policy evicts 0. The encoding once read ancestry through the constant forest
+    and refused; here both sides give 0."""
+    from kvspec.reference.smt.order.policy_equivalence import ONode, PolicyOrderSubject
+
+    sub = PolicyOrderSubject("lineage")
+    [n] = sub.initial()
+    for op in [("insert", 0, 0), ("insert", 3, 0)]:
+        [(_, n)] = [(o, m) for o, m in sub.model_outcomes(n, op)]
+        assert isinstance(n, ONode)
+    assert {o[1] for o in sub.encoding_outcomes(n, ("evict",)) if isinstance(o, tuple)} == {0}
+    assert [o[1] for o, _ in sub.model_outcomes(n, ("evict",)) if isinstance(o, tuple)] == [0]
+
+
+@pytest.mark.parametrize(
+    ("policy", "bug", "depth"),
+    [
+        ("lru", "lru-newest-first", 3),
+        ("multi_lru", "multi-lru-hottest-first", 3),
+        ("lineage", "lineage-newest-leaf", 3),
+        ("vllm-free", "vllm-release-at-head", 4),
+    ],
+)
+def test_policy_bugs_differ(policy: str, bug: str, depth: int) -> None:
+    from kvspec.reference.smt.order.policy_equivalence import PolicyOrderSubject
+
+    rep = explore(PolicyOrderSubject(policy, bug=bug), depth)
+    assert rep.differences, bug
+
+
+@pytest.mark.slow
+def test_vllm_free_queue_equals_the_pool() -> None:
+    from kvspec.reference.smt.order.policy_equivalence import PolicyOrderSubject
+
+    rep = explore(PolicyOrderSubject("vllm-free"), 8)
+    assert rep.equal and rep.closed, [d.render() for d in rep.differences]

@@ -117,6 +117,7 @@ class RuleId(StrEnum):
     EQUIV_RADIX = "EQUIV-RADIX"
     EQUIV_PAGED = "EQUIV-PAGED"
     EQUIV_SESSION = "EQUIV-SESSION"
+    EQUIV_ORDER = "EQUIV-ORDER"
     BIND_VLLM_STEPS = "BIND-VLLM-STEPS"
     PROGRESS_NO_DEADLOCK = "PROGRESS-NO-DEADLOCK"
     PROGRESS_USE_FITS = "PROGRESS-USE-FITS"
@@ -320,6 +321,7 @@ RULES: dict[RuleId, Rule] = {
         Rule(
             RuleId.EQUIV_SESSION, _I, "session: the model and the INV-SESSION-FENCE encoding have the same successors"
         ),
+        Rule(RuleId.EQUIV_ORDER, _I, "lru, multi-LRU, lineage, vllm free queue: order encoding and Python code agree"),
         Rule(
             RuleId.BIND_VLLM_STEPS,
             _I,
@@ -514,6 +516,7 @@ RuleName = Literal[
     "EQUIV-RADIX",
     "EQUIV-PAGED",
     "EQUIV-SESSION",
+    "EQUIV-ORDER",
     "BIND-VLLM-STEPS",
     "PROGRESS-NO-DEADLOCK",
     "PROGRESS-USE-FITS",

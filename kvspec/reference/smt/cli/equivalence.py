@@ -99,6 +99,12 @@ EQUIV_ROWS: dict[str, str] = {
     "session": "EQUIV-SESSION",
 }
 BIND_ROW = "BIND-VLLM-STEPS"
+ORDER_ROW = "EQUIV-ORDER"
+#: profile -> the order policies bound with it (``order/policy_equivalence.py``), each with its depth
+ORDER_POLICIES: dict[str, tuple[tuple[str, int], ...]] = {
+    "kvbm": (("lru", 12), ("multi_lru", 12), ("lineage", 12)),
+    "vllm": (("vllm-free", 8),),
+}
 
 
 def mutants(profile: str) -> list[str]:
@@ -221,6 +227,9 @@ def run(args: argparse.Namespace) -> int:
                 bad |= bool(mine)
         if prof == "vllm" and args.mutant is None:
             bad |= not _bind_vllm_steps()
+        if args.mutant is None and args.model_bug is None and args.depth is None:
+            for policy, pdepth in ORDER_POLICIES.get(prof, ()):
+                bad |= not _order_row(policy, pdepth)
     return 1 if bad else 0
 
 
@@ -240,6 +249,20 @@ def _bind_vllm_steps() -> bool:
         flush=True,
     )
     return not bad
+
+
+def _order_row(policy: str, depth: int, bug: str | None = None) -> bool:
+    """The row binding one policy's order encoding to its Python code, both ways (EQUIV-ORDER)."""
+    from kvspec.reference.smt.order.policy_equivalence import PolicyOrderSubject
+
+    rep = explore(PolicyOrderSubject(policy, bug=bug), depth)
+    verdict = "equal" if rep.equal and rep.complete else ("DIFFERENT" if rep.differences else "incomplete")
+    reach = "every reachable state" if rep.closed else f"depth {rep.depth}"
+    print(f"{ORDER_ROW} ({policy})".ljust(24) + f" {verdict:<10} 4 entries, {reach}: {rep.states} states,"
+          f" {rep.pairs} (state, operation) pairs  {rep.seconds:.1f}s CPU", flush=True)  # fmt: skip
+    for d in rep.differences:
+        print(d.render())
+    return rep.equal and rep.complete and rep.closed
 
 
 def _prove_refutes(profile: str, mutant: str) -> str | None:
@@ -310,6 +333,17 @@ def campaign(profiles: list[str], depth: int | None) -> int:
             verdict = "killed" if how else "SURVIVED"
             print(f"{prof:<13} {name:<34} {verdict:<9} {how or f'no difference at depth {d}'}  {rep.seconds:.1f}s CPU",
                   flush=True)  # fmt: skip
+        for policy, pdepth in ORDER_POLICIES.get(prof, ()) if depth is None else ():
+            from kvspec.reference.smt.order.policy_equivalence import POLICY_BUGS, PolicyOrderSubject
+
+            for pbug in POLICY_BUGS[policy]:
+                total += 1
+                rep = explore(PolicyOrderSubject(policy, bug=pbug), pdepth)
+                caught = bool(rep.differences)
+                killed += caught
+                how = f"{ORDER_ROW} (after {len(rep.differences[0].trace) + 1} operations)" if caught else None
+                print(f"{prof:<13} {'policy bug ' + pbug:<34} {'killed' if caught else 'SURVIVED':<9} "
+                      f"{how or f'no difference at depth {pdepth}'}  {rep.seconds:.1f}s CPU", flush=True)  # fmt: skip
     rate = 100.0 * killed / total if total else 100.0
     print(f"kill rate: {killed}/{total} ({rate:.0f}%)")
     return 0 if killed == total else 1

@@ -9,13 +9,16 @@ pool of ``N`` entries:
   pool (LRU, multi-LRU, lineage: ``policies.py``; the vllm free queue: a
   block freed; radix: a node created) or is accessed (radix: a match or
   insert passing it, a *touch*); multi-LRU also a level fixed at entry,
-  lineage and radix a parent (constant, acyclic), radix a lock bit;
+  lineage and radix a parent (constant, acyclic), radix a lock bit, lineage
+  a link bit (the entry knows its parent: set when it enters the pool,
+  dropped when its node goes; a ghost made for a missing parent has none);
 - a ghost relation ``bef[i][j]`` (``i`` entered or was last touched before
   ``j``) is kept by the steps directly, from the history, without stamps;
 - ``evict`` takes the candidate with the smallest key as the model orders
   them: LRU and the vllm free queue the stamp; multi-LRU (level, stamp);
-  lineage (tick, position, hash) among *real leaves* (no real block below
-  it: a ghost without real descendants is dropped by the model); radix the
+  lineage (tick, position, hash) among *real leaves* (no node linked below
+  it: a ghost without real descendants is dropped by the model; bound to
+  ``policies.LineagePolicy`` by ``order/policy_equivalence.py``); radix the
   stamp among unlocked leaves.
 
 Proven at every step, from any state of the invariant ``ORDER-STAMPS``
@@ -85,6 +88,9 @@ class OrderState:
     lock: tuple[z3.BoolRef, ...]
     bef: tuple[tuple[z3.BoolRef, ...], ...]
     clock: z3.ArithRef
+    #: lineage: the entry's link to its parent is known (it entered the pool since its node was
+    #: made; a ghost made for a missing parent knows none). Empty: every link (other policies)
+    lk: tuple[z3.BoolRef, ...] = ()
 
     @staticmethod
     def fresh(p: str, n: int = N) -> OrderState:
@@ -97,6 +103,7 @@ class OrderState:
             lock=tuple(z3.Bool(f"{p}lock{i}") for i in r),
             bef=tuple(tuple(z3.Bool(f"{p}bef{i}_{j}") for j in r) for i in r),
             clock=z3.Int(f"{p}clock"),
+            lk=tuple(z3.Bool(f"{p}lk{i}") for i in r),
         )
 
     @property
@@ -146,11 +153,35 @@ def stamps(S: OrderState) -> z3.BoolRef:
     return z3.And(out)
 
 
+def _link(S: OrderState, i: int) -> z3.BoolRef:
+    return S.lk[i] if S.lk else z3.BoolVal(True)
+
+
+def nodes(S: OrderState) -> list[z3.BoolRef]:
+    """Lineage: which entries have a node in the forest: in the pool, or a ghost with a node
+    linked below it (a parent has a smaller index, so each is settled from the last entry up)."""
+    out: list[z3.BoolRef] = [z3.BoolVal(False)] * S.n
+    for i in reversed(range(S.n)):
+        kids = [z3.And(out[d], _link(S, d), S.par[d] == i) for d in range(i + 1, S.n)]
+        out[i] = z3.Or(S.inp[i], *kids)
+    return out
+
+
+def _settle(S: OrderState) -> OrderState:
+    """Lineage: a node that went (no longer in the pool, nothing linked below) forgets its link."""
+    if not S.lk:
+        return S
+    ex = nodes(S)
+    return replace(S, lk=tuple(z3.And(S.lk[i], ex[i]) for i in range(S.n)))
+
+
 def candidate(S: OrderState, policy: str, i: int, tw: frozenset[str]) -> z3.BoolRef:
-    """May entry ``i`` be evicted at all (before the order is applied)?"""
+    """May entry ``i`` be evicted at all (before the order is applied)? Lineage: a real leaf of
+    the forest the pool has built, no node linked below it (as ``policies.LineagePolicy``)."""
     c = S.inp[i]
     if policy == "lineage" and "lineage-not-leaf" not in tw:
-        c = z3.And(c, z3.Not(z3.Or([z3.And(S.inp[d], _anc(S, i, d)) for d in range(S.n) if d != i])))
+        ex = nodes(S)
+        c = z3.And(c, z3.Not(z3.Or([z3.And(ex[d], _link(S, d), S.par[d] == i) for d in range(S.n) if d != i])))
     if policy == "radix":
         c = z3.And(c, z3.Not(z3.Or([z3.And(S.inp[d], S.par[d] == i) for d in range(S.n) if d != i])))
         if "radix-evicts-locked" not in tw:
@@ -207,6 +238,8 @@ def steps(S: OrderState, policy: str, tw: frozenset[str], p: str = "") -> list[O
     if policy == "multi_lru":
         ins = replace(ins, lvl=tuple(z3.If(k == i, lv, S.lvl[i]) for i in range(n)))
         req.append(z3.And(lv >= 0, lv <= 3))
+    if policy == "lineage" and S.lk:  # the entry now knows its parent (RADIX has its own parents)
+        ins = replace(ins, lk=tuple(z3.Or(S.lk[i], k == i) for i in range(n)))
     if policy == "radix":  # a new leaf hangs under a live node (or the root), unlocked
         req.append(z3.Or([z3.And(k == i, z3.Or(S.par[i] == -1, *[z3.And(S.par[i] == q, S.inp[q]) for q in range(i)]))
                           for i in range(n)]))  # fmt: skip
@@ -225,9 +258,8 @@ def steps(S: OrderState, policy: str, tw: frozenset[str], p: str = "") -> list[O
         unl = tuple(z3.If(k == i, z3.BoolVal(False), S.lock[i]) for i in range(n))
         out.append(OrderStep("unlock", [inr, member], replace(S, lock=unl)))
     else:  # taken out of the pool without eviction (a hit; vllm: a free block reused by a prefix hit)
-        out.append(
-            OrderStep("remove", [inr, member], replace(S, inp=tuple(z3.And(S.inp[i], k != i) for i in range(n))))
-        )
+        rem = replace(S, inp=tuple(z3.And(S.inp[i], k != i) for i in range(n)))
+        out.append(OrderStep("remove", [inr, member], _settle(rem) if policy == "lineage" else rem))
     cands = [candidate(S, policy, i, tw) for i in range(n)]
     least = []
     for i in range(n):
@@ -237,6 +269,8 @@ def steps(S: OrderState, policy: str, tw: frozenset[str], p: str = "") -> list[O
                 least.append(z3.Implies(z3.And(v == i, cands[j]), lt))
     ev_req = [v >= 0, v < n, z3.Or([z3.And(v == i, cands[i]) for i in range(n)]), *least]
     ev_post = replace(S, inp=tuple(z3.And(S.inp[i], v != i) for i in range(n)))
+    if policy == "lineage":
+        ev_post = _settle(ev_post)
     out.append(OrderStep("evict", ev_req, ev_post, victim=v))
     return out
 
