@@ -4,15 +4,22 @@ bound through ``kvspec prove`` (the CLI runs in CI this way)."""
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from kvspec.cli import main as kvspec_main
+from kvspec.reference.smt.cli.flags import PROFILES
 from kvspec.reference.smt.offload.invariants import ALL_PROPERTIES, INVARIANTS, by_id
 from kvspec.reference.smt.prover import check_enabled, check_rules_reachable, prove
 from kvspec.reference.smt.universe import Bound
 from kvspec.spec.rules import RULES, Concern
 
 SMALL = Bound(3, 5)
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_every_invariant_id_of_the_catalogue_is_proven_here() -> None:
@@ -93,9 +100,18 @@ def test_a_lone_invariant_can_fail_to_be_inductive() -> None:
     assert r.counterexample.transition in ("swapin_register", "use(full)", "promote")
 
 
-def test_kvspec_prove_at_the_default_bound(capsys: pytest.CaptureFixture[str]) -> None:
-    assert kvspec_main(["prove", "--profile", "kvbm-offload"]) == 0
-    out = capsys.readouterr().out
+def test_kvspec_prove_at_the_default_bound() -> None:
+    """``kvspec prove`` as CI runs it: every profile at its default level, in a child process (z3's
+    search in this worker would depend on what the worker built before). It exits 0 only if every
+    row of every profile held (``make test`` has no separate prove gate: this is that run), and
+    the kvbm-offload rows are the ones below."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "kvspec", "prove"], capture_output=True, text=True, timeout=3000, cwd=ROOT
+    )
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    for profile in PROFILES:
+        assert re.search(rf"^summary {profile}: \d+ held, 0 failed, 0 unknown", proc.stdout, re.M), profile
+    out = proc.stdout.split("kvspec prove --profile kvbm-offload:", 1)[1].split("\nkvspec prove --profile ", 1)[0]
     assert "8 slots, 12 hashes" in out
     for p in ALL_PROPERTIES:
         line = next(ln for ln in out.splitlines() if ln.startswith(str(p.id) + " "))
