@@ -66,7 +66,7 @@ test: setup
 # two suites at a time (kvspec mutants --jobs 2); the conformance suites, each a single process (or one
 # plus the adapter's), fill the other core. A campaign on a Rust port runs after that port's suite, which
 # builds the port once into .kvspec/build for both (figures: the commit that made the gates parallel).
-# `kvspec prove` (every profile, about 150 s of CPU in one process) runs inside the tests, in
+# `kvspec prove` (every profile, about 200 s of CPU in one process) runs inside the tests, in
 # tests/test_smt_prove.py::test_kvspec_prove_at_the_default_bound (a child process, exit status 0 and
 # every profile's summary checked): one run instead of that test's kvbm-offload run plus a gate.
 # `make prove` runs it alone.

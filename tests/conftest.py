@@ -519,6 +519,10 @@ AREA_MODULES: dict[str, tuple[str, ...]] = {
 #: tier must say why, tests/test_quick_tier.py checks that every other module keeps quick tests)
 SLOW_LIST = Path(__file__).with_name("slow_tests.txt")
 
+#: the longest tests, run before the rest of the slow tier: ``kvspec prove`` of every profile (one child
+#: process of about 200 s of CPU, a quarter of the suite's time on one worker of two)
+FIRST = frozenset({"test_smt_prove.py::test_kvspec_prove_at_the_default_bound"})
+
 #: what ``pytest_collection_modifyitems`` saw: module -> (tests collected, tests in the quick tier, tests
 #: marked engines), before ``-m`` deselects any (tests/test_quick_tier.py reads it)
 TIER_COUNTS = pytest.StashKey[dict[str, tuple[int, int, int]]]()
@@ -560,10 +564,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         n, q, e = counts.get(module, (0, 0, 0))
         counts[module] = (n + 1, q + quick, e + engines)
     config.stash[TIER_COUNTS] = counts
-    # the slow tier first (stable: each tier keeps pytest's order): under xdist the long tests then
-    # start while the short ones are still there to fill the other workers, instead of one long test
-    # running alone at the end of the run
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    # the slow tier first (stable: each tier keeps pytest's order), and FIRST before it: under xdist
+    # the long tests then start while the short ones are still there to fill the other workers,
+    # instead of one long test running alone at the end of the run
+    items.sort(key=lambda item: (_function_id(item) not in FIRST, item.get_closest_marker("slow") is None))
 
 
 @pytest.fixture(scope="session")
