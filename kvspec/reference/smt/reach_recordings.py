@@ -52,7 +52,13 @@ def _offload_op() -> System[Any]:
 
 
 def _offload_op_search() -> Coverage:
-    return cover(_offload_op())
+    """The greedy search to 2 steps, then the guide's sequences of operations (``offload/op_reach.OP_GUIDE``)."""
+    from kvspec.reference.smt.offload.op_reach import OP_GUIDE, system
+
+    shallow = cover(system(depth=2))
+    cov = recorded.attribute(system(), OP_GUIDE, shallow.reached)
+    cov.stale = [*shallow.stale, *cov.stale]
+    return cov
 
 
 RECORDINGS: dict[str, Recording] = {

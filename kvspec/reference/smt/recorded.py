@@ -2,9 +2,10 @@
 
 ``reach.cover`` searches every goal of a system from its initial state; for
 the deeper systems (vllm's operation level, kvbm-offload's operations) that
-search costs minutes of CPU, too much for every ``kvspec prove``. So it runs
-offline (``scripts/gen_reach_traces.py`` calls ``record``) and keeps, per
-system, a few traces (each goal on the longest recorded trace it is a
+search gives up or costs minutes of CPU, too much for every ``kvspec
+prove``. So a search runs offline (``scripts/gen_reach_traces.py``: a
+shallow ``cover``, then ``attribute`` over the scenarios a guide proposes)
+and keeps, per system (``to_json``, ``save``), a few traces (each goal on the longest recorded trace it is a
 prefix of, every input pinned, the initial state's free parameters too).
 ``check`` replays each trace in the encoding as it is now, pinned
 (``reach._Unrolling.pin``), and asks z3 for each goal at its step: a pinned

@@ -111,6 +111,18 @@ def run_manager(profile: str, mutant: str | None = None, timeout_s: float | None
             emit([f"  refutes {n}", "refuted" if not proven else "NOT REFUTED", inv, f"{secs:.2f}s"])
             if proven:
                 problems.append(f"the broken transition {n!r} was not refuted: the encoding is vacuous")
+        # MUTANTS-COVER: the profile's one row is the property some refuted seeded bug breaks
+        lone = all(proven for _n, proven, _s in seeds)
+        emit(
+            [
+                "MUTANTS-COVER",
+                "ok" if not lone else "FAILED",
+                f"no mutant breaks {inv}" if lone else "every row broken by a mutant",
+                "",
+            ]
+        )
+        if lone:
+            problems.append(f"{inv}: no seeded bug (mutant) breaks it, so nothing shows the row can fail")
     for n in failed:
         print(f"{inv}: counterexample at {n}")
     if failed:

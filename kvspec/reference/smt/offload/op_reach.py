@@ -34,7 +34,7 @@ from kvspec.reference.smt.offload.operations_prove import (
 )
 from kvspec.reference.smt.offload.ops import Chooser, apply_op
 from kvspec.reference.smt.offload.state import Rigid, State
-from kvspec.reference.smt.reach import Move, ReachStart, System
+from kvspec.reference.smt.reach import Move, ReachStart, ReachStep, ReachTrace, System
 from kvspec.reference.smt.universe import Bound
 
 REACH_BOUND = Bound(3, 4)
@@ -99,3 +99,39 @@ def system(bound: Bound = REACH_BOUND, n: int = REACH_BATCH, depth: int = REACH_
         move,
         depth,
     )
+
+
+def _walk(*names: str) -> ReachTrace:
+    """A guide trace: the operations in order, every input left to z3."""
+    return ReachTrace([ReachStep(n, {}) for n in names])
+
+
+#: fill the cache, release two blocks, then a Use that must evict: an offload is pending
+_PENDING = ("use[FF]", "use[F]", "deref[FF]", "use[F]")
+#: the same, then the offload completes and a SwapIn of the offloaded block is scheduled
+_JOB = (*_PENDING, "tick(offload)", "swap_in[F]")
+#: two evictions: after one offload completes and its block's SwapIn is scheduled, the other is pending
+_BOTH = ("use[FF]", "use[F]", "deref[FF]", "use[FF]", "tick(offload)", "swap_in[F]")
+_ALL = [label(n, sh) for n, sh in variants(REACH_BATCH)]
+
+#: sequences of operations from the empty cache, written for the encoding: the guide of the recording
+#: (``recorded.attribute`` asks z3, at each step, for the inputs reaching each goal not reached yet);
+#: the greedy search gives up before a pending offload and a scheduled swap-in (4-7 operations deep).
+#: Each operation is taken after a prefix where a Tick unit is due, so it is taken with that unit enabled.
+OP_GUIDE: list[ReachTrace] = [
+    *[_walk(*_PENDING, t) for t in _ALL if t != "tick(swap_in job)"],
+    *[_walk(*_JOB, t) for t in _ALL if t != "tick(offload)"],
+    _walk(*_BOTH, "tick(offload)"),
+    _walk(*_BOTH, "tick(swap_in job)"),
+    _walk("use[FF]", "use[F]", "deref[FF]", "use[FF]", "tick(offload)", "tick(offload)", "swap_in[FF]"),
+    _walk(
+        "use[FF]",
+        "use[F]",
+        "deref[FF]",
+        "use[FF]",
+        "tick(offload)",
+        "tick(offload)",
+        "swap_in[FF]",
+        "tick(swap_in job)",
+    ),
+]

@@ -21,7 +21,10 @@ Operation level: the steps of a Use run in phases (``ops.IDLE`` between
 operations, ``ops.HITS`` while pinning the prefix, ``ops.PLACE`` while
 placing fresh blocks), so pairs of steps of different phases are never
 enabled together (``System.phases``, itself checked). A few pairs are
-impossible by design and listed with their reason (``NEVER_*``).
+impossible by design and listed with their reason (``NEVER_*``). The
+greedy search gives up before the operation level's deepest cases, so its
+traces are recorded offline from the scenarios of ``OP_GUIDE``
+(``smt/recorded.py``, ``scripts/gen_reach_traces.py``).
 """
 
 from __future__ import annotations

@@ -1,0 +1,191 @@
+"""INVARIANTS.md's tables say what ``kvspec prove`` prints, profile by profile.
+
+The "Vacuity by construction" table claims, per profile and level, whether a
+``REACHABLE`` row and a ``MUTANTS-COVER`` row guard the proofs; the "What is
+proven" table lists each profile's INV-* and LEMMA-* properties. One run of
+plain ``kvspec prove`` (every profile at its default level) is split by
+profile, and each claim is checked against its rows: a "yes" needs the row,
+passing; a "no" needs it absent; every property listed is a row of that
+profile and every INV-* row printed is listed. The parsers are checked on a
+small sample first (quick); the whole run is in the slow tier (it is
+``kvspec prove`` itself: minutes of CPU)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+from pathlib import Path
+
+import pytest
+
+from kvspec.reference.smt.cli import prove as prove_cli
+
+DOC = Path(__file__).resolve().parents[1] / "kvspec" / "spec" / "INVARIANTS.md"
+ID = re.compile(r"\b(?:INV|LEMMA)-[A-Z0-9]+(?:-[A-Z0-9]+)*")
+
+#: (profile, level) -> the label of its REACHABLE / MUTANTS-COVER row, where not the level's default
+REACH_LABEL = {
+    ("paged", "operation"): "REACHABLE",
+    ("session", "operation"): "REACHABLE",
+    ("radix", "operation"): "op REACHABLE",
+}
+COVER_LABEL = {
+    ("paged", "operation"): "MUTANTS-COVER",
+    ("session", "operation"): "MUTANTS-COVER",
+    ("radix", "operation"): "op MUTANTS-COVER",
+}
+DEFAULT_LABEL = {
+    "step": ("REACHABLE", "MUTANTS-COVER"),
+    "operation": ("operation: REACHABLE", "operation: MUTANTS-COVER"),
+}
+
+
+def _table(text: str, head: str) -> list[list[str]]:
+    """The rows (cells) of the markdown table whose header line starts with ``head``."""
+    lines = text.splitlines()
+    i = next(n for n, line in enumerate(lines) if line.startswith(head))
+    out = []
+    for line in lines[i + 2 :]:
+        if not line.startswith("|"):
+            break
+        out.append([c.strip() for c in line.strip().strip("|").split(" | ")])
+    return out
+
+
+def vacuity_claims(text: str) -> list[tuple[str, str, bool, bool]]:
+    """(profile, level, REACHABLE claimed, MUTANTS-COVER claimed) for each level plain ``prove`` runs."""
+    out = []
+    for cells in _table(text, "| profile | level | REACHABLE"):
+        profiles = re.findall(r"`([\w-]+)`", cells[0])
+        if "--unbounded" in cells[1]:
+            assert cells[2].startswith("no") and cells[3].startswith("no"), cells  # plain prove does not run it
+            continue
+        for p in profiles:
+            for level in (x.strip() for x in cells[1].split(",")):
+                out.append((p, level, cells[2].startswith("yes"), cells[3].startswith("yes")))
+    return out
+
+
+def proven_claims(text: str) -> dict[str, set[str]]:
+    """Profile -> the INV-* and LEMMA-* ids the "What is proven" table lists for what plain ``prove`` runs."""
+    out: dict[str, set[str]] = {}
+    last = ""
+    for cells in _table(text, "| profile | properties"):
+        name = cells[0]
+        if name.startswith("same"):
+            prof = "radix" if "radix" in name else last
+        else:
+            first = re.findall(r"`([\w-]+)`", name)[0]
+            prof = "kvbm-offload" if "offload tier" in name else first
+        last = prof
+        if "--unbounded" in cells[-1]:
+            continue
+        ids = set(ID.findall(cells[1]))
+        if "LEMMA-*" in cells[1]:
+            ids.add("LEMMA-*")
+        out.setdefault(prof, set()).update(ids)
+    return out
+
+
+def sections(out: str) -> dict[str, dict[str, str]]:
+    """Profile -> its rows (label -> verdict), from ``kvspec prove``'s output."""
+    res: dict[str, dict[str, str]] = {}
+    cur: dict[str, str] | None = None
+    for line in out.splitlines():
+        m = re.match(r"kvspec prove --profile ([\w-]+):", line)
+        if m:
+            cur = res.setdefault(m.group(1), {})
+            continue
+        cols = re.split(r"\s{2,}", line.strip())
+        if cur is not None and len(cols) >= 2 and not line.startswith(("-", "summary", "sanity check failed")):
+            cur.setdefault(cols[0], cols[1])
+    return res
+
+
+def problems(text: str, out: str) -> list[str]:
+    """Every table claim the output contradicts."""
+    secs = sections(out)
+    bad = []
+    for p, level, reach, cover in vacuity_claims(text):
+        rows = secs.get(p)
+        if rows is None:
+            bad.append(f"{p}: no section in the output")
+            continue
+        for claimed, label in (
+            (reach, REACH_LABEL.get((p, level), DEFAULT_LABEL[level][0])),
+            (cover, COVER_LABEL.get((p, level), DEFAULT_LABEL[level][1])),
+        ):
+            if claimed and rows.get(label) != "ok":
+                bad.append(f"{p} {level}: the table says yes, the row {label!r} is {rows.get(label, 'absent')}")
+            if not claimed and label in rows:
+                bad.append(f"{p} {level}: the table says no, but {label!r} is printed ({rows[label]})")
+    for p, ids in proven_claims(text).items():
+        labels = secs.get(p, {})
+        printed = {i for lb in labels for i in ID.findall(lb.split(" (never")[0])}
+        for i in sorted(ids - {"LEMMA-*"}):
+            if i not in printed:
+                bad.append(f"{p}: the table lists {i}, no row of it is printed")
+        for i in sorted(printed):
+            if i.startswith("INV-") and i not in ids:
+                bad.append(f"{p}: the row {i} is printed, the table does not list it")
+            if i.startswith("LEMMA-") and i not in ids and "LEMMA-*" not in ids:
+                bad.append(f"{p}: the row {i} is printed, the table does not list it")
+    return bad
+
+
+SAMPLE_DOC = """
+| profile | properties | level | bound | contracts assumed | command |
+|---|---|---|---|---|---|
+| `vllm` | INV-VLLM-COPIES | step | unbounded | none | `kvspec prove --profile vllm` |
+| same | INV-VLLM-OWNER-SAFE | operation | unbounded | none | `kvspec prove --profile vllm` |
+
+| profile | level | REACHABLE (bound searched) | MUTANTS-COVER |
+|---|---|---|---|
+| `vllm` | step | yes: 2 blocks | yes |
+| `vllm` | operation | no | yes |
+"""
+SAMPLE_OUT = """kvspec prove --profile vllm: copy counting
+invariant        result            scope    time
+---------------  ----------------  -------  -----
+INV-VLLM-COPIES  unbounded proven  any      0.1s
+REACHABLE        ok                77/77    1.0s
+MUTANTS-COVER    ok                every row broken by a mutant
+operation: INV-VLLM-OWNER-SAFE  unbounded proven  initial + 11 steps  1.6s
+operation: MUTANTS-COVER  ok  every row broken by a mutant
+"""
+
+
+def test_the_checks_read_a_sample() -> None:
+    assert problems(SAMPLE_DOC, SAMPLE_OUT) == []
+    # a claim the output contradicts, either way, is named
+    assert problems(SAMPLE_DOC.replace("| operation | no |", "| operation | yes |"), SAMPLE_OUT) == [
+        "vllm operation: the table says yes, the row 'operation: REACHABLE' is absent"
+    ]
+    failed = SAMPLE_OUT.replace("REACHABLE        ok", "REACHABLE        FAILED")
+    assert problems(SAMPLE_DOC, failed) == ["vllm step: the table says yes, the row 'REACHABLE' is FAILED"]
+    extra = SAMPLE_OUT + "operation: REACHABLE  ok  63/63  1.0s\n"
+    assert problems(SAMPLE_DOC, extra) == [
+        "vllm operation: the table says no, but 'operation: REACHABLE' is printed (ok)"
+    ]
+    assert problems(SAMPLE_DOC.replace("INV-VLLM-OWNER-SAFE", "INV-VLLM-OWNERS"), SAMPLE_OUT) == [
+        "vllm: the table lists INV-VLLM-OWNERS, no row of it is printed",
+        "vllm: the row INV-VLLM-OWNER-SAFE is printed, the table does not list it",
+    ]
+
+
+def test_the_doc_tables_parse() -> None:
+    text = DOC.read_text()
+    claims = vacuity_claims(text)
+    assert {(p, lv) for p, lv, _r, _c in claims} >= {("vllm", "step"), ("vllm", "operation"), ("radix", "operation")}
+    assert set(proven_claims(text)) >= {"kvbm-offload", "kvbm", "legacy", "atomic", "vllm", "paged", "session", "radix"}
+
+
+@pytest.mark.slow
+def test_the_tables_match_what_prove_prints() -> None:
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        code = prove_cli.main([])
+    out = buf.getvalue()
+    assert code == 0, out[-3000:]
+    assert problems(DOC.read_text(), out) == []
