@@ -88,6 +88,36 @@ class Checked:
         return f"{self.reached}/{self.goals} cases reached in <= {self.deepest} steps{left} (recorded traces, pinned)"
 
 
+class _Shared(_Unrolling[Any]):
+    """An unrolling of ``depth`` steps built once, its steps linked only on
+    demand (``upto``): each recorded trace is checked in a solver scope of its
+    own over the same terms, instead of building every step of every
+    transition again per trace (the costly part for the operation-level
+    encodings). Steps past a trace's end are left unlinked, so a state where
+    nothing is enabled does not make a shorter trace infeasible."""
+
+    def __init__(self, system: System[Any], solver: z3.Solver, depth: int) -> None:
+        super().__init__(system, solver)
+        self.links: list[z3.BoolRef] = []
+        ts = system.transitions
+        for d in range(1, depth + 1):
+            pre = self.states[-1]
+            c = z3.Int(f"reach_c{d}")
+            ms = {t: system.move(t, pre, f"r{d}_{i}_") for i, t in enumerate(ts)}
+            post = self.fresh(f"reach_s{d}_")
+            link = [c >= 0, c < len(ts)]
+            link += [
+                z3.Implies(c == i, z3.And(ms[t].enabled, system.equal(post, ms[t].post))) for i, t in enumerate(ts)
+            ]
+            self.links.append(z3.And(link))
+            self.states.append(post)
+            self.choice.append(c)
+            self.moves.append(ms)
+
+    def upto(self, n: int) -> z3.BoolRef:
+        return z3.And(self.links[:n] or [z3.BoolVal(True)])
+
+
 def check(system: System[Any], data: dict[str, Any] | None, how: str, timeout_ms: int = TIMEOUT_MS) -> Checked:
     """Every recorded goal of ``system`` still reached on its recorded trace,
     and every goal of the system recorded (``how``: the command that records)."""
@@ -98,21 +128,21 @@ def check(system: System[Any], data: dict[str, Any] | None, how: str, timeout_ms
     missing: dict[str, list[str]] = {}
     seen: set[tuple[str, str]] = set()
     reached, deepest = 0, 0
-    probe: dict[str, Any] | None = None
+    s = z3.Solver()
+    s.set("timeout", timeout_ms)
+    longest = max((len(e["steps"]) for e in data["traces"]), default=1)
+    u = _Shared(system, s, max(longest, 1))
+    probe = u.moves[0]
     for entry in data["traces"]:
         steps = [ReachStep(t, dict(i)) for t, i in entry["steps"]]
-        s = z3.Solver()
-        s.set("timeout", timeout_ms)
-        u = _Unrolling(system, s)
         feasible = all(st.transition in system.transitions for st in steps)
+        s.push()
         if feasible:
+            s.add(u.upto(len(steps)))
             u.pin(ReachTrace(steps))
             for k, val in entry["params"].items():
                 if k in u.params and isinstance(val, int):
                     s.add(u.params[k] == val)
-        else:
-            u.extend()
-        probe = probe or u.moves[0]
         for t, g, j in entry["goals"]:
             seen.add((t, g))
             known = feasible and t in system.transitions
@@ -122,11 +152,7 @@ def check(system: System[Any], data: dict[str, Any] | None, how: str, timeout_ms
                 deepest = max(deepest, j)
             else:
                 missing.setdefault(t, []).append(g)
-    if probe is None:
-        s = z3.Solver()
-        u = _Unrolling(system, s)
-        u.extend()
-        probe = u.moves[0]
+        s.pop()
     goals = system.goals(probe)
     for t, g in goals:
         if (t, g) not in seen and (t, g) not in excluded:
