@@ -169,7 +169,8 @@ def test_vllm_step_encoding_simulates_the_operation_encoding(monkeypatch: pytest
     bad = {s.transition: s.verdict for s in sims if s.verdict != "proven"}
     # "refuted" as a rule; "unknown" (every seed stalled: z3's search depends on what the worker
     # process built before) is still not "proven", which is what the binding must never say here.
-    assert set(bad) == {"use(new)"} and bad["use(new)"] in {"refuted", "unknown"}
+    assert set(bad) == {"use(new)"}
+    assert bad["use(new)"] == "refuted" or bad["use(new)"].startswith("unknown (")
 
 
 def test_progress_holds_and_a_refusing_model_violates_it(monkeypatch: pytest.MonkeyPatch) -> None:

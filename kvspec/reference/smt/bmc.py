@@ -34,6 +34,7 @@ from kvspec.reference.smt.offload.ops import (
     apply_op,
 )
 from kvspec.reference.smt.offload.state import State
+from kvspec.reference.smt.solving import check
 from kvspec.reference.smt.terms import sel
 from kvspec.reference.smt.universe import NONE
 
@@ -230,9 +231,9 @@ def search(
             continue
         s.push()
         s.add(target(trace))
-        r = s.check()
-        if r == z3.sat:
-            return Found(trace, s.model(), depth, time.perf_counter() - t0)
+        a = check(s, timeout_ms=timeout_ms)
+        if a.model is not None:
+            return Found(trace, a.model, depth, time.perf_counter() - t0)
         s.pop()
     return None
 

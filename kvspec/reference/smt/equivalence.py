@@ -28,6 +28,8 @@ from typing import Any, Protocol, TypeVar
 
 import z3
 
+from kvspec.reference.smt.solving import check
+
 M = TypeVar("M")
 
 
@@ -169,12 +171,12 @@ def all_values(constraints: Iterable[z3.BoolRef], terms: Sequence[z3.ExprRef], l
     s.add(*constraints)
     out: set[tuple] = set()
     while True:
-        r = s.check()
-        if r == z3.unknown:
-            raise RuntimeError(f"z3 gave up enumerating successors: {s.reason_unknown()}")
-        if r == z3.unsat:
+        a = check(s, timeout_ms=60_000)
+        if a.unsat:
             return out
-        mdl = s.model()
+        if a.model is None:
+            raise RuntimeError(f"z3 gave up enumerating successors: {a.reason}")
+        mdl = a.model
         vals = [mdl.eval(t, model_completion=True) for t in terms]
         out.add(tuple(_py(v) for v in vals))
         if len(out) > limit:

@@ -30,6 +30,7 @@ from kvspec.reference.smt.offload.invariants import ALL_PROPERTIES, INVARIANTS, 
 from kvspec.reference.smt.offload.state import Rigid, State
 from kvspec.reference.smt.offload.step import EncodedStep
 from kvspec.reference.smt.offload.transitions import Policy
+from kvspec.reference.smt.solving import check
 from kvspec.reference.smt.universe import DEFAULT_BOUND, Bound
 
 #: how the prover applies a transition: the catalogue's, or a mutant's
@@ -80,11 +81,13 @@ class Result:
     counterexample: Counterexample | None = None
     per_transition: dict[str, float] = field(default_factory=dict)
     unknown: bool = False
+    #: why an unknown is one: "timeout after N s", "z3 model does not show the violation", ...
+    reason: str = ""
 
     @property
     def verdict(self) -> str:
         if self.unknown:
-            return "unknown"
+            return "unknown" if self.reason.startswith("timeout") or not self.reason else f"unknown ({self.reason})"
         return "proven" if self.proven else "counterexample"
 
 
@@ -128,7 +131,9 @@ def _solver(timeout_ms: int | None) -> z3.Solver:
     return s
 
 
-def check_initial(prop: Property, bound: Bound) -> Counterexample | None:
+def check_initial(prop: Property, bound: Bound) -> Counterexample | str | None:
+    """None: the initial state satisfies ``prop``; a Counterexample; or why z3's answer is
+    unknown."""
     rigid = Rigid.fresh(bound)
     init = State.initial(bound, rigid)
     conj = prop.state_conjuncts(init)
@@ -137,9 +142,12 @@ def check_initial(prop: Property, bound: Bound) -> Counterexample | None:
     s = z3.Solver()
     s.add(*rigid.domain())
     s.add(z3.Not(z3.And([c for _l, c in conj])))
-    if s.check() == z3.unsat:
+    a = check(s)
+    if a.unsat:
         return None
-    m = s.model()
+    if a.model is None:
+        return a.reason
+    m = a.model
     post = ConcreteState.from_model(m, init)
     return Counterexample(prop.id, "initial state", None, post, {}, [], [], _failed(m, conj))
 
@@ -171,7 +179,9 @@ def prove(
         t0 = time.perf_counter()
         res = Result(prop.id, prop.lemma, True, 0.0, bound)
         cex = check_initial(prop, bound)
-        if cex is not None:
+        if isinstance(cex, str):
+            res.proven, res.unknown, res.reason = False, True, cex
+        elif cex is not None:
             res.proven, res.counterexample = False, cex
         for b, s in built:
             if not res.proven:
@@ -182,9 +192,9 @@ def prove(
                 continue
             s.push()
             s.add(z3.Not(z3.And([c for _l, c in conj])))
-            verdict = s.check()
-            if verdict == z3.sat:
-                m = s.model()
+            a = check(s, timeout_ms=timeout_ms)
+            if a.model is not None:
+                m = a.model
                 step = b.step
                 res.proven = False
                 res.counterexample = Counterexample(
@@ -197,8 +207,8 @@ def prove(
                     _events(m, step),
                     _failed(m, conj),
                 )
-            elif verdict == z3.unknown:
-                res.proven, res.unknown = False, True
+            elif a.unknown:
+                res.proven, res.unknown, res.reason = False, True, a.reason
             s.pop()
             res.per_transition[b.spec.name] = time.perf_counter() - t1
         res.seconds = time.perf_counter() - t0
@@ -278,7 +288,7 @@ def check_enabled(
             s = z3.Solver()
             s.add(*base)
             s.add(*[z3.Not(z3.substitute(cond, (var, z3.IntVal(k)))) for k in dom])
-            if s.check() != z3.unsat:
+            if not check(s).unsat:
                 problems.append(f"{spec.name}: choice {name} can be impossible for a valid operation")
     return problems
 
@@ -291,13 +301,13 @@ def check_rules_reachable(bound: Bound, policy: Policy = "unordered", applier: A
         b = build(spec, bound, policy, applier, ALL_PROPERTIES)
         s = z3.Solver()
         s.add(*b.base)
-        if s.check() != z3.sat:
+        if not check(s).sat:
             problems.append(f"{spec.name}: never enabled")
             continue
         for rule, guard in b.step.rules.items():
             s.push()
             s.add(guard)
-            if s.check() != z3.sat:
+            if not check(s).sat:
                 problems.append(f"{spec.name}: rule {rule} never fires")
             s.pop()
     return problems

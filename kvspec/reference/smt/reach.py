@@ -58,6 +58,8 @@ from typing import Any, Generic, TypeVar
 
 import z3
 
+from kvspec.reference.smt import solving
+
 St = TypeVar("St")
 
 
@@ -140,7 +142,7 @@ class System(Generic[St]):
             mv = self.move(t, st, "phase_in_")
             s = z3.Solver()
             s.add(mv.enabled, z3.And([self.phase(st) != v for v in self.phases[t]] or [z3.BoolVal(True)]))
-            if s.check() != z3.unsat:
+            if not solving.check(s).unsat:
                 out.append(
                     f"{self.profile} {self.level}: {t} can be enabled outside its phases {sorted(self.phases[t])}"
                 )
@@ -320,13 +322,13 @@ def cover(system: System[Any], timeout_ms: int | None = None) -> Coverage:
                 break
             s.push()
             s.add(z3.Or([u.goal(d, t, g) for t, g in todo]))
-            r = s.check()
-            if r != z3.sat:
+            a = solving.check(s, timeout_ms=timeout_ms)
+            if a.model is None:
                 s.pop()
-                if r == z3.unknown:
+                if a.unknown:
                     gave_up = d
                 break
-            m = s.model()
+            m = a.model
             trace = u.trace(m, d)
             for j in range(1, d + 1):
                 for t, g in todo:
@@ -345,8 +347,9 @@ def cover(system: System[Any], timeout_ms: int | None = None) -> Coverage:
     if never:
         s.push()
         s.add(z3.Or([u.goal(j, t, g) for j in range(1, len(u.choice) + 1) for t, g in never]))
-        if s.check() == z3.sat:
-            m = s.model()
+        a = solving.check(s, timeout_ms=timeout_ms)
+        if a.model is not None:
+            m = a.model
             stale = [
                 (t, g)
                 for t, g in never
@@ -385,9 +388,10 @@ def violation(
             continue
         s.push()
         s.add(z3.Or(cases))
-        r = s.check()
-        if r == z3.sat:
-            return u.trace(s.model(), d), r
+        a = solving.check(s, timeout_ms=timeout_ms)
+        r = a.result
+        if a.model is not None:
+            return u.trace(a.model, d), r
         s.pop()
         if r == z3.unknown:
             break

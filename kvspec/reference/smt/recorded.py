@@ -31,6 +31,7 @@ from typing import Any
 
 import z3
 
+from kvspec.reference.smt import solving
 from kvspec.reference.smt.reach import Coverage, ReachStep, ReachTrace, System, _Unrolling
 
 #: per solver call of the pinned checks
@@ -147,7 +148,7 @@ def check(system: System[Any], data: dict[str, Any] | None, how: str, timeout_ms
             seen.add((t, g))
             known = feasible and t in system.transitions
             known = known and (not g.startswith(("rule ", "case ")) or g in u.moves[j - 1][t].cases)
-            if known and s.check(u.goal(j, t, g)) == z3.sat:
+            if known and solving.check(s, u.goal(j, t, g), timeout_ms=timeout_ms).sat:
                 reached += 1
                 deepest = max(deepest, j)
             else:
@@ -198,16 +199,17 @@ def attribute(
         s.set("timeout", timeout_ms)
         u = _Unrolling(system, s)
         u.pin(trace)
-        if s.check() != z3.sat:
+        if not solving.check(s, timeout_ms=timeout_ms).sat:
             refused.append(f"{system.profile} {system.level}: guide trace #{n} is not a run of the encoding")
             continue
         for j, step in enumerate(trace.steps, 1):
             for t, g in goals:
                 if t != step.transition or (t, g) in out or (t, g) in stale:
                     continue
-                if s.check(u.goal(j, t, g)) == z3.sat:
+                found = solving.check(s, u.goal(j, t, g), timeout_ms=timeout_ms)
+                if found.model is not None:
                     # the trace as z3 completed it for this goal: every input pinned when recorded
-                    m2 = s.model()
+                    m2 = found.model
                     done = u.trace(m2, j)
                     if (t, g) in excluded:
                         stale.append((t, g))

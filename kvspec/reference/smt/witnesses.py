@@ -43,6 +43,7 @@ from kvspec.reference.smt.offload.ops import (
     counters,
 )
 from kvspec.reference.smt.offload.state import State
+from kvspec.reference.smt.solving import check
 from kvspec.reference.smt.universe import ACTIVE, INACTIVE, NONE
 from kvspec.spec.display import format_op
 from kvspec.spec.rules import RuleId as R
@@ -313,9 +314,9 @@ def _determined(s: z3.Solver, m: z3.ModelRef, terms: Sequence[z3.ExprRef]) -> bo
         return True
     s.push()
     s.add(z3.Or([t != m.eval(t, model_completion=True) for t in terms]))
-    r = s.check()
+    r = check(s)
     s.pop()
-    return r == z3.unsat
+    return r.unsat
 
 
 def derive(universe: Universe, ops: Sequence[Any]) -> list[Expect]:
@@ -323,9 +324,10 @@ def derive(universe: Universe, ops: Sequence[Any]) -> list[Expect]:
     steps, constraints = _replay(universe, ops)
     s = z3.Solver()
     s.add(*constraints)
-    if s.check() != z3.sat:
-        raise RuntimeError("the operations have no trace in the encoding")
-    m = s.model()
+    a = check(s)
+    if a.model is None:
+        raise RuntimeError(f"the operations have no trace in the encoding ({a.verdict})")
+    m = a.model
     ev = model_eval(m)
     out: list[Expect] = []
     next_id = 0
@@ -458,7 +460,7 @@ def verify(w: Witness, scenario: Scenario) -> list[str]:
         pins += [getattr(step.vars, k) == v for k, v in vals.items()]
     s = z3.Solver()
     s.add(*trace.constraints, *pins, w.target(trace))
-    if s.check() != z3.sat:
+    if not check(s).sat:
         problems.append("its operations do not reach the target (or are not requests a scheduler could make)")
     derived = derive(universe_of(scenario), ops)
     for i, (st, exp) in enumerate(zip(scenario.steps, derived, strict=True)):

@@ -30,6 +30,7 @@ import z3
 
 from kvspec.reference import make_model
 from kvspec.reference.outcome import Step
+from kvspec.reference.smt import solving
 from kvspec.reference.smt.blocks.catalogue import block_encoding
 from kvspec.reference.smt.blocks.encoding import CENSUS, IDLE, NONE, BState, ProfileEncoding, inputs
 from kvspec.reference.smt.blocks.encoding_mutants import patched, profile_encoding_mutants
@@ -404,7 +405,7 @@ def agrees(
     s = z3.Solver()
     s.set("timeout", 30_000)
     s.add(*req, *eq)
-    return s.check() == z3.sat
+    return solving.check(s, timeout_ms=30_000).sat
 
 
 def _parent(ev: KvEvent) -> int:
@@ -530,7 +531,7 @@ def changed_steps(profile: str, mutant: str) -> list[str]:
         s = z3.Solver()
         s.set("timeout", 20_000)
         s.add(z3.And(b.requires) if not a.requires else z3.Or(z3.And(a.requires), z3.And(b.requires)), z3.Or(diff))
-        if s.check() == z3.sat:
+        if not solving.check(s, timeout_ms=20_000).unsat:  # a difference, or none shown: not equal
             out.append(name)
     return out
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import z3
 
+from kvspec.reference.smt import solving
 from kvspec.reference.smt.blocks.agreement import _plh, _use
 from kvspec.reference.smt.blocks.encoding import NONE, ProfileEncoding
 from kvspec.reference.smt.reach import Move, ReachTrace, violation
@@ -147,8 +148,9 @@ def guided(
                 u.pin(ReachTrace(steps))
                 news = range(len(path) + 1, len(steps) + 1)
                 bad = {j: _broken(prof, u.moves[j - 1][steps[j - 1].transition]) for j in news}
-                if s.check(z3.Or(list(bad.values()))) == z3.sat:
-                    model = s.model()
+                found_sat = solving.check(s, z3.Or(list(bad.values())), timeout_ms=TIMEOUT_MS)
+                if found_sat.model is not None:
+                    model = found_sat.model
                     last = next(j for j in news if z3.is_true(model.eval(bad[j], model_completion=True)))
                     trace = u.trace(model, last)
                     return [*ops, op], ReachTrace(trace.steps, {"capacity": CAP})

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 import z3
 
+from kvspec.reference.smt import solving
 from kvspec.reference.smt.unbounded.models import _index_terms
 
 Int = z3.IntSort()
@@ -231,7 +232,7 @@ class Proof:
     transition: str
     verdict: str  # proven | refuted | unknown
     seconds: float
-    #: z3's reason for an unknown ("timeout", "incomplete quantifiers", ...)
+    #: why a verdict is unknown (``solving.Answer.reason``: "timeout after N s", ...)
     reason: str = ""
 
 
@@ -247,8 +248,8 @@ def prove(prof: ProfileEncoding, tw: frozenset[str] = frozenset(), timeout_ms: i
         cap = z3.Int("cap0")
         init = prof.initial(cap)
         s.add(cap >= 1, z3.Not(z3.And([f for _l, f in prof.invariants[inv_id](init)])))
-        r = s.check()
-        out.append(Proof(inv_id, "initial state", _verdict(r), time.perf_counter() - t0))
+        r = solving.check(s, timeout_ms=timeout_ms)
+        out.append(Proof(inv_id, "initial state", r.kind, time.perf_counter() - t0, r.reason))
         for name in prof.transitions:
             if name in prof.unreachable:
                 continue
@@ -257,21 +258,17 @@ def prove(prof: ProfileEncoding, tw: frozenset[str] = frozenset(), timeout_ms: i
             s = z3.Solver()
             s.set("timeout", timeout_ms)
             s.add(*hyp, z3.Not(_goal(prof, inv_id, step)))
-            r = s.check()
-            why = s.reason_unknown() if r == z3.unknown else ""
-            out.append(Proof(inv_id, name, _verdict(r), time.perf_counter() - t0, why))
+            r = solving.check(s, timeout_ms=timeout_ms)
+            out.append(Proof(inv_id, name, r.kind, time.perf_counter() - t0, r.reason))
     for name in prof.unreachable:
         t0 = time.perf_counter()
         _step, hyp = base(prof, name, BState.fresh("pre_"), inputs(), tw, "pre_")
         s = z3.Solver()
         s.set("timeout", timeout_ms)
         s.add(*hyp)
-        out.append(Proof(f"never: {name}", name, _verdict(s.check()), time.perf_counter() - t0))
+        r = solving.check(s, timeout_ms=timeout_ms)
+        out.append(Proof(f"never: {name}", name, r.kind, time.perf_counter() - t0, r.reason))
     return out
-
-
-def _verdict(r: z3.CheckSatResult) -> str:
-    return "proven" if r == z3.unsat else ("refuted" if r == z3.sat else "unknown")
 
 
 def _expand(e: z3.ExprRef, ints: list[z3.ArithRef], memo: dict[int, z3.ExprRef]) -> z3.ExprRef:
@@ -317,7 +314,7 @@ def finite_check(
     s = z3.Solver()
     s.set("timeout", timeout_ms)
     s.add(*fs, *exact, *in_range)
-    return s.check()
+    return solving.check(s, timeout_ms=timeout_ms).result
 
 
 def sanity(prof: ProfileEncoding, tw: frozenset[str] = frozenset()) -> list[str]:

@@ -28,6 +28,7 @@ from typing import Any
 
 import z3
 
+from kvspec.reference.smt import solving
 from kvspec.reference.smt.blocks.encoding import (
     CENSUS,
     DECLARE,
@@ -184,9 +185,10 @@ def _ask(
     u.pin(ReachTrace(steps))
     cands = [(j, t, g) for j in range(start + 1, len(steps) + 1) for t, g in todo if steps[j - 1].transition == t]
     while cands := [(j, t, g) for j, t, g in cands if (t, g) not in reached]:
-        if s.check(z3.Or([u.goal(j, t, g) for j, t, g in cands])) != z3.sat:
+        found = solving.check(s, z3.Or([u.goal(j, t, g) for j, t, g in cands]), timeout_ms=30_000)
+        if found.model is None:
             return
-        m = s.model()
+        m = found.model
         trace = u.trace(m, len(steps))
         for j, t, g in cands:
             if (t, g) not in reached and z3.is_true(m.eval(u.goal(j, t, g), model_completion=True)):

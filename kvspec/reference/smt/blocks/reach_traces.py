@@ -27,6 +27,7 @@ from typing import Any
 
 import z3
 
+from kvspec.reference.smt import solving
 from kvspec.reference.smt.blocks.encoding import ProfileEncoding
 from kvspec.reference.smt.reach import ReachStep, ReachTrace, _Unrolling, cover
 from kvspec.reference.smt.recorded import Checked
@@ -114,7 +115,7 @@ def check(prof: ProfileEncoding, tw: frozenset[str] = frozenset(), timeout_ms: i
             seen.add((t, g))
             known = feasible and t in prof.transitions
             known = known and (not g.startswith(("rule ", "case ")) or g in u.moves[j - 1][t].cases)
-            if known and s.check(u.goal(j, t, g)) == z3.sat:
+            if known and solving.check(s, u.goal(j, t, g), timeout_ms=timeout_ms).sat:
                 reached += 1
                 deepest = max(deepest, j)
             else:

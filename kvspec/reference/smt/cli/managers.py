@@ -76,7 +76,8 @@ def run_manager(profile: str, mutant: str | None = None, timeout_s: float | None
         proofs, refuted = prove_paged(b, table, timeout_ms)
         system = paged_system(b, table)
         rows = [(p.transition, p.proven, p.unknown, p.seconds) for p in proofs]
-        seeds = [(p.transition, p.proven, p.seconds) for p in refuted]
+        why = {p.reason for p in proofs if p.unknown}
+        seeds = [(p.transition, p.proven, p.unknown, p.reason, p.seconds) for p in refuted]
     else:
         stable: dict = dict(session.TRANSITIONS)
         if mutant:
@@ -86,7 +87,8 @@ def run_manager(profile: str, mutant: str | None = None, timeout_s: float | None
         sproofs, sbroken_proofs = prove_session(SESSION_SLOTS, stable, timeout_ms)
         system = session_system(SESSION_SLOTS, stable)
         rows = [(p.transition, p.proven, p.unknown, p.seconds) for p in sproofs]
-        seeds = [(p.transition, p.proven, p.seconds) for p in sbroken_proofs]
+        why = {p.reason for p in sproofs if p.unknown}
+        seeds = [(p.transition, p.proven, p.unknown, p.reason, p.seconds) for p in sbroken_proofs]
     print(f"kvspec prove --profile {profile}: {inv}, every state of {scope}")
     if mutant:
         print(f"MUTANT {mutant}: {name} replaced by a broken variant")
@@ -107,12 +109,13 @@ def run_manager(profile: str, mutant: str | None = None, timeout_s: float | None
     emit(["REACHABLE", "ok" if not found else "FAILED", cov.summary(), f"{time.perf_counter() - t0:.2f}s"])
     problems += found
     if not mutant:
-        for n, proven, secs in seeds:
-            emit([f"  refutes {n}", "refuted" if not proven else "NOT REFUTED", inv, f"{secs:.2f}s"])
+        for n, proven, unk, reason, secs in seeds:
+            seed_verdict = "NOT REFUTED" if proven else f"unknown ({reason})" if unk else "refuted"
+            emit([f"  refutes {n}", seed_verdict, inv, f"{secs:.2f}s"])
             if proven:
                 problems.append(f"the broken transition {n!r} was not refuted: the encoding is vacuous")
         # MUTANTS-COVER: the profile's one row is the property some refuted seeded bug breaks
-        lone = all(proven for _n, proven, _s in seeds)
+        lone = not any(not proven and not unk for _n, proven, unk, _r, _s in seeds)  # an unknown breaks nothing
         emit(
             [
                 "MUTANTS-COVER",
@@ -130,3 +133,5 @@ def run_manager(profile: str, mutant: str | None = None, timeout_s: float | None
     for p in problems:
         print(f"sanity check failed: {p}")
     return 1 if problems else 0
+    if verdict == "unknown" and not all(not w or w.startswith("timeout") for w in why):
+        verdict = f"unknown ({', '.join(sorted(why))})"

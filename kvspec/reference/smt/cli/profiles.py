@@ -94,7 +94,7 @@ def order_rows(policies: tuple[str, ...]) -> list[str]:
 
 def _not_proven(verdicts: list[str]) -> str:
     """A row that is not proven: refuted somewhere, or only unknown (the solver gave up)."""
-    return "unknown" if all(v in ("proven", "unknown") for v in verdicts) else "NOT proven"
+    return "unknown" if all(v == "proven" or v.startswith("unknown") for v in verdicts) else "NOT proven"
 
 
 def _vllm_ops(timeout_ms: int = 60_000) -> list[str]:
@@ -265,7 +265,7 @@ def run_blocks(
         verdict = "unbounded proven" if not bad else _not_proven([p.verdict for p in mine])
         if verdict == "unknown":
             why = {p.reason for p in mine if p.verdict == "unknown"}
-            timed_out = bool(why & {"timeout", "canceled"})
+            timed_out = any(w.startswith(("timeout", "canceled")) for w in why)
             verdict = summary.unknown_text(None if timed_out else "z3: " + ", ".join(sorted(why)), timeout_ms / 1000)
         print(_row([label, verdict, scope, f"{secs:.2f}s"]))
         problems += [f"{inv} not proven at {t}" for t in bad]

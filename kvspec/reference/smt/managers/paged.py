@@ -29,6 +29,8 @@ from dataclasses import dataclass
 
 import z3
 
+from kvspec.reference.smt import solving
+
 
 @dataclass(frozen=True)
 class PagedBound:
@@ -287,6 +289,8 @@ class PagedProof:
     seconds: float
     counterexample: str | None = None
     unknown: bool = False
+    #: why z3's answer is unknown (``solving.Answer.reason``)
+    reason: str = ""
 
 
 def check(name: str, tr: Transition, b: PagedBound, timeout_ms: int | None = None) -> PagedProof:
@@ -297,17 +301,18 @@ def check(name: str, tr: Transition, b: PagedBound, timeout_ms: int | None = Non
     if timeout_ms:
         solver.set("timeout", timeout_ms)
     solver.add(invariant(pre, b), enabled, z3.Not(invariant(post, b)))
-    res = solver.check()
+    res = solving.check(solver, timeout_ms=timeout_ms)
     cex = None
-    if res == z3.sat:
-        m = solver.model()
+    if res.model is not None:
+        m = res.model
         before = [m.eval(v, model_completion=True) for v in [*pre.refs_d, *pre.refs_h]]
         after = [m.eval(v, model_completion=True) for v in [*post.refs_d, *post.refs_h]]
         cex = f"reference counts (device blocks, then host) before {before}, after {after}"
-    return PagedProof(name, res == z3.unsat, time.perf_counter() - t0, cex, res == z3.unknown)
+    return PagedProof(name, res.unsat, time.perf_counter() - t0, cex, res.unknown, res.reason)
 
 
-def initial_holds(b: PagedBound) -> bool:
+def initial_holds(b: PagedBound) -> solving.Answer:
+    """unsat: the initial state satisfies the invariant."""
     s = fresh(b, "init_")
     init = z3.And(
         [z3.Not(x) for x in s.live]
@@ -318,7 +323,7 @@ def initial_holds(b: PagedBound) -> bool:
     )
     solver = z3.Solver()
     solver.add(init, z3.Not(invariant(s, b)))
-    return solver.check() == z3.unsat
+    return solving.check(solver)
 
 
 def prove_paged(
@@ -326,6 +331,7 @@ def prove_paged(
 ) -> tuple[list[PagedProof], list[PagedProof]]:
     """(the profile's transitions, all to be proven; the seed's, all to be refuted).
     ``transitions``: the table to prove (a mutant replaces one)."""
-    ok = [PagedProof("initial state", initial_holds(b), 0.0)]
+    init = initial_holds(b)
+    ok = [PagedProof("initial state", init.unsat, 0.0, None, init.unknown, init.reason)]
     ok += [check(n, tr, b, timeout_ms) for n, tr in (TRANSITIONS if transitions is None else transitions).items()]
     return ok, [check(n, tr, b, timeout_ms) for n, tr in SEED_TRANSITIONS.items()]

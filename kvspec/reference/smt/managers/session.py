@@ -31,6 +31,8 @@ from dataclasses import dataclass
 
 import z3
 
+from kvspec.reference.smt import solving
+
 FREE, IDLE, LEASED = 0, 1, 2
 #: ``own`` of a slot no session holds
 NOBODY = -1
@@ -210,6 +212,8 @@ class SessionProof:
     proven: bool
     seconds: float
     unknown: bool = False
+    #: why z3's answer is unknown (``solving.Answer.reason``)
+    reason: str = ""
 
 
 def check(name: str, tr: Transition, n: int, timeout_ms: int | None = None) -> SessionProof:
@@ -220,8 +224,8 @@ def check(name: str, tr: Transition, n: int, timeout_ms: int | None = None) -> S
     if timeout_ms:
         solver.set("timeout", timeout_ms)
     solver.add(invariant(pre, n), en, z3.Not(invariant(post, n)))
-    r = solver.check()
-    return SessionProof(name, r == z3.unsat, time.perf_counter() - t0, r == z3.unknown)
+    r = solving.check(solver, timeout_ms=timeout_ms)
+    return SessionProof(name, r.unsat, time.perf_counter() - t0, r.unknown, r.reason)
 
 
 def stale_never_acts(n: int) -> SessionProof:
@@ -231,7 +235,8 @@ def stale_never_acts(n: int) -> SessionProof:
     _, en = stale_acts(pre, n, "x_")
     solver = z3.Solver()
     solver.add(invariant(pre, n), en)
-    return SessionProof("a stale handle acts", solver.check() == z3.unsat, time.perf_counter() - t0)
+    r = solving.check(solver)
+    return SessionProof("a stale handle acts", r.unsat, time.perf_counter() - t0, r.unknown, r.reason)
 
 
 def prove_session(
@@ -241,7 +246,8 @@ def prove_session(
     refuted). ``transitions``: the table to prove (a mutant replaces one)."""
     s = z3.Solver()
     s.add(z3.Not(invariant(initial(n), n)))
-    ok = [SessionProof("initial state", s.check() == z3.unsat, 0.0)]
+    r = solving.check(s)
+    ok = [SessionProof("initial state", r.unsat, 0.0, r.unknown, r.reason)]
     ok += [check(name, tr, n, timeout_ms) for name, tr in (TRANSITIONS if transitions is None else transitions).items()]
     ok.append(stale_never_acts(n))
     return ok, [check(name, tr, n, timeout_ms) for name, tr in BROKEN.items()]

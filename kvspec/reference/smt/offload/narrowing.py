@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 import z3
 
+from kvspec.reference.smt import solving
 from kvspec.reference.smt.offload.catalogue import TRANSITIONS, TransitionSpec
 from kvspec.reference.smt.offload.invariants import ALL_PROPERTIES
 from kvspec.reference.smt.offload.step import EncodedStep
@@ -159,13 +160,13 @@ def check_cases(
         b = build(spec, bound, policy, applier, ALL_PROPERTIES, symmetry=True)
         s = z3.Solver()
         s.add(*b.base)
-        if s.check() != z3.sat:
+        if not solving.check(s).sat:
             problems.append(f"{spec.name}: never enabled")
             continue
         for name, cond in cases_of(b.step, spec.name).items():
             s.push()
             s.add(cond)
-            if s.check() != z3.sat:
+            if not solving.check(s).sat:
                 problems.append(f"{spec.name}: {name} never happens (narrowed)")
             s.pop()
     return problems

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 
 import z3
 
+from kvspec.reference.smt import solving
 from kvspec.reference.smt.concrete import ConcreteState, evaluate
 from kvspec.reference.smt.offload.invariants import ALL_PROPERTIES, Conjuncts, Property, assumed, step_quarantine
 from kvspec.reference.smt.offload.ops import (
@@ -262,11 +263,13 @@ class OffloadOpProof:
     batch: int
     unknown: bool = False
     counterexample: str | None = None
+    #: why an unknown is one (``solving.Answer.reason``)
+    reason: str = ""
 
     @property
     def verdict(self) -> str:
         if self.unknown:
-            return "unknown"
+            return "unknown" if self.reason.startswith("timeout") or not self.reason else f"unknown ({self.reason})"
         return "proven" if self.proven else "counterexample"
 
 
@@ -350,13 +353,13 @@ def prove_operations(
             if conj:
                 s.push()
                 s.add(z3.Not(z3.And([c for _l, c in conj])))
-                verdict = s.check()
-                if verdict == z3.sat:
-                    m = s.model()
+                verdict = solving.check(s, timeout_ms=timeout_ms)
+                if verdict.model is not None:
+                    m = verdict.model
                     failed = [lb for lb, c in conj if not z3.is_true(m.eval(c, model_completion=True))]
                     res.proven, res.counterexample = False, _render(m, b, failed)
-                elif verdict == z3.unknown:
-                    res.proven, res.unknown = False, True
+                elif verdict.unknown:
+                    res.proven, res.unknown, res.reason = False, True, verdict.reason
                 s.pop()
             res.seconds = time.perf_counter() - t0
             results.append(res)
@@ -418,7 +421,7 @@ def check_operations_enabled(bound: Bound = DEFAULT_OP_BOUND, n: int = DEFAULT_B
         for what, cond in wants.items():
             s.push()
             s.add(cond)
-            if s.check() != z3.sat:
+            if not solving.check(s).sat:
                 problems.append(f"operation {b.name}: never {what}")
             s.pop()
     return problems

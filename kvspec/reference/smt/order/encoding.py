@@ -40,6 +40,8 @@ from dataclasses import dataclass, replace
 
 import z3
 
+from kvspec.reference.smt.solving import check
+
 N = 4
 POLICIES = ("lru", "multi_lru", "lineage", "vllm-free", "radix")
 #: policy -> its order row id (SPEC.md, "Proven invariants")
@@ -303,10 +305,8 @@ def _check(premises: list[z3.BoolRef], goal: z3.BoolRef, timeout_ms: int) -> tup
     s = z3.Solver()
     s.set("timeout", timeout_ms)
     s.add(*premises, z3.Not(goal))
-    r = s.check()
-    if r == z3.unsat:
-        return "proven", None
-    return ("refuted", s.model()) if r == z3.sat else ("unknown", None)
+    a = check(s, timeout_ms=timeout_ms)
+    return a.verdict, a.model
 
 
 def prove(policy: str, tw: frozenset[str] = frozenset(), n: int = N, timeout_ms: int = 60_000) -> list[OProof]:
@@ -335,7 +335,7 @@ def sanity(policy: str, n: int = N) -> list[str]:
         if st.victim is not None:
             cands = [z3.If(candidate(S, policy, i, frozenset()), 1, 0) for i in range(n)]
             s.add(z3.Sum(cands) >= 2)
-        if s.check() != z3.sat:
+        if not check(s).sat:
             problems.append(
                 f"{ROW[policy]}: the step {st.name} is never enabled"
                 + (" with two candidates" if st.victim is not None else "")

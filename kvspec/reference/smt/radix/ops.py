@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import z3
 
+from kvspec.reference.smt import solving
 from kvspec.reference.smt.radix.encoding import INVARIANTS, RState, all_invariants
 from kvspec.reference.smt.radix.operations import OPERATIONS, OpBound, OpTransition
 from kvspec.spec.rules import RuleId as R
@@ -129,7 +130,7 @@ def op_breaks(mutant: str, op: str, row: str, bound: OpBound = DEFAULT_OP_BOUND)
     t = build(op, bound, frozenset({mutant}))
     s = z3.Solver()
     s.add(*_hyp(t.pre), *t.requires, z3.Not(obligations(t)[row]))
-    return s.check() == z3.sat
+    return solving.check(s).sat
 
 
 def cover_rows() -> list[str]:
@@ -161,8 +162,7 @@ def _check(premises: list[z3.BoolRef], goal: z3.BoolRef, timeout_ms: int | None)
     if timeout_ms:
         s.set("timeout", timeout_ms)
     s.add(*premises, z3.Not(goal))
-    r = s.check()
-    return "proven" if r == z3.unsat else ("refuted" if r == z3.sat else "unknown")
+    return solving.check(s, timeout_ms=timeout_ms).kind
 
 
 def build(op: str, bound: OpBound, tw: frozenset[str] = frozenset()) -> OpTransition:
@@ -208,13 +208,13 @@ def sanity_ops(
         t = build(name, bound, tw)
         s = z3.Solver()
         s.add(*_hyp(t.pre), *t.requires)
-        if s.check() != z3.sat:
+        if not solving.check(s).sat:
             problems.append(f"radix operation {name}: never enabled")
             continue
         for case, cond in t.cases.items():
             s.push()
             s.add(cond)
-            if s.check() != z3.sat:
+            if not solving.check(s).sat:
                 problems.append(f"radix operation {name}: the case {case!r} is never possible")
             s.pop()
     return problems
@@ -228,9 +228,9 @@ def refute_op(name: str, bound: OpBound = DEFAULT_OP_BOUND) -> str | None:
     t = build(m.op, bound, frozenset({name}))
     s = z3.Solver()
     s.add(*_hyp(t.pre), *t.requires, z3.Not(obligations(t)[m.breaks]))
-    if s.check() != z3.sat:
+    model = solving.check(s).model
+    if model is None:
         return None
-    model = s.model()
     head = f"MUTANT {name}: {m.description} (breaks {m.rule})\n{m.breaks} fails after the operation {m.op}:"
     return "\n".join([head, render(t.pre, model, "before"), render(t.post, model, "after")])
 

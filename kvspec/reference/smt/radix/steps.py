@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import z3
 
+from kvspec.reference.smt import solving
 from kvspec.reference.smt.radix.encoding import (
     INVARIANTS,
     ROOT,
@@ -136,7 +137,7 @@ def breaks(name: str, row: str, bound: RadixBound = DEFAULT_BOUND) -> bool:
     prop = lemma_lock_path if row == LEMMA_ID else INVARIANTS[row]
     s = z3.Solver()
     s.add(*_hyp(step.pre), *step.requires, z3.Not(prop(step.post)))
-    return s.check() == z3.sat
+    return solving.check(s).sat
 
 
 @dataclass
@@ -179,21 +180,22 @@ def prove_radix(
             S = RState.fresh(bound, "pre_")
             s = _solver(timeout_ms)
             s.add(*_hyp(S), z3.Not(prop(S)))
-            r = s.check()
-            failed += ["the invariants"] if r == z3.sat else []
-            unknown |= r == z3.unknown
+            r = solving.check(s, timeout_ms=timeout_ms)
+            failed += ["the invariants"] if r.sat else []
+            unknown |= r.unknown
         else:
             s = _solver(timeout_ms)
             s.add(z3.Int("cap0") >= 0, z3.Not(prop(init)))
-            if s.check() != z3.unsat:
-                failed.append("initial state")
+            r = solving.check(s, timeout_ms=timeout_ms)
+            failed += ["initial state"] if r.sat else []
+            unknown |= r.unknown
             for name, step in steps.items():
                 s = _solver(timeout_ms)
                 s.add(*_hyp(step.pre), *step.requires, z3.Not(prop(step.post)))
-                r = s.check()
-                if r == z3.sat:
+                r = solving.check(s, timeout_ms=timeout_ms)
+                if r.sat:
                     failed.append(name)
-                unknown |= r == z3.unknown
+                unknown |= r.unknown
         verdict = "refuted" if failed else ("unknown" if unknown else "proven")
         res = RadixProof(str(pid), verdict, time.perf_counter() - t0, failed)
         if on_result:
@@ -222,19 +224,19 @@ def sanity(bound: RadixBound = DEFAULT_BOUND, tw: frozenset[str] = frozenset()) 
     S = RState.fresh(bound, "s_")
     s = z3.Solver()
     s.add(*_hyp(S), *rich_state(S))
-    if s.check() != z3.sat:
+    if not solving.check(s).sat:
         problems.append("radix: the invariants have no state with a branch, a run and a lock")
     for name, make in STEPS.items():
         step = make(RState.fresh(bound, "s_"), tw)
         s = z3.Solver()
         s.add(*_hyp(step.pre), *step.requires)
-        if s.check() != z3.sat:
+        if not solving.check(s).sat:
             problems.append(f"radix {name}: never enabled")
             continue
         for case, cond in step.cases.items():
             s.push()
             s.add(cond)
-            if s.check() != z3.sat:
+            if not solving.check(s).sat:
                 problems.append(f"radix {name}: the case {case!r} is never possible")
             s.pop()
     return problems
@@ -255,9 +257,9 @@ def refute(name: str, bound: RadixBound = DEFAULT_BOUND) -> RadixCounterexample 
     step = STEPS[m.step](RState.fresh(bound, "pre_"), frozenset({name}))
     s = z3.Solver()
     s.add(*_hyp(step.pre), *step.requires, z3.Not(INVARIANTS[m.breaks](step.post)))
-    if s.check() != z3.sat:
+    model = solving.check(s).model
+    if model is None:
         return None
-    model = s.model()
     text = render(step.pre, model, "before") + "\n" + render(step.post, model, "after")
     chosen = sorted(str(d) for d in model.decls() if str(d).startswith("in_"))
     picks = ", ".join(f"{c[3:]}={model.eval(z3.Int(c), model_completion=True)}" for c in chosen)

@@ -51,6 +51,7 @@ from dataclasses import dataclass, field, replace
 
 import z3
 
+from kvspec.reference.smt import solving
 from kvspec.spec.rules import RuleId as R
 from kvspec.spec.rules import rid
 
@@ -628,7 +629,7 @@ def check(
         for seed in seeds:
             s = _solver(timeout_ms, seed)
             s.add(*facts, *inst, z3.Not(ground))
-            r = s.check()
+            r = solving.check(s, timeout_ms=timeout_ms, seeds=()).result  # the seeds are this loop's
             if r != z3.unknown:
                 verdict = r
                 break

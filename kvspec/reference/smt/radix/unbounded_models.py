@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 import z3
 
+from kvspec.reference.smt import solving
 from kvspec.reference.smt.radix.unbounded import (
     INVARIANTS,
     ROOT,
@@ -108,7 +109,7 @@ def finite_check(
     s = z3.Solver()
     s.set("timeout", timeout_ms)
     s.add(*distinct, *universe, *fs)
-    return s.check(), s, pages, handles
+    return solving.check(s, timeout_ms=timeout_ms).result, s, pages, handles
 
 
 def _step_query(name: str, tw: Tweaks, extra: Callable[[URStep], list[z3.BoolRef]]) -> Callable[[UR], list]:
@@ -165,9 +166,10 @@ def refute_finite(mutant: str, step: str, breaks: str, timeout_ms: int = 60_000)
     r, s, pages, handles = finite_check(
         _step_query(step, tw, lambda st: [z3.Not(goal(breaks, st))]), timeout_ms=timeout_ms
     )
-    if r != z3.sat:
+    model = solving.check(s, timeout_ms=timeout_ms).model if r == z3.sat else None
+    if model is None:
         return ("not refuted" if r == z3.unsat else "unknown"), ""
-    return "refuted", render(s.model(), pages, handles)
+    return "refuted", render(model, pages, handles)
 
 
 def render(model: z3.ModelRef, pages: list[z3.ExprRef], handles: list[z3.ExprRef]) -> str:

@@ -34,6 +34,8 @@ from dataclasses import dataclass
 
 import z3
 
+from kvspec.reference.smt import solving
+
 #: the default universe: two workers, four hashes, G3 of three blocks (more
 #: hashes than blocks, so a full G3 can be offered a new one; with
 #: fewer than three, admission never lets two copies fly at once: a copy in
@@ -164,19 +166,25 @@ def _inductive(
     prop: Callable[[_SharedTierState], z3.BoolRef], w: int, h: int, cap: int, mutant: str | None
 ) -> str | None:
     """None when ``prop`` (with the full invariant as hypothesis) holds
-    initially and after every step; else the failing transition's name."""
+    initially and after every step; else the failing transition's name, or
+    ``unknown (REASON) at NAME`` when z3 gives no answer it can show."""
     s, t = _state("s", w, h), _state("t", w, h)
     inv = z3.And(conserve(s, cap), no_dup(s))
     solver = z3.Solver()
     solver.add(_init(s), z3.Not(prop(s)))
-    if solver.check() != z3.unsat:
-        return "init"
+    steps = [("init", solver)]
     for name, rel in transitions(s, t, cap, mutant):
         solver = z3.Solver()
         solver.add(inv, rel, z3.Not(prop(t)))
-        if solver.check() != z3.unsat:
+        steps.append((name, solver))
+    unknown = None
+    for name, solver in steps:
+        a = solving.check(solver)
+        if a.sat:
             return name
-    return None
+        if a.unknown and unknown is None:
+            unknown = f"{a.verdict} at {name}"
+    return unknown
 
 
 def _reachable_kinds(w: int, h: int, cap: int, depth: int) -> set[str]:
@@ -194,7 +202,7 @@ def _reachable_kinds(w: int, h: int, cap: int, depth: int) -> set[str]:
             for k in range(d):
                 solver.add(z3.Or([r for _n, r in transitions(states[k], states[k + 1], cap)]))
             solver.add(rel)
-            if solver.check() == z3.sat:
+            if solving.check(solver).sat:
                 fired.add(kind)
     return fired
 
@@ -209,7 +217,11 @@ def prove_shared_tier(workers: int = WORKERS, hashes: int = HASHES, capacity: in
         bad = _inductive(prop, workers, hashes, capacity, None)
         rows.append(
             Row(
-                name, bad is None, "proven" if bad is None else "COUNTEREXAMPLE", time.perf_counter() - t0, bad or bound
+                name,
+                bad is None,
+                "proven" if bad is None else bad.split(" at ")[0] if bad.startswith("unknown") else "COUNTEREXAMPLE",
+                time.perf_counter() - t0,
+                bad or bound,
             )
         )
     t0 = time.perf_counter()
@@ -226,16 +238,17 @@ def prove_shared_tier(workers: int = WORKERS, hashes: int = HASHES, capacity: in
     )
     for m in MUTANTS:
         t0 = time.perf_counter()
-        broken = [
-            n
+        where = {
+            n: _inductive(p, workers, hashes, capacity, m)
             for n, p in (("TIER-ADMIT", lambda s: conserve(s, capacity)), ("TIER-DEDUP", no_dup))
-            if _inductive(p, workers, hashes, capacity, m) is not None
-        ]
+        }
+        broken = [n for n, w in where.items() if w is not None and not w.startswith("unknown")]
+        unknown = [w.split(" at ")[0] for w in where.values() if w is not None and w.startswith("unknown")]
         rows.append(
             Row(
                 f"mutant {m}",
                 bool(broken),
-                f"refuted ({', '.join(broken)})" if broken else "NOT REFUTED",
+                f"refuted ({', '.join(broken)})" if broken else unknown[0] if unknown else "NOT REFUTED",
                 time.perf_counter() - t0,
                 bound,
             )

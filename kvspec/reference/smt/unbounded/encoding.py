@@ -50,6 +50,7 @@ from typing import Any
 
 import z3
 
+from kvspec.reference.smt import solving
 from kvspec.reference.smt.universe import (
     ACTIVE,
     FREE,
@@ -812,14 +813,7 @@ def check_initial(prop: UProperty) -> str:
         return "proven"
     s = _solver(10_000)
     s.add(n >= 1, cap2 >= 1, z3.Not(z3.And([c for _l, c in conj])))
-    r = s.check()
-    return _verdict(r)
-
-
-def _verdict(r: z3.CheckSatResult) -> str:
-    if r == z3.unsat:
-        return "proven"
-    return "refuted" if r == z3.sat else "unknown"
+    return solving.check(s, timeout_ms=10_000).kind
 
 
 def prove_unbounded(
@@ -852,14 +846,14 @@ def prove_unbounded(
                 continue
             s.push()
             s.add(z3.Not(z3.And([c for _l, c in conj])))
-            r = s.check()
-            if r == z3.sat:
-                m = s.model()
+            a = solving.check(s, timeout_ms=timeout_ms)
+            if a.model is not None:
+                m = a.model
                 broken = [lbl for lbl, c in conj if z3.is_false(m.eval(c, model_completion=True))]
                 res.failures[name] = "refuted: " + ("; ".join(broken) or "(see the model)")
                 res.verdict = "refuted"
-            elif r == z3.unknown:
-                res.failures[name] = f"unknown ({s.reason_unknown()})"
+            elif a.unknown:
+                res.failures[name] = a.verdict
                 if res.verdict == "proven":
                     res.verdict = "unknown"
             s.pop()
@@ -880,16 +874,16 @@ def sanity(timeout_ms: int = 60_000, tw: Tweaks = frozenset()) -> list[str]:
         step, base = _base(name, tw)
         s = _solver(timeout_ms)
         s.add(*base)
-        r = s.check()
-        if r != z3.sat:
-            problems.append(f"{name}: assumptions not shown satisfiable ({r})")
+        a = solving.check(s, timeout_ms=timeout_ms)
+        if not a.sat:
+            problems.append(f"{name}: assumptions not shown satisfiable ({a.result} {a.reason})")
             continue
         for rule, guard in step.rules.items():
             s.push()
             s.add(guard)
-            r = s.check()
-            if r != z3.sat:
-                problems.append(f"{name}: rule {rule} not shown to fire ({r})")
+            a = solving.check(s, timeout_ms=timeout_ms)
+            if not a.sat:
+                problems.append(f"{name}: rule {rule} not shown to fire ({a.result} {a.reason})")
             s.pop()
     return problems
 
@@ -920,7 +914,7 @@ def ghost_checks(timeout_ms: int = 60_000) -> list[str]:
     for pid, (hyp, goal) in goals.items():
         s = _solver(timeout_ms)
         s.add(*[c for _l, c in hyp], z3.Not(goal))
-        r = s.check()
+        r = solving.check(s, timeout_ms=timeout_ms).result
         if r != z3.unsat:
             problems.append(f"{pid}: the ghost form does not imply the plain statement ({r})")
     return problems

@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 import z3
 
+from kvspec.reference.smt import solving
 from kvspec.reference.smt.unbounded.encoding import (
     ARRAYS,
     MUTANTS,
@@ -135,7 +136,7 @@ def finite_check(
     in_range = [z3.And(i >= NONE, i < H) for i in idx_terms]
     s = _solver(timeout_ms)
     s.add(*fs, *exact, *universe, *in_range)
-    return s.check(), s
+    return solving.check(s, timeout_ms=timeout_ms).result, s
 
 
 def _finite_base(name: str, tw: Tweaks) -> Callable[[UState], tuple[UStep, list[z3.BoolRef]]]:

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 
 import z3
 
+from kvspec.reference.smt import solving
 from kvspec.reference.smt.vllm import ops as ops
 from kvspec.reference.smt.vllm.copies import V_CACHED, V_FREE, V_HELD, Block
 from kvspec.reference.vllm_pool import VllmPoolModel
@@ -186,7 +187,7 @@ def _enabled(reqs: list[z3.BoolRef], bs: list[z3.ExprRef]) -> z3.ModelRef | None
     s = z3.Solver()
     s.set("timeout", 20_000)
     s.add(z3.Distinct(*bs), *reqs)
-    return s.model() if s.check() == z3.sat else None
+    return solving.check(s, timeout_ms=20_000).model
 
 
 def compare(m: Mirror, op: Operation, tw: frozenset[str] = frozenset()) -> str:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 import z3
 
+from kvspec.reference.smt import solving
 from kvspec.reference.smt.unbounded.models import _expand, _index_terms
 from kvspec.spec.rules import RuleId as R
 from kvspec.spec.rules import rid
@@ -241,16 +242,14 @@ def prove_vllm(tw: frozenset[str] = frozenset(), timeout_ms: int = 60_000) -> li
     )
     s = z3.Solver()
     s.add(n >= 1, z3.Not(invariant(init)))
-    out.append(VProof("initial state", "proven" if s.check() == z3.unsat else "refuted", 0.0))
+    out.append(VProof("initial state", solving.check(s).verdict, 0.0))
     for name in TRANSITIONS:
         t0 = time.perf_counter()
         step, base = _base(name, VState.fresh("pre_", n), tw)
         s = z3.Solver()
         s.set("timeout", timeout_ms)
         s.add(*base, z3.Not(invariant(step.post)))
-        r = s.check()
-        verdict = "proven" if r == z3.unsat else ("refuted" if r == z3.sat else "unknown")
-        out.append(VProof(name, verdict, time.perf_counter() - t0))
+        out.append(VProof(name, solving.check(s, timeout_ms=timeout_ms).verdict, time.perf_counter() - t0))
     return out
 
 
@@ -281,7 +280,7 @@ def finite_check(build: Callable[[VState], list[z3.BoolRef]], k: int = 3, H: int
     s = z3.Solver()
     s.set("timeout", 60_000)
     s.add(*fs, *exact, *universe, *in_range)
-    return s.check()
+    return solving.check(s, timeout_ms=60_000).result
 
 
 def sanity() -> list[str]:

@@ -63,6 +63,7 @@ from dataclasses import dataclass, field, replace
 
 import z3
 
+from kvspec.reference.smt import solving
 from kvspec.reference.smt.unbounded.models import _expand, _index_terms
 from kvspec.reference.smt.vllm.copies import STATES, V_CACHED, V_FREE, V_HELD, Block, VBlockSort
 from kvspec.spec.rules import RuleId as R
@@ -511,12 +512,13 @@ def initial(S: VllmOpState) -> list[z3.BoolRef]:
 class VllmOpProof:
     prop: str
     transition: str
-    verdict: str  # proven | refuted | unknown
+    verdict: str  # proven | refuted | unknown (REASON)
     seconds: float
 
 
-def _verdict(r: z3.CheckSatResult) -> str:
-    return "proven" if r == z3.unsat else ("refuted" if r == z3.sat else "unknown")
+def _verdict(s: z3.Solver, timeout_ms: int) -> str:
+    """proven | refuted (a model that shows it) | unknown (REASON)."""
+    return solving.check(s, timeout_ms=timeout_ms).verdict
 
 
 def prove_ops(tw: frozenset[str] = frozenset(), timeout_ms: int = 60_000) -> list[VllmOpProof]:
@@ -530,7 +532,7 @@ def prove_ops(tw: frozenset[str] = frozenset(), timeout_ms: int = 60_000) -> lis
         s = z3.Solver()
         s.set("timeout", timeout_ms)
         s.add(*initial(S0), z3.Not(z3.And(invariants(S0)[prop])))
-        out.append(VllmOpProof(prop, "initial state", _verdict(s.check()), time.perf_counter() - t0))
+        out.append(VllmOpProof(prop, "initial state", _verdict(s, timeout_ms), time.perf_counter() - t0))
         for name in TRANSITIONS:
             t0 = time.perf_counter()
             step, hyp = base(name, VllmOpState.fresh("pre_"), inputs(), tw, "pre_")
@@ -539,8 +541,9 @@ def prove_ops(tw: frozenset[str] = frozenset(), timeout_ms: int = 60_000) -> lis
                 s = z3.Solver()
                 s.set("timeout", timeout_ms)
                 s.add(*hyp, z3.Not(conj))
-                verdicts.append(_verdict(s.check()))
-            worst = next((v for v in ("refuted", "unknown") if v in verdicts), "proven")
+                verdicts.append(_verdict(s, timeout_ms))
+            worst = next((v for v in verdicts if v == "refuted"), None)
+            worst = worst or next((v for v in verdicts if v.startswith("unknown")), "proven")
             out.append(VllmOpProof(prop, name, worst, time.perf_counter() - t0))
     t0 = time.perf_counter()
     S = VllmOpState.fresh("pre_")
@@ -549,7 +552,10 @@ def prove_ops(tw: frozenset[str] = frozenset(), timeout_ms: int = 60_000) -> lis
     s.add(*facts(S, "pre_"), *hypothesis(S), *stuck(S))
     out.append(
         VllmOpProof(
-            f"{R.USE_CAPACITY} (never: stuck)", "use(new)/use(partial)", _verdict(s.check()), time.perf_counter() - t0
+            f"{R.USE_CAPACITY} (never: stuck)",
+            "use(new)/use(partial)",
+            _verdict(s, timeout_ms),
+            time.perf_counter() - t0,
         )
     )
     return out
@@ -581,7 +587,7 @@ def finite_check(build: Callable[[VllmOpState], list[z3.BoolRef]], k: int = 3, H
     s = z3.Solver()
     s.set("timeout", 60_000)
     s.add(*fs, *exact, *universe, *in_range)
-    return s.check()
+    return solving.check(s, timeout_ms=60_000).result
 
 
 def sanity(tw: frozenset[str] = frozenset(), only: tuple[str, ...] = ()) -> list[str]:

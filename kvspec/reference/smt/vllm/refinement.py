@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import z3
 
+from kvspec.reference.smt.solving import decide
 from kvspec.reference.smt.vllm import copies, ops
 from kvspec.reference.smt.vllm.copies import V_CACHED, V_FREE, VState
 
@@ -106,51 +107,23 @@ def _with_block(tr: object, S: VState, b: z3.ExprRef, h: z3.ArithRef | None = No
 @dataclass
 class Simulation:
     transition: str
-    verdict: str  # proven | refuted | unknown
+    verdict: str  # proven | refuted | unknown (REASON)
     seconds: float
 
 
-#: Seeds tried, in order, when a check has no trusted answer. z3's search on these array and
-#: lambda terms depends on term order, which depends on everything the process built before, so
-#: one obligation can stall in one process (a test worker) and take 10 ms in the next; another
-#: seed usually answers at once. Only a check no seed settles is "unknown".
-RETRY_SEEDS = (1, 3, 7)
-
-
-def _decide(hyp: list[z3.BoolRef], goal: z3.BoolRef, timeout_ms: int) -> str:
-    """proven (``hyp`` and ``goal`` unsat) | refuted | unknown, with a seed portfolio (the time
-    budget split evenly between the attempts: an answer takes milliseconds or never comes).
-
-    A "sat" counts as a refutation only when its model makes ``goal`` true on evaluation. z3
-    has answered "sat" for obligations over the lambda-built views with a model in which the
-    goal does not even evaluate (seen in a CI worker for the real encoding, and with a fresh
-    z3.Context): such an answer is not trusted and the next seed is tried."""
-    seeds = (None, *RETRY_SEEDS)
-    for seed in seeds:
-        s = z3.Solver()
-        s.set("timeout", max(1, timeout_ms // len(seeds)))
-        if seed is not None:
-            s.set("random_seed", seed)
-        s.add(*hyp, goal)
-        r = s.check()
-        if r == z3.unsat:
-            return "proven"
-        if r == z3.sat and z3.is_true(s.model().eval(goal, model_completion=True)):
-            return "refuted"
-    return "unknown"
-
-
 def _obligations(hyp: list[z3.BoolRef], matched: list[tuple[z3.BoolRef, z3.BoolRef]], timeout_ms: int) -> str:
-    """The verdict of one transition's obligations, one query each; the first refutation ends
-    the search. (One query over their disjunction is not used: with the lambda-built views z3
-    can answer "sat" with a model that satisfies none of the disjuncts.)"""
+    """The verdict of one transition's obligations, one query each (``solving.decide``: a sat
+    only with a model that shows it, a seed portfolio); the first refutation ends the search.
+    (One query over their disjunction is not used: with the lambda-built views z3 can answer
+    "sat" with a model that satisfies none of the disjuncts.)"""
     verdicts = set()
     for case, conj in matched:
-        verdict = _decide(hyp, z3.And(case, z3.Not(conj)), timeout_ms)
-        if verdict == "refuted":
-            return verdict
-        verdicts.add(verdict)
-    return "unknown" if "unknown" in verdicts else "proven"
+        answer = decide(hyp, z3.And(case, z3.Not(conj)), timeout_ms)
+        if answer.sat:
+            return answer.verdict
+        verdicts.add(answer.verdict)
+    unknown = sorted(v for v in verdicts if v != "proven")
+    return unknown[0] if unknown else "proven"
 
 
 def prove_simulation(timeout_ms: int = 60_000) -> list[Simulation]:
