@@ -5,7 +5,10 @@ a released partial block's slot is not given back) must yield a file of
 operations from an empty cache that the reference model passes and the
 Python model with the same bug (``adapters/mutants/partial_leaked_on_deref``)
 fails under the rule the file names. A search too shallow to reach the
-violation must say "induction only" instead of writing operations."""
+violation must say "induction only" instead of writing operations. The
+profiles whose traces are not block-level wire operations (paged, session,
+radix, kvbm-offload) write the trace and say why it is no replay file; vllm,
+with no search from the initial state, says it searched nothing."""
 
 from __future__ import annotations
 
@@ -72,7 +75,52 @@ def test_trace_reads_back_as_operations() -> None:
     assert isinstance(kuse, Use) and kuse.parent is None and kuse.blocks == [FullBlock(full=0)]
 
 
-@pytest.mark.parametrize("profile", ["paged", "vllm", "kvbm-offload"])
-def test_the_option_is_a_usage_error_where_it_writes_nothing(profile: str, tmp_path: Path) -> None:
-    assert prove_cli.main(["--profile", profile, "--counterexamples", str(tmp_path)]) == 2
+def test_an_allocator_profile_writes_its_trace_and_says_it_is_no_replay_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """session: the refuted row (the release that keeps the generation) is reached from the initial
+    state; its trace is written, with why it is not a replay file (allocator operations)."""
+    assert prove_cli.main(["--profile", "session", "--counterexamples", str(tmp_path)]) == 0
+    text = (tmp_path / "session-release-same-gen.txt").read_text()
+    assert "reachable: from the initial state (3 slots)" in text and "breaks INV-SESSION-FENCE" in text
+    assert "release (finalize, reset)" in text
+    assert "not a replay file: session is an allocator-level profile" in text
+    assert not list(tmp_path.glob("*.jsonl"))
+    assert "session-release-same-gen.txt" in capsys.readouterr().out
+
+
+def test_each_refuted_paged_seed_gets_its_file(tmp_path: Path) -> None:
+    assert prove_cli.main(["--profile", "paged", "--counterexamples", str(tmp_path)]) == 0
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["paged-seed-extend-copy.txt", "paged-seed-swap-out.txt"]
+    for p in tmp_path.iterdir():
+        assert "reachable: from the initial state" in p.read_text() and "INV-PAGED-REFS" in p.read_text()
+
+
+def test_the_statement_says_induction_only_unknown_or_not_searched(tmp_path: Path) -> None:
+    from kvspec.reference.smt import counterexamples as cx
+
+    common = {"rule": "R", "what": "w", "bound": "3 slots", "trace": None}
+    cx.trace_statement(tmp_path, "paged", "a", depth=6, **common)  # type: ignore[arg-type]
+    assert "induction only: no trace of up to 6 steps" in (tmp_path / "a.txt").read_text()
+    cx.trace_statement(tmp_path, "paged", "b", depth=6, why=["timeout after 30 s"], **common)  # type: ignore[arg-type]
+    assert "unknown (timeout after 30 s)" in (tmp_path / "b.txt").read_text()
+    cx.trace_statement(tmp_path, "vllm", "c", depth=None, **common)  # type: ignore[arg-type]
+    text = (tmp_path / "c.txt").read_text()
+    assert "unknown (not searched)" in text and "reachable" not in text
+
+
+def test_vllm_searches_a_step_mutant_and_says_an_operation_one_is_not_searched(tmp_path: Path) -> None:
+    from kvspec.reference.smt.cli.profiles import _vllm_statement
+
+    _vllm_statement(tmp_path, "store-new-only")  # a new copy of a cached hash gets no Stored: two use(new)
+    text = (tmp_path / "vllm-store-new-only.txt").read_text()
+    assert "reachable: from the initial state (2 blocks, hashes 0..1), 2 steps" in text
+    assert "breaks INV-VLLM-COPIES" in text and text.count("use(new)") == 2
+    _vllm_statement(tmp_path, "parent-moves")
+    assert "unknown (not searched): an operation-level mutant" in (tmp_path / "vllm-parent-moves.txt").read_text()
+
+
+def test_the_option_is_a_usage_error_at_the_unbounded_level(tmp_path: Path) -> None:
+    assert prove_cli.main(["--profile", "radix", "--unbounded", "--counterexamples", str(tmp_path)]) == 2
     assert not list(tmp_path.iterdir())

@@ -26,9 +26,14 @@ says so: "induction only, unreachable within N steps" or "unknown".
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import z3
+
+from kvspec.reference.smt.reach import Move, ReachTrace, System
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.wire import Operation
 
@@ -124,3 +129,108 @@ def not_reachable(folder: Path, name: str, statement: str) -> Path:
     path = folder / f"{name}.txt"
     path.write_text(statement + "\n")
     return path
+
+
+#: why a profile's traces are not written as replay files (a replay file, ``conformance/verdicts/
+#: replay_file.py``, is a ManagerConfig and block-level wire operations run in lockstep)
+NOT_WIRE: dict[str, str] = {
+    "kvbm-offload": (
+        "the trace is of the step encoding (offload/reach.py: one step per slot move, G2 write"
+        " and swap-in job step, over a hash forest z3 chooses); no reader turns those steps back"
+        " into wire operations (Use, Deref, Promote, SwapIn, Tick), so there is no replay file"
+    ),
+    "paged": (
+        "paged is an allocator-level profile (spec/manager_wire.py): its operations are not the"
+        " block-level wire operations a replay file carries, so kvspec replay cannot run it"
+    ),
+    "session": (
+        "session is an allocator-level profile (spec/manager_wire.py): its operations are not the"
+        " block-level wire operations a replay file carries, so kvspec replay cannot run it"
+    ),
+    "radix": (
+        "radix operations (match, insert, lock, unlock, evict, reset) are of the radix wire, not"
+        " the block-level wire operations a replay file carries, so kvspec replay cannot run it"
+    ),
+    "vllm": (
+        "the trace is of the step encoding (vllm/copies.py, searched over vllm/reach.py's step table);"
+        " no reader turns its steps back into wire operations; an operation-level mutant (vllm/ops.py)"
+        " is not searched here"
+    ),
+}
+
+
+def trace_statement(
+    folder: Path,
+    profile: str,
+    name: str,
+    *,
+    rule: str,
+    what: str,
+    bound: str,
+    depth: int | None,
+    trace: ReachTrace | None,
+    why: list[str] | None = None,
+    row: str | None = None,
+) -> list[str]:
+    """The text file of a refuted row of a profile whose traces are not replay files: the trace
+    from the initial state when the bounded search found one (and why it is not a replay file),
+    else "induction only" (no trace within the bound) or "unknown (REASON)"; the lines to print."""
+    head = f"{name}: {what} (breaks {rule})"
+    row = row or rule
+    if trace is not None:
+        text = [
+            head,
+            f"reachable: from the initial state ({bound}), {len(trace)} steps, the last breaks {row}:",
+            trace.render("  "),
+            f"not a replay file: {NOT_WIRE[profile]}",
+        ]
+    elif depth is None:
+        text = [
+            head,
+            "unknown (not searched): the row is refuted by an induction counterexample only",
+        ]
+    elif why:
+        text = [
+            head,
+            f"unknown ({why[0]}): the search from the initial state ({bound}) gave up at some depth <= {depth};"
+            " the induction counterexample's pre-state is not shown reachable",
+        ]
+    else:
+        text = [
+            head,
+            f"induction only: no trace of up to {depth} steps from the initial state ({bound}) breaks {row};"
+            " the induction counterexample's pre-state may be unreachable",
+        ]
+    path = not_reachable(folder, name, "\n".join(text))
+    return [*text[1:], f"  (written to {path})"]
+
+
+def search_statement(
+    folder: Path,
+    profile: str,
+    name: str,
+    system: System[Any],
+    bad: Callable[[str, Move], z3.BoolRef | None],
+    *,
+    rule: str,
+    what: str,
+    bound: str,
+    timeout_ms: int = 30_000,
+    row: str | None = None,
+) -> list[str]:
+    """Search ``system`` from its initial state for a step that is ``bad`` (``reach.violation``,
+    ``timeout_ms`` per solver call) and write what was found (``trace_statement``)."""
+    from kvspec.reference.smt.reach import violation
+
+    why: list[str] = []
+    trace, _ = violation(system, bad, timeout_ms=timeout_ms, why=why)
+    return trace_statement(
+        folder, profile, name, rule=rule, what=what, bound=bound, depth=system.depth, trace=trace, why=why, row=row
+    )
+
+
+def not_searched(folder: Path, profile: str, name: str, *, rule: str, what: str, reason: str) -> list[str]:
+    """The text file of a refuted row that is not searched from the initial state (``reason``: why)."""
+    text = [f"{name}: {what} (breaks {rule})", f"unknown (not searched): {reason}"]
+    path = not_reachable(folder, name, "\n".join(text))
+    return [text[1], f"  (written to {path})"]

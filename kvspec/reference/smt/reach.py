@@ -368,10 +368,12 @@ def violation(
     *,
     depth: int | None = None,
     timeout_ms: int | None = None,
+    why: list[str] | None = None,
 ) -> tuple[ReachTrace | None, z3.CheckSatResult]:
     """The shortest trace from the initial state whose last step breaks a
     property: ``bad(transition, move)`` is when that move breaks it (None:
-    that transition cannot). Returns (the trace or None, the last verdict)."""
+    that transition cannot). Returns (the trace or None, the last verdict);
+    an unknown's reason (``solving.Answer.reason``) is appended to ``why``."""
     s = z3.Solver()
     if timeout_ms:
         s.set("timeout", timeout_ms)
@@ -394,6 +396,8 @@ def violation(
             return u.trace(a.model, d), r
         s.pop()
         if r == z3.unknown:
+            if why is not None:
+                why.append(a.reason)
             break
     return None, r
 

@@ -18,7 +18,8 @@ from kvspec.spec import registry
 PROFILES = registry.encodings()
 #: the profiles with an ``--unbounded`` level of their own (the others are bounded only or unbounded only)
 UNBOUNDED = ("kvbm-offload", "radix")
-#: the profiles whose refuted rows ``--counterexamples`` writes as replay files (``smt/counterexamples.py``)
+#: the profiles whose refuted rows ``--counterexamples`` writes as replay files (``smt/counterexamples.py``);
+#: the others write a text file per refuted row (the trace from the initial state, or why there is none)
 COUNTEREXAMPLE_PROFILES = ("kvbm", "legacy", "atomic")
 
 #: option -> (argparse dest, the (profile, level) pairs that read it; level "bounded", "unbounded" or "*")
@@ -37,7 +38,10 @@ APPLIES: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
     "--unbounded": ("unbounded", tuple((p, "*") for p in UNBOUNDED)),
     "--timeout": ("timeout", tuple((p, "*") for p in PROFILES)),
     "--mutant": ("mutant", tuple((p, "*") for p in PROFILES)),
-    "--counterexamples": ("counterexamples", tuple((p, "*") for p in COUNTEREXAMPLE_PROFILES)),
+    "--counterexamples": (
+        "counterexamples",
+        tuple((p, "bounded" if p in UNBOUNDED else "*") for p in PROFILES),
+    ),
 }
 
 
@@ -50,7 +54,7 @@ def given(args: argparse.Namespace, dest: str) -> bool:
 def where(option: str) -> str:
     """The profiles (and level) an option applies to, in words."""
     pairs = APPLIES[option][1]
-    if len(pairs) == len(PROFILES):
+    if len(pairs) == len(PROFILES) and all(lv == "*" for _p, lv in pairs):
         return "every profile"
     names = []
     for p, level in pairs:

@@ -14,6 +14,8 @@ profile with that broken transition in place of the correct one.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from kvspec.reference.smt.cli import summary
@@ -39,11 +41,9 @@ def _verdict(proven: bool, unknown: bool) -> str:
     return "proven" if proven else ("unknown" if unknown else "counterexample")
 
 
-def _trace(profile: str, system: System[Any], inv: str) -> str:
-    """Whether the broken invariant is broken on a trace from the initial state, or by induction only."""
+def _bad(profile: str) -> Callable[[str, Any], Any]:
+    """``bad`` for ``reach.violation``: the move's post-state breaks the profile's invariant."""
     import z3
-
-    from kvspec.reference.smt.reach import violation
 
     def bad(_t: str, mv: Any) -> z3.BoolRef:
         post = mv.post
@@ -51,15 +51,56 @@ def _trace(profile: str, system: System[Any], inv: str) -> str:
             paged.invariant(post, PagedBound()) if profile == "paged" else session.invariant(post, SESSION_SLOTS)
         )
 
-    trace, verdict = violation(system, bad)
+    return bad
+
+
+def write_counterexample(folder: Path, profile: str, mutant: str | None, timeout_s: float | None = None) -> None:
+    """``--counterexamples``: the refuted row's trace from the initial state (or why there is none) as a text
+    file ``folder/PROFILE-MUTANT.txt`` (allocator operations are no replay file: ``counterexamples.NOT_WIRE``)."""
+    from kvspec.reference.smt import counterexamples as cx
+    from kvspec.reference.smt.managers.reach import paged_system, session_system
+
+    system: System[Any]
+    if profile == "paged":
+        ptable: dict = dict(paged.TRANSITIONS)
+        if mutant:
+            ptable[PAGED_MUTANTS[mutant][0]] = PAGED_MUTANTS[mutant][1]
+        system, inv, bound = paged_system(PagedBound(), ptable), "INV-PAGED-REFS", str(PagedBound())
+    else:
+        stable: dict = dict(session.TRANSITIONS)
+        if mutant:
+            stable[SESSION_MUTANTS[mutant][0]] = SESSION_MUTANTS[mutant][1]
+        system, inv, bound = session_system(SESSION_SLOTS, stable), "INV-SESSION-FENCE", f"{SESSION_SLOTS} slots"
+    replaced = (PAGED_MUTANTS if profile == "paged" else SESSION_MUTANTS)[mutant][0] if mutant else ""
+    what = f"{replaced} replaced by a broken variant" if mutant else f"{inv} is broken"
+    name = f"{profile}-{mutant or 'rules'}"
+    print(f"counterexample of {profile} {mutant or 'rules as written'} ({inv}):")
+    timeout_ms = int(timeout_s * 1000) if timeout_s else 30_000
+    for line in cx.search_statement(
+        folder, profile, name, system, _bad(profile), rule=inv, what=what, bound=bound, timeout_ms=timeout_ms
+    ):
+        print(line)
+
+
+def _trace(profile: str, system: System[Any], inv: str) -> str:
+    """Whether the broken invariant is broken on a trace from the initial state, or by induction only."""
+    import z3
+
+    from kvspec.reference.smt.reach import violation
+
+    trace, verdict = violation(system, _bad(profile))
     if trace is not None:
         return f"reachable: from the initial state, {len(trace)} steps break {inv}:\n{trace.render('  ')}"
     why = "the solver gave up" if verdict == z3.unknown else f"no trace of up to {system.depth} steps breaks it"
     return f"induction only: from the initial state {why}; the counterexample's pre-state may be unreachable"
 
 
-def run_manager(profile: str, mutant: str | None = None, timeout_s: float | None = None) -> int:
-    """One allocator profile's rows; exit 1 on any failure (with ``mutant``: when it is caught)."""
+def run_manager(
+    profile: str, mutant: str | None = None, timeout_s: float | None = None, counterexamples: Path | None = None
+) -> int:
+    """One allocator profile's rows; exit 1 on any failure (with ``mutant``: when it is caught). With
+    ``counterexamples``, each refuted row's trace from the initial state, or why there is none, is
+    written there (``write_counterexample``)."""
     from kvspec.reference.smt.managers.reach import paged_system, session_system
     from kvspec.reference.smt.reach import cover
 
@@ -101,6 +142,8 @@ def run_manager(profile: str, mutant: str | None = None, timeout_s: float | None
     failed = [n for n, proven, unknown, _ in rows if not proven and not unknown]
     unknown = [n for n, proven, unk, _ in rows if unk]
     verdict = "proven" if not failed and not unknown else ("counterexample" if failed else "unknown")
+    if verdict == "unknown" and not all(not w or w.startswith("timeout") for w in why):
+        verdict = f"unknown ({', '.join(sorted(why))})"
     emit([inv, verdict, scope, f"{sum(r[3] for r in rows):.2f}s"])
     problems += [f"{inv}: not preserved by {n}" for n in failed]
     t0 = time.perf_counter()
@@ -130,8 +173,18 @@ def run_manager(profile: str, mutant: str | None = None, timeout_s: float | None
         print(f"{inv}: counterexample at {n}")
     if failed:
         print(_trace(profile, system, inv))
+    if counterexamples is not None:
+        mutants: dict[str, tuple[str, Any]] = dict(PAGED_MUTANTS if profile == "paged" else SESSION_MUTANTS)
+        seeded: dict[str, Any] = dict(paged.SEED_TRANSITIONS if profile == "paged" else session.BROKEN)
+        # the refutes rows refuted (each a broken transition; the mutant is the one that puts it in place)
+        done = {n for n, proven, unk, _r, _s in seeds if not proven and not unk}
+        to_write = [m for m, (_n, tr) in mutants.items() if any(seeded[n] is tr for n in done)] if not mutant else []
+        if mutant and failed:
+            to_write = [mutant]
+        if failed and not mutant:
+            write_counterexample(counterexamples, profile, None, timeout_s)
+        for m in to_write:
+            write_counterexample(counterexamples, profile, m, timeout_s)
     for p in problems:
         print(f"sanity check failed: {p}")
     return 1 if problems else 0
-    if verdict == "unknown" and not all(not w or w.startswith("timeout") for w in why):
-        verdict = f"unknown ({', '.join(sorted(why))})"

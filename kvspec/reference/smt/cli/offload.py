@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from kvspec.reference.smt.cli import summary
 from kvspec.reference.smt.offload.invariants import ALL_PROPERTIES, INVARIANTS, Property, by_id
@@ -73,9 +74,10 @@ def kill_matrix(bound: Bound = MUTANT_BOUND) -> dict[str, list[str]]:
     return out
 
 
-def mutant_rows(emit: Callable[[list[str]], None]) -> list[str]:
+def mutant_rows(emit: Callable[[list[str]], None], counterexamples: Path | None = None) -> list[str]:
     """One ``refutes`` row per mutant (its own property broken), and
-    MUTANTS-COVER: every row is broken by at least one mutant."""
+    MUTANTS-COVER: every row is broken by at least one mutant. With
+    ``counterexamples``: each refuted mutant's file (``write_counterexample``)."""
     problems: list[str] = []
     t0 = time.perf_counter()
     matrix: dict[str, list[str]] = {}
@@ -94,6 +96,8 @@ def mutant_rows(emit: Callable[[list[str]], None]) -> list[str]:
         )
         if not ok:
             problems.append(f"the mutant {m.name} does not break {m.expect}")
+        elif counterexamples is not None:
+            write_counterexample(counterexamples, m, by_id(str(m.expect)))
     hit = {row for rows in matrix.values() for row in rows}
     lone = [str(p.id) for p in ALL_PROPERTIES if str(p.id) not in hit]
     emit(
@@ -121,6 +125,34 @@ def trace_lines(m: OffloadMutant, prop: Property) -> list[str]:
         ]
     why = "the solver gave up" if str(verdict) == "unknown" else f"no trace of up to {REACH_DEPTH} steps breaks it"
     return [f"induction only: from the initial state ({REACH_BOUND}) {why}; the pre-state above may be unreachable"]
+
+
+def write_counterexample(folder: Path, m: OffloadMutant | None, prop: Property) -> None:
+    """``--counterexamples``: the trace of the step encoding (the mutant in force) from the initial
+    state to a step that breaks ``prop`` (``offload/reach.py``), or why there is none, as a text file
+    ``folder/kvbm-offload-MUTANT.txt`` (``counterexamples.NOT_WIRE``: not read back as operations)."""
+    from kvspec.reference.smt import counterexamples as cx
+    from kvspec.reference.smt.offload.reach import REACH_BOUND, broken, system
+
+    name = f"kvbm-offload-{m.name if m else 'rules'}"
+    if m is None or str(prop.id) != str(m.expect):  # a row other than the one the mutant stands for
+        name += f"-{prop.id}"
+    rule = m.rule if m else str(prop.id)
+    what = m.description if m else f"{prop.id} is broken"
+    print(f"counterexample of kvbm-offload {m.name if m else 'rules as written'} ({prop.id}):")
+    sysm = system(m.applier if m else default_applier)
+    for line in cx.search_statement(
+        folder,
+        "kvbm-offload",
+        name,
+        sysm,
+        broken(prop),
+        rule=rule,
+        what=what,
+        bound=f"{REACH_BOUND}, any G2 capacity",
+        row=str(prop.id),
+    ):
+        print(line)
 
 
 def run_offload(args: argparse.Namespace) -> int:
@@ -187,7 +219,7 @@ def run_offload(args: argparse.Namespace) -> int:
         if not args.invariant:
             problems += reach_row(applier, emit)
             if not args.mutant:
-                problems += mutant_rows(emit)
+                problems += mutant_rows(emit, args.counterexamples)
     if not args.mutant and not args.invariant and not args.no_operations:
         from kvspec.reference.smt.cli.operations import run_operation_rows
 
@@ -210,6 +242,8 @@ def run_offload(args: argparse.Namespace) -> int:
             if m is not None or r.counterexample.pre is not None:
                 for line in trace_lines(m or _UNMUTATED, by_id(r.property_id)):
                     print(line)
+            if args.counterexamples is not None:
+                write_counterexample(args.counterexamples, m, by_id(r.property_id))
         else:
             print(f"{r.property_id}: {summary.unknown_text(timeout_s=args.timeout)}; try a larger --timeout")
     for p in problems:

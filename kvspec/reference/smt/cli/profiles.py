@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from kvspec.reference.smt.blocks.catalogue import block_encoding
 from kvspec.reference.smt.blocks.encoding import ProfileEncoding
@@ -52,14 +53,18 @@ def _refute_row(
     return where
 
 
-def run_vllm(mutant: str | None = None, timeout_s: float | None = None) -> int:
+def run_vllm(mutant: str | None = None, timeout_s: float | None = None, counterexamples: Path | None = None) -> int:
     """INV-VLLM-COPIES for any pool size and hashes, its sanity check, and one
     refuted mutant per copy rule; then the operation level. Exit 1 on any
-    failure. With ``mutant``: the proofs of that broken variant."""
+    failure. With ``mutant``: the proofs of that broken variant. With
+    ``counterexamples``: a text file per refuted row (``_vllm_statement``)."""
     timeout_ms = int(timeout_s * 1000) if timeout_s else 60_000
     summary.set_timeout(timeout_ms / 1000)
     if mutant is not None:
-        return _vllm_mutant(mutant, timeout_ms)
+        code = _vllm_mutant(mutant, timeout_ms)
+        if counterexamples is not None and code == 1:
+            _vllm_statement(counterexamples, mutant)
+        return code
     print("kvspec prove --profile vllm: copy counting, any pool size, any number of block hashes")
     print(_row(["invariant", "result", "scope", "time"]))
     print(_row(["-" * w for w in WIDTHS]))
@@ -77,7 +82,13 @@ def run_vllm(mutant: str | None = None, timeout_s: float | None = None) -> int:
     problems += vllm_reach_row("step")
     wheres = [_refute_row("vllm", name, rule, partial(refute, name), problems) for name, rule in MUTANTS.items()]
     problems += cover_row([INVARIANT_ID], [f"{w} ({INVARIANT_ID})" for w in wheres if w])
-    problems += _vllm_ops(timeout_ms)
+    if counterexamples is not None:
+        for name, w in zip(MUTANTS, wheres, strict=True):
+            if w:
+                _vllm_statement(counterexamples, name)
+        if any(p.verdict == "refuted" for p in proofs):
+            _vllm_statement(counterexamples, None)
+    problems += _vllm_ops(timeout_ms, counterexamples)
     problems += order_rows(("vllm-free",))
     for p in problems:
         print(f"sanity check failed: {p}")
@@ -97,7 +108,44 @@ def _not_proven(verdicts: list[str]) -> str:
     return "unknown" if all(v == "proven" or v.startswith("unknown") for v in verdicts) else "NOT proven"
 
 
-def _vllm_ops(timeout_ms: int = 60_000) -> list[str]:
+def _vllm_statement(folder: Path, mutant: str | None) -> None:
+    """``--counterexamples`` for vllm: a step mutant (or the rules as written) is searched from the
+    empty pool over the step table (``vllm/reach.py``: a trace breaking INV-VLLM-COPIES, written as
+    text: ``counterexamples.NOT_WIRE``); an operation-only mutant is not searched, and says so."""
+    import z3
+
+    from kvspec.reference.smt import counterexamples as cx
+    from kvspec.reference.smt.vllm import copies, ops
+    from kvspec.reference.smt.vllm.reach import BLOCKS, HASHES, _flat, step_system
+
+    name = f"vllm-{mutant or 'rules'}"
+    rule: str
+    what: str
+    if mutant is None:
+        rule, what = INVARIANT_ID, f"{INVARIANT_ID} is broken"
+    elif mutant in ops.MUTANTS:
+        rule, what = (str(x) for x in ops.MUTANTS[mutant])
+    else:
+        rule, what = str(MUTANTS[mutant]), f"a broken {MUTANTS[mutant]}"
+    print(f"counterexample of vllm {mutant or 'rules as written'} ({rule}):")
+    if mutant is not None and mutant not in MUTANTS:
+        why = "an operation-level mutant (vllm/ops.py); the search from the empty pool is over the step table"
+        lines = cx.not_searched(folder, "vllm", name, rule=rule, what=what, reason=why + " (vllm/reach.py)")
+    else:
+
+        def bad(_t: str, mv: Any) -> z3.BoolRef:
+            return _flat(z3.Not(copies.invariant(mv.post)))
+
+        sysm = step_system(frozenset({mutant}) if mutant else frozenset())
+        bound = f"{BLOCKS} blocks, hashes 0..{HASHES - 1}"
+        lines = cx.search_statement(
+            folder, "vllm", name, sysm, bad, rule=rule, what=what, bound=bound, row=INVARIANT_ID
+        )
+    for line in lines:
+        print(line)
+
+
+def _vllm_ops(timeout_ms: int = 60_000, counterexamples: Path | None = None) -> list[str]:
     """The operation-level rows (``profile_vllm_ops``): a Use as begin / hits /
     check / one step per fresh block / close, so batches of every length."""
     from kvspec.reference.smt.vllm import ops as ops
@@ -124,6 +172,9 @@ def _vllm_ops(timeout_ms: int = 60_000) -> list[str]:
         _refute_row("vllm", f"op:{name}", rule, partial(ops.refute, name), problems)
         for name, (rule, _what) in ops.MUTANTS.items()
     ]
+    for name, w in zip(ops.MUTANTS, op_wheres, strict=True):
+        if w and counterexamples is not None and name not in MUTANTS:  # a step mutant's file is written already
+            _vllm_statement(counterexamples, name)
     rows = [str(r) for r in ops.invariants(ops.VllmOpState.fresh("cover_"))]
     wheres = [w for w in op_wheres if w]
     # ``refute`` names the first row a mutant breaks; a row it leaves unnamed is checked

@@ -116,8 +116,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=Path,
         metavar="DIR",
         help="for each refuted row (an invariant, or a mutant with --mutant or in the refutes rows), search a"
-        " trace from the initial state that breaks it and write it to DIR as a replay file of operations"
-        " (`kvspec replay FILE`), or a text file saying it is induction only (kvbm, legacy, atomic)",
+        " trace from the initial state that breaks it and write it to DIR: a replay file of operations"
+        " (`kvspec replay FILE`; kvbm, legacy, atomic), else a text file with the trace and why it is not a"
+        " replay file (kvbm-offload, vllm, paged, session, radix; not with --unbounded), or saying it"
+        " is induction only or unknown",
     )
     add_operation_arguments(p)
 
@@ -169,15 +171,17 @@ def _runner(profile: str) -> Callable[[argparse.Namespace], int]:
     if profile in ("paged", "session"):
         from kvspec.reference.smt.cli.managers import run_manager
 
-        return lambda a: run_manager(profile, a.mutant, a.timeout)
+        return lambda a: run_manager(profile, a.mutant, a.timeout, a.counterexamples)
     if profile == "vllm":
         from kvspec.reference.smt.cli.profiles import run_vllm
 
-        return lambda a: run_vllm(a.mutant, a.timeout)
+        return lambda a: run_vllm(a.mutant, a.timeout, a.counterexamples)
     if profile == "radix":
         from kvspec.reference.smt.cli.radix import run_radix
 
-        return lambda a: run_radix(a.mutant, unbounded=a.unbounded, timeout_s=a.timeout)
+        return lambda a: run_radix(
+            a.mutant, unbounded=a.unbounded, timeout_s=a.timeout, counterexamples=a.counterexamples
+        )
     from kvspec.reference.smt.cli.profiles import run_blocks
 
     return lambda a: run_blocks(profile, a.mutant, a.timeout, a.counterexamples)

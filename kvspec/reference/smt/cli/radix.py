@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
+from typing import Any
 
 from kvspec.reference.smt.cli import summary
 from kvspec.reference.smt.cli.profiles import cover_row
@@ -57,7 +59,10 @@ def run_radix(
     bound: RadixBound = DEFAULT_BOUND,
     unbounded: bool = False,
     timeout_s: float | None = None,
+    counterexamples: Path | None = None,
 ) -> int:
+    """The radix rows (see the module doc). With ``counterexamples``, each refuted row's trace
+    from the initial state, or why there is none, is written there (``write_counterexample``)."""
     if unbounded:
         if mutant is not None and mutant not in MUTANTS:
             print(
@@ -69,7 +74,10 @@ def run_radix(
 
         return run_radix_unbounded(mutant, timeout_s)
     if mutant is not None and mutant not in MUTANTS:
-        return run_op_mutant(mutant)
+        code = run_op_mutant(mutant)
+        if counterexamples is not None and code == 1:
+            write_counterexample(counterexamples, mutant)
+        return code
     tw = frozenset({mutant}) if mutant else frozenset()
     print(f"kvspec prove --profile radix: SGLang-style radix tree at page level, every state of {bound}")
     if mutant:
@@ -102,6 +110,8 @@ def run_radix(
         if mutant in OP_MUTANTS:
             print()
             refuted |= run_op_mutant(mutant) == 1
+        if counterexamples is not None and refuted:
+            write_counterexample(counterexamples, mutant)
         for p in problems:
             print(f"sanity check failed: {p}")
         return 1 if refuted else 0
@@ -138,6 +148,8 @@ def run_radix(
             problems.append(f"the radix mutant {name} was not refuted")
         else:
             broken.append(f"{m.step} ({m.breaks})")
+            if counterexamples is not None:
+                write_counterexample(counterexamples, name)
     for row, name in ALSO_BREAKS.items():  # a row no mutant names: the mutant declared to break it too
         if name not in MUTANTS or not breaks(name, row, bound):
             continue
@@ -149,6 +161,8 @@ def run_radix(
     problems += order_rows(("radix",))
     for r in bad:
         problems.append(f"{r.property_id} {r.verdict} at {', '.join(r.failed_at) or '?'}")
+    if counterexamples is not None and any(r.verdict == "refuted" for r in bad):
+        write_counterexample(counterexamples, None)
     for p in problems:
         print(f"sanity check failed: {p}")
     return 1 if problems else 0
@@ -201,4 +215,40 @@ def run_op_mutant(mutant: str, bound: OpBound | None = None) -> int:
     return 1 if bad or found or cx is not None else 0
 
 
-__all__ = ["ALL_MUTANTS", "LEMMA_ID", "run_op_mutant", "run_radix"]
+def write_counterexample(folder: Path, mutant: str | None) -> None:
+    """``--counterexamples``: a trace of the step encoding (``radix/reach.py``, the mutant in force)
+    from the empty tree to a step that breaks the invariant the row names (the rules as written: any
+    INV-RADIX-*), as a text file ``folder/radix-MUTANT.txt`` (``counterexamples.NOT_WIRE``: no replay
+    file); an operation-only mutant has no step to search, and its file says so."""
+    import z3
+
+    from kvspec.reference.smt import counterexamples as cx
+    from kvspec.reference.smt.radix.reach import REACH_BOUND, system
+
+    name = f"radix-{mutant or 'rules'}"
+    if mutant is not None and mutant not in MUTANTS:
+        om = OP_MUTANTS[mutant]
+        text = (
+            f"{name}: {om.description} (breaks {om.rule})\nunknown (not searched): an operation-level mutant;"
+            " the search from the initial state (radix/reach.py) is over the step encoding, which it does not change"
+        )
+        path = cx.not_reachable(folder, name, text)
+        print(f"counterexample of radix {mutant} ({om.rule}):\n{text.splitlines()[1]}\n  (written to {path})")
+        return
+    m = MUTANTS[mutant] if mutant else None
+    rows = {m.breaks: INVARIANTS[m.breaks]} if m else dict(INVARIANTS)
+
+    def bad(_t: str, mv: Any) -> z3.BoolRef:
+        return z3.Not(z3.And([inv(mv.post) for inv in rows.values()]))
+
+    rule = m.rule if m else ", ".join(rows)
+    what = m.description if m else "an invariant is broken"
+    print(f"counterexample of radix {mutant or 'rules as written'} ({rule}):")
+    sysm = system(frozenset({mutant}) if mutant else frozenset())
+    for line in cx.search_statement(
+        folder, "radix", name, sysm, bad, rule=rule, what=what, bound=str(REACH_BOUND), row=", ".join(rows)
+    ):
+        print(line)
+
+
+__all__ = ["ALL_MUTANTS", "LEMMA_ID", "run_op_mutant", "run_radix", "write_counterexample"]
