@@ -46,3 +46,13 @@ def test_the_mutant_catalogue_covers_every_invariant() -> None:
 
     covered = {m.expect for m in MUTANTS}
     assert {str(p.id) for p in INVARIANTS} <= {str(c) for c in covered}
+
+
+def test_host_stored_parent_dropped_breaks_only_the_host_anchor() -> None:
+    """INV-HOST-ANCHOR is its own row: a host-pinned Stored naming the root instead of its block's
+    recorded parent keeps every other invariant and lemma (views are sets, G2 keeps its record)."""
+    from kvspec.reference.smt.offload.mutants import mutant
+
+    broken = {r.property_id for r in refute(mutant("host-stored-parent-dropped"), BOUND, only_expected=False)
+              if not r.proven}  # fmt: skip
+    assert broken == {"INV-HOST-ANCHOR"}

@@ -118,6 +118,7 @@ class RuleId(StrEnum):
     EQUIV_PAGED = "EQUIV-PAGED"
     EQUIV_SESSION = "EQUIV-SESSION"
     EQUIV_ORDER = "EQUIV-ORDER"
+    INV_HOST_ANCHOR = "INV-HOST-ANCHOR"
     BIND_VLLM_STEPS = "BIND-VLLM-STEPS"
     PROGRESS_NO_DEADLOCK = "PROGRESS-NO-DEADLOCK"
     PROGRESS_USE_FITS = "PROGRESS-USE-FITS"
@@ -321,6 +322,7 @@ RULES: dict[RuleId, Rule] = {
         Rule(
             RuleId.EQUIV_SESSION, _I, "session: the model and the INV-SESSION-FENCE encoding have the same successors"
         ),
+        Rule(RuleId.INV_HOST_ANCHOR, _I, "every host-pinned Stored names its block's parent as G1 recorded it"),
         Rule(RuleId.EQUIV_ORDER, _I, "lru, multi-LRU, lineage, vllm free queue: order encoding and Python code agree"),
         Rule(
             RuleId.BIND_VLLM_STEPS,
@@ -517,6 +519,7 @@ RuleName = Literal[
     "EQUIV-PAGED",
     "EQUIV-SESSION",
     "EQUIV-ORDER",
+    "INV-HOST-ANCHOR",
     "BIND-VLLM-STEPS",
     "PROGRESS-NO-DEADLOCK",
     "PROGRESS-USE-FITS",

@@ -76,6 +76,18 @@ def inv_quarantine(S: State) -> Conjuncts:
     return out
 
 
+def inv_host_anchor(S: State) -> Conjuncts:
+    """INV-HOST-ANCHOR (state part): a pending transfer carries the parent G1 recorded for its
+    block at registration (a quarantined slot's record is not written until it is freed)."""
+    return [
+        (
+            f"slot {s}: a pending transfer carries its block's recorded parent",
+            z3.Implies(S.pend[s], S.pmpar[s] == S.mpar[s]),
+        )
+        for s in S.slots
+    ]
+
+
 def inv_partial_uuid(S: State) -> Conjuncts:
     """INV-PARTIAL-UUID: no partial-block uuid is held by two G1 slots (so a
     Deref or a Promote of a uuid names one slot, and a counterexample's
@@ -160,6 +172,22 @@ def step_anchor(step: EncodedStep) -> Conjuncts:
     ]
 
 
+def step_host_anchor(step: EncodedStep) -> Conjuncts:
+    """INV-HOST-ANCHOR: every host-pinned Stored names as parent the parent G1 recorded for its
+    block when it registered it (the parent its device Stored was anchored under, INV-ANCHOR)."""
+    if step.name != "offload_complete":
+        return []
+    s = step.params["s"]
+    return [
+        (
+            f"host-pinned Stored #{i} names its block's recorded parent",
+            z3.Implies(f.when, f.parent == sel(step.pre.mpar, s)),
+        )
+        for i, f in enumerate(step.frags)
+        if f.tier == "host_pinned" and f.kind == "stored" and f.parent is not None
+    ]
+
+
 def step_quarantine(step: EncodedStep) -> Conjuncts:
     """INV-QUARANTINE (transition part): a quarantined slot is never allocated;
     it leaves quarantine only to free, and only as its transfer completes."""
@@ -213,7 +241,16 @@ INVARIANTS: list[Property] = [
     ),
     Property(rid("INV-ANCHOR"), "every device Stored's parent is the root or held by the router", None, step_anchor),
     Property(rid("INV-PARTIAL-UUID"), "no partial-block uuid is held by two G1 slots", inv_partial_uuid),
+    Property(
+        rid("INV-HOST-ANCHOR"),
+        "every host-pinned Stored names its block's parent as G1 recorded it",
+        inv_host_anchor,
+        step_host_anchor,
+    ),
 ]
+
+#: invariants of the bounded encoding only (the unbounded one, ``unbounded/encoding.py``, has no row for them)
+BOUNDED_ONLY_INVARIANTS: tuple[str, ...] = ("INV-HOST-ANCHOR",)
 
 LEMMAS: list[Property] = [
     Property("LEMMA-FREE-COUNT", "free counter == free slots", lemma_free_count, lemma=True),

@@ -33,7 +33,7 @@ from kvspec.reference.smt.offload.transitions import (
 )
 from kvspec.reference.smt.prover import Result, prove
 from kvspec.reference.smt.terms import count, sel, upd
-from kvspec.reference.smt.universe import Bound
+from kvspec.reference.smt.universe import NONE, Bound
 from kvspec.spec.rules import RuleId as R
 
 Patch = Callable[[EncodedStep], EncodedStep]
@@ -182,6 +182,17 @@ def _g2_keeps_victim(step: EncodedStep) -> EncodedStep:
     return step
 
 
+def _host_stored_parent_dropped(step: EncodedStep) -> EncodedStep:
+    """G2-STORE-ON-COMPLETE's event broken: the host-pinned Stored names the root, not the parent
+    G1 recorded for the block (G2's own record and every view stay right)."""
+    if step.name == "offload_complete":
+        step.frags = [
+            dataclasses.replace(f, parent=z3.IntVal(NONE)) if f.tier == "host_pinned" and f.kind == "stored" else f
+            for f in step.frags
+        ]
+    return step
+
+
 MUTANTS: list[OffloadMutant] = [
     OffloadMutant(
         "release-at-enqueue",
@@ -274,6 +285,13 @@ MUTANTS: list[OffloadMutant] = [
         "LEMMA-G2-CAPACITY",
         patch=_g2_keeps_victim,
     ),
+    OffloadMutant(
+        "host-stored-parent-dropped",
+        R.G2_STORE_ON_COMPLETE,
+        "the host-pinned Stored names the root, not its block's recorded parent",
+        "INV-HOST-ANCHOR",
+        patch=_host_stored_parent_dropped,
+    ),
 ]
 
 
@@ -295,4 +313,4 @@ def refute(m: OffloadMutant, bound: Bound, *, only_expected: bool = True) -> lis
 
 #: mutants of the bounded encoding only (the three lemmas they break, the counters and G2's capacity,
 #: had no seeded bug; the unbounded encoding's mutant list is the others, same names)
-BOUNDED_ONLY = ("free-counter-stuck", "reserved-counter-stuck", "g2-keeps-victim")
+BOUNDED_ONLY = ("free-counter-stuck", "reserved-counter-stuck", "g2-keeps-victim", "host-stored-parent-dropped")
