@@ -109,13 +109,13 @@ def test_lineage_parent_known_only_once_inserted() -> None:
     """A ghost made for a missing parent knows no grandparent: with 0 and 3 in the pool (1 never
     inserted) the policy evicts 0. The encoding once read ancestry through the constant forest
     and refused; here both sides give 0."""
-    from kvspec.reference.smt.order.policy_equivalence import ONode, PolicyOrderSubject
+    from kvspec.reference.smt.order.policy_equivalence import PolicyOrderSubject, PolicyWalkNode
 
     sub = PolicyOrderSubject("lineage")
     [n] = sub.initial()
     for op in [("insert", 0, 0), ("insert", 3, 0)]:
         [(_, n)] = [(o, m) for o, m in sub.model_outcomes(n, op)]
-        assert isinstance(n, ONode)
+        assert isinstance(n, PolicyWalkNode)
     assert {o[1] for o in sub.encoding_outcomes(n, ("evict",)) if isinstance(o, tuple)} == {0}
     assert [o[1] for o, _ in sub.model_outcomes(n, ("evict",)) if isinstance(o, tuple)] == [0]
 

@@ -60,14 +60,14 @@ def _key(i: int) -> tuple[int, int]:
 
 
 # ---------------------------------------------------------------- seeded bugs of the Python side
-class LruNewestFirst(LruPolicy):
+class LruPolicyNewestFirst(LruPolicy):
     """Policy bug (EVICT-POLICY, lru): the most recently inserted block goes first."""
 
     def victim(self) -> int | None:
         return next(reversed(self._order), None)
 
-    def copy(self) -> LruNewestFirst:
-        c = LruNewestFirst()
+    def copy(self) -> LruPolicyNewestFirst:
+        c = LruPolicyNewestFirst()
         c._order = self._order.copy()
         return c
 
@@ -111,7 +111,7 @@ class VllmReleaseAtHead(VllmPoolModel):
 
 #: policy -> {bug name: class}
 POLICY_BUGS: dict[str, dict[str, type]] = {
-    "lru": {"lru-newest-first": LruNewestFirst},
+    "lru": {"lru-newest-first": LruPolicyNewestFirst},
     "multi_lru": {"multi-lru-hottest-first": MultiLruHottestFirst},
     "lineage": {"lineage-newest-leaf": LineageNewestLeaf},
     "vllm-free": {"vllm-release-at-head": VllmReleaseAtHead},
@@ -145,7 +145,7 @@ def _stamps(policy: str, p: Any) -> tuple[dict[int, int], dict[int, int], int]:
 
 
 @dataclass
-class ONode:
+class PolicyWalkNode:
     """A Python state: a policy object, or (vllm-free) the pool model."""
 
     obj: Any
@@ -168,12 +168,12 @@ class PolicyOrderSubject:
         self.name = self.name or f"order-{self.policy}"
         self.cls = POLICY_BUGS[self.policy][self.bug] if self.bug else _CLEAN[self.policy]
 
-    def initial(self) -> list[ONode]:
+    def initial(self) -> list[PolicyWalkNode]:
         if self.policy == "vllm-free":
-            return [ONode(self.cls(ManagerConfig(profile="vllm", capacity=VLLM_BLOCKS, eviction="lru")))]
-        return [ONode(self.cls())]
+            return [PolicyWalkNode(self.cls(ManagerConfig(profile="vllm", capacity=VLLM_BLOCKS, eviction="lru")))]
+        return [PolicyWalkNode(self.cls())]
 
-    def key(self, n: ONode) -> Hashable:
+    def key(self, n: PolicyWalkNode) -> Hashable:
         p = n.obj
         if self.policy == "vllm-free":
             cached = tuple(sorted((c.seq, c.owners) for c in p.copies.values()))
@@ -185,7 +185,7 @@ class PolicyOrderSubject:
             return _order(self.policy, p)
         return _order(self.policy, p)
 
-    def alphabet(self, n: ONode) -> Sequence[Any]:
+    def alphabet(self, n: PolicyWalkNode) -> Sequence[Any]:
         if self.policy == "vllm-free":
             m: VllmPoolModel = n.obj
             out: list[Any] = []
@@ -213,7 +213,7 @@ class PolicyOrderSubject:
         return ops
 
     # ------------------------------------------------------------------ Python side
-    def model_outcomes(self, n: ONode, op: Any) -> list[tuple[Hashable, ONode]]:
+    def model_outcomes(self, n: PolicyWalkNode, op: Any) -> list[tuple[Hashable, PolicyWalkNode]]:
         if self.policy == "vllm-free":
             m = copy.deepcopy(n.obj)
             before = {c: m.copies[c].seq for c in m.copies}
@@ -222,23 +222,23 @@ class PolicyOrderSubject:
             except Exception:  # a rejected operation: the model's, not the order's
                 return []
             gone = tuple(sorted(s for c, s in before.items() if c not in m.copies and s is not None))
-            return [((_order(self.policy, m), gone), ONode(m))]
+            return [((_order(self.policy, m), gone), PolicyWalkNode(m))]
         p: Policy = n.obj
         if op[0] == "insert":
             c = p.copy()
             key = _key(op[1])
             parent = _key(FOREST[op[1]]) if self.policy == "lineage" and FOREST[op[1]] >= 0 else None
             c.insert(op[1], key, parent, op[2])
-            return [((_order(self.policy, c), None), ONode(c))]
+            return [((_order(self.policy, c), None), PolicyWalkNode(c))]
         if op[0] == "remove":
             c = p.copy()
             c.remove(op[1])
-            return [((_order(self.policy, c), None), ONode(c))]
-        out: list[tuple[Hashable, ONode]] = []
+            return [((_order(self.policy, c), None), PolicyWalkNode(c))]
+        out: list[tuple[Hashable, PolicyWalkNode]] = []
         for v in p.allowed():
             c = p.copy()
             c.evict(v)
-            out.append(((_order(self.policy, c), v), ONode(c)))
+            out.append(((_order(self.policy, c), v), PolicyWalkNode(c)))
         return out
 
     # ------------------------------------------------------------------ encoding
@@ -265,7 +265,7 @@ class PolicyOrderSubject:
         known = {key[1] for key, nd in p._nodes.items() if nd.parent is not None}
         return tuple(z3.BoolVal(i in known) for i in range(N))
 
-    def _plan(self, n: ONode, op: Any) -> list[tuple[str, dict[str, int]]] | None:
+    def _plan(self, n: PolicyWalkNode, op: Any) -> list[tuple[str, dict[str, int]]] | None:
         """The order steps the operation is made of (None: the model rejects it)."""
         if self.policy != "vllm-free":
             if op[0] == "insert":
@@ -306,7 +306,7 @@ class PolicyOrderSubject:
                 plan.append(("evict", {}))
         return plan
 
-    def encoding_outcomes(self, n: ONode, op: Any) -> set[Hashable]:
+    def encoding_outcomes(self, n: PolicyWalkNode, op: Any) -> set[Hashable]:
         plan = self._plan(n, op)
         if plan is None:
             return set()
