@@ -1,133 +1,13 @@
-"""INVARIANTS.md's tables say what ``kvspec prove`` prints, profile by profile.
+"""INVARIANTS.md's tables say what ``kvspec prove`` prints (``smt/cli/doc_tables.py``).
 
-The "Vacuity by construction" table claims, per profile and level, whether a
-``REACHABLE`` row and a ``MUTANTS-COVER`` row guard the proofs; the "What is
-proven" table lists each profile's INV-* and LEMMA-* properties. One run of
-plain ``kvspec prove`` (every profile at its default level) is split by
-profile, and each claim is checked against its rows: a "yes" needs the row,
-passing; a "no" needs it absent; every property listed is a row of that
-profile and every INV-* row printed is listed. The parsers are checked here
-on a sample; ``tests/test_smt_prove.py::test_kvspec_prove_at_the_default_bound``
-applies ``problems`` to the output of its one run of plain ``kvspec prove``
+The parsers are checked here on a sample and on the document itself;
+``tests/test_smt_prove.py::test_kvspec_prove_at_the_default_bound`` applies
+``problems`` to the output of its one run of plain ``kvspec prove``
 (minutes of CPU: the suite runs it once)."""
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
-DOC = Path(__file__).resolve().parents[1] / "kvspec" / "spec" / "INVARIANTS.md"
-ID = re.compile(r"\b(?:INV|LEMMA)-[A-Z0-9]+(?:-[A-Z0-9]+)*")
-
-#: (profile, level) -> the label of its REACHABLE / MUTANTS-COVER row, where not the level's default
-REACH_LABEL = {
-    ("paged", "operation"): "REACHABLE",
-    ("session", "operation"): "REACHABLE",
-    ("radix", "operation"): "op REACHABLE",
-}
-COVER_LABEL = {
-    ("paged", "operation"): "MUTANTS-COVER",
-    ("session", "operation"): "MUTANTS-COVER",
-    ("radix", "operation"): "op MUTANTS-COVER",
-}
-DEFAULT_LABEL = {
-    "step": ("REACHABLE", "MUTANTS-COVER"),
-    "operation": ("operation: REACHABLE", "operation: MUTANTS-COVER"),
-}
-
-
-def _table(text: str, head: str) -> list[list[str]]:
-    """The rows (cells) of the markdown table whose header line starts with ``head``."""
-    lines = text.splitlines()
-    i = next(n for n, line in enumerate(lines) if line.startswith(head))
-    out = []
-    for line in lines[i + 2 :]:
-        if not line.startswith("|"):
-            break
-        out.append([c.strip() for c in line.strip().strip("|").split(" | ")])
-    return out
-
-
-def vacuity_claims(text: str) -> list[tuple[str, str, bool, bool]]:
-    """(profile, level, REACHABLE claimed, MUTANTS-COVER claimed) for each level plain ``prove`` runs."""
-    out = []
-    for cells in _table(text, "| profile | level | REACHABLE"):
-        profiles = re.findall(r"`([\w-]+)`", cells[0])
-        if "--unbounded" in cells[1]:
-            assert cells[2].startswith("no") and cells[3].startswith("no"), cells  # plain prove does not run it
-            continue
-        for p in profiles:
-            for level in (x.strip() for x in cells[1].split(",")):
-                out.append((p, level, cells[2].startswith("yes"), cells[3].startswith("yes")))
-    return out
-
-
-def proven_claims(text: str) -> dict[str, set[str]]:
-    """Profile -> the INV-* and LEMMA-* ids the "What is proven" table lists for what plain ``prove`` runs."""
-    out: dict[str, set[str]] = {}
-    last = ""
-    for cells in _table(text, "| profile | properties"):
-        name = cells[0]
-        if name.startswith("same"):
-            prof = "radix" if "radix" in name else last
-        else:
-            first = re.findall(r"`([\w-]+)`", name)[0]
-            prof = "kvbm-offload" if "offload tier" in name else first
-        last = prof
-        if "--unbounded" in cells[-1]:
-            continue
-        ids = {m.group(0) for m in ID.finditer(cells[1]) if not cells[1].startswith("-*", m.end())}  # not "INV-RADIX-*"
-        if "LEMMA-*" in cells[1]:
-            ids.add("LEMMA-*")
-        out.setdefault(prof, set()).update(ids)
-    return out
-
-
-def sections(out: str) -> dict[str, dict[str, str]]:
-    """Profile -> its rows (label -> verdict), from ``kvspec prove``'s output."""
-    res: dict[str, dict[str, str]] = {}
-    cur: dict[str, str] | None = None
-    for line in out.splitlines():
-        m = re.match(r"kvspec prove --profile ([\w-]+):", line)
-        if m:
-            cur = res.setdefault(m.group(1), {})
-            continue
-        cols = re.split(r"\s{2,}", line.strip())
-        if cur is not None and len(cols) >= 2 and not line.startswith(("-", "summary", "sanity check failed")):
-            cur.setdefault(cols[0], cols[1])
-    return res
-
-
-def problems(text: str, out: str) -> list[str]:
-    """Every table claim the output contradicts."""
-    secs = sections(out)
-    bad = []
-    for p, level, reach, cover in vacuity_claims(text):
-        rows = secs.get(p)
-        if rows is None:
-            bad.append(f"{p}: no section in the output")
-            continue
-        for claimed, label in (
-            (reach, REACH_LABEL.get((p, level), DEFAULT_LABEL[level][0])),
-            (cover, COVER_LABEL.get((p, level), DEFAULT_LABEL[level][1])),
-        ):
-            if claimed and rows.get(label) != "ok":
-                bad.append(f"{p} {level}: the table says yes, the row {label!r} is {rows.get(label, 'absent')}")
-            if not claimed and label in rows:
-                bad.append(f"{p} {level}: the table says no, but {label!r} is printed ({rows[label]})")
-    for p, ids in proven_claims(text).items():
-        labels = secs.get(p, {})
-        printed = {i for lb in labels for i in ID.findall(lb.split(" (never")[0])}
-        for i in sorted(ids - {"LEMMA-*"}):
-            if i not in printed:
-                bad.append(f"{p}: the table lists {i}, no row of it is printed")
-        for i in sorted(printed):
-            if i.startswith("INV-") and i not in ids:
-                bad.append(f"{p}: the row {i} is printed, the table does not list it")
-            if i.startswith("LEMMA-") and i not in ids and "LEMMA-*" not in ids:
-                bad.append(f"{p}: the row {i} is printed, the table does not list it")
-    return bad
-
+from kvspec.reference.smt.cli.doc_tables import DOC, problems, proven_claims, vacuity_claims
 
 SAMPLE_DOC = """
 | profile | properties | level | bound | contracts assumed | command |

@@ -127,8 +127,8 @@ def test_kvspec_prove_at_the_default_bound() -> None:
     assert any(ln.startswith("TIER-ADMIT ") and " proven " in ln for ln in tier)
     assert any(ln.startswith("TIER-DEDUP ") and " proven " in ln for ln in tier)
     assert sum(ln.startswith("mutant ") and " refuted " in ln for ln in tier) == 3
-    # INVARIANTS.md's tables say what this run printed (the checks: tests/test_invariants_tables.py)
-    from test_invariants_tables import DOC, problems
+    # INVARIANTS.md's tables say what this run printed (smt/cli/doc_tables.py)
+    from kvspec.reference.smt.cli.doc_tables import DOC, problems
 
     assert problems(DOC.read_text(), proc.stdout) == []
 
