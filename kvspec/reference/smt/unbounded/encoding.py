@@ -362,6 +362,8 @@ def deref_full(S: UState, h, t, tw: Tweaks) -> UStep:
     step.require(R.DEREF_UNKNOWN, "valid", z3.And(S.a["reg"][h], S.a["own"][owned_at] >= 1))
     step.require("CHOICE-HOLDER", "choice", z3.And(S.holds(t, h), S.a["own"][t] >= 1))
     own = S.a["own"][t]
+    if "deref-refuses-last-owner" in tw:  # a progress bug (progress.py): no INV-* sees it
+        step.require("BUG-LAST-OWNER", "valid", own >= 2)
     last = own == 1
     if "deref-inactive-at-one-owner" in tw:
         last = z3.Or(own == 1, own == 2)
@@ -433,6 +435,8 @@ def offload_complete(S: UState, s, w, tw: Tweaks) -> UStep:
     in_g2 = S.a["g2"][h]
     full = z3.And(z3.Not(in_g2), S.v["g2n"] >= S.cap2)
     step.require("CHOICE-G2-VICTIM", "choice", z3.Implies(full, z3.And(w >= 0, S.a["g2"][w])))
+    if "complete-waits-for-g2-room" in tw:  # a progress bug (progress.py): no INV-* sees it
+        step.require("BUG-G2-ROOM", "valid", z3.Not(full))
     release = S.a["st"][s] == QUARANTINED
     step.rules = {R.QUARANTINE_RELEASE: release, R.G2_EVICT: full, R.G2_STORE_ON_COMPLETE: z3.Not(in_g2)}
     P = _write(S, s, True, pend=z3.BoolVal(False), st=z3.If(release, FREE, S.a["st"][s]))
@@ -710,7 +714,7 @@ def by_id(pid: str) -> UProperty:
     for p in PROPERTIES:
         if p.id == pid:
             return p
-    raise KeyError(f"unknown property {pid!r}; known: {[p.id for p in PROPERTIES]}")
+    raise KeyError(f"unknown property {pid!r}; known: {[str(p.id) for p in PROPERTIES]}")
 
 
 # --------------------------------------------------- what every state satisfies
