@@ -46,6 +46,13 @@ Family = Literal["block", "manager", "radix", "generic"]
 
 #: the names of the bundled profiles that have no block-level rule set (spec/profiles.py names those)
 PAGED, SESSION, RADIX = "paged", "session", "radix"
+#: the block-level profiles' names, for code that picks by name: each profile name is spelled once in
+#: code, here or in spec/profiles.py, and every other module takes it from these (tests/test_profile_names.py)
+KVBM_NAME, ATOMIC_NAME, LEGACY_NAME, VLLM_NAME = KVBM.name, ATOMIC.name, LEGACY.name, VLLM.name
+#: the ``kvspec prove`` encoding of the kvbm profile with its G2 offload tier (an encoding, not a profile)
+KVBM_OFFLOAD = "kvbm-offload"
+#: the family of the radix profile (``Family``): named after it, but a family, not a profile
+RADIX_FAMILY: Family = "radix"
 
 #: where the bundled golden folders live (``ProfileEntry.scenarios`` are relative to it)
 SCENARIO_ROOT = Path(__file__).parent / "scenarios"
@@ -109,7 +116,7 @@ PROFILES: dict[str, ProfileEntry] = {
             "kvspec.reference.g1:G1Model",
             scenarios=(KVBM.name, "offload", "witnesses"),
             process_scenarios=("tiers",),
-            encodings=(KVBM.name, "kvbm-offload"),
+            encodings=(KVBM.name, KVBM_OFFLOAD),
             stateful=True,
             semantics=KVBM,
             title="kvbm mocker (kvbm-logical block manager), with an optional offload tier",
@@ -161,7 +168,7 @@ PROFILES: dict[str, ProfileEntry] = {
         ),
         ProfileEntry(
             RADIX,
-            "radix",
+            RADIX_FAMILY,
             "kvspec.reference.radix:RadixModel",
             scenarios=(RADIX,),
             encodings=(RADIX,),

@@ -35,6 +35,7 @@ import z3
 
 from kvspec.reference.smt.reach import Move, ReachTrace, System
 from kvspec.spec.config import ManagerConfig
+from kvspec.spec.registry import KVBM_OFFLOAD, PAGED, RADIX, SESSION, VLLM_NAME
 from kvspec.spec.wire import Operation
 
 
@@ -134,24 +135,24 @@ def not_reachable(folder: Path, name: str, statement: str) -> Path:
 #: why a profile's traces are not written as replay files (a replay file, ``conformance/verdicts/
 #: replay_file.py``, is a ManagerConfig and block-level wire operations run in lockstep)
 NOT_WIRE: dict[str, str] = {
-    "kvbm-offload": (
+    KVBM_OFFLOAD: (
         "the trace is of the step encoding (offload/reach.py: one step per slot move, G2 write"
         " and swap-in job step, over a hash forest z3 chooses); no reader turns those steps back"
         " into wire operations (Use, Deref, Promote, SwapIn, Tick), so there is no replay file"
     ),
-    "paged": (
+    PAGED: (
         "paged is an allocator-level profile (spec/manager_wire.py): its operations are not the"
         " block-level wire operations a replay file carries, so kvspec replay cannot run it"
     ),
-    "session": (
+    SESSION: (
         "session is an allocator-level profile (spec/manager_wire.py): its operations are not the"
         " block-level wire operations a replay file carries, so kvspec replay cannot run it"
     ),
-    "radix": (
+    RADIX: (
         "radix operations (match, insert, lock, unlock, evict, reset) are of the radix wire, not"
         " the block-level wire operations a replay file carries, so kvspec replay cannot run it"
     ),
-    "vllm": (
+    VLLM_NAME: (
         "the trace is of the step encoding (vllm/copies.py, searched over vllm/reach.py's step table);"
         " no reader turns its steps back into wire operations; an operation-level mutant (vllm/ops.py)"
         " is not searched here"

@@ -36,13 +36,14 @@ from kvspec.reference.smt.blocks.encoding import CENSUS, IDLE, NONE, BState, Pro
 from kvspec.reference.smt.blocks.encoding_mutants import patched, profile_encoding_mutants
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.errors import InvalidOperation
+from kvspec.spec.registry import ATOMIC_NAME, KVBM_NAME, LEGACY_NAME
 from kvspec.spec.wire import Deref, Destroy, FullBlock, KvEvent, Operation, PartialBlock, Plh, Promote, Stored, Use
 
 HASHES, UUIDS = 6, 3
 POLICIES: dict[str, tuple[str, ...]] = {
-    "kvbm": ("lineage", "lru", "multi_lru", "unordered"),
-    "atomic": ("lineage", "lru", "multi_lru", "unordered"),
-    "legacy": ("lru",),
+    KVBM_NAME: ("lineage", "lru", "multi_lru", "unordered"),
+    ATOMIC_NAME: ("lineage", "lru", "multi_lru", "unordered"),
+    LEGACY_NAME: ("lru",),
 }
 
 
@@ -67,14 +68,14 @@ def random_op(rng: random.Random, profile: str, pre: Abstract, cap: int, model: 
         return aimed
     k = rng.random()
     if k < 0.15:
-        return _pressure(rng, pre, cap, model if profile != "legacy" else None)
-    if k < 0.2 and profile == "atomic" and registered:
+        return _pressure(rng, pre, cap, model if profile != LEGACY_NAME else None)
+    if k < 0.2 and profile == ATOMIC_NAME and registered:
         # a reused block between two new ones: the Stored group splits there
         fresh = [h for h in range(HASHES) if not pre.reg[h]]
         if len(fresh) >= 2:
             a, b = rng.sample(fresh, 2)
             return _use([FullBlock(full=x) for x in (a, rng.choice(sorted(registered)), b)])
-    if k < 0.25 and held and profile != "legacy":
+    if k < 0.25 and held and profile != LEGACY_NAME:
         # drop one owner of everything held: inactive blocks for the next pressure Use to evict
         # (legacy reaches its states without it)
         return Deref(blocks=held)
@@ -88,7 +89,7 @@ def random_op(rng: random.Random, profile: str, pre: Abstract, cap: int, model: 
             else:
                 refs.append(PartialBlock(partial=f"u{rng.randrange(UUIDS)}"))
         parent = None
-        if profile != "legacy" and registered and rng.random() < 0.5:
+        if profile != LEGACY_NAME and registered and rng.random() < 0.5:
             parent = FullBlock(full=rng.choice(sorted(registered)))
         return _use(refs, parent)
     if k < 0.85:
@@ -97,7 +98,7 @@ def random_op(rng: random.Random, profile: str, pre: Abstract, cap: int, model: 
             refs = rng.sample(held, min(n, len(held)))
         else:
             refs = [FullBlock(full=rng.randrange(HASHES)) for _ in range(n)]
-        if profile == "legacy" and rng.random() < 0.3:
+        if profile == LEGACY_NAME and rng.random() < 0.3:
             return Destroy(blocks=refs)
         return Deref(blocks=refs)
     h = rng.randrange(HASHES)
@@ -127,7 +128,7 @@ def _aimed(rng: random.Random, profile: str, pre: Abstract, cap: int, model: obj
         return Promote(
             uuid=f"u{rng.choice(held_partials)}", seq_hash=h, parent_hash=None, local_hash=h + 100, plh=_plh(h)
         )
-    if profile != "kvbm" or model is None:
+    if profile != KVBM_NAME or model is None:
         return None
     unann = [h for h in registered if not pre.ann[h]]
     unann_held = [h for h in unann if pre.own[h] >= 1]
@@ -184,7 +185,7 @@ def _pressure(rng: random.Random, pre: Abstract, cap: int, model: object | None 
         trial = copy.deepcopy(model)
         with contextlib.suppress(InvalidOperation):
             trial.apply(_use([FullBlock(full=fresh[0])]))  # type: ignore[attr-defined]
-        gone = [h for h in inactive if h not in abstract(trial, "kvbm", set(), cap).reg]
+        gone = [h for h in inactive if h not in abstract(trial, KVBM_NAME, set(), cap).reg]
         if gone:
             return _use([FullBlock(full=h) for h in [fresh[0], gone[0], *(h for h in inactive if h != gone[0])]])
     fulls = fresh[: min(len(fresh), room + rng.randint(1, 2))] + inactive
@@ -208,7 +209,7 @@ class Abstract:
 
 def abstract(model: object, profile: str, dev: set[int], cap: int) -> Abstract:
     hs, us = range(HASHES), range(UUIDS)
-    if profile == "legacy":
+    if profile == LEGACY_NAME:
         act: dict = model.active  # type: ignore[attr-defined]
         ina = model.inactive  # type: ignore[attr-defined]
         reg = {h: ("F", h) in act or ("F", h) in ina for h in hs}
@@ -291,7 +292,7 @@ def steps_of(profile: str, op: Operation, result_value: object) -> list[tuple[st
     if isinstance(op, Use):
         parent = op.parent.full if isinstance(op.parent, FullBlock) else NONE
         out.append(("use(begin)", {"p": parent}))
-        if profile == "atomic":
+        if profile == ATOMIC_NAME:
             for r in op.blocks:
                 out.append(
                     ("use(declare full)", {"h": r.full})
@@ -308,7 +309,7 @@ def steps_of(profile: str, op: Operation, result_value: object) -> list[tuple[st
                     else ("use(place partial)", {"u": _uid(r)})
                 )
         else:
-            if profile == "legacy":  # USE-VALIDATE: no partial the Use names is held already
+            if profile == LEGACY_NAME:  # USE-VALIDATE: no partial the Use names is held already
                 parts = dict.fromkeys(_uid(r) for r in op.blocks if isinstance(r, PartialBlock))
                 out += [("use(validate partial)", {"u": u}) for u in parts]
             for r in op.blocks:
@@ -379,15 +380,15 @@ def agrees(
         ]
         if post.reg[h]:
             eq.append(S.a["own"][h] == post.own[h])
-            if prof.name == "kvbm":
+            if prof.name == KVBM_NAME:
                 eq.append(S.a["ann"][h] == post.ann[h])
-        if prof.name == "legacy":
+        if prof.name == LEGACY_NAME:
             eq.append(S.a["unann"][h] == post.unann[h])
     for u in range(UUIDS):
         eq.append(S.a["preg"][u] == post.preg[u])
-        if prof.name == "legacy" and post.preg[u]:
+        if prof.name == LEGACY_NAME and post.preg[u]:
             eq.append(S.a["pown"][u] == post.pown[u])
-    if prof.name != "legacy":
+    if prof.name != LEGACY_NAME:
         eq.append(S.v["free"] == post.free)
     eq += [S.c[k] == val for k, val in post.counts.items()]
     if parents is not None:  # the published Stored events, in order, name the model's parents
@@ -455,9 +456,9 @@ def _agrees_on(
             dev -= set(ev.hashes())
     post = abstract(model, profile, dev, cap)
     parents = removed = None
-    if profile == "atomic" and isinstance(op, Use):
+    if profile == ATOMIC_NAME and isinstance(op, Use):
         parents = [_parent(ev) for ev in step.events if ev.kind == "stored"]
-    if profile != "legacy" and isinstance(op, Use):
+    if profile != LEGACY_NAME and isinstance(op, Use):
         removed = {h for ev in step.events if ev.kind == "removed" for h in ev.hashes()}
     steps = steps_of(profile, op, step.result.value)
     return bool(agrees(prof, encode(pre, cap), steps, post, tw, parents, removed))

@@ -35,6 +35,7 @@ import z3
 
 from kvspec.reference.smt.blocks import kvbm as kv
 from kvspec.reference.smt.blocks.encoding import DECLARE, IDLE, NONE, PLACE, BState, BStep, ProfileEncoding
+from kvspec.spec.registry import ATOMIC_NAME
 
 K_FALSE = kv.K_FALSE
 
@@ -286,7 +287,7 @@ def anchor(S: BState) -> list[tuple[str, z3.BoolRef]]:
 
 
 PROFILE = ProfileEncoding(
-    name="atomic",
+    name=ATOMIC_NAME,
     transitions={
         "use(begin)": begin,
         "use(declare full)": declare_full,

@@ -14,4 +14,4 @@ def block_encoding(profile: str) -> ProfileEncoding:
     """The encoding of the block-level profile ``profile`` (kvbm, atomic or legacy)."""
     from kvspec.reference.smt.blocks import atomic, kvbm, legacy
 
-    return {"kvbm": kvbm.PROFILE, "atomic": atomic.PROFILE, "legacy": legacy.PROFILE}[profile]
+    return {m.PROFILE.name: m.PROFILE for m in (kvbm, atomic, legacy)}[profile]

@@ -24,13 +24,14 @@ from kvspec.reference.smt.blocks.agreement import _plh, _use
 from kvspec.reference.smt.blocks.encoding import NONE, ProfileEncoding
 from kvspec.reference.smt.reach import Move, ReachTrace, violation
 from kvspec.spec.config import ManagerConfig
+from kvspec.spec.registry import ATOMIC_NAME, KVBM_NAME, LEGACY_NAME
 from kvspec.spec.wire import Deref, Destroy, FullBlock, Operation, PartialBlock, Promote
 
 #: (profile, encoding mutant) -> the variant of adapters/mutants that is the same bug in the Python model
 TWINS: dict[tuple[str, str], str] = {
-    ("kvbm", "deref-partial-keeps-slot"): "partial_leaked_on_deref",
-    ("atomic", "deref-partial-keeps-slot"): "partial_leaked_on_deref",
-    ("legacy", "destroy-silent"): "legacy_destroy_silent",
+    (KVBM_NAME, "deref-partial-keeps-slot"): "partial_leaked_on_deref",
+    (ATOMIC_NAME, "deref-partial-keeps-slot"): "partial_leaked_on_deref",
+    (LEGACY_NAME, "destroy-silent"): "legacy_destroy_silent",
 }
 
 #: per solver call of the search (each depth is one call)
@@ -51,10 +52,10 @@ def _ref(t: str, inputs: dict[str, int | bool | str]) -> FullBlock | PartialBloc
 
 
 def _close(profile: str, u: _Use) -> Operation | None:
-    refs = u.declared if profile == "atomic" else u.placed
+    refs = u.declared if profile == ATOMIC_NAME else u.placed
     if not refs:
         return None
-    parent = FullBlock(full=u.parent) if profile == "atomic" and u.parent != NONE else None
+    parent = FullBlock(full=u.parent) if profile == ATOMIC_NAME and u.parent != NONE else None
     return _use(list(refs), parent)
 
 
@@ -79,7 +80,7 @@ def operations(profile: str, trace: ReachTrace) -> list[Operation]:
             ops.append(kind(blocks=[_ref(t, i)]))
         elif t == "promote":
             h, p = int(i["h"]), int(i["p"])
-            parent = p if profile == "atomic" and p != NONE else None
+            parent = p if profile == ATOMIC_NAME and p != NONE else None
             ops.append(Promote(uuid=f"u{i['u']}", seq_hash=h, parent_hash=parent, local_hash=h + 100, plh=_plh(h)))
     if use is not None and (op := _close(profile, use)) is not None:
         ops.append(op)
@@ -209,7 +210,7 @@ def emit(
         )
         path = cx.not_reachable(folder, name, statement)
         return [statement, f"  (written to {path})"]
-    policy = "lru" if prof.name == "legacy" else "unordered"
+    policy = "lru" if prof.name == LEGACY_NAME else "unordered"
     cap = int(trace.params.get("capacity", 2))
     config = ManagerConfig(profile=prof.name, capacity=cap, eviction=policy)  # type: ignore[arg-type]
     ops = ops if ops is not None else operations(prof.name, trace)

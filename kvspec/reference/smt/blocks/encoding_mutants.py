@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 import z3
 
 from kvspec.reference.smt.blocks.encoding import IDLE, NONE, PLACE, BState, BStep, ProfileEncoding, Transition
+from kvspec.spec.registry import ATOMIC_NAME, KVBM_NAME, LEGACY_NAME
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,7 @@ def _close_keeps_evicted(step: BStep, i: dict[str, z3.ExprRef]) -> BStep:
 PROFILE_ENCODING_MUTANTS: list[ProfileEncodingMutant] = [
     ProfileEncodingMutant(
         "hit-takes-no-owner",
-        ("kvbm", "legacy"),
+        (KVBM_NAME, LEGACY_NAME),
         "use(full)",
         "USE-HIT-INACTIVE",
         "a Use that names an inactive block leaves it inactive (no owner taken)",
@@ -104,7 +105,7 @@ PROFILE_ENCODING_MUTANTS: list[ProfileEncodingMutant] = [
     ),
     ProfileEncodingMutant(
         "deref-keeps-last-owner",
-        ("kvbm", "legacy", "atomic"),
+        (KVBM_NAME, LEGACY_NAME, ATOMIC_NAME),
         "deref(full)",
         "DEREF-OWNER",
         "a Deref of a block's last owner leaves it active",
@@ -112,7 +113,7 @@ PROFILE_ENCODING_MUTANTS: list[ProfileEncodingMutant] = [
     ),
     ProfileEncodingMutant(
         "deref-partial-keeps-last-owner",
-        ("legacy",),
+        (LEGACY_NAME,),
         "deref(partial)",
         "DEREF-OWNER",
         "a Deref of a partial entry's last owner leaves it active",
@@ -120,7 +121,7 @@ PROFILE_ENCODING_MUTANTS: list[ProfileEncodingMutant] = [
     ),
     ProfileEncodingMutant(
         "destroy-partial-keeps-entry",
-        ("legacy",),
+        (LEGACY_NAME,),
         "destroy(partial)",
         "DESTROY-ACTIVE",
         "a destroyed partial entry stays in the cache",
@@ -128,7 +129,7 @@ PROFILE_ENCODING_MUTANTS: list[ProfileEncodingMutant] = [
     ),
     ProfileEncodingMutant(
         "promote-existing-no-owner",
-        ("kvbm", "legacy", "atomic"),
+        (KVBM_NAME, LEGACY_NAME, ATOMIC_NAME),
         "promote",
         "PROMOTE-EXISTING",
         "a Promote onto a registered block does not add an owner to it",
@@ -136,7 +137,7 @@ PROFILE_ENCODING_MUTANTS: list[ProfileEncodingMutant] = [
     ),
     ProfileEncodingMutant(
         "begin-forgets-parent",
-        ("atomic",),
+        (ATOMIC_NAME,),
         "use(begin)",
         "PARENT-ANCHOR",
         "a Use's first Stored group is anchored to the root, not the caller's parent",
@@ -144,7 +145,7 @@ PROFILE_ENCODING_MUTANTS: list[ProfileEncodingMutant] = [
     ),
     ProfileEncodingMutant(
         "declare-partial-not-needed",
-        ("atomic",),
+        (ATOMIC_NAME,),
         "use(declare partial)",
         "USE-PARTIAL",
         "an unheld partial block is not counted as needing a slot",
@@ -152,7 +153,7 @@ PROFILE_ENCODING_MUTANTS: list[ProfileEncodingMutant] = [
     ),
     ProfileEncodingMutant(
         "place-partial-no-slot",
-        ("atomic",),
+        (ATOMIC_NAME,),
         "use(place partial)",
         "USE-PARTIAL",
         "a new partial block's slot is not taken from the free count",
@@ -160,7 +161,7 @@ PROFILE_ENCODING_MUTANTS: list[ProfileEncodingMutant] = [
     ),
     ProfileEncodingMutant(
         "close-keeps-evicted",
-        ("atomic",),
+        (ATOMIC_NAME,),
         "use(close)",
         "REMOVE-EXACT",
         "a Use's closing Removed leaves the blocks it evicted in the router's view",
@@ -189,7 +190,7 @@ def _validate_dropped(step: BStep, i: dict[str, z3.ExprRef]) -> BStep:
 GUARD_MUTANTS: list[ProfileEncodingMutant] = [
     ProfileEncodingMutant(
         "deref-guard-off-by-one",
-        ("kvbm", "legacy", "atomic"),
+        (KVBM_NAME, LEGACY_NAME, ATOMIC_NAME),
         "deref(full)",
         "DEREF-UNKNOWN",
         "a Deref of a registered block is enabled at zero owners too (own >= 0, not >= 1)",
@@ -197,7 +198,7 @@ GUARD_MUTANTS: list[ProfileEncodingMutant] = [
     ),
     ProfileEncodingMutant(
         "promote-guard-unheld",
-        ("kvbm", "atomic"),
+        (KVBM_NAME, ATOMIC_NAME),
         "promote",
         "PROMOTE-UNKNOWN",
         "a Promote of a uuid no partial block holds is enabled",
@@ -205,7 +206,7 @@ GUARD_MUTANTS: list[ProfileEncodingMutant] = [
     ),
     ProfileEncodingMutant(
         "validate-partial-dropped",
-        ("legacy",),
+        (LEGACY_NAME,),
         "use(validate partial)",
         "USE-VALIDATE",
         "a Use may name a partial block that is already held",

@@ -46,6 +46,7 @@ from kvspec.reference.smt.blocks.encoding_mutants import patched
 from kvspec.reference.smt.equivalence import all_values
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.errors import InvalidOperation
+from kvspec.spec.registry import ATOMIC_NAME, KVBM_NAME, LEGACY_NAME
 from kvspec.spec.wire import Deref, Destroy, FullBlock, Operation, PartialBlock, Promote, Stored
 
 
@@ -66,13 +67,13 @@ def _freeze(A: Abstract, profile: str) -> tuple:
             (
                 reg,
                 A.own[h] if reg else 0,
-                A.ann[h] if reg and profile == "kvbm" else False,
-                A.unann[h] if profile == "legacy" else False,
+                A.ann[h] if reg and profile == KVBM_NAME else False,
+                A.unann[h] if profile == LEGACY_NAME else False,
                 A.dev[h],
             )
         )
-    us = tuple((A.preg[u], A.pown[u] if profile == "legacy" and A.preg[u] else 0) for u in range(UUIDS))
-    free = A.free if profile != "legacy" else 0
+    us = tuple((A.preg[u], A.pown[u] if profile == LEGACY_NAME and A.preg[u] else 0) for u in range(UUIDS))
+    free = A.free if profile != LEGACY_NAME else 0
     return tuple(hs), us, free, tuple(sorted(A.counts.items()))
 
 
@@ -117,7 +118,7 @@ class BlocksSubject:
         self.prof: ProfileEncoding = prof
 
     def initial(self) -> list[BNode]:
-        policy = "lru" if self.profile == "legacy" else "unordered"
+        policy = "lru" if self.profile == LEGACY_NAME else "unordered"
         cfg = ManagerConfig(profile=self.profile, capacity=self.capacity, eviction=policy)  # type: ignore[arg-type]
         m = self.model_class(cfg) if self.model_class is not None else make_model(cfg)
         return [BNode(m)]
@@ -136,12 +137,12 @@ class BlocksSubject:
         out: list[Operation] = []
         for k in (1, 2):
             for seq in itertools.permutations(refs, k):
-                for par in [None] if self.profile == "legacy" else [None, *registered]:
+                for par in [None] if self.profile == LEGACY_NAME else [None, *registered]:
                     out.append(_use(list(seq), None if par is None else FullBlock(full=par)))
         for k in (1, 2):
             for sub in itertools.combinations(refs, k):
                 out.append(Deref(blocks=list(sub)))
-                if self.profile == "legacy":
+                if self.profile == LEGACY_NAME:
                     out.append(Destroy(blocks=list(sub)))
         for h in range(self.hashes):
             for par in [None, *registered]:
@@ -151,7 +152,7 @@ class BlocksSubject:
     # ------------------------------------------------------------------ model
     def _orders(self, m: Any) -> list[Any]:
         """The model in every order of its pool of inactive blocks (every victim sequence)."""
-        if self.profile == "legacy":
+        if self.profile == LEGACY_NAME:
             keys = list(m.inactive)
             out = []
             for perm in itertools.permutations(keys):
@@ -183,9 +184,9 @@ class BlocksSubject:
             nxt = BNode(m, dev)
             removed: tuple[int, ...] | None = None
             parents: tuple[int, ...] | None = None
-            if self.profile != "legacy" and op.op == "use":
+            if self.profile != LEGACY_NAME and op.op == "use":
                 removed = tuple(sorted({h for ev in step.events if ev.kind == "removed" for h in ev.hashes()}))
-            if self.profile == "atomic" and op.op == "use":
+            if self.profile == ATOMIC_NAME and op.op == "use":
                 parents = tuple(_parent(ev.data) for ev in step.events if ev.kind == "stored")
             out.setdefault((self.key(nxt), removed, parents), nxt)
         return list(out.items())
@@ -224,8 +225,8 @@ class BlocksSubject:
 
     def _families(self, op: Operation) -> list[list[tuple[str, dict[str, int | None]]]]:
         """The step sequences the encoding may take for ``op`` (atomic: the check fails or passes)."""
-        if self.profile == "atomic" and op.op == "use":
-            return [steps_of("atomic", op, 0), steps_of("atomic", op, 1)]
+        if self.profile == ATOMIC_NAME and op.op == "use":
+            return [steps_of(ATOMIC_NAME, op, 0), steps_of(ATOMIC_NAME, op, 1)]
         return [steps_of(self.profile, op, None)]
 
     def _run(self, pre: Any, steps: list[tuple[str, dict[str, int | None]]], op: Operation) -> set[Hashable]:
@@ -258,10 +259,10 @@ class BlocksSubject:
             terms += [S.a["preg"][u], S.a["pown"][u]]
         counts = sorted(S.c)
         terms += [S.v["free"], *(S.c[k] for k in counts)]
-        track_removed = self.profile != "legacy" and op.op == "use"
+        track_removed = self.profile != LEGACY_NAME and op.op == "use"
         if track_removed:
             terms += [z3.Or([g[h] for g in gone] or [z3.BoolVal(False)]) for h in range(HASHES)]
-        track_parents = self.profile == "atomic" and op.op == "use"
+        track_parents = self.profile == ATOMIC_NAME and op.op == "use"
         if track_parents:
             for when, par in emitted:
                 terms += [when, par]

@@ -32,6 +32,7 @@ from __future__ import annotations
 import z3
 
 from kvspec.reference.smt.blocks.encoding import IDLE, NONE, PLACE, STOPPED, BState, BStep, ProfileEncoding
+from kvspec.spec.registry import KVBM_NAME
 
 K_FALSE = z3.K(z3.IntSort(), z3.BoolVal(False))
 K_ZERO = z3.K(z3.IntSort(), z3.IntVal(0))
@@ -248,7 +249,7 @@ def initial(cap: z3.ArithRef) -> BState:
 
 
 PROFILE = ProfileEncoding(
-    name="kvbm",
+    name=KVBM_NAME,
     transitions={
         "use(begin)": begin,
         "use(full)": use_full,

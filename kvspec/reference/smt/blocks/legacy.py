@@ -31,6 +31,7 @@ import z3
 
 from kvspec.reference.smt.blocks import kvbm as kv
 from kvspec.reference.smt.blocks.encoding import IDLE, PLACE, STOPPED, BState, BStep, ProfileEncoding
+from kvspec.spec.registry import LEGACY_NAME
 
 K_FALSE = kv.K_FALSE
 
@@ -225,7 +226,7 @@ def announced(S: BState) -> list[tuple[str, z3.BoolRef]]:
 
 
 PROFILE = ProfileEncoding(
-    name="legacy",
+    name=LEGACY_NAME,
     transitions={
         "use(begin)": begin,
         "use(validate partial)": validate_partial,

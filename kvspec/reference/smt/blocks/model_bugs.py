@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from kvspec.reference.g1 import G1Model
 from kvspec.reference.outcome import Step
+from kvspec.spec.registry import ATOMIC_NAME, KVBM_NAME
 from kvspec.spec.wire import Promote
 
 
@@ -26,5 +27,5 @@ class PromoteExistingLeaksSlot(G1Model):
 
 #: name -> (profiles it applies to, model class, the rule it breaks)
 MODEL_BUGS: dict[str, tuple[tuple[str, ...], type[G1Model], str]] = {
-    "promote-existing-leaks-slot": (("kvbm", "atomic"), PromoteExistingLeaksSlot, "PROMOTE-EXISTING"),
+    "promote-existing-leaks-slot": ((KVBM_NAME, ATOMIC_NAME), PromoteExistingLeaksSlot, "PROMOTE-EXISTING"),
 }

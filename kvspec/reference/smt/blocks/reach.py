@@ -46,6 +46,7 @@ from kvspec.reference.smt.blocks.encoding import (
 )
 from kvspec.reference.smt.reach import Move, ReachStart, ReachStep, ReachTrace, System, _Unrolling
 from kvspec.spec.errors import InvalidOperation
+from kvspec.spec.registry import ATOMIC_NAME
 
 #: the finite instance searched: hashes 0..H-1, uuids 0..U-1, capacity 1..CAP
 H, U, CAP = 3, 2, 2
@@ -83,7 +84,7 @@ def phases(prof: ProfileEncoding) -> dict[str, frozenset[int]]:
     for t in prof.transitions:
         if t in _IDLE_STEPS:
             out[t] = frozenset({IDLE})
-        elif prof.name == "atomic" and t in _DECLARE_STEPS:
+        elif prof.name == ATOMIC_NAME and t in _DECLARE_STEPS:
             out[t] = frozenset({DECLARE})
         else:
             out[t] = frozenset({PLACE, STOPPED})

@@ -31,13 +31,14 @@ from kvspec.reference.smt import solving
 from kvspec.reference.smt.blocks.encoding import ProfileEncoding
 from kvspec.reference.smt.reach import ReachStep, ReachTrace, _Unrolling, cover
 from kvspec.reference.smt.recorded import Checked
+from kvspec.spec.registry import ATOMIC_NAME
 
 DATA = Path(__file__).with_name("reach_traces.json")
 #: per solver call of the pinned checks
 TIMEOUT_MS = 30_000
 #: profile -> why it has no recorded traces (its REACHABLE row says so instead of passing)
 NOT_RECORDED: dict[str, str] = {
-    "atomic": "its search did not finish in 900 s of CPU on the 2-core machine (z3 gives up at depth 5)",
+    ATOMIC_NAME: "its search did not finish in 900 s of CPU on the 2-core machine (z3 gives up at depth 5)",
 }
 
 

@@ -16,19 +16,21 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from kvspec.spec.registry import KVBM_OFFLOAD, PAGED, RADIX, SESSION
+
 DOC = Path(__file__).resolve().parents[3] / "spec" / "INVARIANTS.md"
 ID = re.compile(r"\b(?:INV|LEMMA)-[A-Z0-9]+(?:-[A-Z0-9]+)*")
 
 #: (profile, level) -> the label of its REACHABLE / MUTANTS-COVER row, where not the level's default
 REACH_LABEL = {
-    ("paged", "operation"): "REACHABLE",
-    ("session", "operation"): "REACHABLE",
-    ("radix", "operation"): "op REACHABLE",
+    (PAGED, "operation"): "REACHABLE",
+    (SESSION, "operation"): "REACHABLE",
+    (RADIX, "operation"): "op REACHABLE",
 }
 COVER_LABEL = {
-    ("paged", "operation"): "MUTANTS-COVER",
-    ("session", "operation"): "MUTANTS-COVER",
-    ("radix", "operation"): "op MUTANTS-COVER",
+    (PAGED, "operation"): "MUTANTS-COVER",
+    (SESSION, "operation"): "MUTANTS-COVER",
+    (RADIX, "operation"): "op MUTANTS-COVER",
 }
 DEFAULT_LABEL = {
     "step": ("REACHABLE", "MUTANTS-COVER"),
@@ -69,10 +71,10 @@ def proven_claims(text: str) -> dict[str, set[str]]:
     for cells in _table(text, "| profile | properties"):
         name = cells[0]
         if name.startswith("same"):
-            prof = "radix" if "radix" in name else last
+            prof = RADIX if RADIX in name else last
         else:
             first = re.findall(r"`([\w-]+)`", name)[0]
-            prof = "kvbm-offload" if "offload tier" in name else first
+            prof = KVBM_OFFLOAD if "offload tier" in name else first
         last = prof
         if "--unbounded" in cells[-1]:
             continue

@@ -19,6 +19,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvspec.reference.smt.equivalence import EquivalenceReport, explore
+from kvspec.spec.registry import ATOMIC_NAME, KVBM_NAME, KVBM_OFFLOAD, LEGACY_NAME, PAGED, RADIX, SESSION, VLLM_NAME
+
+#: the block-level encodings (smt/blocks/): one per block profile with a lockstep machine
+BLOCK_ENCODINGS = (KVBM_NAME, LEGACY_NAME, ATOMIC_NAME)
 
 
 @dataclass(frozen=True)
@@ -78,57 +82,49 @@ def _session(mutant: str | None, model_bug: str | None) -> Any:
 
 #: profile -> its bound and default depth (whether the walk closes its frontier: benchmarks/equivalence.py)
 BOUNDS: dict[str, ExhaustiveBound] = {
-    "kvbm-offload": ExhaustiveBound("kvbm-offload", 3, "2 slots, hashes 0->1 and 2, G2 of 1, uuid u0, LRU", _offload),
-    "vllm": ExhaustiveBound("vllm", 6, "2 blocks, hashes 0-1, uuid u0", _vllm),
-    "kvbm": ExhaustiveBound("kvbm", 3, "2 slots, hashes 0-2, uuid u0", _blocks("kvbm")),
-    "legacy": ExhaustiveBound("legacy", 3, "2 slots, hashes 0-2, uuid u0", _blocks("legacy")),
-    "atomic": ExhaustiveBound("atomic", 3, "2 slots, hashes 0-2, uuid u0", _blocks("atomic")),
-    "radix": ExhaustiveBound("radix", 4, "page 1, capacity 3, keys 1, 12, 13, 2, lock a; recency order", _radix),
-    "paged": ExhaustiveBound("paged", 8, "2+2 blocks of 1 token, sequences a b, prefix p", _paged),
-    "session": ExhaustiveBound("session", 6, "2 slots, sessions s0-s2, generations up to a shift", _session),
+    b.profile: b
+    for b in (
+        ExhaustiveBound(KVBM_OFFLOAD, 3, "2 slots, hashes 0->1 and 2, G2 of 1, uuid u0, LRU", _offload),
+        ExhaustiveBound(VLLM_NAME, 6, "2 blocks, hashes 0-1, uuid u0", _vllm),
+        *(ExhaustiveBound(p, 3, "2 slots, hashes 0-2, uuid u0", _blocks(p)) for p in BLOCK_ENCODINGS),
+        ExhaustiveBound(RADIX, 4, "page 1, capacity 3, keys 1, 12, 13, 2, lock a; recency order", _radix),
+        ExhaustiveBound(PAGED, 8, "2+2 blocks of 1 token, sequences a b, prefix p", _paged),
+        ExhaustiveBound(SESSION, 6, "2 slots, sessions s0-s2, generations up to a shift", _session),
+    )
 }
-#: profile -> its row id (SPEC.md, "Proven invariants")
-EQUIV_ROWS: dict[str, str] = {
-    "kvbm-offload": "EQUIV-KVBM-OFFLOAD",
-    "vllm": "EQUIV-VLLM",
-    "kvbm": "EQUIV-KVBM",
-    "legacy": "EQUIV-LEGACY",
-    "atomic": "EQUIV-ATOMIC",
-    "radix": "EQUIV-RADIX",
-    "paged": "EQUIV-PAGED",
-    "session": "EQUIV-SESSION",
-}
+#: profile -> its row id (SPEC.md, "Proven invariants": EQUIV-KVBM-OFFLOAD, EQUIV-VLLM, ...)
+EQUIV_ROWS: dict[str, str] = {p: f"EQUIV-{p.upper()}" for p in BOUNDS}
 BIND_ROW = "BIND-VLLM-STEPS"
 ORDER_ROW = "EQUIV-ORDER"
 #: profile -> the order policies bound with it (``order/policy_equivalence.py``), each with its depth
 ORDER_POLICIES: dict[str, tuple[tuple[str, int], ...]] = {
-    "kvbm": (("lru", 12), ("multi_lru", 12), ("lineage", 12)),
-    "vllm": (("vllm-free", 8),),
+    KVBM_NAME: (("lru", 12), ("multi_lru", 12), ("lineage", 12)),
+    VLLM_NAME: (("vllm-free", 8),),
 }
 
 
 def mutants(profile: str) -> list[str]:
     """The seeded encoding bugs of ``profile`` this check runs (``--mutant``): those that change
     what the encoding does (a mutant that only drops a caller contract is for ``kvspec prove``)."""
-    if profile == "vllm":
+    if profile == VLLM_NAME:
         from kvspec.reference.smt.vllm import ops
 
         return [m for m in ops.MUTANTS if not m.startswith("contract-")]
-    if profile == "radix":
-        from kvspec.reference.smt.order.encoding import mutants_of
+    if profile == RADIX:
+        from kvspec.reference.smt.order.encoding import RADIX_ORDER, mutants_of
 
-        return mutants_of("radix")
-    if profile == "paged":
+        return mutants_of(RADIX_ORDER)
+    if profile == PAGED:
         from kvspec.reference.smt.cli.managers import PAGED_MUTANTS
         from kvspec.reference.smt.managers.paged_equivalence import EQUIVALENCE_MUTANTS as PAGED_EQ
 
         return [*PAGED_MUTANTS, *PAGED_EQ]
-    if profile == "session":
+    if profile == SESSION:
         from kvspec.reference.smt.cli.managers import SESSION_MUTANTS
         from kvspec.reference.smt.managers.session_equivalence import EQUIVALENCE_MUTANTS as SESSION_EQ
 
         return [*SESSION_MUTANTS, *SESSION_EQ]
-    if profile == "kvbm-offload":
+    if profile == KVBM_OFFLOAD:
         from kvspec.reference.smt.offload.agreement.encoding_mutants import ENCODING_MUTANTS, EQUIVALENCE_MUTANTS
 
         return [m.name for m in [*ENCODING_MUTANTS, *EQUIVALENCE_MUTANTS]]
@@ -140,15 +136,15 @@ def mutants(profile: str) -> list[str]:
 
 def model_bugs(profile: str) -> list[str]:
     """The seeded model bugs that apply to ``profile`` (``--model-bug``)."""
-    if profile == "radix":
+    if profile == RADIX:
         from kvspec.reference.smt.order.radix_equivalence import MODEL_BUGS as RADIX_BUGS
 
         return list(RADIX_BUGS)
-    if profile == "paged":
+    if profile == PAGED:
         from kvspec.reference.smt.managers.paged_equivalence import MODEL_BUGS as PAGED_BUGS
 
         return list(PAGED_BUGS)
-    if profile == "session":
+    if profile == SESSION:
         from kvspec.reference.smt.managers.session_equivalence import MODEL_BUGS as SESSION_BUGS
 
         return list(SESSION_BUGS)
@@ -225,7 +221,7 @@ def run(args: argparse.Namespace) -> int:
                 for v in mine[:3]:
                     print(f"  {v}")
                 bad |= bool(mine)
-        if prof == "vllm" and args.mutant is None:
+        if prof == VLLM_NAME and args.mutant is None:
             bad |= not _bind_vllm_steps()
         if args.mutant is None and args.model_bug is None and args.depth is None:
             for policy, pdepth in ORDER_POLICIES.get(prof, ()):
@@ -267,17 +263,18 @@ def _order_row(policy: str, depth: int, bug: str | None = None) -> bool:
 
 def _prove_refutes(profile: str, mutant: str) -> str | None:
     """Where ``kvspec prove``'s machinery refutes ``mutant`` (None: it does not, or has no such mutant)."""
-    if profile == "vllm":
+    if profile == VLLM_NAME:
         from kvspec.reference.smt.vllm import ops
 
         return ops.refute(mutant) if mutant in ops.MUTANTS else None
-    if profile == "radix":
+    if profile == RADIX:
+        from kvspec.reference.smt.order.encoding import RADIX_ORDER
         from kvspec.reference.smt.order.encoding import refute as refute_order
 
-        return refute_order("radix", mutant)
-    if profile in ("paged", "session"):
+        return refute_order(RADIX_ORDER, mutant)
+    if profile in (PAGED, SESSION):
         return _prove_manager_refutes(profile, mutant)
-    if profile in ("kvbm", "legacy", "atomic"):
+    if profile in BLOCK_ENCODINGS:
         from kvspec.reference.smt.blocks.encoding import refute
 
         prof = _blocks_profile(profile)
@@ -291,7 +288,7 @@ def _prove_manager_refutes(profile: str, mutant: str) -> str | None:
     from kvspec.reference.smt.cli.managers import PAGED_MUTANTS, SESSION_MUTANTS, SESSION_SLOTS
     from kvspec.reference.smt.managers import paged, session
 
-    if profile == "paged":
+    if profile == PAGED:
         from kvspec.reference.smt.managers.paged_equivalence import EQUIVALENCE_MUTANTS as PAGED_EQ
 
         where, broken = {**PAGED_MUTANTS, **PAGED_EQ}[mutant]
@@ -305,11 +302,9 @@ def _prove_manager_refutes(profile: str, mutant: str) -> str | None:
 
 
 def _blocks_profile(profile: str) -> Any:
-    from kvspec.reference.smt.blocks.atomic import PROFILE as ATOMIC
-    from kvspec.reference.smt.blocks.kvbm import PROFILE as KVBM
-    from kvspec.reference.smt.blocks.legacy import PROFILE as LEGACY
+    from kvspec.reference.smt.blocks.catalogue import block_encoding
 
-    return {"kvbm": KVBM, "legacy": LEGACY, "atomic": ATOMIC}[profile]
+    return block_encoding(profile)
 
 
 def campaign(profiles: list[str], depth: int | None) -> int:

@@ -17,24 +17,27 @@ from kvspec.spec import registry
 #: every profile with an encoding (spec/registry.py, each entry's ``encodings``)
 PROFILES = registry.encodings()
 #: the profiles with an ``--unbounded`` level of their own (the others are bounded only or unbounded only)
-UNBOUNDED = ("kvbm-offload", "radix")
+UNBOUNDED = (registry.KVBM_OFFLOAD, registry.RADIX)
 #: the profiles whose refuted rows ``--counterexamples`` writes as replay files (``smt/counterexamples.py``);
 #: the others write a text file per refuted row (the trace from the initial state, or why there is none)
-COUNTEREXAMPLE_PROFILES = ("kvbm", "legacy", "atomic")
+COUNTEREXAMPLE_PROFILES = (registry.KVBM_NAME, registry.LEGACY_NAME, registry.ATOMIC_NAME)
+#: the options only the offload encoding's bounded level reads, and those it reads at every level
+_OFFLOAD_BOUNDED = ((registry.KVBM_OFFLOAD, "bounded"),)
+_OFFLOAD_ANY = ((registry.KVBM_OFFLOAD, "*"),)
 
 #: option -> (argparse dest, the (profile, level) pairs that read it; level "bounded", "unbounded" or "*")
 APPLIES: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
-    "--slots": ("slots", (("kvbm-offload", "bounded"),)),
-    "--hashes": ("hashes", (("kvbm-offload", "bounded"),)),
-    "--no-symmetry": ("no_symmetry", (("kvbm-offload", "bounded"),)),
-    "--contracts": ("contracts", (("kvbm-offload", "bounded"),)),
-    "--no-operations": ("no_operations", (("kvbm-offload", "bounded"),)),
-    "--op-slots": ("op_slots", (("kvbm-offload", "bounded"),)),
-    "--op-hashes": ("op_hashes", (("kvbm-offload", "bounded"),)),
-    "--batch": ("batch", (("kvbm-offload", "bounded"),)),
-    "--invariant": ("invariant", (("kvbm-offload", "*"),)),
-    "--no-lemmas": ("no_lemmas", (("kvbm-offload", "*"),)),
-    "--no-sanity": ("no_sanity", (("kvbm-offload", "*"),)),
+    "--slots": ("slots", _OFFLOAD_BOUNDED),
+    "--hashes": ("hashes", _OFFLOAD_BOUNDED),
+    "--no-symmetry": ("no_symmetry", _OFFLOAD_BOUNDED),
+    "--contracts": ("contracts", _OFFLOAD_BOUNDED),
+    "--no-operations": ("no_operations", _OFFLOAD_BOUNDED),
+    "--op-slots": ("op_slots", _OFFLOAD_BOUNDED),
+    "--op-hashes": ("op_hashes", _OFFLOAD_BOUNDED),
+    "--batch": ("batch", _OFFLOAD_BOUNDED),
+    "--invariant": ("invariant", _OFFLOAD_ANY),
+    "--no-lemmas": ("no_lemmas", _OFFLOAD_ANY),
+    "--no-sanity": ("no_sanity", _OFFLOAD_ANY),
     "--unbounded": ("unbounded", tuple((p, "*") for p in UNBOUNDED)),
     "--timeout": ("timeout", tuple((p, "*") for p in PROFILES)),
     "--mutant": ("mutant", tuple((p, "*") for p in PROFILES)),

@@ -23,6 +23,7 @@ from kvspec.reference.smt.managers import paged, session
 from kvspec.reference.smt.managers.paged import PagedBound, prove_paged
 from kvspec.reference.smt.managers.session import prove_session
 from kvspec.reference.smt.reach import System
+from kvspec.spec.registry import PAGED
 
 SESSION_SLOTS = 3
 WIDTHS = [34, 15, 44, 9]
@@ -48,7 +49,7 @@ def _bad(profile: str) -> Callable[[str, Any], Any]:
     def bad(_t: str, mv: Any) -> z3.BoolRef:
         post = mv.post
         return z3.Not(
-            paged.invariant(post, PagedBound()) if profile == "paged" else session.invariant(post, SESSION_SLOTS)
+            paged.invariant(post, PagedBound()) if profile == PAGED else session.invariant(post, SESSION_SLOTS)
         )
 
     return bad
@@ -61,7 +62,7 @@ def write_counterexample(folder: Path, profile: str, mutant: str | None, timeout
     from kvspec.reference.smt.managers.reach import paged_system, session_system
 
     system: System[Any]
-    if profile == "paged":
+    if profile == PAGED:
         ptable: dict = dict(paged.TRANSITIONS)
         if mutant:
             ptable[PAGED_MUTANTS[mutant][0]] = PAGED_MUTANTS[mutant][1]
@@ -71,7 +72,7 @@ def write_counterexample(folder: Path, profile: str, mutant: str | None, timeout
         if mutant:
             stable[SESSION_MUTANTS[mutant][0]] = SESSION_MUTANTS[mutant][1]
         system, inv, bound = session_system(SESSION_SLOTS, stable), "INV-SESSION-FENCE", f"{SESSION_SLOTS} slots"
-    replaced = (PAGED_MUTANTS if profile == "paged" else SESSION_MUTANTS)[mutant][0] if mutant else ""
+    replaced = (PAGED_MUTANTS if profile == PAGED else SESSION_MUTANTS)[mutant][0] if mutant else ""
     what = f"{replaced} replaced by a broken variant" if mutant else f"{inv} is broken"
     name = f"{profile}-{mutant or 'rules'}"
     print(f"counterexample of {profile} {mutant or 'rules as written'} ({inv}):")
@@ -107,7 +108,7 @@ def run_manager(
     timeout_ms = int(timeout_s * 1000) if timeout_s else None
     problems: list[str] = []
     system: System[Any]
-    if profile == "paged":
+    if profile == PAGED:
         b = PagedBound()
         table: dict = dict(paged.TRANSITIONS)
         if mutant:
@@ -174,8 +175,8 @@ def run_manager(
     if failed:
         print(_trace(profile, system, inv))
     if counterexamples is not None:
-        mutants: dict[str, tuple[str, Any]] = dict(PAGED_MUTANTS if profile == "paged" else SESSION_MUTANTS)
-        seeded: dict[str, Any] = dict(paged.SEED_TRANSITIONS if profile == "paged" else session.BROKEN)
+        mutants: dict[str, tuple[str, Any]] = dict(PAGED_MUTANTS if profile == PAGED else SESSION_MUTANTS)
+        seeded: dict[str, Any] = dict(paged.SEED_TRANSITIONS if profile == PAGED else session.BROKEN)
         # the refutes rows refuted (each a broken transition; the mutant is the one that puts it in place)
         done = {n for n, proven, unk, _r, _s in seeds if not proven and not unk}
         to_write = [m for m, (_n, tr) in mutants.items() if any(seeded[n] is tr for n in done)] if not mutant else []

@@ -34,6 +34,7 @@ from kvspec.reference.smt.prover import (
     prove,
 )
 from kvspec.reference.smt.universe import DEFAULT_BOUND, Bound
+from kvspec.spec.registry import KVBM_OFFLOAD
 
 #: where the mutant rows refute their property: small, every mutant is refuted there
 MUTANT_BOUND = Bound(3, 4)
@@ -143,7 +144,7 @@ def write_counterexample(folder: Path, m: OffloadMutant | None, prop: Property) 
     sysm = system(m.applier if m else default_applier)
     for line in cx.search_statement(
         folder,
-        "kvbm-offload",
+        KVBM_OFFLOAD,
         name,
         sysm,
         broken(prop),

@@ -80,7 +80,9 @@ def run_vllm(mutant: str | None = None, timeout_s: float | None = None, countere
     problems += found
     print(_row(["SANITY-VLLM", "ok" if not found else "FAILED", "finite models", f"{time.perf_counter() - t1:.2f}s"]))
     problems += vllm_reach_row("step")
-    wheres = [_refute_row("vllm", name, rule, partial(refute, name), problems) for name, rule in MUTANTS.items()]
+    wheres = [
+        _refute_row(registry.VLLM_NAME, name, rule, partial(refute, name), problems) for name, rule in MUTANTS.items()
+    ]
     problems += cover_row([INVARIANT_ID], [f"{w} ({INVARIANT_ID})" for w in wheres if w])
     if counterexamples is not None:
         for name, w in zip(MUTANTS, wheres, strict=True):
@@ -130,7 +132,7 @@ def _vllm_statement(folder: Path, mutant: str | None) -> None:
     print(f"counterexample of vllm {mutant or 'rules as written'} ({rule}):")
     if mutant is not None and mutant not in MUTANTS:
         why = "an operation-level mutant (vllm/ops.py); the search from the empty pool is over the step table"
-        lines = cx.not_searched(folder, "vllm", name, rule=rule, what=what, reason=why + " (vllm/reach.py)")
+        lines = cx.not_searched(folder, registry.VLLM_NAME, name, rule=rule, what=what, reason=why + " (vllm/reach.py)")
     else:
 
         def bad(_t: str, mv: Any) -> z3.BoolRef:
@@ -139,7 +141,7 @@ def _vllm_statement(folder: Path, mutant: str | None) -> None:
         sysm = step_system(frozenset({mutant}) if mutant else frozenset())
         bound = f"{BLOCKS} blocks, hashes 0..{HASHES - 1}"
         lines = cx.search_statement(
-            folder, "vllm", name, sysm, bad, rule=rule, what=what, bound=bound, row=INVARIANT_ID
+            folder, registry.VLLM_NAME, name, sysm, bad, rule=rule, what=what, bound=bound, row=INVARIANT_ID
         )
     for line in lines:
         print(line)
@@ -169,7 +171,7 @@ def _vllm_ops(timeout_ms: int = 60_000, counterexamples: Path | None = None) -> 
     )
     problems += vllm_reach_row("operation")
     op_wheres = [
-        _refute_row("vllm", f"op:{name}", rule, partial(ops.refute, name), problems)
+        _refute_row(registry.VLLM_NAME, f"op:{name}", rule, partial(ops.refute, name), problems)
         for name, (rule, _what) in ops.MUTANTS.items()
     ]
     for name, w in zip(ops.MUTANTS, op_wheres, strict=True):
@@ -354,7 +356,7 @@ def run_blocks(
         for (name, (rule, what)), w in zip(prof.mutants.items(), wheres, strict=True):
             if w:
                 _counterexample(counterexamples, prof, name, rule, what)
-    if profile == "kvbm":
+    if profile == registry.KVBM_NAME:
         problems += order_rows(("lru", "multi_lru", "lineage"))
     print(f"total {time.perf_counter() - t0:.2f}s")
     for p in problems:

@@ -18,7 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kvspec.reference.smt.cli import summary
-from kvspec.reference.smt.cli.flags import PROFILES, misapplied, profile_specific
+from kvspec.reference.smt.cli.flags import COUNTEREXAMPLE_PROFILES, PROFILES, misapplied, profile_specific
+from kvspec.spec.registry import KVBM_OFFLOAD, PAGED, RADIX, SESSION, VLLM_NAME
 
 __all__ = ["NOT_ENCODED", "PROFILES", "add_arguments", "main", "mutants_by_profile", "run"]
 
@@ -36,14 +37,14 @@ def mutants_by_profile() -> dict[str, list[str]]:
     from kvspec.reference.smt.vllm.copies import MUTANTS as VLLM_MUTANTS
     from kvspec.reference.smt.vllm.ops import MUTANTS as VLLM_OP_MUTANTS
 
-    blocks: dict[str, ProfileEncoding] = {p: block_encoding(p) for p in ("kvbm", "legacy", "atomic")}
+    blocks: dict[str, ProfileEncoding] = {p: block_encoding(p) for p in COUNTEREXAMPLE_PROFILES}
     return {
-        "kvbm-offload": [m.name for m in MUTANTS],
-        "paged": list(PAGED_MUTANTS),
-        "session": list(SESSION_MUTANTS),
-        "vllm": list(dict.fromkeys([*VLLM_MUTANTS, *VLLM_OP_MUTANTS])),
+        KVBM_OFFLOAD: [m.name for m in MUTANTS],
+        PAGED: list(PAGED_MUTANTS),
+        SESSION: list(SESSION_MUTANTS),
+        VLLM_NAME: list(dict.fromkeys([*VLLM_MUTANTS, *VLLM_OP_MUTANTS])),
         **{p: list(prof.mutants) for p, prof in blocks.items()},
-        "radix": list(RADIX_MUTANTS),
+        RADIX: list(RADIX_MUTANTS),
     }
 
 
@@ -137,10 +138,10 @@ def _choose(args: argparse.Namespace) -> tuple[list[str], str | None]:
     mutants = mutants_by_profile()
     profile = args.profile
     if profile is None and (profile_specific(args) or args.mutant):
-        if args.mutant and args.mutant not in mutants["kvbm-offload"]:
+        if args.mutant and args.mutant not in mutants[KVBM_OFFLOAD]:
             owners = [p for p, ns in mutants.items() if args.mutant in ns]
             return [], f"{args.mutant} is a mutant of --profile {'/'.join(owners)}"
-        profile = "kvbm-offload"
+        profile = KVBM_OFFLOAD
     if profile is None:
         return list(PROFILES), None
     bad = misapplied(args, profile)
@@ -148,7 +149,7 @@ def _choose(args: argparse.Namespace) -> tuple[list[str], str | None]:
         return [], bad
     if args.mutant and args.mutant not in mutants[profile]:
         return [], f"the {profile} profile has no mutant {args.mutant!r}; its mutants: {', '.join(mutants[profile])}"
-    if profile == "kvbm-offload" and args.unbounded and args.mutant:
+    if profile == KVBM_OFFLOAD and args.unbounded and args.mutant:
         from kvspec.reference.smt.offload.mutants import BOUNDED_ONLY
 
         if args.mutant in BOUNDED_ONLY:
@@ -167,19 +168,19 @@ def _check_values(args: argparse.Namespace) -> str | None:
 
 
 def _runner(profile: str) -> Callable[[argparse.Namespace], int]:
-    if profile == "kvbm-offload":
+    if profile == KVBM_OFFLOAD:
         from kvspec.reference.smt.cli.offload import run_offload
 
         return run_offload
-    if profile in ("paged", "session"):
+    if profile in (PAGED, SESSION):
         from kvspec.reference.smt.cli.managers import run_manager
 
         return lambda a: run_manager(profile, a.mutant, a.timeout, a.counterexamples)
-    if profile == "vllm":
+    if profile == VLLM_NAME:
         from kvspec.reference.smt.cli.profiles import run_vllm
 
         return lambda a: run_vllm(a.mutant, a.timeout, a.counterexamples)
-    if profile == "radix":
+    if profile == RADIX:
         from kvspec.reference.smt.cli.radix import run_radix
 
         return lambda a: run_radix(

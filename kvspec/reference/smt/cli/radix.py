@@ -38,6 +38,7 @@ from kvspec.reference.smt.radix.steps import (
     refute,
     sanity,
 )
+from kvspec.spec.registry import RADIX
 
 #: the bound of an operation mutant's run (a module attribute, read at call time, so a test can shrink it)
 OP_BOUND: OpBound = DEFAULT_OP_BOUND
@@ -157,8 +158,9 @@ def run_radix(
     problems += cover_row([*INVARIANTS, LEMMA_ID], broken, "MUTANTS-COVER", _row)
     problems += op_rows(_row, cover=lambda rows, broken: cover_row(rows, broken, "op MUTANTS-COVER", _row))
     from kvspec.reference.smt.cli.profiles import order_rows
+    from kvspec.reference.smt.order.encoding import RADIX_ORDER
 
-    problems += order_rows(("radix",))
+    problems += order_rows((RADIX_ORDER,))
     for r in bad:
         problems.append(f"{r.property_id} {r.verdict} at {', '.join(r.failed_at) or '?'}")
     if counterexamples is not None and any(r.verdict == "refuted" for r in bad):
@@ -246,7 +248,7 @@ def write_counterexample(folder: Path, mutant: str | None) -> None:
     print(f"counterexample of radix {mutant or 'rules as written'} ({rule}):")
     sysm = system(frozenset({mutant}) if mutant else frozenset())
     for line in cx.search_statement(
-        folder, "radix", name, sysm, bad, rule=rule, what=what, bound=str(REACH_BOUND), row=", ".join(rows)
+        folder, RADIX, name, sysm, bad, rule=rule, what=what, bound=str(REACH_BOUND), row=", ".join(rows)
     ):
         print(line)
 

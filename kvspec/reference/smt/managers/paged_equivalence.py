@@ -53,6 +53,7 @@ from kvspec.spec.manager_wire import (
     PagedSwapOut,
     PagedWrite,
 )
+from kvspec.spec.registry import PAGED
 
 SEQS = ("a", "b")
 KEY = "p"
@@ -169,7 +170,7 @@ class PagedSubject:
 
     mutant: str | None = None
     model_class: type[PagedModel] = PagedModel
-    name: str = "paged"
+    name: str = PAGED
     table: dict[str, Transition] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -22,6 +22,7 @@ import z3
 from kvspec.reference.smt.managers import paged, session
 from kvspec.reference.smt.managers.paged import PagedBound, PState, Transition
 from kvspec.reference.smt.reach import Move, ReachStart, System, equal_leaves
+from kvspec.spec.registry import PAGED, SESSION
 
 #: holder 0's phase: not live, live on the device, live on the host
 NOT_LIVE, ON_DEVICE, ON_HOST = 0, 1, 2
@@ -96,7 +97,7 @@ def paged_system(
         return z3.If(z3.Not(s.live[0]), NOT_LIVE, z3.If(s.on_device[0], ON_DEVICE, ON_HOST))
 
     return System(
-        "paged", "operation", str(b), list(table), start, equal_leaves, move, depth, phase=phase, phases=PAGED_PHASES
+        PAGED, "operation", str(b), list(table), start, equal_leaves, move, depth, phase=phase, phases=PAGED_PHASES
     )
 
 
@@ -149,4 +150,4 @@ def session_system(
         post, enabled = table[name](pre, n, prefix)
         return Move(post, enabled, _session_cases(name, pre, prefix, n), _inputs(prefix, post))
 
-    return System("session", "operation", f"{n} slots", list(table), start, equal_leaves, move, depth)
+    return System(SESSION, "operation", f"{n} slots", list(table), start, equal_leaves, move, depth)

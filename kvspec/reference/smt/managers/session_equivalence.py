@@ -43,6 +43,7 @@ from kvspec.spec.manager_wire import (
     SessionFinalize,
     SessionReset,
 )
+from kvspec.spec.registry import SESSION
 
 SLOTS = 2
 SESSIONS = ("s0", "s1", "s2")
@@ -108,7 +109,7 @@ class SessionSubject:
 
     mutant: str | None = None
     model_class: type[SessionModel] = SessionModel
-    name: str = "session"
+    name: str = SESSION
     table: dict[str, Transition] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

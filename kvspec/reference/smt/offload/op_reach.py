@@ -36,6 +36,7 @@ from kvspec.reference.smt.offload.ops import Chooser, apply_op
 from kvspec.reference.smt.offload.state import Rigid, State
 from kvspec.reference.smt.reach import Move, ReachStart, ReachStep, ReachTrace, System
 from kvspec.reference.smt.universe import Bound
+from kvspec.spec.registry import KVBM_OFFLOAD
 
 REACH_BOUND = Bound(3, 4)
 REACH_BATCH = 2
@@ -90,7 +91,7 @@ def system(bound: Bound = REACH_BOUND, n: int = REACH_BATCH, depth: int = REACH_
         return Move(out.post, enabled, cases, names, out)
 
     return System(
-        "kvbm-offload",
+        KVBM_OFFLOAD,
         "operation",
         f"{bound}, any G2 capacity, batches <= {n}",
         list(table),

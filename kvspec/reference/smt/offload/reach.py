@@ -21,6 +21,7 @@ from kvspec.reference.smt.offload.transitions import Policy
 from kvspec.reference.smt.prover import Applier, default_applier
 from kvspec.reference.smt.reach import Move, ReachStart, System
 from kvspec.reference.smt.universe import Bound
+from kvspec.spec.registry import KVBM_OFFLOAD
 
 #: the universe searched: small, so the unrolling stays cheap; every goal is reached in it
 REACH_BOUND = Bound(3, 4)
@@ -43,7 +44,7 @@ def system(
         step, consts, doms = applier(specs[name], pre, prefix, policy, symmetry=False)
         return Move(step.post, z3.And(*doms, step.enabled()), cases_of(step, name), dict(consts), step)
 
-    return System("kvbm-offload", "step", f"{bound}, any G2 capacity", list(specs), start, State.equals, move, depth)
+    return System(KVBM_OFFLOAD, "step", f"{bound}, any G2 capacity", list(specs), start, State.equals, move, depth)
 
 
 def broken(prop: Property) -> Callable[[str, Move], z3.BoolRef | None]:

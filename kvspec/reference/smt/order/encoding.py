@@ -41,16 +41,19 @@ from dataclasses import dataclass, replace
 import z3
 
 from kvspec.reference.smt.solving import check
+from kvspec.spec.registry import RADIX
 
 N = 4
-POLICIES = ("lru", "multi_lru", "lineage", "vllm-free", "radix")
+#: the radix profile's eviction order (least recently used unlocked leaf), keyed by the profile's name
+RADIX_ORDER = RADIX
+POLICIES = ("lru", "multi_lru", "lineage", "vllm-free", RADIX_ORDER)
 #: policy -> its order row id (SPEC.md, "Proven invariants")
 ROW = {
     "lru": "ORDER-LRU",
     "multi_lru": "ORDER-MULTI-LRU",
     "lineage": "ORDER-LINEAGE",
     "vllm-free": "ORDER-VLLM-FREE",
-    "radix": "ORDER-RADIX-LRU",
+    RADIX_ORDER: "ORDER-RADIX-LRU",
 }
 STAMPS = "ORDER-STAMPS"
 
@@ -69,10 +72,11 @@ MUTANTS: dict[str, OMutant] = {
         OMutant("order-reversed", POLICIES, "order", "evict takes the largest key (the newest)"),
         OMutant("insert-stamp-zero", POLICIES, STAMPS, "a new entry is stamped 0, not the clock (radix: a new leaf "
                 "with last_access = 0)"),
-        OMutant("touch-keeps-stamp", ("radix",), STAMPS, "a touch (match or insert passing a node) keeps its stamp"),
+        OMutant("touch-keeps-stamp", (RADIX_ORDER,), STAMPS, "a touch (match or insert passing a node) keeps "
+                "its stamp"),
         OMutant("level-ignored", ("multi_lru",), "order", "evict compares stamps only, across levels"),
         OMutant("lineage-not-leaf", ("lineage",), "order", "evict may take a block with a real block below it"),
-        OMutant("radix-evicts-locked", ("radix",), "order", "evict may take a locked leaf"),
+        OMutant("radix-evicts-locked", (RADIX_ORDER,), "order", "evict may take a locked leaf"),
     ]
 }  # fmt: skip
 
@@ -132,7 +136,7 @@ def wellformed(S: OrderState, policy: str) -> list[z3.BoolRef]:
     for i in range(S.n):
         out.append(z3.Or(S.par[i] == -1, z3.And(S.par[i] >= 0, S.par[i] < i)))
         out.append(z3.And(S.lvl[i] >= 0, S.lvl[i] <= 3))
-        if policy == "radix":  # a live node's parent is live (the tree), a lock covers the path above
+        if policy == RADIX_ORDER:  # a live node's parent is live (the tree), a lock covers the path above
             out.append(
                 z3.Implies(
                     z3.And(S.inp[i], S.par[i] >= 0),
@@ -184,7 +188,7 @@ def candidate(S: OrderState, policy: str, i: int, tw: frozenset[str]) -> z3.Bool
     if policy == "lineage" and "lineage-not-leaf" not in tw:
         ex = nodes(S)
         c = z3.And(c, z3.Not(z3.Or([z3.And(ex[d], _link(S, d), S.par[d] == i) for d in range(S.n) if d != i])))
-    if policy == "radix":
+    if policy == RADIX_ORDER:
         c = z3.And(c, z3.Not(z3.Or([z3.And(S.inp[d], S.par[d] == i) for d in range(S.n) if d != i])))
         if "radix-evicts-locked" not in tw:
             c = z3.And(c, z3.Not(S.lock[i]))
@@ -242,13 +246,13 @@ def steps(S: OrderState, policy: str, tw: frozenset[str], p: str = "") -> list[O
         req.append(z3.And(lv >= 0, lv <= 3))
     if policy == "lineage" and S.lk:  # the entry now knows its parent (RADIX has its own parents)
         ins = replace(ins, lk=tuple(z3.Or(S.lk[i], k == i) for i in range(n)))
-    if policy == "radix":  # a new leaf hangs under a live node (or the root), unlocked
+    if policy == RADIX_ORDER:  # a new leaf hangs under a live node (or the root), unlocked
         req.append(z3.Or([z3.And(k == i, z3.Or(S.par[i] == -1, *[z3.And(S.par[i] == q, S.inp[q]) for q in range(i)]))
                           for i in range(n)]))  # fmt: skip
         ins = replace(ins, lock=tuple(z3.If(k == i, z3.BoolVal(False), S.lock[i]) for i in range(n)))
     out.append(OrderStep("insert", req, ins))
     member = z3.Or([z3.And(k == i, S.inp[i]) for i in range(n)])
-    if policy == "radix":
+    if policy == RADIX_ORDER:
         touched = S if "touch-keeps-stamp" in tw else _stamp(S, k, S.clock)
         if "touch-keeps-stamp" in tw:
             touched = replace(S, clock=S.clock + 1, bef=_stamp(S, k, S.clock).bef)

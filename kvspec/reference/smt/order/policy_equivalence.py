@@ -41,6 +41,7 @@ from kvspec.reference.smt.equivalence import all_values
 from kvspec.reference.smt.order.encoding import N, OrderState, steps
 from kvspec.reference.vllm_pool import VllmPoolModel
 from kvspec.spec.config import ManagerConfig
+from kvspec.spec.registry import VLLM_NAME
 from kvspec.spec.wire import Deref, FullBlock, Plh, Use
 
 #: lineage: entry i's parent (constant; -1 a root): 0 <- 1 <- 3, 0 <- 2
@@ -170,7 +171,7 @@ class PolicyOrderSubject:
 
     def initial(self) -> list[PolicyWalkNode]:
         if self.policy == "vllm-free":
-            return [PolicyWalkNode(self.cls(ManagerConfig(profile="vllm", capacity=VLLM_BLOCKS, eviction="lru")))]
+            return [PolicyWalkNode(self.cls(ManagerConfig(profile=VLLM_NAME, capacity=VLLM_BLOCKS, eviction="lru")))]
         return [PolicyWalkNode(self.cls())]
 
     def key(self, n: PolicyWalkNode) -> Hashable:

@@ -37,7 +37,7 @@ import z3
 
 from kvspec.reference.radix import RadixModel, RadixTreeNode
 from kvspec.reference.smt.equivalence import all_values
-from kvspec.reference.smt.order.encoding import OrderState, candidate, steps
+from kvspec.reference.smt.order.encoding import RADIX_ORDER, OrderState, candidate, steps
 from kvspec.spec.radix_wire import RadixConfig, RadixEvict, RadixInsert, RadixLock, RadixMatch, RadixUnlock
 
 KEYS: tuple[tuple[int, ...], ...] = ((1,), (1, 2), (1, 3), (2,))
@@ -159,7 +159,7 @@ class RadixOrderSubject:
         def run(name: str, k: int | None, St: OrderState, tag: str) -> OrderState:
             nonlocal victim
             tw = frozenset({self.mutant}) if self.mutant else frozenset()
-            [stp] = [s for s in steps(St, "radix", tw, tag) if s.name == name]
+            [stp] = [s for s in steps(St, RADIX_ORDER, tw, tag) if s.name == name]
             if k is not None:
                 req.append(z3.Int(f"{tag}k") == k)
             req.extend(stp.requires)
@@ -168,7 +168,7 @@ class RadixOrderSubject:
             return stp.post
 
         if isinstance(op, RadixEvict):
-            none = z3.Not(z3.Or([candidate(S, "radix", i, frozenset()) for i in range(n)]))
+            none = z3.Not(z3.Or([candidate(S, RADIX_ORDER, i, frozenset()) for i in range(n)]))
             if z3.is_true(z3.simplify(none)):  # no unlocked leaf: the eviction frees nothing
                 return {self.key(m)}
             S = run("evict", None, S, "e_")

@@ -14,6 +14,7 @@ import z3
 
 from kvspec.reference.smt.radix.encoding import STEPS, RadixBound, RState
 from kvspec.reference.smt.reach import Move, ReachStart, System, equal_leaves, leaves, renamer
+from kvspec.spec.registry import RADIX
 
 REACH_BOUND = RadixBound(pages=4, handles=2)
 
@@ -49,4 +50,4 @@ def system(tw: frozenset[str] = frozenset(), bound: RadixBound = REACH_BOUND, de
             post, enabled, {f"case {n}": c for n, c in cases.items()}, _inputs([*leaves(post), enabled], prefix), step
         )
 
-    return System("radix", "step", str(bound), list(STEPS), start, equal_leaves, move, depth)
+    return System(RADIX, "step", str(bound), list(STEPS), start, equal_leaves, move, depth)

@@ -43,6 +43,7 @@ from kvspec.reference.smt.vllm.copies import V_CACHED, V_FREE, V_HELD, Block
 from kvspec.reference.vllm_pool import VllmPoolModel
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.errors import InvalidOperation
+from kvspec.spec.registry import VLLM_NAME
 from kvspec.spec.wire import (
     Deref,
     FullBlock,
@@ -378,7 +379,7 @@ def random_op(rng: random.Random, model: VllmPoolModel) -> Operation:
 def first_mismatch(seed: int, budget: int, tw: frozenset[str] = frozenset()) -> tuple[int | None, Counter[str]]:
     """Run up to ``budget`` operations; the index of the first mismatch (None: none) and the outcome counts."""
     rng = random.Random(seed)
-    m = Mirror(VllmPoolModel(ManagerConfig(profile="vllm", capacity=CAPACITY, block_size=4, eviction="lru")))
+    m = Mirror(VllmPoolModel(ManagerConfig(profile=VLLM_NAME, capacity=CAPACITY, block_size=4, eviction="lru")))
     seen: Counter[str] = Counter()
     for i in range(budget):
         try:

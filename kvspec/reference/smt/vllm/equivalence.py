@@ -45,6 +45,7 @@ from kvspec.reference.smt.vllm.copies import Block
 from kvspec.reference.vllm_pool import VllmPoolModel
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.errors import InvalidOperation
+from kvspec.spec.registry import VLLM_NAME
 from kvspec.spec.wire import Deref, FullBlock, Operation, PartialBlock, Plh, Promote, Removed, Reset, Stored, Use
 
 #: what a Cleared stands for in an outcome's Removed
@@ -71,10 +72,10 @@ class VllmSubject:
     hashes: int = 2
     uuids: int = 1
     tw: frozenset[str] = frozenset()
-    name: str = "vllm"
+    name: str = VLLM_NAME
 
     def initial(self) -> list[VNode]:
-        cfg = ManagerConfig(profile="vllm", capacity=self.capacity, block_size=4, eviction="lru")
+        cfg = ManagerConfig(profile=VLLM_NAME, capacity=self.capacity, block_size=4, eviction="lru")
         return [VNode(VllmPoolModel(cfg))]
 
     def key(self, n: VNode) -> Hashable:

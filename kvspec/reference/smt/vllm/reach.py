@@ -39,6 +39,7 @@ from kvspec.reference.smt.unbounded.models import _expand
 from kvspec.reference.smt.vllm import copies, ops
 from kvspec.reference.smt.vllm.copies import V_FREE, Block, VBlockSort, VState
 from kvspec.reference.smt.vllm.ops import NONE, VllmOpState
+from kvspec.spec.registry import VLLM_NAME
 
 #: physical blocks and block hashes of the universe searched
 BLOCKS, HASHES = 2, 2
@@ -173,7 +174,7 @@ def step_system(tw: frozenset[str] = frozenset(), depth: int = STEP_DEPTH) -> Sy
         return Move(sub(step.post), enabled, cases, {"b": _block_index(b), "h": h}, step)
 
     return System(
-        "vllm",
+        VLLM_NAME,
         "step",
         f"{BLOCKS} blocks, hashes 0..{HASHES - 1}",
         list(table),
@@ -258,7 +259,7 @@ def op_system(
         return Move(step.post, enabled, cases, names, step)
 
     return System(
-        "vllm",
+        VLLM_NAME,
         "operation",
         f"{BLOCKS} blocks, hashes 0..{HASHES - 1}",
         list(table),

@@ -42,6 +42,7 @@ from kvspec.reference.smt.offload.agreement.sampled import (
 )
 from kvspec.reference.smt.offload.ops import Chooser, apply_op
 from kvspec.reference.smt.universe import NONE
+from kvspec.spec.registry import KVBM_OFFLOAD
 from kvspec.spec.wire import Operation, Tick, Use
 
 UNIVERSE = Universe(slots=2, par=(NONE, 0, NONE), cap2=1, policy="lru")
@@ -70,7 +71,7 @@ class OffloadSubject:
 
     universe: Universe = UNIVERSE
     mutant: str | None = None
-    name: str = "kvbm-offload"
+    name: str = KVBM_OFFLOAD
     #: the last lockstep run (node, operation, result): ``explore`` asks for the model's outcomes
     #: and then the encoding's of the same pair, and both sides read the one lockstep step
     _last: tuple[ONode, Operation, tuple[list[str], EncodingLockstep]] | None = field(

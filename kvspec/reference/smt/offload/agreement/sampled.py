@@ -57,6 +57,7 @@ from kvspec.reference.smt.terms import first_where
 from kvspec.reference.smt.universe import INACTIVE, NONE, Bound
 from kvspec.spec.config import ManagerConfig, OffloadConfig
 from kvspec.spec.errors import InvalidOperation
+from kvspec.spec.registry import KVBM_NAME
 from kvspec.spec.rules import RuleId
 from kvspec.spec.wire import (
     Deref,
@@ -101,7 +102,7 @@ class Universe:
 
     def config(self) -> ManagerConfig:
         return ManagerConfig(
-            profile="kvbm",
+            profile=KVBM_NAME,
             capacity=self.slots,
             eviction=self.policy,
             # the encoding covers the legacy offload semantics (a serial FIFO
