@@ -7,8 +7,8 @@ Python model with the same bug (``adapters/mutants/partial_leaked_on_deref``)
 fails under the rule the file names. A search too shallow to reach the
 violation must say "induction only" instead of writing operations. The
 profiles whose traces are not block-level wire operations (paged, session,
-radix, kvbm-offload) write the trace and say why it is no replay file; vllm,
-with no search from the initial state, says it searched nothing."""
+radix, kvbm-offload) write the trace and say why it is no replay file; so does
+vllm's step level, while its operation-level mutants are replay files."""
 
 from __future__ import annotations
 
@@ -110,15 +110,117 @@ def test_the_statement_says_induction_only_unknown_or_not_searched(tmp_path: Pat
     assert "unknown (not searched)" in text and "reachable" not in text
 
 
-def test_vllm_searches_a_step_mutant_and_says_an_operation_one_is_not_searched(tmp_path: Path) -> None:
+def test_vllm_writes_a_step_mutant_as_text_and_an_operation_one_as_a_replay_file(tmp_path: Path) -> None:
     from kvspec.reference.smt.cli.profiles import _vllm_statement
 
-    _vllm_statement(tmp_path, "store-new-only")  # a new copy of a cached hash gets no Stored: two use(new)
-    text = (tmp_path / "vllm-store-new-only.txt").read_text()
-    assert "reachable: from the initial state (2 blocks, hashes 0..1), 2 steps" in text
-    assert "breaks INV-VLLM-COPIES" in text and text.count("use(new)") == 2
-    _vllm_statement(tmp_path, "parent-moves")
-    assert "unknown (not searched): an operation-level mutant" in (tmp_path / "vllm-parent-moves.txt").read_text()
+    _vllm_statement(tmp_path, "reset-without-clear")  # step level only: its trace is not wire operations
+    text = (tmp_path / "vllm-reset-without-clear.txt").read_text()
+    assert "reachable: from the initial state (2 blocks, hashes 0..1)" in text and "breaks INV-VLLM-COPIES" in text
+    assert "not a replay file" in text
+    _vllm_statement(tmp_path, "parent-moves")  # operation level: a replay file
+    assert not (tmp_path / "vllm-parent-moves.txt").exists()
+    rf = load_replay(tmp_path / "vllm-parent-moves.jsonl")
+    assert rf.failure is not None and rf.failure["rule"] == "PARENT-ANCHOR"
+    assert rf.target is not None and rf.target.impl == "adapters/reference"
+
+
+def test_a_vllm_operation_mutant_is_reached_from_the_empty_pool() -> None:
+    """The operation-level search (its quantifiers expanded, a close's Lambda included) finds the
+    planted bug's trace from the initial state: a Use whose Stored's parent moves with the batch."""
+    import z3
+
+    from kvspec.reference.smt.vllm.counterexample import broken, find
+    from kvspec.reference.smt.vllm.reach import op_system
+
+    trace, verdict = find(frozenset({"parent-moves"}), depth=4)
+    assert verdict == z3.sat and trace is not None
+    assert trace.steps[0].transition == "use(begin)" and trace.steps[-1].transition == "use(new)"
+    # the rules as written: the same search finds nothing (every operation-level row is proven)
+    none, verdict = find(frozenset(), depth=4)
+    assert none is None and verdict == z3.unsat
+    # the last step breaks a row: pinned, the unmutated encoding keeps them all
+    from kvspec.reference.smt import solving
+    from kvspec.reference.smt.reach import _Unrolling
+
+    for tw, want in ((frozenset({"parent-moves"}), True), (frozenset(), False)):
+        s = z3.Solver()
+        u = _Unrolling(op_system(tw), s)
+        u.pin(trace)
+        last = trace.steps[-1].transition
+        got = solving.check(s, broken(last, u.moves[len(trace) - 1][last])).model is not None
+        assert got == want, tw
+
+
+def test_a_lambda_is_not_expanded_as_a_quantifier() -> None:
+    import z3
+
+    from kvspec.reference.smt.unbounded.models import _expand
+
+    x, a = z3.Int("x"), z3.Array("a", z3.IntSort(), z3.IntSort())
+    lam = z3.Lambda([x], a[x] + 1)
+    ints = [z3.IntVal(i) for i in range(3)]
+    h = z3.Int("h")
+    flat = _expand(z3.ForAll([h], lam[h] >= a[h]), [], ints, {})  # was: an Or of Ints, a sort mismatch
+    assert not z3.is_quantifier(flat)
+    s = z3.Solver()
+    s.add(z3.Not(flat))
+    assert s.check() == z3.unsat
+    pred = z3.Lambda([x], x > 5)  # a Bool lambda: once read as "exists x. x > 5", i.e. true
+    kept = _expand(pred == z3.K(z3.IntSort(), z3.BoolVal(True)), [], ints, {})
+    s = z3.Solver()
+    s.add(kept)
+    assert s.check() == z3.unsat
+
+
+def test_a_vllm_trace_reads_back_as_operations() -> None:
+    from kvspec.reference.smt.vllm.counterexample import operations
+    from kvspec.spec.wire import Promote, Reset
+
+    steps = [
+        ReachStep("use(begin)", {"p": -1, "F": 2}),
+        ReachStep("use(check)", {"h": 1}),
+        ReachStep("use(partial)", {"b": 0}),
+        ReachStep("use(new)", {"h": 1, "b": 1}),
+        ReachStep("use(close)", {}),
+        ReachStep("promote", {"b": 0, "h": 0, "p": 1}),
+        ReachStep("deref(full)", {"b": 1}),
+        ReachStep("deref(promoted)", {"b": 0}),
+        ReachStep("reset", {}),
+        ReachStep("use(begin)", {"p": 0}),
+        ReachStep("use(hit)", {"h": 0, "b": 0}),
+    ]
+    use, promote, deref, deref2, reset, use2 = operations(ReachTrace(steps))
+    # the full blocks first, then the partial one (its own uuid); no parent
+    assert isinstance(use, Use) and use.blocks == [FullBlock(full=1), PartialBlock(partial="u0")]
+    assert use.parent is None and [p.hash for p in use.plhs] == [1]
+    assert isinstance(promote, Promote) and (promote.uuid, promote.seq_hash, promote.parent_hash) == ("u0", 0, 1)
+    assert deref == Deref(blocks=[FullBlock(full=1)])  # block 1 caches hash 1
+    assert deref2 == Deref(blocks=[PartialBlock(partial="u0")])  # a promoted block is released by its uuid
+    assert isinstance(reset, Reset)
+    # a trace that ends inside a Use is closed there
+    assert isinstance(use2, Use) and use2.blocks == [FullBlock(full=0)] and use2.parent == FullBlock(full=0)
+
+
+def test_a_vllm_replay_file_passes_on_the_reference_and_names_where_the_mutant_departs(tmp_path: Path) -> None:
+    """An encoding mutant has no twin in the model: the file replays the operations on the
+    reference (they are a run of the rules as written) and the lines name the operation at
+    which the mutated encoding departs from the model; the unmutated one never does."""
+    from kvspec.reference.smt.vllm import ops as vops
+    from kvspec.reference.smt.vllm.counterexample import divergence, emit
+
+    rule, what = vops.MUTANTS["store-new-only"]
+    lines = emit(tmp_path, "store-new-only", str(rule), what)
+    assert lines[0].startswith("reachable: from the empty pool"), lines
+    assert any("departs from the model at operation 0" in line and "router 1" in line for line in lines), lines
+    rf = load_replay(tmp_path / "vllm-store-new-only.jsonl")
+    assert rf.failure is not None and rf.failure["rule"] == "STORE-COPY"
+    [use] = rf.ops
+    assert isinstance(use, Use) and len(use.blocks) == 2 and use.blocks[0] == use.blocks[1]
+    ref_dir, ref = load_impl("adapters/reference")
+    assert replay(rf, ref_dir, manifest=ref).passed
+    assert divergence(rf.ops, frozenset()) is None
+    found = divergence(rf.ops, frozenset({"store-new-only"}))
+    assert found is not None and found[0] == 0
 
 
 def test_the_option_is_a_usage_error_at_the_unbounded_level(tmp_path: Path) -> None:

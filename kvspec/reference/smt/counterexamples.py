@@ -153,9 +153,9 @@ NOT_WIRE: dict[str, str] = {
         " the block-level wire operations a replay file carries, so kvspec replay cannot run it"
     ),
     VLLM_NAME: (
-        "the trace is of the step encoding (vllm/copies.py, searched over vllm/reach.py's step table);"
-        " no reader turns its steps back into wire operations; an operation-level mutant (vllm/ops.py)"
-        " is not searched here"
+        "the trace is of the step encoding (vllm/copies.py, searched over vllm/reach.py's step table),"
+        " one block at a time with every event at once: no reader turns its steps back into wire"
+        " operations (an operation-level mutant's trace is: vllm/counterexample.py)"
     ),
 }
 

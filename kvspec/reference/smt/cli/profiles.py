@@ -85,8 +85,10 @@ def run_vllm(mutant: str | None = None, timeout_s: float | None = None, countere
     ]
     problems += cover_row([INVARIANT_ID], [f"{w} ({INVARIANT_ID})" for w in wheres if w])
     if counterexamples is not None:
+        from kvspec.reference.smt.vllm import ops as vops
+
         for name, w in zip(MUTANTS, wheres, strict=True):
-            if w:
+            if w and name not in vops.MUTANTS:  # one of both levels: its operation-level file (``_vllm_ops``)
                 _vllm_statement(counterexamples, name)
         if any(p.verdict == "refuted" for p in proofs):
             _vllm_statement(counterexamples, None)
@@ -111,13 +113,16 @@ def _not_proven(verdicts: list[str]) -> str:
 
 
 def _vllm_statement(folder: Path, mutant: str | None) -> None:
-    """``--counterexamples`` for vllm: a step mutant (or the rules as written) is searched from the
-    empty pool over the step table (``vllm/reach.py``: a trace breaking INV-VLLM-COPIES, written as
-    text: ``counterexamples.NOT_WIRE``); an operation-only mutant is not searched, and says so."""
+    """``--counterexamples`` for vllm. An operation-level mutant (``vllm/ops.py``) is searched
+    from the empty pool over the operation-level steps and written as a replay file
+    (``vllm/counterexample.py``); a step-only mutant (or the rules as written) is searched over
+    the step table (``vllm/reach.py``: a trace breaking INV-VLLM-COPIES, written as text:
+    ``counterexamples.NOT_WIRE``)."""
     import z3
 
     from kvspec.reference.smt import counterexamples as cx
     from kvspec.reference.smt.vllm import copies, ops
+    from kvspec.reference.smt.vllm.counterexample import emit
     from kvspec.reference.smt.vllm.reach import BLOCKS, HASHES, _flat, step_system
 
     name = f"vllm-{mutant or 'rules'}"
@@ -130,9 +135,8 @@ def _vllm_statement(folder: Path, mutant: str | None) -> None:
     else:
         rule, what = str(MUTANTS[mutant]), f"a broken {MUTANTS[mutant]}"
     print(f"counterexample of vllm {mutant or 'rules as written'} ({rule}):")
-    if mutant is not None and mutant not in MUTANTS:
-        why = "an operation-level mutant (vllm/ops.py); the search from the empty pool is over the step table"
-        lines = cx.not_searched(folder, registry.VLLM_NAME, name, rule=rule, what=what, reason=why + " (vllm/reach.py)")
+    if mutant is not None and mutant in ops.MUTANTS:
+        lines = emit(folder, mutant, rule, what)
     else:
 
         def bad(_t: str, mv: Any) -> z3.BoolRef:
@@ -175,7 +179,7 @@ def _vllm_ops(timeout_ms: int = 60_000, counterexamples: Path | None = None) -> 
         for name, (rule, _what) in ops.MUTANTS.items()
     ]
     for name, w in zip(ops.MUTANTS, op_wheres, strict=True):
-        if w and counterexamples is not None and name not in MUTANTS:  # a step mutant's file is written already
+        if w and counterexamples is not None:
             _vllm_statement(counterexamples, name)
     rows = [str(r) for r in ops.invariants(ops.VllmOpState.fresh("cover_"))]
     wheres = [w for w in op_wheres if w]

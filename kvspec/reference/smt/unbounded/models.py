@@ -72,20 +72,31 @@ def finite_state(prefix: str, n: z3.ArithRef, cap2: z3.ArithRef, H: int) -> USta
 
 
 def _expand(e: z3.ExprRef, slots: list[z3.ExprRef], ints: list[z3.ArithRef], memo: dict[int, z3.ExprRef]) -> z3.ExprRef:
+    """``e`` with each ``ForAll``/``Exists`` replaced by its conjunction/disjunction
+    over ``slots`` (or ``ints``, by the bound variable's sort) and each select of a
+    ``Lambda`` beta-reduced. A ``Lambda`` is a term, not a quantifier: read as one
+    (a disjunction of its bodies) it was an Or of Ints (a z3 sort mismatch) or,
+    with a Bool range, a wrong formula. A lambda no select applies stays as it is."""
     key = e.get_id()
     if key in memo:
         return memo[key]
-    if z3.is_quantifier(e):
+    if z3.is_quantifier(e) and e.is_lambda():
+        out: z3.ExprRef = e
+    elif z3.is_quantifier(e):
         assert e.num_vars() == 1, "one bound variable per quantifier"
         dom = ints if e.var_sort(0) == z3.IntSort() else slots
         body = e.body()
         cases = [_expand(z3.substitute_vars(body, c), slots, ints, memo) for c in dom]
-        out: z3.ExprRef = z3.And(cases) if e.is_forall() else z3.Or(cases)
+        out = z3.And(cases) if e.is_forall() else z3.Or(cases)
+    elif z3.is_select(e) and z3.is_quantifier(e.arg(0)) and e.arg(0).is_lambda():
+        idx = [_expand(e.arg(i), slots, ints, memo) for i in range(1, e.num_args())]
+        out = _expand(z3.substitute_vars(e.arg(0).body(), *reversed(idx)), slots, ints, memo)
     elif z3.is_app(e) and e.num_args() > 0:
         out = e.decl()(*[_expand(c, slots, ints, memo) for c in e.children()])
     else:
         out = e
     memo[key] = out
+    memo[-key - 1] = e  # held, so its id is not reused by another term while the memo lives
     return out
 
 
