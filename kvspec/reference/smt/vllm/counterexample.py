@@ -103,7 +103,7 @@ def guided(tw: frozenset[str], timeout_ms: int = TIMEOUT_MS) -> ReachTrace | Non
 
 
 @dataclass
-class _Use:
+class _VllmUseSoFar:
     parent: int
     fulls: list[int] = field(default_factory=list)
     partials: list[str] = field(default_factory=list)
@@ -119,7 +119,7 @@ class _Use:
 def operations(trace: ReachTrace) -> list[Operation]:
     """The wire operations a trace of the operation-level steps stands for (see the module doc)."""
     out: list[Operation] = []
-    use: _Use | None = None
+    use: _VllmUseSoFar | None = None
     hsh: dict[int, int] = {}  # physical block -> the hash it caches
     uuid: dict[int, str] = {}  # physical block -> the uuid of the partial block placed there
     made = 0
@@ -127,7 +127,7 @@ def operations(trace: ReachTrace) -> list[Operation]:
         t, i = st.transition, st.inputs
         b = int(i.get("b", 0))
         if t == "use(begin)":
-            use = _Use(int(i["p"]))
+            use = _VllmUseSoFar(int(i["p"]))
         elif t == "use(hit)" and use is not None:
             use.fulls.append(int(i["h"]))
         elif t == "use(new)" and use is not None:
