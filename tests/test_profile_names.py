@@ -23,48 +23,30 @@ ROOT = Path(kvspec.__file__).parent
 #: where the names are defined: the block profiles' rule sets and the registry
 REGISTRY_MODULES = ("spec/profiles.py", "spec/registry.py")
 
-_ENGINE = "the vLLM engine / producer / stream format, not the vllm profile"
-_FAMILY = "the radix family (a session family or adapter section), not the radix profile"
+_HELLO = "the Hello model's radix field, named by its name (the family's parameters), not the profile"
 _SCOPE = 'pytest fixture scope="session", not the session profile'
-_LITERAL = "a wire model's Literal tag, spelled for pydantic and the JSON Schema"
-_PENDING = "not yet taken from the registry (issue 28: being moved area by area)"
+_LITERAL = "a wire model's kind tag: the Literal a discriminated union (ManagerConfigKind, the hello) needs"
 _CONCERN = "a rule concern (SPEC.md area) named after its profile; rules.py sits below the registry"
 
 #: module (relative to kvspec/) -> (how many profile-name spellings it keeps, why)
 ALLOWED: dict[str, tuple[int, str]] = {
-    "adapters/declared/adapter.py": (3, _PENDING),
-    "adapters/declared/managers.py": (4, _PENDING),
-    "adapters/mutants/catalogue.py": (1, _PENDING),
-    "adapters/reference_jsonl/server.py": (3, _PENDING),
-    "adapters/rust_mocker/adapter.py": (4, _PENDING),
-    "adapters/vllm/adapter.py": (1, _PENDING),
-    "conformance/opener.py": (2, _PENDING),
-    "conformance/run/plugin.py": (4, _PENDING),
-    "conformance/run/summary.py": (2, _PENDING),
-    "conformance/test_radix.py": (1, _PENDING),
-    "conformance/test_requests.py": (2, _PENDING),
-    "conformance/transport/cabi_host.py": (1, _PENDING),
-    "conformance/transport/jsonl.py": (3, _PENDING),
-    "conformance/transport/manager.py": (2, _PENDING),
-    "conformance/transport/radix.py": (1, _PENDING),
-    "conformance/verdicts/applicability.py": (10, _PENDING),
-    "reference/caller_contracts.py": (4, _PENDING),
-    "reference/g1.py": (3, _PENDING),
-    "reference/legacy.py": (1, _PENDING),
-    "reference/requests.py": (1, _PENDING),
+    "adapters/rust_mocker/adapter.py": (1, "VLLM_BACKEND: the mocker's vLLM-style engine backend, not the profile"),
+    "adapters/vllm/adapter.py": (1, "the vllm Python package (importlib.util.find_spec), not the vllm profile"),
+    "conformance/run/plugin.py": (4, _SCOPE),
+    "conformance/test_requests.py": (2, _SCOPE),
+    "conformance/run/summary.py": (1, "the word printed for the radix family's protocol versions"),
+    "conformance/transport/jsonl.py": (1, _HELLO),
+    "conformance/transport/cabi_host.py": (
+        1,
+        "ManagerConfig's default profile, in the C ABI host that runs standard library only (python -S)",
+    ),
     "reference/smt/reach_recordings.py": (1, "the smt/vllm/ package folder in a path, not the vllm profile"),
-    "reference/vllm_pool.py": (1, _PENDING),
-    "spec/config.py": (1, _PENDING),
-    "spec/manager_wire.py": (4, _PENDING),
-    "spec/manifest.py": (6, _PENDING),
-    "spec/protocol.py": (9, _PENDING),
-    "spec/radix_wire.py": (3, _PENDING),
-    "spec/rules.py": (3, _PENDING),
-    "streams/check.py": (7, _PENDING),
-    "streams/check_log.py": (2, _PENDING),
-    "streams/formats.py": (3, _PENDING),
-    "streams/results.py": (1, _PENDING),
-    "streams/zmqfeed.py": (1, _PENDING),
+    "spec/manager_wire.py": (2, _LITERAL + " (PagedConfig.kind, SessionConfig.kind)"),
+    "spec/radix_wire.py": (1, _LITERAL + " (RadixConfig.kind)"),
+    "spec/manifest.py": (2, "the radix family in the AdapterFamily Literal, and the [start] radix key (a field name)"),
+    "spec/protocol.py": (5, "the radix family in the SessionFamily Literal; " + _HELLO + " (4)"),
+    "spec/rules.py": (3, _CONCERN),
+    "streams/producer_names.py": (2, "VLLM_PRODUCER and VLLM_FORMAT: the vLLM engine as a feed's producer and format"),
 }
 
 

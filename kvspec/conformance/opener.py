@@ -36,7 +36,7 @@ from kvspec.spec.errors import ConfigError
 from kvspec.spec.manager_wire import PagedConfig, SessionConfig
 from kvspec.spec.manifest import AdapterFamily, Manifest
 from kvspec.spec.radix_wire import RadixConfig
-from kvspec.spec.registry import PROFILES, profile_of_config
+from kvspec.spec.registry import PROFILES, RADIX_FAMILY, profile_of_config
 
 __all__ = ["AnyImplementation", "OpenConfig", "family_of", "open_adapter"]
 
@@ -117,7 +117,7 @@ def _open_manager(manifest: Manifest, adapter_dir: Path, config: PagedConfig | S
 
 
 def _open_radix(manifest: Manifest, adapter_dir: Path, config: RadixConfig) -> RadixImplementation:
-    target = manifest.start.factory_for("radix", manifest.kind)
+    target = manifest.start.factory_for(RADIX_FAMILY, manifest.kind)
     if not target and manifest.kind == "subprocess":
         from kvspec.conformance.transport.radix import JsonlRadix
 
@@ -164,7 +164,7 @@ def _open_generic(manifest: Manifest, adapter_dir: Path, config: Any) -> Stepwis
 _OPENERS: dict[AdapterFamily, Callable[[Manifest, Path, Any, int], AnyImplementation]] = {
     "block": _open_block,
     "manager": lambda m, d, c, _w: _open_manager(m, d, c),
-    "radix": lambda m, d, c, _w: _open_radix(m, d, c),
+    RADIX_FAMILY: lambda m, d, c, _w: _open_radix(m, d, c),
     "generic": lambda m, d, c, _w: _open_generic(m, d, c),
     "request": lambda m, d, c, _w: _open_request(m, d, c),
 }

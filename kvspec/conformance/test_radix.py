@@ -22,7 +22,7 @@ from kvspec.conformance.radix.check import RadixLockstep, drive, radix_configs, 
 from kvspec.conformance.radix.opener import open_radix
 from kvspec.conformance.run.manifest import Manifest
 from kvspec.spec.radix_wire import RadixConfig, RadixRequest, radix_scenarios
-from kvspec.spec.registry import RADIX
+from kvspec.spec.registry import RADIX, RADIX_FAMILY
 from kvspec.spec.rules import Concern, rules_of
 
 SCENARIOS = radix_scenarios()
@@ -43,7 +43,7 @@ def _require_tree_operations(manifest: Manifest) -> None:
     version 4); a request-only one is checked by the radix request layer
     (test_requests.py, ``test_radix_request_*``)."""
     require_profile(manifest, RADIX)
-    if not manifest.start.factory_for("radix", manifest.kind) and manifest.kind != "subprocess":
+    if not manifest.start.factory_for(RADIX_FAMILY, manifest.kind) and manifest.kind != "subprocess":
         pytest.skip(
             f"adapter {manifest.name!r} takes requests only (no start.radix, not a protocol-4 child):"
             " the radix request layer checks it (test_requests.py, test_radix_request_*)"

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 
 from kvspec.reference.g1 import G1Model
 from kvspec.reference.vllm_pool import VllmPoolModel
+from kvspec.spec.registry import ATOMIC_NAME, KVBM_NAME, VLLM_NAME
 from kvspec.spec.wire import Deref, FullBlock, Operation, Promote, SwapIn, Use
 
 ASSUME_PARENT_REGISTERED = "ASSUME-PARENT-REGISTERED"
@@ -53,9 +54,9 @@ CONTRACT_IDS = (ASSUME_PARENT_REGISTERED, ASSUME_SWAPIN_PARENT_HELD)
 def assumed(profile: str, offload: bool) -> tuple[str, ...]:
     """The caller contracts the proofs of ``profile`` (with or without an
     offload tier) assume: the ones a well-behaved caller must keep there."""
-    if profile == "kvbm" and offload:
+    if profile == KVBM_NAME and offload:
         return CONTRACT_IDS
-    if profile in ("atomic", "vllm"):
+    if profile in (ATOMIC_NAME, VLLM_NAME):
         return (ASSUME_PARENT_REGISTERED,)
     return ()
 
@@ -90,7 +91,7 @@ def _breaks(model: G1Model, op: Operation) -> list[ContractBreak]:
     out: list[ContractBreak] = []
     if isinstance(op, Use) and isinstance(op.parent, FullBlock):
         # atomic states it for the whole Use (profile_atomic.begin), kvbm-offload per full block
-        whole = model.config.profile == "atomic" or any(isinstance(b, FullBlock) for b in op.blocks)
+        whole = model.config.profile == ATOMIC_NAME or any(isinstance(b, FullBlock) for b in op.blocks)
         if whole and op.parent.full not in model.registered():
             out.append(
                 ContractBreak(ASSUME_PARENT_REGISTERED, f"the Use names parent {op.parent.full}, not registered in G1")

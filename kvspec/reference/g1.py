@@ -41,6 +41,7 @@ from kvspec.reference.policies import Frequency, LineagePolicy, Policy, make_pol
 from kvspec.reference.validation import check_use_shape
 from kvspec.spec.config import ManagerConfig, OffloadConfig
 from kvspec.spec.errors import ConfigError, InvalidOperation
+from kvspec.spec.registry import ATOMIC_NAME, KVBM_NAME
 from kvspec.spec.rules import RuleId, rid
 from kvspec.spec.wire import (
     BlockRef,
@@ -169,10 +170,10 @@ class G1Model:
     now: float
 
     def __init__(self, config: ManagerConfig, *, worker: int = 0, tiers: LowerTiers | None = None) -> None:
-        if config.profile not in ("kvbm", "atomic"):
+        if config.profile not in (KVBM_NAME, ATOMIC_NAME):
             raise ConfigError(f"G1Model runs the kvbm and atomic profiles, not {config.profile!r}")
         self.config = config
-        self.atomic = config.profile == "atomic"
+        self.atomic = config.profile == ATOMIC_NAME
         self.capacity = config.capacity
         self.block_size = config.block_size
         self.dp_rank = config.dp_rank

@@ -44,6 +44,7 @@ from kvspec.reference.labels import Trace, label
 from kvspec.reference.outcome import Step
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.errors import ConfigError, InvalidOperation
+from kvspec.spec.registry import LEGACY_NAME
 from kvspec.spec.rules import RuleId, rid
 from kvspec.spec.wire import (
     BlockRef,
@@ -85,7 +86,7 @@ class LegacyModel:
     source_validation: bool = False
 
     def __init__(self, config: ManagerConfig) -> None:
-        if config.profile != "legacy":
+        if config.profile != LEGACY_NAME:
             raise ConfigError("LegacyModel runs the legacy profile only")
         self.config = config
         self.capacity = config.capacity

@@ -54,6 +54,7 @@ from kvspec.spec.config import ManagerConfig
 from kvspec.spec.engine_wire import MAX_TOKENS_LIMIT
 from kvspec.spec.errors import ConfigError
 from kvspec.spec.hashing import block_hashes, local_block_hash, sequence_hash
+from kvspec.spec.registry import VLLM_NAME
 from kvspec.spec.rules import RuleId, rid
 from kvspec.spec.wire import U32, BlockRef, Deref, FullBlock, KvEvent, PartialBlock, Plh, Promote, Reset, Use, Wire
 
@@ -74,7 +75,7 @@ class PoolSetup(Wire):
 
     @model_validator(mode="after")
     def _vllm(self) -> PoolSetup:
-        if self.manager.profile != "vllm":
+        if self.manager.profile != VLLM_NAME:
             raise ValueError(f"request-level runs use the vllm profile, not {self.manager.profile!r}")
         return self
 

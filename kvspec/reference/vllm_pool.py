@@ -77,6 +77,7 @@ from kvspec.reference.outcome import Step
 from kvspec.reference.validation import check_use_shape
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.errors import ConfigError, InvalidOperation
+from kvspec.spec.registry import VLLM_NAME
 from kvspec.spec.rules import rid
 from kvspec.spec.wire import (
     Counters,
@@ -240,7 +241,7 @@ class VllmPoolModel:
     def __init__(
         self, config: ManagerConfig, *, host_blocks: int | None = None, variant: PoolVariant = SPEC_VARIANT
     ) -> None:
-        if config.profile != "vllm":
+        if config.profile != VLLM_NAME:
             raise ConfigError(f"VllmPoolModel runs the vllm profile, not {config.profile!r}")
         if host_blocks is not None and host_blocks < 1:
             raise ConfigError(f"host_blocks must be at least 1, got {host_blocks}")

@@ -13,7 +13,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from kvspec.spec.profiles import PROFILES
-from kvspec.spec.registry import ProfileName
+from kvspec.spec.registry import KVBM_NAME, ProfileName
 from kvspec.spec.wire import Wire
 
 #: the profile names come from the registry (spec.registry); paged and session are the
@@ -170,7 +170,7 @@ class OffloadConfig(Wire):
 
 
 class ManagerConfig(Wire):
-    profile: ProfileName = "kvbm"
+    profile: ProfileName = KVBM_NAME
     capacity: int = Field(ge=1, le=1_000_000)
     block_size: int = Field(default=16, ge=1, le=4096)
     dp_rank: int = Field(default=0, ge=0)

@@ -26,6 +26,7 @@ from typing import Annotated, Literal, TypeAlias, TypeGuard
 
 from pydantic import Field, TypeAdapter, model_validator
 
+from kvspec.spec.registry import PAGED, SESSION
 from kvspec.spec.wire import Count, Wire
 
 #: a sequence (paged) or a session (session) is named by a short string
@@ -47,7 +48,7 @@ class PagedConfig(Wire):
     ``low_watermark``, whose names are the other way round).
     """
 
-    kind: Literal["paged"] = "paged"
+    kind: Literal["paged"] = PAGED
     device_blocks: int = Field(ge=1, le=4096)
     host_blocks: int = Field(default=0, ge=0, le=4096)
     block_size: int = Field(default=4, ge=1, le=256)
@@ -229,7 +230,7 @@ class PagedOutcome(Wire):
 class SessionConfig(Wire):
     """A session-slot manager over ``slots`` physical sequences."""
 
-    kind: Literal["session"] = "session"
+    kind: Literal["session"] = SESSION
     slots: int = Field(ge=1, le=1024)
 
 

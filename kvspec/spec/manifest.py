@@ -18,6 +18,7 @@ from pydantic import Field, field_validator, model_validator
 from kvspec.spec.config import SEMANTICS, PolicyName, ProfileName
 from kvspec.spec.deviations import Deviation, Site, scope_problems
 from kvspec.spec.errors import ConfigError
+from kvspec.spec.registry import RADIX, RADIX_FAMILY, VLLM_NAME
 from kvspec.spec.rules import RuleId
 from kvspec.spec.wire import StorageTier, Wire
 
@@ -31,7 +32,7 @@ AdapterFamily = Literal["block", "manager", "radix", "generic", "request"]
 #: the per-family keys of ``[start]`` written before ``python`` named the one factory of every family,
 #: kept as accepted (deprecated) aliases: a family's key, when written, names that family's factory;
 #: otherwise ``start.python`` does (spec/ADAPTERS.md, "[start]")
-FAMILY_KEYS: dict[AdapterFamily, str] = {"request": "requests", "manager": "managers", "radix": "radix"}
+FAMILY_KEYS: dict[AdapterFamily, str] = {"request": "requests", "manager": "managers", RADIX_FAMILY: "radix"}
 
 
 class Start(Wire):
@@ -420,7 +421,7 @@ class Manifest(Wire):
     def request_profile(self) -> ProfileName:
         """The profile request workloads are checked against: ``radix`` for an
         adapter whose own profile is ``radix``, else ``vllm``."""
-        return "radix" if self.profile == "radix" else "vllm"
+        return RADIX if self.profile == RADIX else VLLM_NAME
 
     def supported_profiles(self) -> list[ProfileName]:
         return list(dict.fromkeys([self.profile, *self.capabilities.profiles]))

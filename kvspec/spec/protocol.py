@@ -55,7 +55,7 @@ from kvspec.spec.engine_wire import EngineConfig, EngineOperation, EngineOutcome
 from kvspec.spec.manager_wire import ManagerConfigKind, PagedOp, PagedOutcome, SessionOp, SessionOutcome
 from kvspec.spec.manifest import Capabilities
 from kvspec.spec.radix_wire import RadixConfig, RadixOp, RadixOutcome
-from kvspec.spec.registry import PROFILES
+from kvspec.spec.registry import PROFILES, RADIX_FAMILY, VLLM_NAME
 from kvspec.spec.wire import Operation, ProcessOutcome, StepOutcome, Wire, WorkerEvents
 
 #: The newest protocol version this module describes (an integer; see
@@ -310,7 +310,7 @@ def legacy_versions(family: SessionFamily, workers: int = 1) -> tuple[int, ...]:
     allocator, 4 for a radix cache (each selected what the session was)."""
     if family == "block":
         return BLOCK_VERSIONS if workers <= 1 else (WORKERS_VERSION,)
-    return {"request": (ENGINE_VERSION,), "manager": (MANAGER_VERSION,), "radix": (RADIX_VERSION,)}[family]
+    return {"request": (ENGINE_VERSION,), "manager": (MANAGER_VERSION,), RADIX_FAMILY: (RADIX_VERSION,)}[family]
 
 
 def session_versions(family: SessionFamily, workers: int = 1, newest: int | None = None) -> tuple[int, ...]:
@@ -329,7 +329,7 @@ def family_of_hello(hello: Hello) -> SessionFamily:
     if hello.family is not None:
         return hello.family
     if hello.radix is not None:
-        return "radix"
+        return RADIX_FAMILY
     if hello.manager is not None:
         return "manager"
     if hello.engine is not None:
@@ -342,7 +342,7 @@ _FAMILY_FIELDS: dict[SessionFamily, tuple[str | None, tuple[str, ...]]] = {
     "block": (None, ("engine", "manager", "radix")),
     "request": ("engine", ("manager", "radix", "workers")),
     "manager": ("manager", ("engine", "radix", "workers")),
-    "radix": ("radix", ("engine", "manager", "workers")),
+    RADIX_FAMILY: ("radix", ("engine", "manager", "workers")),
 }
 
 
@@ -363,7 +363,7 @@ def hello_problem(hello: Hello) -> str | None:
     if extra:
         return f"a {hello.family} session's hello carries no {', '.join(extra)}"
     profile = hello.config.profile
-    family = "block" if hello.family == "request" and profile == "vllm" else hello.family
+    family = "block" if hello.family == "request" and profile == VLLM_NAME else hello.family
     if PROFILES[profile].family != family:
         return f"profile {profile!r} is not of family {hello.family!r}"
     if hello.manager is not None and hello.manager.kind != profile:

@@ -26,6 +26,7 @@ from typing import Annotated, Literal, TypeAlias
 from pydantic import Field, TypeAdapter, model_validator
 
 from kvspec.spec.manager_wire import Name, OpError
+from kvspec.spec.registry import RADIX, SCENARIO_ROOT
 from kvspec.spec.rules import RuleId
 from kvspec.spec.wire import U32, Count, KvEvent, Wire
 
@@ -36,7 +37,7 @@ Tokens = Annotated[list[U32], Field(max_length=4096)]
 class RadixConfig(Wire):
     """A radix cache over a KV pool of ``capacity`` token slots, in pages of ``page_size`` tokens."""
 
-    kind: Literal["radix"] = "radix"
+    kind: Literal["radix"] = RADIX
     page_size: int = Field(default=1, ge=1, le=64)
     capacity: int = Field(default=64, ge=1, le=1 << 20)
 
@@ -191,7 +192,7 @@ class RadixScenario(Wire):
     steps: Annotated[list[RadixStep], Field(min_length=1)]
 
 
-SCENARIO_DIR = Path(__file__).parent / "scenarios" / "radix"
+SCENARIO_DIR = SCENARIO_ROOT / RADIX
 
 
 def radix_scenarios(root: Path = SCENARIO_DIR) -> list[tuple[Path, RadixScenario]]:

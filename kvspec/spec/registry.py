@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import import_module
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import AfterValidator, Field
 
@@ -45,14 +45,16 @@ from kvspec.spec.profiles import ATOMIC, KVBM, LEGACY, VLLM, Profile
 Family = Literal["block", "manager", "radix", "generic"]
 
 #: the names of the bundled profiles that have no block-level rule set (spec/profiles.py names those)
-PAGED, SESSION, RADIX = "paged", "session", "radix"
+PAGED: Final = "paged"
+SESSION: Final = "session"
+RADIX: Final = "radix"
 #: the block-level profiles' names, for code that picks by name: each profile name is spelled once in
 #: code, here or in spec/profiles.py, and every other module takes it from these (tests/test_profile_names.py)
 KVBM_NAME, ATOMIC_NAME, LEGACY_NAME, VLLM_NAME = KVBM.name, ATOMIC.name, LEGACY.name, VLLM.name
 #: the ``kvspec prove`` encoding of the kvbm profile with its G2 offload tier (an encoding, not a profile)
-KVBM_OFFLOAD = "kvbm-offload"
+KVBM_OFFLOAD: Final = "kvbm-offload"
 #: the family of the radix profile (``Family``): named after it, but a family, not a profile
-RADIX_FAMILY: Family = "radix"
+RADIX_FAMILY: Final = "radix"
 
 #: where the bundled golden folders live (``ProfileEntry.scenarios`` are relative to it)
 SCENARIO_ROOT = Path(__file__).parent / "scenarios"

@@ -41,16 +41,17 @@ from kvspec.reference.router_view import Notice, RouterView, Violation
 from kvspec.spec.profiles import PROFILES, Profile
 from kvspec.spec.rules import RULES, RuleId
 from kvspec.streams.hashcheck import SCHEMES, HashCheck
+from kvspec.streams.producer_names import VLLM_FORMAT, VLLM_PRODUCER
 from kvspec.streams.results import finding_json, format_at
 
-PRODUCERS = ("auto", "dynamo", "vllm", "sglang", "kvspec")
+PRODUCERS = ("auto", "dynamo", VLLM_PRODUCER, "sglang", "kvspec")
 #: the producer a format implies
 FORMAT_PRODUCER = {
     "router": "dynamo",
     "kvspec": "kvspec",
-    "zmq": "vllm",
-    "vllm": "vllm",
-    "live": "vllm",
+    "zmq": VLLM_PRODUCER,
+    VLLM_FORMAT: VLLM_PRODUCER,
+    "live": VLLM_PRODUCER,
     "eventplane": "dynamo",
 }
 #: notices (restarts, redeliveries) printed at most, after --max-report findings
@@ -67,7 +68,7 @@ class Semantics:
 
 SEMANTICS: dict[str, Semantics] = {
     "dynamo": Semantics("set", 1, True, "auto"),
-    "vllm": Semantics("copies", None, True, "auto"),
+    VLLM_PRODUCER: Semantics("copies", None, True, "auto"),
     "sglang": Semantics("copies", None, True, "sglang"),
     "kvspec": Semantics("set", 0, False, "none"),
 }
@@ -408,7 +409,7 @@ class Checker:
     def settle_producer(self) -> None:
         """A feed read as vLLM's by default that showed SGLang's signed hashes
         or hash scheme is SGLang's: the summary and the results say so."""
-        if self.auto_producer and self.producer == "vllm":
+        if self.auto_producer and self.producer == VLLM_PRODUCER:
             signed = any(getattr(f, "signed", None) for f in self.feeds)
             if signed or self.hashes.learned == "sglang":
                 self.producer = self.settings["producer"] = "sglang"

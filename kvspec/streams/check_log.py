@@ -64,6 +64,7 @@ from kvspec.streams.formats import (
 )
 from kvspec.streams.inputs import Input, open_input
 from kvspec.streams.junit import junit_xml, write_junit
+from kvspec.streams.producer_names import VLLM_FORMAT
 from kvspec.streams.publishers import PublisherTracker
 from kvspec.streams.results import results, write_json
 from kvspec.streams.zmqfeed import ZmqFeed
@@ -210,7 +211,7 @@ def _check_one(
         reader = _reader(fmt, checker, args, args.worker_id + index)
         readers.append(reader)
         if args.follow and last:
-            inp.follow, inp.idle_timeout, inp.lines = True, args.idle_timeout, fmt != "vllm"
+            inp.follow, inp.idle_timeout, inp.lines = True, args.idle_timeout, fmt != VLLM_FORMAT
             with _stopping(inp):
                 reader.run(inp, checker.view)
             if inp.pending:
@@ -278,7 +279,7 @@ def _note_slow_path(checker: Checker) -> None:
 
 def _reader(fmt: str, checker: Checker, args: argparse.Namespace, worker_id: int) -> Reader:
     limit = args.max_record_bytes
-    if fmt in ("router", "zmq", "vllm"):
+    if fmt in ("router", "zmq", VLLM_FORMAT):
         _note_slow_path(checker)
     if fmt == "router":
         return RouterReader(checker.warn, limit)

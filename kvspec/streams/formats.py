@@ -53,9 +53,10 @@ from kvspec.spec.hashing import SEED
 from kvspec.streams import fastview
 from kvspec.streams.capture import CAPTURE_DECODER, frames_of
 from kvspec.streams.hashcheck import HashCheck
+from kvspec.streams.producer_names import VLLM_FORMAT
 from kvspec.streams.zmqfeed import FeedStats, ZmqFeed
 
-FORMATS = ("auto", "router", "kvspec", "zmq", "eventplane", "vllm")
+FORMATS = ("auto", "router", "kvspec", "zmq", "eventplane", VLLM_FORMAT)
 #: the longest line or batch read (a real event is a few kilobytes; a longer
 #: record would take memory out of proportion to the blocks it stores)
 MAX_RECORD_BYTES = 16 << 20
@@ -124,7 +125,7 @@ def detect(source: Path | bytes) -> str:
         )
     b = first[0]
     if 0x90 <= b <= 0x9F or b in (0xDC, 0xDD) or 0x80 <= b <= 0x8F or b in (0xDE, 0xDF):
-        return "vllm"
+        return VLLM_FORMAT
     raise StreamError(
         f"cannot tell the format: the input starts with byte 0x{b:02x}, neither a JSON object nor a msgpack "
         "array or map (name it with --format)"
@@ -914,5 +915,5 @@ def describe(fmt: str) -> str:
         "kvspec": "kvspec event JSON lines",
         "zmq": "ZMQ capture (vLLM-style feed)",
         "eventplane": "ZMQ capture of Dynamo's event plane",
-        "vllm": "vLLM KVEventBatch msgpack payloads",
+        VLLM_FORMAT: "vLLM KVEventBatch msgpack payloads",
     }.get(fmt, fmt)

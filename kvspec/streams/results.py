@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from kvspec.reference.router_view import Violation
+from kvspec.streams.producer_names import VLLM_FORMAT
 
 if TYPE_CHECKING:  # the pydantic results model is imported when a document is written, not at start-up
     from kvspec.conformance.verdicts.results import Results, Status
@@ -37,7 +38,14 @@ STATUS: dict[int, Status] = {0: "clean", 1: "findings", 2: "unreadable"}
 
 
 #: what a record is called in each input format
-RECORD = {"router": "line", "kvspec": "line", "zmq": "line", "eventplane": "line", "vllm": "batch", "live": "message"}
+RECORD = {
+    "router": "line",
+    "kvspec": "line",
+    "zmq": "line",
+    "eventplane": "line",
+    VLLM_FORMAT: "batch",
+    "live": "message",
+}
 
 
 def format_at(at: object, fmt: str = "router") -> str:

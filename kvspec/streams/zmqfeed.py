@@ -52,6 +52,7 @@ from kvspec.spec.errors import WireError
 from kvspec.spec.rules import RuleId
 from kvspec.streams import fastview
 from kvspec.streams.hashcheck import HashCheck, StoredMeta, _VllmScheme
+from kvspec.streams.producer_names import VLLM_PRODUCER
 
 I64_MAX = 2**63 - 1
 
@@ -492,7 +493,7 @@ class ZmqFeed:
     def _saw(self, kind: str, value: int, what: str) -> None:
         """A hash only one producer's representation allows (see ``_hashes``)."""
         if self.signed is None:
-            want = "signed" if self.producer == "sglang" else "unsigned" if self.producer == "vllm" else kind
+            want = "signed" if self.producer == "sglang" else "unsigned" if self.producer == VLLM_PRODUCER else kind
             if kind != want:
                 who = "SGLang publishes signed int64 hashes" if want == "signed" else "vLLM publishes unsigned ones"
                 raise WireError(f"{what}: {value} cannot come from --producer {self.producer} ({who})")

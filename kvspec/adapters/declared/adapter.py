@@ -33,13 +33,14 @@ from kvspec.api import Implementation, Model
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.errors import ConfigError
 from kvspec.spec.manifest import Manifest
+from kvspec.spec.registry import KVBM_NAME, LEGACY_NAME
 from kvspec.spec.wire import Operation, StepOutcome
 
 #: each variant's departure: (the profile it lives in, the model's switch)
 DEPARTURES: dict[str, tuple[str, str]] = {
-    "legacy_source": ("legacy", "source_validation"),
-    "legacy_source_strict_traffic": ("legacy", "source_validation"),
-    "offload_job_fails_whole": ("kvbm", "job_fails_whole"),
+    "legacy_source": (LEGACY_NAME, "source_validation"),
+    "legacy_source_strict_traffic": (LEGACY_NAME, "source_validation"),
+    "offload_job_fails_whole": (KVBM_NAME, "job_fails_whole"),
 }
 
 

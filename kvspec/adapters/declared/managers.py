@@ -30,13 +30,14 @@ from kvspec.api import ManagerImplementation
 from kvspec.spec.errors import ConfigError
 from kvspec.spec.manager_wire import ManagerConfigKind, PagedConfig
 from kvspec.spec.manifest import Manifest
+from kvspec.spec.registry import PAGED, SESSION
 
 #: each manager variant's departure: (the profile it lives in, the model's switch)
 MANAGER_DEPARTURES: dict[str, tuple[str, str]] = {
-    "paged_write_in_place": ("paged", "write_in_place"),
-    "session_free_slot_handle": ("session", "fence_generation_only"),
-    "session_another_sessions_handle": ("session", "trust_handle_session"),
-    "session_no_slot_handle": ("session", "unchecked_slots"),
+    "paged_write_in_place": (PAGED, "write_in_place"),
+    "session_free_slot_handle": (SESSION, "fence_generation_only"),
+    "session_another_sessions_handle": (SESSION, "trust_handle_session"),
+    "session_no_slot_handle": (SESSION, "unchecked_slots"),
 }
 
 

@@ -28,6 +28,7 @@ from kvspec.adapters.mutants import request_bugs as rq
 from kvspec.api import G1Model, LegacyModel, Model, load_manifest, make_model
 from kvspec.spec.config import ManagerConfig, ProfileName
 from kvspec.spec.errors import ConfigError
+from kvspec.spec.registry import LEGACY_NAME
 from kvspec.spec.rules import RuleId
 
 #: the variant name that runs the unmutated reference (the sanity check)
@@ -115,7 +116,7 @@ class Mutant:
         """The broken model under the profiles the bug lives in, else the reference."""
         if config.profile not in self.profiles:
             return make_model(config)
-        cls = self.legacy if config.profile == "legacy" else self.g1
+        cls = self.legacy if config.profile == LEGACY_NAME else self.g1
         if cls is None and self.id in rq.BY_ID:  # a request-level mutant: block level is the reference
             return make_model(config)
         assert cls is not None, f"mutant {self.id} lists profile {config.profile} without a model for it"

@@ -71,6 +71,7 @@ from kvspec.spec.protocol import (
     hello_problem,
     legacy_versions,
 )
+from kvspec.spec.registry import KVBM_NAME, RADIX
 
 NAME = "kvspec reference model (JSON lines)"
 
@@ -172,16 +173,16 @@ class Server:
             if hello.workers is not None:
                 if hello.manager is not None or hello.engine is not None or hello.radix is not None:
                     raise ConfigError("a process session's hello carries workers alone (no manager, engine, radix)")
-                if hello.config.profile != "kvbm":
+                if hello.config.profile != KVBM_NAME:
                     raise ConfigError(f"several workers run the kvbm profile only, not {hello.config.profile}")
                 model: Any = Process(hello.config, hello.workers)
             elif hello.radix is not None:
                 if hello.manager is not None or hello.engine is not None:
                     raise ConfigError("a radix session's hello carries radix alone (no manager, no engine)")
-                if hello.config.profile != "radix":
+                if hello.config.profile != RADIX:
                     raise ConfigError(f"radix config but config.profile {hello.config.profile}")
                 model = RadixModel(hello.radix)
-            elif hello.config.profile == "radix":
+            elif hello.config.profile == RADIX:
                 raise ConfigError("the radix profile is served only in a version-4 session (a hello with radix)")
             elif hello.manager is not None:
                 if hello.manager.kind != hello.config.profile:

@@ -122,12 +122,14 @@ def child_argv() -> list[str]:
     return argv
 
 
+#: the mocker's vLLM-style engine backend (an engine, not the vllm profile)
+VLLM_BACKEND = "vllm"
 #: the mocker's selectable backends (its ``engine.backend``) by variant name:
 #: no variant runs the vLLM-style one; ``kvbm`` is not compiled into the wheel
-BACKENDS: dict[str | None, str] = {None: "vllm", "sglang": "sglang", "trtllm": "trtllm"}
+BACKENDS: dict[str | None, str] = {None: VLLM_BACKEND, "sglang": "sglang", "trtllm": "trtllm"}
 
 
-def engine_config(setup: PoolSetup, backend: str = "vllm", token_ids: bool = False) -> dict[str, Any]:
+def engine_config(setup: PoolSetup, backend: str = VLLM_BACKEND, token_ids: bool = False) -> dict[str, Any]:
     """The mocker's ``engine`` section; ``token_ids`` turns on the events'
     token ids (``emit_kv_token_ids``, which needs ``emit_kv_events``)."""
     engine: dict[str, Any] = {
@@ -208,7 +210,7 @@ def decode_event(raw: Any) -> tuple[int, KvEvent]:
 class RustMocker(RequestImplementation):
     """One Dynamo mocker engine in a child process."""
 
-    def __init__(self, setup: PoolSetup, manifest: Manifest, backend: str = "vllm") -> None:
+    def __init__(self, setup: PoolSetup, manifest: Manifest, backend: str = VLLM_BACKEND) -> None:
         self.setup = setup
         self.manifest = manifest
         self.backend = backend
@@ -427,7 +429,7 @@ def open_rust_mocker(setup: PoolSetup, manifest: Manifest, adapter_dir: Path, va
     backend = BACKENDS[variant]
     if setup.manager.capacity > manifest.capabilities.max_capacity:
         raise ConfigError(f"capacity {setup.manager.capacity} exceeds the adapter's max_capacity")
-    if setup.manager.block_size < 2 and backend == "vllm":
+    if setup.manager.block_size < 2 and backend == VLLM_BACKEND:
         raise ConfigError("the mocker's vLLM backend needs block_size >= 2 (the engine refuses 1)")
     if setup.manager.dp_rank != 0:
         raise ConfigError("the adapter runs one mocker with one data-parallel rank (dp_rank 0)")

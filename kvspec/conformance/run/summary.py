@@ -22,6 +22,7 @@ from kvspec.conformance.run.settings import effort, is_deterministic
 from kvspec.conformance.verdicts.results import RuleResult, current_versions
 from kvspec.spec.manifest import Manifest
 from kvspec.spec.protocol import BLOCK_VERSIONS, ENGINE_VERSION, FAMILY_VERSION, SessionFamily, legacy_versions
+from kvspec.spec.registry import RADIX_FAMILY
 from kvspec.spec.rules import RULES
 
 _BOOL_CAPS = (
@@ -43,7 +44,12 @@ def _offered(m: Manifest) -> str:
     """The JSON-lines versions the parent offers this adapter, by kind of session."""
     if m.kind != "subprocess":  # the C library's host process speaks 1 and 2
         return f"protocol versions {', '.join(map(str, BLOCK_VERSIONS))} offered (request level: {ENGINE_VERSION})"
-    kinds: dict[SessionFamily, str] = {"block": "block", "request": "request", "manager": "allocator", "radix": "radix"}
+    kinds: dict[SessionFamily, str] = {
+        "block": "block",
+        "request": "request",
+        "manager": "allocator",
+        RADIX_FAMILY: "radix",
+    }
     each = "; ".join(f"{what} {', '.join(map(str, legacy_versions(fam)))}" for fam, what in kinds.items())
     if m.capabilities.workers > 1:
         each += f"; workers {', '.join(map(str, legacy_versions('block', 2)))}"

@@ -64,6 +64,7 @@ from kvspec.spec.protocol import (
     session_versions,
 )
 from kvspec.spec.radix_wire import RadixConfig
+from kvspec.spec.registry import RADIX_FAMILY
 from kvspec.spec.wire import Operation, ProcessOutcome, StepOutcome, parse_operation
 
 #: how long a child may take to exit after ``bye`` before it is signalled
@@ -93,7 +94,7 @@ def hello_family(
 ) -> SessionFamily:
     """The family of the session these parameters open (at most one is given)."""
     if radix is not None:
-        return "radix"
+        return RADIX_FAMILY
     if manager is not None:
         return "manager"
     return "block" if engine is None else "request"
@@ -190,7 +191,7 @@ class AdapterProtocolError(AdapterError):
 ChildKey = tuple[tuple[str, ...], str]
 
 #: the sessions whose versions were offered alone before version 6, for the message of a wrong version
-_FAMILY_WHAT: dict[SessionFamily, str] = {"manager": "an allocator-level session", "radix": "a radix session"}
+_FAMILY_WHAT: dict[SessionFamily, str] = {"manager": "an allocator-level session", RADIX_FAMILY: "a radix session"}
 
 
 class ChildPool:

@@ -22,13 +22,14 @@ from kvspec.spec.config import ManagerConfig
 from kvspec.spec.manager_wire import ManagerConfigKind, ManagerOp, ManagerOutcome, PagedConfig, PagedOutcome
 from kvspec.spec.manifest import Manifest
 from kvspec.spec.protocol import ManagerOutcomeReply
+from kvspec.spec.registry import PAGED, SESSION
 
 
 def manager_config(config: ManagerConfigKind) -> ManagerConfig:
     """The ``config`` of a version-3 hello: the profile, and the pool's size as capacity."""
     if isinstance(config, PagedConfig):
-        return ManagerConfig(profile="paged", capacity=config.device_blocks, block_size=config.block_size)
-    return ManagerConfig(profile="session", capacity=config.slots)
+        return ManagerConfig(profile=PAGED, capacity=config.device_blocks, block_size=config.block_size)
+    return ManagerConfig(profile=SESSION, capacity=config.slots)
 
 
 class _ManagerSession(JsonlImplementation):

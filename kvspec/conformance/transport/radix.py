@@ -23,6 +23,7 @@ from kvspec.spec.config import ManagerConfig
 from kvspec.spec.manifest import Manifest
 from kvspec.spec.protocol import RadixOutcomeReply
 from kvspec.spec.radix_wire import RadixConfig, RadixOp, RadixOutcome
+from kvspec.spec.registry import RADIX
 
 #: ManagerConfig's largest capacity; the hello's ``config`` only names the
 #: profile, the radix config carries the real pool size
@@ -31,7 +32,7 @@ _CONFIG_CAPACITY = 1_000_000
 
 def radix_manager_config(config: RadixConfig) -> ManagerConfig:
     """The ``config`` of a version-4 hello: profile radix, the pool and page size repeated."""
-    return ManagerConfig(profile="radix", capacity=min(config.capacity, _CONFIG_CAPACITY), block_size=config.page_size)
+    return ManagerConfig(profile=RADIX, capacity=min(config.capacity, _CONFIG_CAPACITY), block_size=config.page_size)
 
 
 class _RadixSession(JsonlImplementation):

@@ -36,12 +36,15 @@ from __future__ import annotations
 
 from kvspec.conformance.block.coverage import STEP_INVARIANTS
 from kvspec.conformance.requests.check import LAYER_RULES
+from kvspec.spec import registry
 from kvspec.spec.manifest import Manifest
 from kvspec.spec.profiles import PROFILES
+from kvspec.spec.registry import KVBM_NAME, LEGACY_NAME, PAGED, RADIX, RADIX_FAMILY, SESSION, VLLM_NAME
 from kvspec.spec.rules import RULES, Concern, RuleId
 
 R = RuleId
-G1_PROFILES = ("kvbm", "atomic", "legacy")
+#: the block profiles the G1 lockstep runs (those with a lockstep machine: kvbm, atomic, legacy)
+G1_PROFILES = registry.names("block", stateful=True)
 
 #: rules the G1 lockstep can ask only with a capability: (capabilities, why)
 _G1_NEEDS: dict[RuleId, tuple[tuple[str, ...], str]] = {
@@ -100,7 +103,7 @@ def _g1_reason(rule: RuleId, m: Manifest) -> str | None:
     caps = m.capabilities
     concern = RULES[rule].concern
     if concern == Concern.OFFLOAD:
-        if "kvbm" not in profiles or not caps.offload:
+        if KVBM_NAME not in profiles or not caps.offload:
             return "missing capability offload (under kvbm)"
         if rule in (R.SWAPIN_RESERVE, R.SWAPIN_SKIP_PRESENT, R.SWAPIN_ANCHOR) and not caps.swap_in:
             return "missing capability swap_in"
@@ -115,7 +118,7 @@ def _g1_reason(rule: RuleId, m: Manifest) -> str | None:
         return MODEL_ONLY
     under = [p for p in profiles if PROFILES[p].applies(rule)]
     if rule == R.DESTROY_ACTIVE:
-        under = [p for p in under if p == "legacy"]
+        under = [p for p in under if p == LEGACY_NAME]
     if not under:
         return f"not a rule of the profiles run at block level ({', '.join(profiles)})"
     need = _G1_NEEDS.get(rule)
@@ -129,7 +132,7 @@ def _request_reason(rule: RuleId, m: Manifest) -> str | None:
     caps = m.capabilities
     if not caps.request_level:
         return "missing capability request_level"
-    if m.request_profile() != "vllm":
+    if m.request_profile() != VLLM_NAME:
         return f"requests run under profile {m.request_profile()}"
     if rule in (R.CLEAR_ALL, R.DEREF_OWNER):  # the step-by-step checks: reset, the free of shared blocks
         return None if caps.reset else "missing capability reset"
@@ -141,9 +144,9 @@ def _request_reason(rule: RuleId, m: Manifest) -> str | None:
 
 
 def _radix_reason(rule: RuleId, m: Manifest) -> str | None:
-    if "radix" not in m.supported_profiles():
+    if RADIX not in m.supported_profiles():
         return "missing capability profile:radix"
-    tree_ops = bool(m.start.factory_for("radix", m.kind)) or m.kind == "subprocess"
+    tree_ops = bool(m.start.factory_for(RADIX_FAMILY, m.kind)) or m.kind == "subprocess"
     if tree_ops:
         return None if (RULES[rule].concern == Concern.RADIX or rule in _RADIX_SHARED) else "not a radix rule"
     if rule in _RADIX_REQUEST_RULES or rule in _RADIX_SHARED:
@@ -157,9 +160,9 @@ def not_applicable_reason(rule: RuleId | str, m: Manifest) -> str | None:
     rid = RuleId(rule)
     concern = RULES[rid].concern
     if concern == Concern.PAGED:
-        return None if "paged" in m.supported_profiles() else "missing capability profile:paged"
+        return None if PAGED in m.supported_profiles() else "missing capability profile:paged"
     if concern == Concern.SESSION:
-        return None if "session" in m.supported_profiles() else "missing capability profile:session"
+        return None if SESSION in m.supported_profiles() else "missing capability profile:session"
     if concern == Concern.RADIX:
         return _radix_reason(rid, m)
     if concern == Concern.INVARIANT and rid not in STEP_INVARIANTS and rid != R.INV_ROUTER_MATCH:
