@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 import z3
 
-from kvspec.reference.smt.blocks import legacy, reach_traces
-from kvspec.reference.smt.blocks.catalogue import block_encoding
+from kvspec.reference.smt import reach_recordings
+from kvspec.reference.smt.blocks import legacy
 from kvspec.reference.smt.blocks.encoding import BState, BStep
 from kvspec.reference.smt.cli import prove as prove_cli
 
@@ -23,16 +23,17 @@ def _no_new(S: BState, i: dict[str, z3.ExprRef], tw: frozenset[str]) -> BStep:
     return step
 
 
-@pytest.mark.parametrize("profile", [p for p in ("kvbm", "legacy", "atomic") if reach_traces.recorded(p)])
-def test_the_recorded_traces_reach_every_case(profile: str) -> None:
-    chk = reach_traces.check(block_encoding(profile))
+@pytest.mark.parametrize("key", ["kvbm-step", "legacy-step"])
+def test_the_recorded_traces_reach_every_case(key: str) -> None:
+    assert reach_recordings.recorded_for(key), reach_recordings.not_checked(key)
+    chk = reach_recordings.check(key)
     assert chk.problems == []
     assert chk.reached == chk.goals > 0
 
 
 def test_a_narrowed_guard_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(legacy.PROFILE.transitions, "use(full)", _no_new)
-    chk = reach_traces.check(legacy.PROFILE)
+    chk = reach_recordings.check("legacy-step")
     named = [p for p in chk.problems if p.startswith("legacy step: use(full):")]
     assert named and "rule USE-NEW" in named[0]
 

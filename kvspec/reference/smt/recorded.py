@@ -9,8 +9,9 @@ and keeps, per system (``to_json``, ``save``), a few traces (each goal on the lo
 prefix of, every input pinned, the initial state's free parameters too).
 ``check`` replays each trace in the encoding as it is now, pinned
 (``reach._Unrolling.pin``), and asks z3 for each goal at its step: a pinned
-trace is a concrete run, so each question is cheap. The same scheme as
-``blocks/reach_traces.py``, for systems that are not block encodings.
+trace is a concrete run, so each question is cheap. Every system checked
+this way (the block profiles' step level too) is listed in
+``reach_recordings.RECORDINGS``.
 
 A guard narrowed since the recording makes its trace infeasible or the goal
 false at its step: the row fails naming the transition and the case (a

@@ -370,15 +370,15 @@ def run_blocks(
 
 def _reach_row(prof: ProfileEncoding) -> list[str]:
     """REACHABLE: every case of every step on a trace from the initial state, the recorded
-    traces checked again pinned (``blocks/reach_traces.py``); no row where none are recorded."""
-    from kvspec.reference.smt.blocks import reach_traces
+    traces checked again pinned (``smt/recorded.py``, ``reach_recordings``); no row where none are recorded."""
+    from kvspec.reference.smt import reach_recordings
 
-    if not reach_traces.recorded(prof.name):
-        why = reach_traces.NOT_RECORDED.get(prof.name, "no recorded traces")
-        print(f"REACHABLE: not checked for {prof.name} ({why})")
+    key = f"{prof.name}-step"
+    if not reach_recordings.recorded_for(key):
+        print(reach_recordings.not_checked(key))
         return []
     t1 = time.perf_counter()
-    chk = reach_traces.check(prof)
+    chk = reach_recordings.check(key)
     secs = f"{time.perf_counter() - t1:.2f}s"
     print(_row(["REACHABLE", "ok" if not chk.problems else "FAILED", chk.summary(), secs]))
     return chk.problems
