@@ -58,7 +58,7 @@ quick: setup
 # and the packages both lists pin are pinned alike, so the install changes nothing mypy reads.
 test: setup
 	$(MAKE) --no-print-directory -j2 --output-sync=target engines lint
-	$(BIN)/pytest -n $(JOBS) --dist $(DIST) tests
+	$(BIN)/pytest -n $(JOBS) --dist $(DIST) --durations=25 tests
 	$(MAKE) --no-print-directory -j$(GATE_JOBS) --output-sync=target gates
 
 # The gates after the tests: independent runs, so make runs GATE_JOBS of them side by side (-j;
