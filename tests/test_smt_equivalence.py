@@ -34,11 +34,15 @@ def test_vllm_equal_at_depth_2() -> None:
     assert not rep.progress_violations
 
 
-def test_vllm_eviction_ignoring_owners_is_caught() -> None:
-    rep = explore(VllmSubject(tw=frozenset({"evict-ignores-owners"})), 3)
-    assert not rep.equal
-    d = rep.differences[0]
-    assert d.only_encoding and not d.only_model  # the encoding allows more than the model
+def test_vllm_eviction_ignoring_owners_is_caught(capsys: pytest.CaptureFixture[str]) -> None:
+    """Through the CLI (its exit code 1 for a difference is checked here, not on a second walk of
+    the same mutant in test_cli_exit_codes): the walk stops at the first difference, printed with
+    its two sides."""
+    assert equivalence_main(["--profile", "vllm", "--depth", "3", "--mutant", "evict-ignores-owners"]) == 1
+    out = capsys.readouterr().out
+    assert out.count("from the initial state:") == 1  # one difference: the first
+    # the encoding allows more than the model
+    assert "encoding only:" in out and "model only:" not in out
 
 
 @pytest.mark.parametrize("profile", ["kvbm", "legacy", "atomic"])
@@ -110,8 +114,7 @@ def test_engine_closed_when_no_new_state() -> None:
 def test_cli_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
     assert equivalence_main(["--profile", "vllm", "--depth", "1"]) == 0
     assert "EQUIV-VLLM" in capsys.readouterr().out
-    assert equivalence_main(["--profile", "vllm", "--depth", "3", "--mutant", "evict-ignores-owners"]) == 1
-    assert "encoding only" in capsys.readouterr().out
+    # exit 1 (a difference): test_vllm_eviction_ignoring_owners_is_caught
     assert equivalence_main(["--profile", "vllm", "--mutant", "no-such"]) == 2
     assert equivalence_main(["--profile", "vllm", "--model-bug", "promote-existing-leaks-slot"]) == 2
 
@@ -176,7 +179,8 @@ def test_vllm_step_encoding_simulates_the_operation_encoding(monkeypatch: pytest
 def test_progress_holds_and_a_refusing_model_violates_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """PROGRESS-NO-DEADLOCK and PROGRESS-USE-FITS hold at depth 2 (test_vllm_equal_at_depth_2
     checks them on its walk); a model whose Deref is always refused (work held, nothing releases
-    it) violates NO-DEADLOCK."""
+    it) violates NO-DEADLOCK, in the first state that holds a block: the walk stops after the
+    first states (``max_states``; the whole depth-1 walk cost 3 times as much for the same finding)."""
     from kvspec.reference.vllm_pool import VllmPoolModel
     from kvspec.spec.errors import InvalidOperation
     from kvspec.spec.rules import rid
@@ -185,5 +189,5 @@ def test_progress_holds_and_a_refusing_model_violates_it(monkeypatch: pytest.Mon
         raise InvalidOperation(rid("DEREF-UNKNOWN"), "seeded: every Deref refused")
 
     monkeypatch.setattr(VllmPoolModel, "_deref", refuse)
-    rep = explore(VllmSubject(), 1, first=False)
+    rep = explore(VllmSubject(), 1, first=False, max_states=3)
     assert any(v.startswith("PROGRESS-NO-DEADLOCK") for v in rep.progress_violations)
