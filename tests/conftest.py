@@ -421,6 +421,31 @@ def shared_dir(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
     return path
 
 
+#: ``once_per_run(NAME, make)``: see the fixture
+OncePerRun = Callable[[str, Callable[[Path], str]], str]
+
+
+@pytest.fixture(scope="session")
+def once_per_run(tmp_path_factory: pytest.TempPathFactory) -> OncePerRun:
+    """``once_per_run(NAME, make)``: the answer of ``make(folder)`` (a str), computed once a run for
+    every test that asks by ``NAME``: the first xdist worker to ask runs it in a folder every worker
+    sees, under a lock, and keeps the answer there; the others wait and read it. For an expensive
+    child run whose output several tests check."""
+    import fcntl
+
+    def get(name: str, make: Callable[[Path], str]) -> str:
+        shared = shared_dir(tmp_path_factory, name)
+        answer = shared / "answer.txt"
+        with open(shared / "lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not answer.is_file():
+                text = make(shared)
+                answer.write_text(text)
+            return answer.read_text()
+
+    return get
+
+
 @pytest.fixture(scope="session")
 def built_wheel(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """kvspec's wheel, built once a run (the first xdist worker to need it
