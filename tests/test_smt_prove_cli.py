@@ -84,6 +84,10 @@ def test_plain_prove_runs_every_profile_with_one_summary_each(
     assert "skipped: the --unbounded levels of kvbm-offload and radix" in out
 
 
+def test_every_encoding_has_a_runner_and_nothing_else_does() -> None:
+    assert set(cli_prove.RUNNERS) == set(flags.PROFILES)
+
+
 def test_an_unknown_says_it_timed_out_and_exits_3(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -27,12 +27,29 @@ BLOCK_ENCODINGS = (KVBM_NAME, LEGACY_NAME, ATOMIC_NAME)
 
 @dataclass(frozen=True)
 class ExhaustiveBound:
-    """One profile's exhaustive bound: what its subject is built with, and the depth."""
+    """One profile's exhaustive bound: what its subject is built with, and the depth; and its seeds:
+    the encoding mutants and model bugs ``--mutant`` / ``--model-bug`` / ``--campaign`` run, and
+    where ``kvspec prove`` refutes a mutant the walk does not catch."""
 
     profile: str
     depth: int
     text: str
     build: Callable[[str | None, str | None], Any]
+    #: the seeded encoding bugs this check runs: those that change what the encoding does (a mutant
+    #: that only drops a caller contract is for ``kvspec prove``)
+    mutants: Callable[[], list[str]]
+    #: the seeded bugs of the Python model that apply to this profile
+    model_bugs: Callable[[], list[str]]
+    #: mutant -> the transition at which ``kvspec prove`` refutes it (None: it does not)
+    refutes: Callable[[str], str | None]
+
+
+def _none() -> list[str]:
+    return []
+
+
+def _not_refuted(mutant: str) -> str | None:
+    return None
 
 
 def _vllm(mutant: str | None, model_bug: str | None) -> Any:
@@ -41,7 +58,19 @@ def _vllm(mutant: str | None, model_bug: str | None) -> Any:
     return VllmSubject(capacity=2, hashes=2, uuids=1, tw=frozenset({mutant}) if mutant else frozenset())
 
 
-def _blocks(profile: str) -> Callable[[str | None, str | None], Any]:
+def _vllm_mutants() -> list[str]:
+    from kvspec.reference.smt.vllm import ops
+
+    return [m for m in ops.MUTANTS if not m.startswith("contract-")]
+
+
+def _vllm_refutes(mutant: str) -> str | None:
+    from kvspec.reference.smt.vllm import ops
+
+    return ops.refute(mutant) if mutant in ops.MUTANTS else None
+
+
+def _blocks_bound(profile: str) -> ExhaustiveBound:
     def build(mutant: str | None, model_bug: str | None) -> Any:
         from kvspec.reference.smt.blocks.equivalence import BlocksSubject
         from kvspec.reference.smt.blocks.model_bugs import MODEL_BUGS
@@ -49,13 +78,36 @@ def _blocks(profile: str) -> Callable[[str | None, str | None], Any]:
         cls = MODEL_BUGS[model_bug][1] if model_bug else None
         return BlocksSubject(profile, capacity=2, hashes=3, mutant=mutant, model_class=cls)
 
-    return build
+    def mutants() -> list[str]:
+        from kvspec.reference.smt.blocks.agreement import agreement_mutants
+        from kvspec.reference.smt.blocks.encoding_mutants import guard_mutants
+
+        return agreement_mutants(profile) + [m.name for m in guard_mutants(profile)]
+
+    def model_bugs() -> list[str]:
+        from kvspec.reference.smt.blocks.model_bugs import MODEL_BUGS
+
+        return [name for name, (profiles, _cls, _rule) in MODEL_BUGS.items() if profile in profiles]
+
+    def refutes(mutant: str) -> str | None:
+        from kvspec.reference.smt.blocks.encoding import refute
+
+        prof = _blocks_profile(profile)
+        return refute(prof, mutant) if mutant in prof.mutants else None
+
+    return ExhaustiveBound(profile, 3, "2 slots, hashes 0-2, uuid u0", build, mutants, model_bugs, refutes)
 
 
 def _offload(mutant: str | None, model_bug: str | None) -> Any:
     from kvspec.reference.smt.offload.agreement.equivalence import OffloadSubject
 
     return OffloadSubject(mutant=mutant)
+
+
+def _offload_mutants() -> list[str]:
+    from kvspec.reference.smt.offload.agreement.encoding_mutants import ENCODING_MUTANTS, EQUIVALENCE_MUTANTS
+
+    return [m.name for m in [*ENCODING_MUTANTS, *EQUIVALENCE_MUTANTS]]
 
 
 def _radix(mutant: str | None, model_bug: str | None) -> Any:
@@ -66,11 +118,55 @@ def _radix(mutant: str | None, model_bug: str | None) -> Any:
                              mutant=mutant)  # fmt: skip
 
 
+def _radix_mutants() -> list[str]:
+    from kvspec.reference.smt.order.encoding import RADIX_ORDER, mutants_of
+
+    return mutants_of(RADIX_ORDER)
+
+
+def _radix_bugs() -> list[str]:
+    from kvspec.reference.smt.order.radix_equivalence import MODEL_BUGS as RADIX_BUGS
+
+    return list(RADIX_BUGS)
+
+
+def _radix_refutes(mutant: str) -> str | None:
+    from kvspec.reference.smt.order.encoding import RADIX_ORDER
+    from kvspec.reference.smt.order.encoding import refute as refute_order
+
+    return refute_order(RADIX_ORDER, mutant)
+
+
 def _paged(mutant: str | None, model_bug: str | None) -> Any:
     from kvspec.reference.paged import PagedModel
     from kvspec.reference.smt.managers.paged_equivalence import MODEL_BUGS, PagedSubject
 
     return PagedSubject(mutant=mutant, model_class=MODEL_BUGS[model_bug] if model_bug else PagedModel)
+
+
+def _paged_mutants() -> list[str]:
+    from kvspec.reference.smt.cli.managers import PAGED_MUTANTS
+    from kvspec.reference.smt.managers.paged_equivalence import EQUIVALENCE_MUTANTS as PAGED_EQ
+
+    return [*PAGED_MUTANTS, *PAGED_EQ]
+
+
+def _paged_bugs() -> list[str]:
+    from kvspec.reference.smt.managers.paged_equivalence import MODEL_BUGS as PAGED_BUGS
+
+    return list(PAGED_BUGS)
+
+
+def _paged_refutes(mutant: str) -> str | None:
+    """The transition at which ``kvspec prove --profile paged`` finds a counterexample with
+    ``mutant`` in force (None: it proves the invariant; the mutant keeps it)."""
+    from kvspec.reference.smt.cli.managers import PAGED_MUTANTS
+    from kvspec.reference.smt.managers import paged
+    from kvspec.reference.smt.managers.paged_equivalence import EQUIVALENCE_MUTANTS as PAGED_EQ
+
+    where, broken = {**PAGED_MUTANTS, **PAGED_EQ}[mutant]
+    proofs, _ = paged.prove_paged(paged.PagedBound(), {**paged.TRANSITIONS, where: broken})
+    return next((p.transition for p in proofs if not p.proven), None)
 
 
 def _session(mutant: str | None, model_bug: str | None) -> Any:
@@ -80,18 +176,47 @@ def _session(mutant: str | None, model_bug: str | None) -> Any:
     return SessionSubject(mutant=mutant, model_class=MODEL_BUGS[model_bug] if model_bug else SessionModel)
 
 
+def _session_mutants() -> list[str]:
+    from kvspec.reference.smt.cli.managers import SESSION_MUTANTS
+    from kvspec.reference.smt.managers.session_equivalence import EQUIVALENCE_MUTANTS as SESSION_EQ
+
+    return [*SESSION_MUTANTS, *SESSION_EQ]
+
+
+def _session_bugs() -> list[str]:
+    from kvspec.reference.smt.managers.session_equivalence import MODEL_BUGS as SESSION_BUGS
+
+    return list(SESSION_BUGS)
+
+
+def _session_refutes(mutant: str) -> str | None:
+    """As ``_paged_refutes``, for ``kvspec prove --profile session``."""
+    from kvspec.reference.smt.cli.managers import SESSION_MUTANTS, SESSION_SLOTS
+    from kvspec.reference.smt.managers import session
+    from kvspec.reference.smt.managers.session_equivalence import EQUIVALENCE_MUTANTS as SESSION_EQ
+
+    where, broken = {**SESSION_MUTANTS, **SESSION_EQ}[mutant]
+    proofs, _ = session.prove_session(SESSION_SLOTS, {**session.TRANSITIONS, where: broken})
+    return next((p.transition for p in proofs if not p.proven), None)
+
+
 #: profile -> its bound and default depth (whether the walk closes its frontier: benchmarks/equivalence.py)
+#: and its seeds; every question about one profile is a lookup here, not a chain of name tests
 BOUNDS: dict[str, ExhaustiveBound] = {
     b.profile: b
     for b in (
-        ExhaustiveBound(KVBM_OFFLOAD, 3, "2 slots, hashes 0->1 and 2, G2 of 1, uuid u0, LRU", _offload),
-        ExhaustiveBound(VLLM_NAME, 6, "2 blocks, hashes 0-1, uuid u0", _vllm),
-        *(ExhaustiveBound(p, 3, "2 slots, hashes 0-2, uuid u0", _blocks(p)) for p in BLOCK_ENCODINGS),
-        ExhaustiveBound(RADIX, 4, "page 1, capacity 3, keys 1, 12, 13, 2, lock a; recency order", _radix),
-        ExhaustiveBound(PAGED, 8, "2+2 blocks of 1 token, sequences a b, prefix p", _paged),
-        ExhaustiveBound(SESSION, 6, "2 slots, sessions s0-s2, generations up to a shift", _session),
+        ExhaustiveBound(KVBM_OFFLOAD, 3, "2 slots, hashes 0->1 and 2, G2 of 1, uuid u0, LRU", _offload,
+                        _offload_mutants, _none, _not_refuted),
+        ExhaustiveBound(VLLM_NAME, 6, "2 blocks, hashes 0-1, uuid u0", _vllm, _vllm_mutants, _none, _vllm_refutes),
+        *(_blocks_bound(p) for p in BLOCK_ENCODINGS),
+        ExhaustiveBound(RADIX, 4, "page 1, capacity 3, keys 1, 12, 13, 2, lock a; recency order", _radix,
+                        _radix_mutants, _radix_bugs, _radix_refutes),
+        ExhaustiveBound(PAGED, 8, "2+2 blocks of 1 token, sequences a b, prefix p", _paged,
+                        _paged_mutants, _paged_bugs, _paged_refutes),
+        ExhaustiveBound(SESSION, 6, "2 slots, sessions s0-s2, generations up to a shift", _session,
+                        _session_mutants, _session_bugs, _session_refutes),
     )
-}
+}  # fmt: skip
 #: profile -> its row id (SPEC.md, "Proven invariants": EQUIV-KVBM-OFFLOAD, EQUIV-VLLM, ...)
 EQUIV_ROWS: dict[str, str] = {p: f"EQUIV-{p.upper()}" for p in BOUNDS}
 BIND_ROW = "BIND-VLLM-STEPS"
@@ -106,51 +231,12 @@ ORDER_POLICIES: dict[str, tuple[tuple[str, int], ...]] = {
 def mutants(profile: str) -> list[str]:
     """The seeded encoding bugs of ``profile`` this check runs (``--mutant``): those that change
     what the encoding does (a mutant that only drops a caller contract is for ``kvspec prove``)."""
-    if profile == VLLM_NAME:
-        from kvspec.reference.smt.vllm import ops
-
-        return [m for m in ops.MUTANTS if not m.startswith("contract-")]
-    if profile == RADIX:
-        from kvspec.reference.smt.order.encoding import RADIX_ORDER, mutants_of
-
-        return mutants_of(RADIX_ORDER)
-    if profile == PAGED:
-        from kvspec.reference.smt.cli.managers import PAGED_MUTANTS
-        from kvspec.reference.smt.managers.paged_equivalence import EQUIVALENCE_MUTANTS as PAGED_EQ
-
-        return [*PAGED_MUTANTS, *PAGED_EQ]
-    if profile == SESSION:
-        from kvspec.reference.smt.cli.managers import SESSION_MUTANTS
-        from kvspec.reference.smt.managers.session_equivalence import EQUIVALENCE_MUTANTS as SESSION_EQ
-
-        return [*SESSION_MUTANTS, *SESSION_EQ]
-    if profile == KVBM_OFFLOAD:
-        from kvspec.reference.smt.offload.agreement.encoding_mutants import ENCODING_MUTANTS, EQUIVALENCE_MUTANTS
-
-        return [m.name for m in [*ENCODING_MUTANTS, *EQUIVALENCE_MUTANTS]]
-    from kvspec.reference.smt.blocks.agreement import agreement_mutants
-    from kvspec.reference.smt.blocks.encoding_mutants import guard_mutants
-
-    return agreement_mutants(profile) + [m.name for m in guard_mutants(profile)]
+    return BOUNDS[profile].mutants()
 
 
 def model_bugs(profile: str) -> list[str]:
     """The seeded model bugs that apply to ``profile`` (``--model-bug``)."""
-    if profile == RADIX:
-        from kvspec.reference.smt.order.radix_equivalence import MODEL_BUGS as RADIX_BUGS
-
-        return list(RADIX_BUGS)
-    if profile == PAGED:
-        from kvspec.reference.smt.managers.paged_equivalence import MODEL_BUGS as PAGED_BUGS
-
-        return list(PAGED_BUGS)
-    if profile == SESSION:
-        from kvspec.reference.smt.managers.session_equivalence import MODEL_BUGS as SESSION_BUGS
-
-        return list(SESSION_BUGS)
-    from kvspec.reference.smt.blocks.model_bugs import MODEL_BUGS
-
-    return [name for name, (profiles, _cls, _rule) in MODEL_BUGS.items() if profile in profiles]
+    return BOUNDS[profile].model_bugs()
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -263,42 +349,7 @@ def _order_row(policy: str, depth: int, bug: str | None = None) -> bool:
 
 def _prove_refutes(profile: str, mutant: str) -> str | None:
     """Where ``kvspec prove``'s machinery refutes ``mutant`` (None: it does not, or has no such mutant)."""
-    if profile == VLLM_NAME:
-        from kvspec.reference.smt.vllm import ops
-
-        return ops.refute(mutant) if mutant in ops.MUTANTS else None
-    if profile == RADIX:
-        from kvspec.reference.smt.order.encoding import RADIX_ORDER
-        from kvspec.reference.smt.order.encoding import refute as refute_order
-
-        return refute_order(RADIX_ORDER, mutant)
-    if profile in (PAGED, SESSION):
-        return _prove_manager_refutes(profile, mutant)
-    if profile in BLOCK_ENCODINGS:
-        from kvspec.reference.smt.blocks.encoding import refute
-
-        prof = _blocks_profile(profile)
-        return refute(prof, mutant) if mutant in prof.mutants else None
-    return None
-
-
-def _prove_manager_refutes(profile: str, mutant: str) -> str | None:
-    """The transition at which ``kvspec prove --profile paged|session`` finds a counterexample with
-    ``mutant`` in force (None: it proves the invariant; the mutant keeps it)."""
-    from kvspec.reference.smt.cli.managers import PAGED_MUTANTS, SESSION_MUTANTS, SESSION_SLOTS
-    from kvspec.reference.smt.managers import paged, session
-
-    if profile == PAGED:
-        from kvspec.reference.smt.managers.paged_equivalence import EQUIVALENCE_MUTANTS as PAGED_EQ
-
-        where, broken = {**PAGED_MUTANTS, **PAGED_EQ}[mutant]
-        proofs, _ = paged.prove_paged(paged.PagedBound(), {**paged.TRANSITIONS, where: broken})
-        return next((p.transition for p in proofs if not p.proven), None)
-    from kvspec.reference.smt.managers.session_equivalence import EQUIVALENCE_MUTANTS as SESSION_EQ
-
-    swhere, sbroken = {**SESSION_MUTANTS, **SESSION_EQ}[mutant]
-    sproofs, _ = session.prove_session(SESSION_SLOTS, {**session.TRANSITIONS, swhere: sbroken})
-    return next((p.transition for p in sproofs if not p.proven), None)
+    return BOUNDS[profile].refutes(mutant)
 
 
 def _blocks_profile(profile: str) -> Any:

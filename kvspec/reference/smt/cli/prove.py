@@ -167,28 +167,51 @@ def _check_values(args: argparse.Namespace) -> str | None:
     return None
 
 
-def _runner(profile: str) -> Callable[[argparse.Namespace], int]:
-    if profile == KVBM_OFFLOAD:
-        from kvspec.reference.smt.cli.offload import run_offload
+def _run_offload(profile: str, a: argparse.Namespace) -> int:
+    from kvspec.reference.smt.cli.offload import run_offload
 
-        return run_offload
-    if profile in (PAGED, SESSION):
-        from kvspec.reference.smt.cli.managers import run_manager
+    return run_offload(a)
 
-        return lambda a: run_manager(profile, a.mutant, a.timeout, a.counterexamples)
-    if profile == VLLM_NAME:
-        from kvspec.reference.smt.cli.profiles import run_vllm
 
-        return lambda a: run_vllm(a.mutant, a.timeout, a.counterexamples)
-    if profile == RADIX:
-        from kvspec.reference.smt.cli.radix import run_radix
+def _run_manager(profile: str, a: argparse.Namespace) -> int:
+    from kvspec.reference.smt.cli.managers import run_manager
 
-        return lambda a: run_radix(
-            a.mutant, unbounded=a.unbounded, timeout_s=a.timeout, counterexamples=a.counterexamples
-        )
+    return run_manager(profile, a.mutant, a.timeout, a.counterexamples)
+
+
+def _run_vllm(profile: str, a: argparse.Namespace) -> int:
+    from kvspec.reference.smt.cli.profiles import run_vllm
+
+    return run_vllm(a.mutant, a.timeout, a.counterexamples)
+
+
+def _run_radix(profile: str, a: argparse.Namespace) -> int:
+    from kvspec.reference.smt.cli.radix import run_radix
+
+    return run_radix(a.mutant, unbounded=a.unbounded, timeout_s=a.timeout, counterexamples=a.counterexamples)
+
+
+def _run_blocks(profile: str, a: argparse.Namespace) -> int:
     from kvspec.reference.smt.cli.profiles import run_blocks
 
-    return lambda a: run_blocks(profile, a.mutant, a.timeout, a.counterexamples)
+    return run_blocks(profile, a.mutant, a.timeout, a.counterexamples)
+
+
+#: encoding (``--profile``) -> how it is run: a lookup, so that an encoding without a runner is a
+#: KeyError here and a failing test (tests/test_smt_prove_cli.py), not a silent fall-through
+RUNNERS: dict[str, Callable[[str, argparse.Namespace], int]] = {
+    KVBM_OFFLOAD: _run_offload,
+    PAGED: _run_manager,
+    SESSION: _run_manager,
+    VLLM_NAME: _run_vllm,
+    RADIX: _run_radix,
+    **dict.fromkeys(COUNTEREXAMPLE_PROFILES, _run_blocks),
+}
+
+
+def _runner(profile: str) -> Callable[[argparse.Namespace], int]:
+    run_one = RUNNERS[profile]
+    return lambda a: run_one(profile, a)
 
 
 def run(args: argparse.Namespace) -> int:
