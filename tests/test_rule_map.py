@@ -170,6 +170,34 @@ def test_the_z3_guards_and_the_model_use_the_same_names() -> None:
     places = labelled_places()
     g1 = {r for r, where in places.items() if any(w.startswith("kvspec/reference/g1.py") for w in where)}
     assert {g.value for g in guards} - g1 == set()
+    # and the model's tables name each of them (a transition's rule, its events' label, an operation's)
+    assert {g.value for g in guards} - G1Model.named_rules() == set()
+
+
+def test_the_g1_tables_name_catalogue_rules_and_their_methods() -> None:
+    """The G1 model is a block model (``reference.transitions.BlockModel``): its tables name only
+    catalogue rules and methods it has, and a Use's blocks are tried hit before placement."""
+    G1Model.check_tables()
+    assert set(G1Model.rules()) <= {r.value for r in RuleId}
+    assert G1Model.rules()[:6] == (
+        "USE-HIT-INACTIVE",
+        "USE-HIT-ACTIVE",
+        "USE-NEW",
+        "USE-PARTIAL",
+        "OFFLOAD-BLOCKS-USE",
+        "USE-CAPACITY",
+    )
+
+
+def test_a_block_table_naming_a_missing_method_is_refused() -> None:
+    class Typo(G1Model):
+        TABLES: ClassVar[Sequence[Sequence[Transition[Any, Any]]]] = (
+            *G1Model.TABLES,
+            (Transition("USE-NEW", Use, "_slot_for_ful", "_place_new"),),
+        )
+
+    with pytest.raises(NoTransition, match="_slot_for_ful"):
+        Typo.check_tables()
 
 
 # ------------------------------------------------------- the labels themselves

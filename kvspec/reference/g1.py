@@ -23,26 +23,33 @@ Where the profiles differ (see spec/SPEC.md, "Profiles"):
   changes nothing; inactive hits of the batch are pinned before any eviction;
   each reused block in the batch closes the current Stored group and anchors
   the next; two full blocks at one position are rejected.
+
+The rules are transitions (``reference.transitions``, block operations): per
+operation an effect (``OPERATIONS``), per block the first transition of a
+table whose guard holds (``HIT``, ``PLACE``, ``DEREF``, ``EVICTION``, ...,
+at the end of the module); each event is published with the label of the
+transition that decided its blocks.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from kvspec.reference.g2_tier import G2Entry, G2Tier
-from kvspec.reference.labels import EventLabel, Trace, label
+from kvspec.reference.labels import label
 from kvspec.reference.lower_tiers import LowerTiers
 from kvspec.reference.offload_link import SharedLink
 from kvspec.reference.outcome import Step
 from kvspec.reference.policies import Frequency, LineagePolicy, Policy, make_policy
+from kvspec.reference.transitions import BlockModel, BlockOperation, Transition, always
 from kvspec.reference.validation import check_use_shape
 from kvspec.spec.config import ManagerConfig, OffloadConfig
 from kvspec.spec.errors import ConfigError, InvalidOperation
 from kvspec.spec.registry import ATOMIC_NAME, KVBM_NAME
-from kvspec.spec.rules import RuleId, rid
+from kvspec.spec.rules import RuleId, RuleName, rid
 from kvspec.spec.wire import (
     BlockRef,
     Counters,
@@ -151,8 +158,188 @@ class _Batch:
     reserved: int = 0
 
 
-class G1Model:
+@dataclass(slots=True)
+class _UseWalk:
+    """A Use in progress: what the transitions of its blocks read and extend."""
+
+    op: Use
+    prefer: Collection[int]
+    #: the parent the next newly registered block records (the block before it)
+    meta_parent: int | None
+    #: the newly registered blocks of the current Stored group, and their metadata
+    new_seqs: list[int] = field(default_factory=list)
+    new_meta: list[Block] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Slot:
+    """A block of a Use that needed a slot, and what taking one gave (a partial block the Use's
+    request already holds keeps its slot: ``got``, no victim)."""
+
+    walk: _UseWalk
+    ref: BlockRef
+    #: its index among the Use's full blocks
+    idx: int
+    got: bool
+    victim: int | None
+
+
+@dataclass(slots=True)
+class _Evicted:
+    """A victim of one operation, when its Removed is published (``_publish_evictions``)."""
+
+    seq: int
+    meta: Block
+    handled: set[int]
+    #: what goes to G2 on a shared link (the operation's one offload job)
+    sent: list[G2Entry]
+
+
+@dataclass(slots=True)
+class _Reservation:
+    """A swap-in that reserved a G1 slot for every block of its run."""
+
+    op: SwapIn
+    prefix: list[tuple[int, Plh, G2Entry]]
+    staged: list[tuple[str, G2Entry]]
+    seqs: list[int]
+    evicted: list[int]
+    reserved: int
+    lineage: bool
+
+
+@dataclass(slots=True)
+class _Landing:
+    """One block of a completed onboard, and the Stored group being built."""
+
+    seq: int
+    plh: Plh
+    meta: G2Entry
+    group: list[int]
+    group_meta: list[Block]
+    #: [anchor of the current group, parent of the next registered block]
+    links: list[int | None]
+
+
+def _holds_owner(m: object, item: tuple[BlockRef, Block | None]) -> bool:
+    return item[1] is not None
+
+
+def _staging(m: object, item: tuple[int, bool]) -> bool:
+    return item[1]
+
+
+# ---------------------------------------------------------------- the tables
+#: an owner joins a registered block
+HIT: tuple[Transition[Any, Any], ...] = (
+    Transition("USE-HIT-INACTIVE", Block, "_inactive", "_join_inactive"),
+    Transition("USE-HIT-ACTIVE", Block, always, "_join_active"),
+)
+#: an atomic Use pins its inactive hits before any allocation
+PIN: tuple[Transition[Any, Any], ...] = (Transition("USE-HIT-INACTIVE", Block, always, "_pin"),)
+#: a block of a Use that needed a slot (or a partial block already held): placed, or the Use stops
+USE_NEW: Transition[Any, Any] = Transition("USE-NEW", _Slot, "_slot_for_full", "_place_new", publishes=_STORED)
+PLACE: tuple[Transition[Any, Any], ...] = (
+    USE_NEW,
+    Transition("USE-PARTIAL", _Slot, "_slot_got", "_place_partial"),
+    Transition("OFFLOAD-BLOCKS-USE", _Slot, "_slot_quarantined", "_blocked", result=True),
+    Transition("USE-CAPACITY", _Slot, always, "_out_of_slots"),
+)
+#: an atomic Use that cannot place every block changes nothing
+REFUSE: tuple[Transition[Any, Any], ...] = (Transition("USE-CAPACITY", Use, always, "_refuse_whole"),)
+#: the policy's victim leaves the pool and the registry (its Removed: with an offload tier, at once)
+EVICTION: tuple[Transition[Any, Any], ...] = (
+    Transition("EVICT-POLICY", int, "_untiered", "_evict_block", publishes=_EVICTED),
+    Transition("EVICT-POLICY", int, always, "_evict_block", publishes=_EVICTED_OFFLOAD),
+)
+#: an operation's victims are published after its Stored
+EVICTIONS_OUT: tuple[Transition[Any, Any], ...] = (Transition("EVENT-ORDER", list, always, "_publish_evicted"),)
+#: with an offload tier, a victim's slot is held until its copy has landed
+QUARANTINE: tuple[Transition[Any, Any], ...] = (Transition("QUARANTINE-HOLD", _Evicted, always, "_quarantine"),)
+RELEASE: tuple[Transition[Any, Any], ...] = (Transition("QUARANTINE-RELEASE", int, always, "_give_back_slots"),)
+#: one Deref'd block of a validated Deref
+DEREF: tuple[Transition[Any, Any], ...] = (
+    Transition("DEREF-OWNER", tuple, _holds_owner, "_drop_owner"),
+    Transition("DEREF-PARTIAL", tuple, always, "_drop_partial"),
+)
+PROMOTE_NEW: Transition[Any, Any] = Transition("PROMOTE-NEW", Promote, always, "_promote_new", publishes=_STORED)
+PROMOTE: tuple[Transition[Any, Any], ...] = (
+    Transition("PROMOTE-EXISTING", Promote, "_promotes_registered", "_promote_existing", result=True),
+    PROMOTE_NEW,
+)
+TICK: tuple[Transition[Any, Any], ...] = (Transition("TIME-MONOTONIC", Tick, always, "_advance"),)
+#: a G2 victim (seq, made room for a block staged from G3/G4)
+G2_EVICTION: tuple[Transition[Any, Any], ...] = (
+    Transition("G2-EVICT", tuple, _staging, "_g2_removed", publishes=_STAGED_EVICTED),
+    Transition("G2-EVICT", tuple, always, "_g2_removed", publishes=_G2_EVICTED),
+)
+G2_STORE: tuple[Transition[Any, Any], ...] = (
+    Transition("G2-STORE-ON-COMPLETE", G2Entry, always, "_g2_store", publishes=_G2_STORED),
+)
+RESERVE: tuple[Transition[Any, Any], ...] = (Transition("SWAPIN-RESERVE", _Reservation, always, "_reserved"),)
+#: one block of a completed onboard
+SWAPIN_ANCHOR: Transition[Any, Any] = Transition(
+    "SWAPIN-ANCHOR", _Landing, always, "_land_onboarded", publishes=_ONBOARDED
+)
+ONBOARD: tuple[Transition[Any, Any], ...] = (
+    Transition("SWAPIN-SKIP-PRESENT", _Landing, "_present", "_skip_present"),
+    SWAPIN_ANCHOR,
+)
+#: the lower tiers' events this worker publishes: the tiers decided their blocks (and name
+#: TIER-EVENTS when they did, ``reference.lower_tiers``); never taken here, only the label
+TIER_EVENTS: Transition[Any, Any] = Transition("TIER-EVENTS", tuple, always, always, publishes=_TIER_EVENT)
+
+
+def _rejected(rule: RuleName, why: str) -> Any:
+    def effect(m: object, op: Operation, prefer: Collection[int]) -> Step:
+        raise InvalidOperation(rid(rule), why)
+
+    return effect
+
+
+#: the operations: the effect that walks each through the tables, and the rule of its result
+OPERATIONS: tuple[BlockOperation, ...] = (
+    BlockOperation(Use, lambda m, op, prefer: m._use(op, prefer), "USE-CAPACITY"),
+    BlockOperation(Deref, lambda m, op, prefer: m._deref(op), "DEREF-OWNER"),
+    BlockOperation(Promote, lambda m, op, prefer: m._promote(op), "PROMOTE-NEW"),
+    BlockOperation(
+        Tick,
+        lambda m, op, prefer: m._tick(op),
+        "TIME-MONOTONIC",
+        silent=(("device", "stored", "SWAPIN-SKIP-PRESENT"), ("device", "removed", "DEVICE-REMOVE-IMMEDIATE")),
+    ),
+    BlockOperation(SwapIn, lambda m, op, prefer: m._swap_in(op, prefer), "SWAPIN-RESERVE"),
+    BlockOperation(
+        Destroy, _rejected("DESTROY-ACTIVE", "Destroy is an operation of the legacy profile only"), "DESTROY-ACTIVE"
+    ),
+    BlockOperation(
+        Reset, _rejected("CLEAR-ALL", "a prefix-cache reset is an operation of the vllm profile only"), "CLEAR-ALL"
+    ),
+    BlockOperation(object, lambda m, op, prefer: m._unknown(op), "USE-VALIDATE"),
+)
+
+
+class G1Model(BlockModel):
     """Reference model of one G1 manager (profiles kvbm and atomic)."""
+
+    OPERATIONS: ClassVar[Sequence[BlockOperation]] = OPERATIONS
+    TABLES: ClassVar[Sequence[Sequence[Transition[Any, Any]]]] = (
+        HIT,
+        PIN,
+        PLACE,
+        REFUSE,
+        EVICTION,
+        EVICTIONS_OUT,
+        QUARANTINE,
+        RELEASE,
+        DEREF,
+        PROMOTE,
+        TICK,
+        G2_EVICTION,
+        G2_STORE,
+        RESERVE,
+        ONBOARD,
+    )
 
     #: the lockstep's follow modes (``conformance/block/follow.py``):
     #: condition -> (the rule departed from, the switch that runs it)
@@ -210,8 +397,7 @@ class G1Model:
         self.waiting: list[_Batch] = []  # batches waiting for a transfer slot
         self.inflight: dict[PlhId, int] = {}  # lineage hashes on their way to G2 (dedup)
         self._evicted_meta: dict[int, Block] = {}
-        #: the rules behind the current step (``reference.labels``)
-        self.trace = Trace()
+        self.begin_step()
         # the lower tiers (G3, G4): shared with the other workers of the
         # process when a ``process.Process`` passes them in
         self.worker = worker
@@ -316,13 +502,13 @@ class G1Model:
         return self.apply(op)
 
     def apply(self, op: Operation, *, prefer: Collection[int] = ()) -> Step:
-        self.trace.start()
+        self.begin_step()
         if self.tiers is not None:
-            self.tiers.did = self.trace.did  # type: ignore[assignment]
-        step = self._dispatch(op, prefer)
+            self.tiers.did = self.applied
+        step: Step = self.run_operation(op, prefer)
         if self.outbox:
             step.events = [*step.events, *self.drain_outbox()]
-        step.labels = self.trace.labels(step.events)
+        step.labels = self.step_labels(step.events)
         return step
 
     # ------------------------------------------------------ lower tiers (G3/G4)
@@ -345,7 +531,7 @@ class G1Model:
                     token_ids=[e.token_ids] if e.token_ids is not None else None,
                 )
                 self.next_event_id += 1
-            out.append(self.trace.event(ev, _TIER_EVENT))
+            out.append(self.publish(ev, TIER_EVENTS))
         self.outbox = []
         return out
 
@@ -370,7 +556,7 @@ class G1Model:
         for e in entries:
             if e.seq not in self.g2tier:
                 got, victims = self.g2tier.make_room()
-                self._pending_tier_g2_events.extend(self._g2_evicted(victims, _STAGED_EVICTED))
+                self._pending_tier_g2_events.extend(self._g2_evicted(victims, staged=True))
                 if not got:
                     continue
                 self.g2tier.register(e)
@@ -380,21 +566,7 @@ class G1Model:
         if job.stages == 0:
             self._start_transfer("onboard", job, job.slots)
 
-    def _dispatch(self, op: Operation, prefer: Collection[int]) -> Step:
-        if isinstance(op, Use):
-            return self._use(op, prefer)
-        if isinstance(op, Deref):
-            return self._deref(op)
-        if isinstance(op, Promote):
-            return self._promote(op)
-        if isinstance(op, Tick):
-            return self._tick(op)
-        if isinstance(op, SwapIn):
-            return self._swap_in(op, prefer)
-        if isinstance(op, Destroy):
-            raise InvalidOperation(rid("DESTROY-ACTIVE"), "Destroy is an operation of the legacy profile only")
-        if isinstance(op, Reset):
-            raise InvalidOperation(rid("CLEAR-ALL"), "a prefix-cache reset is an operation of the vllm profile only")
+    def _unknown(self, op: Operation) -> Step:
         raise InvalidOperation(rid("USE-VALIDATE"), f"unknown operation {type(op).__name__}")
 
     # ------------------------------------------------------------- validation
@@ -462,8 +634,13 @@ class G1Model:
         return allowed[0]
 
     def _evict(self, seq: int) -> None:
-        """Take ``seq`` out of the pool and the registry (its slot is reused)."""
-        self.trace.did("EVICT-POLICY")
+        """Take ``seq`` out of the pool and the registry (its slot is reused): EVICT-POLICY."""
+        self.take(EVICTION, seq)
+
+    def _untiered(self, seq: int) -> bool:
+        return self.offload is None
+
+    def _evict_block(self, seq: int) -> None:
         self.policy.evict(seq)
         b = self.blocks.pop(seq)
         del self.by_plh[b.pid]
@@ -506,15 +683,55 @@ class G1Model:
         active hit clones the handle the mocker already holds in its own map
         (``KvManager::process_use``, ``active_full``) and never reaches the
         block manager."""
-        if b.owners == 0:
-            self.trace.did("USE-HIT-INACTIVE")
-            self.policy.remove(b.seq)
-            self.active_full += 1
-            self.freq.touch(b.pid)
-        else:
-            self.trace.did("USE-HIT-ACTIVE")
+        self.take(HIT, b)
+
+    def _inactive(self, b: Block) -> bool:
+        return b.owners == 0
+
+    def _join_inactive(self, b: Block) -> None:
+        self.policy.remove(b.seq)
+        self.active_full += 1
+        self.freq.touch(b.pid)
         b.owners += 1
         self.refs += 1
+
+    def _join_active(self, b: Block) -> None:
+        b.owners += 1
+        self.refs += 1
+
+    # -------------------------------------------------- a block that needs a slot
+    def _slot(self, walk: _UseWalk, ref: BlockRef, idx: int, evicted: list[int]) -> _Slot:
+        """Take a slot for ``ref`` (EVICT-POLICY when none is free): what the PLACE table decides on."""
+        got, victim = self._take_slot(walk.prefer)
+        if victim is not None:
+            evicted.append(victim)
+        return _Slot(walk, ref, idx, got, victim)
+
+    def _slot_for_full(self, s: _Slot) -> bool:
+        return s.got and type(s.ref) is FullBlock
+
+    def _slot_got(self, s: _Slot) -> bool:
+        return s.got
+
+    def _slot_quarantined(self, s: _Slot) -> bool:
+        return s.victim is not None
+
+    def _place_new(self, s: _Slot) -> None:
+        op, idx, seq = s.walk.op, s.idx, s.ref.full  # type: ignore[union-attr]
+        local = op.local_hashes[idx] if op.local_hashes else 0
+        toks = op.token_ids[idx] if op.token_ids is not None else None
+        s.walk.new_seqs.append(seq)
+        s.walk.new_meta.append(self._register(seq, op.plhs[idx], s.walk.meta_parent, local, toks))
+
+    def _place_partial(self, s: _Slot) -> None:
+        self.partial[s.ref.partial] = None  # type: ignore[union-attr]  # (held: it keeps its slot)
+
+    def _blocked(self, s: _Slot) -> Status:
+        """A Use whose eviction started an offload stops: blocked on it."""
+        return "blocked_on_offload"
+
+    def _out_of_slots(self, s: _Slot) -> Status:
+        return "capacity"
 
     # ------------------------------------------------------------------- Use
     def _use(self, op: Use, prefer: Collection[int]) -> Step:
@@ -523,10 +740,8 @@ class G1Model:
             return self._use_atomic(op, prefer)
         self._evicted_meta = {}
         evicted: list[int] = []
-        new_seqs: list[int] = []
-        new_meta: list[Block] = []
         anchor = op.parent.full if isinstance(op.parent, FullBlock) else None
-        meta_parent = anchor
+        walk = _UseWalk(op, prefer, anchor)
         placed = 0
         status: Status = "ok"
         fi = 0
@@ -540,50 +755,30 @@ class G1Model:
                     self._hit(b)
                     anchor = seq
                 else:
-                    got, victim = self._take_slot(prefer)
-                    if victim is not None:
-                        evicted.append(victim)
-                    if not got:
-                        status = self._stopped(victim)
-                        if victim is not None:
+                    slot = self._slot(walk, ref, idx, evicted)
+                    stop = self.take(PLACE, slot)
+                    if stop is not None:
+                        status = stop
+                        if slot.victim is not None:
                             self._extend_quarantine(op.blocks[placed + 1 :], op.plhs[fi:], prefer, evicted)
                         break
-                    local = op.local_hashes[idx] if op.local_hashes else 0
-                    toks = op.token_ids[idx] if op.token_ids is not None else None
-                    self.trace.did("USE-NEW")
-                    nb = self._register(seq, op.plhs[idx], meta_parent, local, toks)
-                    new_seqs.append(seq)
-                    new_meta.append(nb)
-                meta_parent = seq
+                walk.meta_parent = seq
             elif isinstance(ref, PartialBlock) and ref.partial not in self.partial:
-                got, victim = self._take_slot(prefer)
-                if victim is not None:
-                    evicted.append(victim)
-                if not got:
-                    status = self._stopped(victim)
-                    if victim is not None:
+                slot = self._slot(walk, ref, fi, evicted)
+                stop = self.take(PLACE, slot)
+                if stop is not None:
+                    status = stop
+                    if slot.victim is not None:
                         self._extend_quarantine(op.blocks[placed + 1 :], op.plhs[fi:], prefer, evicted)
                     break
-                self.trace.did("USE-PARTIAL")
-                self.partial[ref.partial] = None
             else:
-                self.trace.did("USE-PARTIAL")  # already held: it keeps its slot
+                self.take(PLACE, _Slot(walk, ref, fi, True, None))
             placed += 1
         events: list[KvEvent] = []
-        if new_seqs:
-            events.append(self.trace.event(self._stored(new_seqs, new_meta, anchor), _STORED))
+        if walk.new_seqs:
+            events.append(self.publish(self._stored(walk.new_seqs, walk.new_meta, anchor), USE_NEW))
         events.extend(self._publish_evictions(evicted))
         return Step(OpResult(value=placed, status=status), events)
-
-    def _stopped(self, victim: int | None) -> Status:
-        """The status of a Use that found no slot: blocked on the offload its
-        eviction started, or out of capacity."""
-        if victim is not None:
-            self.trace.did("OFFLOAD-BLOCKS-USE")
-            self.trace.result("OFFLOAD-BLOCKS-USE")
-            return "blocked_on_offload"
-        self.trace.did("USE-CAPACITY")
-        return "capacity"
 
     def _pending_allocations(self, rest: list[BlockRef], plhs: list[Plh]) -> int:
         n = 0
@@ -611,32 +806,23 @@ class G1Model:
             evicted.append(victim)
 
     def _publish_evictions(self, evicted: list[int]) -> list[KvEvent]:
-        """Device Removed for the evicted blocks (after the Stored), and with an
+        """Device Removed for the evicted blocks (after the Stored: EVENT-ORDER), and with an
         offload tier, quarantine their slots and queue their transfers."""
         if not evicted:
             return []
+        out: list[KvEvent] = self.take(EVICTIONS_OUT, evicted)
+        return out
+
+    def _publish_evicted(self, evicted: list[int]) -> list[KvEvent]:
         metas = self._evicted_meta
         self._evicted_meta = {}
-        self.trace.did("EVENT-ORDER")  # the device Removed comes after the operation's Stored
         gone: list[int] = []
         handled: set[int] = set()
         sent: list[G2Entry] = []
         for seq in evicted:
             meta = metas[seq]
             if self.offload is not None:
-                self.trace.did("QUARANTINE-HOLD")
-                self.quarantined += 1
-                if not self.shared:
-                    e = G2Entry(seq, meta.plh, meta.parent_hash, meta.local_hash, meta.token_ids)
-                    self._queue("offload", e)
-                elif seq not in handled and meta.announced:
-                    # Dynamo sends what it finds in its metadata map, looked up
-                    # by lineage hash after the batch: a block registered again
-                    # in this batch goes with its new metadata; a block whose
-                    # entry an earlier batch consumed (unannounced) is not sent
-                    again = self.blocks.get(seq)
-                    src = again if again is not None and again.pid == meta.pid else meta
-                    sent.append(G2Entry(seq, src.plh, src.parent_hash, src.local_hash, src.token_ids))
+                self.take(QUARANTINE, _Evicted(seq, meta, handled, sent))
             if seq in handled:
                 continue
             handled.add(seq)
@@ -650,14 +836,26 @@ class G1Model:
                 gone.append(seq)
             if again is not None and reregistered:
                 again.announced = False
-        events = (
-            [self.trace.event(self._removed(gone), _EVICTED if self.offload is None else _EVICTED_OFFLOAD)]
-            if gone
-            else []
-        )
+        events = [self.publish(self._removed(gone), self.which(EVICTION, gone[0]))] if gone else []
         if self.shared:
             events.extend(self._enqueue_offload(sent, len(evicted)))
         return events
+
+    def _quarantine(self, v: _Evicted) -> None:
+        """QUARANTINE-HOLD: the victim's slot is held for its copy to G2."""
+        self.quarantined += 1
+        seq, meta = v.seq, v.meta
+        if not self.shared:
+            e = G2Entry(seq, meta.plh, meta.parent_hash, meta.local_hash, meta.token_ids)
+            self._queue("offload", e)
+        elif seq not in v.handled and meta.announced:
+            # Dynamo sends what it finds in its metadata map, looked up
+            # by lineage hash after the batch: a block registered again
+            # in this batch goes with its new metadata; a block whose
+            # entry an earlier batch consumed (unannounced) is not sent
+            again = self.blocks.get(seq)
+            src = again if again is not None and again.pid == meta.pid else meta
+            v.sent.append(G2Entry(seq, src.plh, src.parent_hash, src.local_hash, src.token_ids))
 
     # ------------------------------------------------------------ atomic Use
     def _use_atomic(self, op: Use, prefer: Collection[int]) -> Step:
@@ -673,20 +871,16 @@ class G1Model:
                     pinned.append(b)
         needed = len(missing) + len(new_partials)
         if needed > self.free + len(self.policy) - len(pinned):
-            self.trace.did("USE-CAPACITY")
-            return Step(OpResult(value=0, status="capacity"), [])
+            refused: Step = self.take(REFUSE, op)
+            return refused
         self._evicted_meta = {}
         # pin the batch's inactive hits first so no allocation evicts them
         for b in pinned:
-            self.trace.did("USE-HIT-INACTIVE")
-            self.policy.remove(b.seq)
-            self.active_full += 1
+            self.take(PIN, b)
         evicted: list[int] = []
         events: list[KvEvent] = []
-        group: list[int] = []
-        group_meta: list[Block] = []
         anchor = op.parent.full if isinstance(op.parent, FullBlock) else None
-        meta_parent = anchor
+        walk = _UseWalk(op, prefer, anchor)
         pinned_ids = {b.seq for b in pinned}
         fi = 0
         for ref in op.blocks:
@@ -702,34 +896,32 @@ class G1Model:
                         self.freq.touch(b.pid)
                     else:
                         self._hit(b)
-                    if group:
-                        events.append(self.trace.event(self._stored(group, group_meta, anchor), _STORED))
-                        group, group_meta = [], []
+                    if walk.new_seqs:
+                        events.append(self.publish(self._stored(walk.new_seqs, walk.new_meta, anchor), USE_NEW))
+                        walk.new_seqs, walk.new_meta = [], []
                     anchor = seq
                 else:
-                    got, victim = self._take_slot(prefer)
-                    assert got, "atomic Use: capacity was checked"
-                    if victim is not None:
-                        evicted.append(victim)
-                    local = op.local_hashes[idx] if op.local_hashes else 0
-                    toks = op.token_ids[idx] if op.token_ids is not None else None
-                    group.append(seq)
-                    self.trace.did("USE-NEW")
-                    group_meta.append(self._register(seq, op.plhs[idx], meta_parent, local, toks))
-                meta_parent = seq
+                    slot = self._slot(walk, ref, idx, evicted)
+                    assert slot.got, "atomic Use: capacity was checked"
+                    self.take(PLACE, slot)
+                walk.meta_parent = seq
             elif ref.partial not in self.partial:
-                got, victim = self._take_slot(prefer)
-                assert got, "atomic Use: capacity was checked"
-                if victim is not None:
-                    evicted.append(victim)
-                self.trace.did("USE-PARTIAL")
-                self.partial[ref.partial] = None
+                slot = self._slot(walk, ref, fi, evicted)
+                assert slot.got, "atomic Use: capacity was checked"
+                self.take(PLACE, slot)
             else:
-                self.trace.did("USE-PARTIAL")  # already held: it keeps its slot
-        if group:
-            events.append(self.trace.event(self._stored(group, group_meta, anchor), _STORED))
+                self.take(PLACE, _Slot(walk, ref, fi, True, None))
+        if walk.new_seqs:
+            events.append(self.publish(self._stored(walk.new_seqs, walk.new_meta, anchor), USE_NEW))
         events.extend(self._publish_evictions(evicted))
         return Step(OpResult(value=len(op.blocks), status="ok"), events)
+
+    def _refuse_whole(self, op: Use) -> Step:
+        return Step(OpResult(value=0, status="capacity"), [])
+
+    def _pin(self, b: Block) -> None:
+        self.policy.remove(b.seq)
+        self.active_full += 1
 
     # ----------------------------------------------------------------- Deref
     def _deref(self, op: Deref) -> Step:
@@ -757,20 +949,22 @@ class G1Model:
                 seen_partial.add(uuid)
                 resolved.append(None)
         self.refs -= len(op.blocks) - len(seen_partial)
-        for ref, b in zip(op.blocks, resolved, strict=True):
-            if b is not None:
-                self.trace.did("DEREF-OWNER")
-                b.owners -= 1
-                if b.owners == 0:
-                    self.active_full -= 1
-                    plh = b.plh
-                    parent_key = None if plh.parent is None or plh.position == 0 else (plh.position - 1, plh.parent)
-                    self.policy.insert(b.seq, (plh.position, plh.hash), parent_key, self.freq.count(b.pid))
-            elif isinstance(ref, PartialBlock):
-                self.trace.did("DEREF-PARTIAL")
-                del self.partial[ref.partial]
-                self.free += 1
+        for item in zip(op.blocks, resolved, strict=True):
+            self.take(DEREF, item)
         return Step(_NO_VALUE, [])
+
+    def _drop_owner(self, item: tuple[BlockRef, Block]) -> None:
+        b = item[1]
+        b.owners -= 1
+        if b.owners == 0:
+            self.active_full -= 1
+            plh = b.plh
+            parent_key = None if plh.parent is None or plh.position == 0 else (plh.position - 1, plh.parent)
+            self.policy.insert(b.seq, (plh.position, plh.hash), parent_key, self.freq.count(b.pid))
+
+    def _drop_partial(self, item: tuple[PartialBlock, None]) -> None:
+        del self.partial[item[0].partial]
+        self.free += 1
 
     # --------------------------------------------------------------- Promote
     def _promote(self, op: Promote) -> Step:
@@ -783,17 +977,21 @@ class G1Model:
             )
         self._check_identity(op.seq_hash, op.plh)
         del self.partial[op.uuid]
-        b = self.blocks.get(op.seq_hash)
-        if b is not None:  # the partial slot goes back to free
-            self.trace.did("PROMOTE-EXISTING")
-            self.trace.result("PROMOTE-EXISTING")
-            self.free += 1
-            self._hit(b)
-            return Step(OpResult(value=None), [])
-        self.trace.did("PROMOTE-NEW")
+        step: Step = self.take(PROMOTE, op)
+        return step
+
+    def _promotes_registered(self, op: Promote) -> bool:
+        return op.seq_hash in self.blocks
+
+    def _promote_existing(self, op: Promote) -> Step:
+        self.free += 1  # the partial slot goes back to free
+        self._hit(self.blocks[op.seq_hash])
+        return Step(OpResult(value=None), [])
+
+    def _promote_new(self, op: Promote) -> Step:
         nb = self._register(op.seq_hash, op.plh, op.parent_hash, op.local_hash, op.token_ids)
         return Step(
-            OpResult(value=None), [self.trace.event(self._stored([op.seq_hash], [nb], op.parent_hash), _STORED)]
+            OpResult(value=None), [self.publish(self._stored([op.seq_hash], [nb], op.parent_hash), PROMOTE_NEW)]
         )
 
     # ----------------------------------------------------------- offload tier
@@ -841,9 +1039,10 @@ class G1Model:
         transfer due by then (fifo: earliest deadline first, queue order on
         a tie; shared: in the links' completion order, offloads first). A
         tick earlier than the clock changes nothing at all."""
-        self.trace.did("TIME-MONOTONIC")
-        self.trace.silent("device", "stored", "SWAPIN-SKIP-PRESENT")
-        self.trace.silent("device", "removed", "DEVICE-REMOVE-IMMEDIATE")
+        step: Step = self.take(TICK, op)
+        return step
+
+    def _advance(self, op: Tick) -> Step:
         quarantined = self.quarantined
         if op.now_ms < self.now:
             return Step(OpResult(value=self._tick_value(0, 0)), [])
@@ -907,8 +1106,10 @@ class G1Model:
         return self._arrive_in_g2(e)
 
     def _release_slots(self, n: int) -> None:
-        """``n`` source slots go back to free."""
-        self.trace.did("QUARANTINE-RELEASE")
+        """``n`` source slots go back to free (QUARANTINE-RELEASE)."""
+        self.take(RELEASE, n)
+
+    def _give_back_slots(self, n: int) -> None:
         self.quarantined -= n
         self.free += n
 
@@ -1008,16 +1209,19 @@ class G1Model:
         return events
 
     # --------------------------------------------------------- G2 arrivals
-    def _g2_evicted(self, victims: list[int], lab: EventLabel = _G2_EVICTED) -> list[KvEvent]:
-        """The host-pinned Removed of G2's victims, one per block (``lab``: their label)."""
+    def _g2_evicted(self, victims: list[int], *, staged: bool = False) -> list[KvEvent]:
+        """The host-pinned Removed of G2's victims, one per block (``staged``: made room for blocks
+        staged back from G3/G4)."""
         out: list[KvEvent] = []
         for v in victims:
             if v in self.g2tier.silent:  # staged from G3/G4: never announced
                 self.g2tier.silent.discard(v)
                 continue
-            self.trace.did("G2-EVICT")
-            out.append(self.trace.event(self._removed([v], "host_pinned"), lab))
+            out.append(self.take(G2_EVICTION, (v, staged)))
         return out
+
+    def _g2_removed(self, victim: tuple[int, bool]) -> KvEvent:
+        return self.publish(self._removed([victim[0]], "host_pinned"), self.which(G2_EVICTION, victim))
 
     def _arrive_in_g2(self, e: G2Entry) -> list[KvEvent]:
         """G2-EVICT then G2-STORE-ON-COMPLETE for a block whose destination is
@@ -1038,6 +1242,9 @@ class G1Model:
         if e.seq in self.g2tier:
             self.g2tier.use(e.seq)
             return []
+        return [self.take(G2_STORE, e)]
+
+    def _g2_store(self, e: G2Entry) -> KvEvent:
         self.g2tier.register(e)
         ev = make_stored(
             self.next_event_id,
@@ -1049,8 +1256,7 @@ class G1Model:
             token_ids=[e.token_ids] if e.token_ids is not None else None,
         )
         self.next_event_id += 1
-        self.trace.did("G2-STORE-ON-COMPLETE")
-        return [self.trace.event(ev, _G2_STORED)]
+        return self.publish(ev, G2_STORE[0])
 
     # ------------------------------------------------------------- swap-in
     def _validate_swap_in(self, op: SwapIn) -> None:
@@ -1116,7 +1322,21 @@ class G1Model:
                 self.g2tier.admitted -= len(staged)
                 return Step(OpResult(value=0, status="blocked_on_offload"), self._end_unreserved_swap_in(seqs, evicted))
             reserved += 1
-        self.trace.did("SWAPIN-RESERVE")
+        step: Step = self.take(RESERVE, _Reservation(op, prefix, staged, seqs, evicted, reserved, lineage))
+        return step
+
+    def _reserved(self, r: _Reservation) -> Step:
+        """SWAPIN-RESERVE: every block of the run has its G1 slot; the onboard starts (or its
+        staging from G3/G4)."""
+        op, prefix, staged, seqs, evicted, reserved, lineage = (
+            r.op,
+            r.prefix,
+            r.staged,
+            r.seqs,
+            r.evicted,
+            r.reserved,
+            r.lineage,
+        )
         self.reserved += reserved
         if not lineage:  # copying a block back counts as a use of it in G2
             self.g2tier.pin(seqs)
@@ -1178,35 +1398,47 @@ class G1Model:
         events: list[KvEvent] = []
         group: list[int] = []
         group_meta: list[Block] = []
-        anchor = job.parent
-        meta_parent = job.parent
+        links: list[int | None] = [job.parent, job.parent]
         slots = job.slots
         self.reserved -= job.slots
         for seq, plh, meta in job.blocks[: job.slots]:
             slots -= 1
-            if seq in self.blocks or plh_id(plh) in self.by_plh:
-                self.trace.did("SWAPIN-SKIP-PRESENT")
-                self.free += 1
-                if group:
-                    events.append(self.trace.event(self._stored(group, group_meta, anchor), _ONBOARDED))
-                    group, group_meta = [], []
-                anchor = meta_parent = seq
-                continue
-            self.trace.did("SWAPIN-ANCHOR")
-            b = Block(seq, plh, meta_parent, meta.local_hash, meta.token_ids, owners=0)
-            self.blocks[seq] = b
-            self.by_plh[plh_id(plh)] = seq
-            self.freq.touch(b.pid)  # registering the onboarded block is a touch
-            self.policy.insert(seq, (plh.position, plh.hash), plh.parent_key(), self.freq.count(b.pid))
-            group.append(seq)
-            group_meta.append(b)
-            meta_parent = seq
+            ev = self.take(ONBOARD, _Landing(seq, plh, meta, group, group_meta, links))
+            if ev is not None:
+                events.append(ev)
         self.free += slots
         if group:
-            events.append(self.trace.event(self._stored(group, group_meta, anchor), _ONBOARDED))
+            events.append(self.publish(self._stored(group, group_meta, links[0]), SWAPIN_ANCHOR))
         if self.offload is not None and self.offload.g2_eviction == "lineage":
             self.g2tier.unpin([seq for seq, _plh, _e in job.blocks])
         return events
+
+    def _present(self, x: _Landing) -> bool:
+        return x.seq in self.blocks or plh_id(x.plh) in self.by_plh
+
+    def _skip_present(self, x: _Landing) -> KvEvent | None:
+        """SWAPIN-SKIP-PRESENT: the block's slot goes back; it closes the current Stored group
+        (returned) and anchors the next one."""
+        self.free += 1
+        ev = None
+        if x.group:
+            ev = self.publish(self._stored(list(x.group), list(x.group_meta), x.links[0]), SWAPIN_ANCHOR)
+            x.group.clear()
+            x.group_meta.clear()
+        x.links[0] = x.links[1] = x.seq
+        return ev
+
+    def _land_onboarded(self, x: _Landing) -> None:
+        """SWAPIN-ANCHOR: registered inactive with G2's metadata, after the block before it."""
+        seq, plh, meta = x.seq, x.plh, x.meta
+        b = Block(seq, plh, x.links[1], meta.local_hash, meta.token_ids, owners=0)
+        self.blocks[seq] = b
+        self.by_plh[plh_id(plh)] = seq
+        self.freq.touch(b.pid)  # registering the onboarded block is a touch
+        self.policy.insert(seq, (plh.position, plh.hash), plh.parent_key(), self.freq.count(b.pid))
+        x.group.append(seq)
+        x.group_meta.append(b)
+        x.links[1] = seq
 
 
 class _TouchView:

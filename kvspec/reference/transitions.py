@@ -25,10 +25,39 @@ the last step), which ``conformance.generic`` needs to name the rule a
 difference breaks. The models of the ``session``, ``paged`` and ``radix``
 profiles (``reference.session``, ``reference.paged``, ``reference.radix``
 and its scheduler-flow variant) and the toy profile of
-``tests/test_toy_profile.py`` are written this way. The block-level models
-(kvbm, legacy, vllm) still name their rules inline (``reference.labels``:
-``trace.did``), per block within an operation, with event labels the block
-checkers read.
+``tests/test_toy_profile.py`` are written this way.
+
+Block operations (``BlockModel``). An operation of a block-level model
+(kvbm, atomic) touches several blocks: a Use places each of its blocks, a
+Deref releases each one, an eviction picks each victim. So the model has an
+operation table (``OPERATIONS``: which effect runs an operation, and the
+rule its result answers to when no block decides it) and per-block tables:
+for each block of the operation, ``take(table, block)`` fires the first
+transition of ``table`` whose guard holds. The step's rules are the rules of
+every transition taken, in the order taken (a rule applied to three blocks
+is named three times), so a checker blames the first applied rule that moves
+what differs.
+
+Event labels follow from rules, not the other way round. An event names
+blocks some transition decided (a Use's Stored names the blocks USE-NEW
+placed; a device Removed names the victims EVICT-POLICY chose), so the
+checkers' reading of the event (``labels.EventLabel``: the rule that it is
+published at all, which blocks it names, its parent, its tokens, which
+victims) is a property of that transition (``Transition.publishes``) and the
+model publishes an event with ``publish(event, transition)``: the label is
+the transition's, never typed at the call. A transition whose rule decides
+the step's result (a Use stopped by an offload answers to OFFLOAD-BLOCKS-USE,
+not to the operation's rule) says so (``Transition.result``); an operation
+under which an unexpected event of some kind breaks a given rule says so
+(``BlockOperation.silent``). An effect may take a further table (a placed
+block's slot may evict: EVICT-POLICY); the rules of a transition are
+applied before its effect, so they come before the rules of the tables its
+effect takes. A variant of the model (the mutant zoos') overrides a helper
+that takes a table (``_hit``, ``_evict``) or an effect, and keeps the tables.
+
+The G1 model of the ``kvbm`` and ``atomic`` profiles (``reference.g1``) is a
+block model. The legacy, vllm and lower-tier models still name their rules
+inline (``reference.labels.Trace``) until they move to tables too.
 """
 
 from __future__ import annotations
@@ -36,6 +65,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
+
+from kvspec.reference.labels import EventLabel, StepLabels, default_label
+from kvspec.spec.rules import RuleId, RuleName, rid
+from kvspec.spec.wire import KvEvent
 
 S = TypeVar("S")
 Out = TypeVar("Out")
@@ -55,6 +88,11 @@ class Transition(Generic[S, Out]):
     #: the further rules its effect applies, after the deciding ``rule`` (a z3 step's
     #: ``rules`` tuple: an allocation also keeps the pool's conservation, say)
     also: tuple[str, ...] = ()
+    #: block models: the label of the events that name the blocks this transition decided (the
+    #: checkers' reading of each aspect of such an event); None: its blocks are in no event
+    publishes: EventLabel | None = None
+    #: block models: the step's result answers to this rule (not to the operation's own rule)
+    result: bool = False
 
     @property
     def rules(self) -> tuple[str, ...]:
@@ -120,4 +158,128 @@ class TransitionModel(Generic[Out]):
             raise NoTransition(f"{cls.__name__}: the table names methods it does not have: {', '.join(missing)}")
 
 
-__all__ = ["NoTransition", "Transition", "TransitionModel", "always"]
+@dataclass(frozen=True, slots=True)
+class BlockOperation:
+    """One operation of a block model: the effect that walks its blocks through the per-block tables."""
+
+    #: the operation class (or classes)
+    op: type | tuple[type, ...]
+    #: the name of a model method (or a function of (model, op, *args)) applying the operation
+    effect: Callable[..., Any] | str
+    #: the rule the operation's result answers to when no transition of its blocks decides it
+    rule: RuleName
+    #: (storage tier, event kind, rule): under this operation an event of that kind that the model
+    #: did not publish breaks the rule
+    silent: tuple[tuple[str, str, RuleName], ...] = ()
+
+
+class BlockModel:
+    """The base of a block model: per operation an effect, per block the first applicable transition.
+
+    ``apply`` finds the operation's entry in ``OPERATIONS`` and runs its effect; the effect calls
+    ``take(TABLE, block)`` for each block it touches and ``publish(event, transition)`` for each
+    event. ``step_labels`` are what the step fired (``labels.StepLabels``, read by the block
+    checkers)."""
+
+    OPERATIONS: ClassVar[Sequence[BlockOperation]] = ()
+    #: every per-block table of the model (``rules``, ``check_tables``)
+    TABLES: ClassVar[Sequence[Sequence[Transition[Any, Any]]]] = ()
+
+    _fired: list[RuleId]
+    _published: dict[int, EventLabel]
+    _result_rule: RuleId | None
+    _silent: dict[tuple[str, str], RuleId]
+
+    def begin_step(self) -> None:
+        """Forget what the previous step fired."""
+        self._fired = []
+        self._published = {}
+        self._result_rule = None
+        self._silent = {}
+
+    def run_operation(self, op: Any, *args: Any) -> Any:
+        """The effect of ``op``'s entry in ``OPERATIONS`` (extra ``args`` passed on)."""
+        for entry in self.OPERATIONS:
+            if isinstance(op, entry.op):
+                for tier, kind, rule in entry.silent:
+                    self._silent[(tier, kind)] = rid(rule)
+                f = entry.effect
+                return getattr(self, f)(op, *args) if isinstance(f, str) else f(self, op, *args)
+        raise NoTransition(f"{type(self).__name__}: no operation entry for {type(op).__name__}")
+
+    def which(self, table: Sequence[Transition[Any, Any]], item: Any) -> Transition[Any, Any]:
+        """The first transition of ``table`` for ``item`` whose guard holds (nothing fired)."""
+        for t in table:
+            if isinstance(item, t.op) and self._holds(t.guard, item):
+                return t
+        raise NoTransition(f"{type(self).__name__}: no transition applies to {item!r}")
+
+    def take(self, table: Sequence[Transition[Any, Any]], item: Any) -> Any:
+        """Fire the first transition of ``table`` whose guard holds for ``item``: its rules are
+        applied (in order, before its effect's own transitions), its effect's result returned."""
+        t = self.which(table, item)
+        fired = self._fired
+        for r in t.rules:
+            fired.append(_BY_NAME[r])
+        if t.result:
+            self._result_rule = _BY_NAME[t.rule]
+        f = t.effect
+        return getattr(self, f)(item) if isinstance(f, str) else f(self, item)
+
+    def _holds(self, guard: Callable[[Any, Any], bool] | str, item: Any) -> bool:
+        return bool(getattr(self, guard)(item) if isinstance(guard, str) else guard(self, item))
+
+    def publish(self, ev: KvEvent, by: Transition[Any, Any]) -> KvEvent:
+        """Publish ``ev``, which names blocks the transition ``by`` decided: its label is ``by``'s."""
+        assert by.publishes is not None, f"{by.rule} publishes no event"
+        self._published[ev.event_id] = by.publishes
+        return ev
+
+    def applied(self, rule: str) -> None:
+        """A rule applied by a part of the model that keeps no table of its own (the lower tiers,
+        ``reference.lower_tiers``)."""
+        self._fired.append(_BY_NAME[rule])
+
+    def step_labels(self, events: list[KvEvent]) -> StepLabels:
+        """What the step that published ``events`` fired (an event this model did not publish gets
+        its kind's default label)."""
+        got = self._published
+        return StepLabels(
+            list(self._fired),
+            [got.get(e.event_id) or default_label(e.storage_tier, e.kind) for e in events],
+            self._result_rule,
+            dict(self._silent),
+        )
+
+    @classmethod
+    def rules(cls) -> tuple[str, ...]:
+        """Every rule of the per-block tables, in table order, each once."""
+        return tuple(dict.fromkeys(r for table in cls.TABLES for t in table for r in t.rules))
+
+    @classmethod
+    def named_rules(cls) -> frozenset[str]:
+        """Every rule the model names: its transitions' rules, the rules of the labels of the
+        events they publish, and its operations' result and silent rules."""
+        out = set(cls.rules())
+        for table in cls.TABLES:
+            for t in table:
+                lab = t.publishes
+                if lab is not None:
+                    out.update(str(r) for r in (lab.published, lab.blocks, lab.parent, lab.tokens, lab.choice) if r)
+        for e in cls.OPERATIONS:
+            out.add(e.rule)
+            out.update(rule for _tier, _kind, rule in e.silent)
+        return frozenset(out)
+
+    @classmethod
+    def check_tables(cls) -> None:
+        """Every guard and effect named by a string is a method of the model."""
+        named = [e.effect for e in cls.OPERATIONS] + [f for tb in cls.TABLES for t in tb for f in (t.guard, t.effect)]
+        missing = [f for f in named if isinstance(f, str) and not hasattr(cls, f)]
+        if missing:
+            raise NoTransition(f"{cls.__name__}: the tables name methods it does not have: {', '.join(missing)}")
+
+
+_BY_NAME: dict[str, RuleId] = {r.value: r for r in RuleId}
+
+__all__ = ["BlockModel", "BlockOperation", "NoTransition", "Transition", "TransitionModel", "always"]
