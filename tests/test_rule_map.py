@@ -189,6 +189,14 @@ def test_the_g1_tables_name_catalogue_rules_and_their_methods() -> None:
     )
 
 
+def test_the_legacy_tables_name_catalogue_rules_and_their_methods() -> None:
+    """The legacy model is a block model too: a Use's block is a hit, a capacity stop or a placement,
+    tried in that order (an eviction for it comes first, from its own table)."""
+    LegacyModel.check_tables()
+    assert set(LegacyModel.rules()) <= {r.value for r in RuleId}
+    assert LegacyModel.rules()[:5] == ("USE-HIT-ACTIVE", "USE-HIT-INACTIVE", "USE-CAPACITY", "USE-PARTIAL", "USE-NEW")
+
+
 def test_a_block_table_naming_a_missing_method_is_refused() -> None:
     class Typo(G1Model):
         TABLES: ClassVar[Sequence[Sequence[Transition[Any, Any]]]] = (

@@ -23,12 +23,12 @@ The models of the small-operation profiles (paged, session, radix) are
 written the way new models are (``reference.transitions``): a table of
 transitions, per operation rule -> guard -> effect, so the rules of every
 step are the transition it took; their checkers attribute a difference by
-what differs. The G1 model (kvbm, atomic) is a block model of that module
-(``BlockModel``): per block the first transition whose guard holds, and an
-event's label is the ``publishes`` of the transition that decided its
-blocks, so it builds the ``StepLabels`` below without a ``Trace``; the
-``Trace`` here is the inline way the legacy, vllm and lower-tier models
-still use.
+what differs. The G1 model (kvbm, atomic) and the legacy model are block
+models of that module (``BlockModel``): per block the first transition whose
+guard holds, and an event's label is the ``publishes`` of the transition
+that decided its blocks, so they build the ``StepLabels`` below without a
+``Trace``; the ``Trace`` here is the inline way the vllm and lower-tier
+models still use.
 
 Rules are written as text (``RuleName``): ``grep RULE-ID kvspec/reference``
 finds the place, and mypy checks the spelling. ``tests/test_rule_map.py``

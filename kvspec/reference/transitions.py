@@ -55,15 +55,16 @@ applied before its effect, so they come before the rules of the tables its
 effect takes. A variant of the model (the mutant zoos') overrides a helper
 that takes a table (``_hit``, ``_evict``) or an effect, and keeps the tables.
 
-The G1 model of the ``kvbm`` and ``atomic`` profiles (``reference.g1``) is a
-block model. The legacy, vllm and lower-tier models still name their rules
-inline (``reference.labels.Trace``) until they move to tables too.
+The G1 model of the ``kvbm`` and ``atomic`` profiles (``reference.g1``) and
+the ``legacy`` model (``reference.legacy``) are block models. The vllm and
+lower-tier models still name their rules inline (``reference.labels.Trace``)
+until they move to tables too.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Generic, TypeVar
 
 from kvspec.reference.labels import EventLabel, StepLabels, default_label
@@ -93,6 +94,9 @@ class Transition(Generic[S, Out]):
     publishes: EventLabel | None = None
     #: block models: the step's result answers to this rule (not to the operation's own rule)
     result: bool = False
+    #: block models: the block it decides is one more physical copy of a resident hash (vllm), so
+    #: an event names it as such (``EventLabel.copies``; ``BlockModel.publish_blocks``)
+    copy: bool = False
 
     @property
     def rules(self) -> tuple[str, ...]:
@@ -173,7 +177,37 @@ class BlockOperation:
     silent: tuple[tuple[str, str, RuleName], ...] = ()
 
 
-class BlockModel:
+class Tables:
+    """Fires per-block transitions: ``take(table, block)``. Where the rules go is the subclass's
+    (``BlockModel``: the step's labels; the lower tiers: the step of the worker they serve)."""
+
+    def _apply_rules(self, t: Transition[Any, Any]) -> None:
+        raise NotImplementedError
+
+    def which(self, table: Sequence[Transition[Any, Any]], item: Any) -> Transition[Any, Any]:
+        """The first transition of ``table`` for ``item`` whose guard holds (nothing fired)."""
+        for t in table:
+            if isinstance(item, t.op) and self._holds(t.guard, item):
+                return t
+        raise NoTransition(f"{type(self).__name__}: no transition applies to {item!r}")
+
+    def take(self, table: Sequence[Transition[Any, Any]], item: Any) -> Any:
+        """Fire the first transition of ``table`` whose guard holds for ``item``: its rules are
+        applied (in order, before its effect's own transitions), its effect's result returned."""
+        return self.taken(table, item)[1]
+
+    def taken(self, table: Sequence[Transition[Any, Any]], item: Any) -> tuple[Transition[Any, Any], Any]:
+        """``take``, and which transition it fired (to publish the block's event with its label)."""
+        t = self.which(table, item)
+        self._apply_rules(t)
+        f = t.effect
+        return t, (getattr(self, f)(item) if isinstance(f, str) else f(self, item))
+
+    def _holds(self, guard: Callable[[Any, Any], bool] | str, item: Any) -> bool:
+        return bool(getattr(self, guard)(item) if isinstance(guard, str) else guard(self, item))
+
+
+class BlockModel(Tables):
     """The base of a block model: per operation an effect, per block the first applicable transition.
 
     ``apply`` finds the operation's entry in ``OPERATIONS`` and runs its effect; the effect calls
@@ -207,32 +241,31 @@ class BlockModel:
                 return getattr(self, f)(op, *args) if isinstance(f, str) else f(self, op, *args)
         raise NoTransition(f"{type(self).__name__}: no operation entry for {type(op).__name__}")
 
-    def which(self, table: Sequence[Transition[Any, Any]], item: Any) -> Transition[Any, Any]:
-        """The first transition of ``table`` for ``item`` whose guard holds (nothing fired)."""
-        for t in table:
-            if isinstance(item, t.op) and self._holds(t.guard, item):
-                return t
-        raise NoTransition(f"{type(self).__name__}: no transition applies to {item!r}")
-
-    def take(self, table: Sequence[Transition[Any, Any]], item: Any) -> Any:
-        """Fire the first transition of ``table`` whose guard holds for ``item``: its rules are
-        applied (in order, before its effect's own transitions), its effect's result returned."""
-        t = self.which(table, item)
+    def _apply_rules(self, t: Transition[Any, Any]) -> None:
         fired = self._fired
         for r in t.rules:
             fired.append(_BY_NAME[r])
         if t.result:
             self._result_rule = _BY_NAME[t.rule]
-        f = t.effect
-        return getattr(self, f)(item) if isinstance(f, str) else f(self, item)
-
-    def _holds(self, guard: Callable[[Any, Any], bool] | str, item: Any) -> bool:
-        return bool(getattr(self, guard)(item) if isinstance(guard, str) else guard(self, item))
 
     def publish(self, ev: KvEvent, by: Transition[Any, Any]) -> KvEvent:
         """Publish ``ev``, which names blocks the transition ``by`` decided: its label is ``by``'s."""
         assert by.publishes is not None, f"{by.rule} publishes no event"
         self._published[ev.event_id] = by.publishes
+        return ev
+
+    def publish_blocks(self, ev: KvEvent, decided: Sequence[tuple[Transition[Any, Any], int]]) -> KvEvent:
+        """Publish ``ev``, which names the blocks ``decided`` (transition, hash), in order. Their
+        transitions agree on the label but for copies (``Transition.copy``): the event names as
+        copies the hashes a copy transition decided (``EventLabel.copies``), and is published
+        under the copy transition's rule only when every hash it names is one of those (else under
+        its first other block's)."""
+        copies = frozenset(h for t, h in decided if t.copy)
+        lead = next((t for t, h in decided if not t.copy), None)
+        if lead is None or (copies and {h for _t, h in decided} <= copies):
+            lead = next(t for t, _h in decided if t.copy)
+        assert lead.publishes is not None, f"{lead.rule} publishes no event"
+        self._published[ev.event_id] = replace(lead.publishes, copies=copies)
         return ev
 
     def applied(self, rule: str) -> None:
@@ -282,4 +315,4 @@ class BlockModel:
 
 _BY_NAME: dict[str, RuleId] = {r.value: r for r in RuleId}
 
-__all__ = ["BlockModel", "BlockOperation", "NoTransition", "Transition", "TransitionModel", "always"]
+__all__ = ["BlockModel", "BlockOperation", "NoTransition", "Tables", "Transition", "TransitionModel", "always"]
