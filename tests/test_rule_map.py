@@ -197,6 +197,15 @@ def test_the_legacy_tables_name_catalogue_rules_and_their_methods() -> None:
     assert LegacyModel.rules()[:5] == ("USE-HIT-ACTIVE", "USE-HIT-INACTIVE", "USE-CAPACITY", "USE-PARTIAL", "USE-NEW")
 
 
+def test_the_vllm_tables_name_catalogue_rules_and_their_methods() -> None:
+    """The vllm pool is a block model: a reused slot and a newly cached block are each decided by a
+    copy transition when they are one copy among several (their events name them as copies)."""
+    VllmPoolModel.check_tables()
+    assert set(VllmPoolModel.rules()) <= {r.value for r in RuleId}
+    copies = {t.rule for table in VllmPoolModel.TABLES for t in table if t.copy}
+    assert copies == {"VLLM-LAZY-REMOVE", "USE-NEW", "PROMOTE-NEW"}
+
+
 def test_a_block_table_naming_a_missing_method_is_refused() -> None:
     class Typo(G1Model):
         TABLES: ClassVar[Sequence[Sequence[Transition[Any, Any]]]] = (

@@ -23,12 +23,11 @@ The models of the small-operation profiles (paged, session, radix) are
 written the way new models are (``reference.transitions``): a table of
 transitions, per operation rule -> guard -> effect, so the rules of every
 step are the transition it took; their checkers attribute a difference by
-what differs. The G1 model (kvbm, atomic) and the legacy model are block
+what differs. The block models (G1: kvbm, atomic; legacy; vllm) are block
 models of that module (``BlockModel``): per block the first transition whose
-guard holds, and an event's label is the ``publishes`` of the transition
+guard holds, and an event's label is the ``publishes`` of the transition(s)
 that decided its blocks, so they build the ``StepLabels`` below without a
-``Trace``; the ``Trace`` here is the inline way the vllm and lower-tier
-models still use.
+``Trace``.
 
 Rules are written as text (``RuleName``): ``grep RULE-ID kvspec/reference``
 finds the place, and mypy checks the spelling. ``tests/test_rule_map.py``

@@ -55,10 +55,11 @@ applied before its effect, so they come before the rules of the tables its
 effect takes. A variant of the model (the mutant zoos') overrides a helper
 that takes a table (``_hit``, ``_evict``) or an effect, and keeps the tables.
 
-The G1 model of the ``kvbm`` and ``atomic`` profiles (``reference.g1``) and
-the ``legacy`` model (``reference.legacy``) are block models. The vllm and
-lower-tier models still name their rules inline (``reference.labels.Trace``)
-until they move to tables too.
+The G1 model of the ``kvbm`` and ``atomic`` profiles (``reference.g1``), the
+``legacy`` model (``reference.legacy``) and the ``vllm`` pool
+(``reference.vllm_pool``) are block models. The lower tiers
+(``reference.lower_tiers``) still name their rules inline (``did``) until
+they move to tables too.
 """
 
 from __future__ import annotations
@@ -207,6 +208,18 @@ class Tables:
         return bool(getattr(self, guard)(item) if isinstance(guard, str) else guard(self, item))
 
 
+def merged_label(decided: Sequence[tuple[Transition[Any, Any], int]]) -> EventLabel:
+    """The label of an event naming the blocks ``decided`` (transition, hash): the copies are the
+    hashes a copy transition decided; the label is the copy transition's when every hash is one
+    of those, else the first other transition's (``BlockModel.publish_blocks``)."""
+    copies = frozenset(h for t, h in decided if t.copy)
+    lead = next((t for t, h in decided if not t.copy), None)
+    if lead is None or (copies and {h for _t, h in decided} <= copies):
+        lead = next(t for t, _h in decided if t.copy)
+    assert lead.publishes is not None, f"{lead.rule} publishes no event"
+    return replace(lead.publishes, copies=copies)
+
+
 class BlockModel(Tables):
     """The base of a block model: per operation an effect, per block the first applicable transition.
 
@@ -260,12 +273,7 @@ class BlockModel(Tables):
         copies the hashes a copy transition decided (``EventLabel.copies``), and is published
         under the copy transition's rule only when every hash it names is one of those (else under
         its first other block's)."""
-        copies = frozenset(h for t, h in decided if t.copy)
-        lead = next((t for t, h in decided if not t.copy), None)
-        if lead is None or (copies and {h for _t, h in decided} <= copies):
-            lead = next(t for t, _h in decided if t.copy)
-        assert lead.publishes is not None, f"{lead.rule} publishes no event"
-        self._published[ev.event_id] = replace(lead.publishes, copies=copies)
+        self._published[ev.event_id] = merged_label(decided)
         return ev
 
     def applied(self, rule: str) -> None:
@@ -315,4 +323,13 @@ class BlockModel(Tables):
 
 _BY_NAME: dict[str, RuleId] = {r.value: r for r in RuleId}
 
-__all__ = ["BlockModel", "BlockOperation", "NoTransition", "Tables", "Transition", "TransitionModel", "always"]
+__all__ = [
+    "BlockModel",
+    "BlockOperation",
+    "NoTransition",
+    "Tables",
+    "Transition",
+    "TransitionModel",
+    "always",
+    "merged_label",
+]

@@ -62,6 +62,13 @@ and lets the checker keep comparing an implementation exactly after it has
 reported that departure (the way it follows an eviction-tie choice). The spec
 is the default variant; a variant is never a passing verdict.
 
+The rules are transitions (``reference.transitions``, block operations): per
+operation an effect (``OPERATIONS``), per block the first transition of a
+table whose guard holds (``PREFIX_HIT``, ``REUSE``, ``NEW_FULL``, ``DEREF``,
+...); an event takes its label from the transitions that decided its blocks
+(a block cached or evicted as one copy among several is decided by a copy
+transition: ``BlockModel.publish_blocks``).
+
 Pure and deterministic: no I/O, no clock, no randomness.
 """
 
@@ -69,16 +76,17 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar, Literal
 
-from kvspec.reference.labels import EventLabel, Trace, label
+from kvspec.reference.labels import EventLabel, label
 from kvspec.reference.outcome import Step
+from kvspec.reference.transitions import BlockModel, BlockOperation, Transition, always, merged_label
 from kvspec.reference.validation import check_use_shape
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.errors import ConfigError, InvalidOperation
 from kvspec.spec.registry import VLLM_NAME
-from kvspec.spec.rules import rid
+from kvspec.spec.rules import RuleName, rid
 from kvspec.spec.wire import (
     Counters,
     Deref,
@@ -235,8 +243,134 @@ class HostTier:
         return victims, runs
 
 
-class VllmPoolModel:
+_CLEARED = label("CLEAR-ALL")
+#: the host tier's Removed of a write-through's victims, in the host tier's order
+_HOST_EVICTED = label("G2-EVICT", choice="G2-EVICT")
+#: a write-through run's host Stored, anchored to the prompt block before it
+_HOST_STORED = label("G2-STORE-ON-COMPLETE", parent="PARENT-ANCHOR", tokens="STORE-TOKENS-HASH")
+#: a device Removed of the blocks whose slots were reused, in the free queue's order: of a hash's
+#: last resident copy, or of one copy while another stays
+_REUSED = label("VLLM-LAZY-REMOVE", "VLLM-FREE-ORDER", choice="VLLM-FREE-ORDER")
+_REUSED_COPY = label("REMOVE-COPY", "VLLM-FREE-ORDER", choice="VLLM-FREE-ORDER")
+#: a device Stored of newly cached blocks: first copies, or one more copy of a resident hash
+_STORED = label("STORE-NEW-ONLY", parent="PARENT-ANCHOR", tokens="STORE-TOKENS-HASH")
+_STORED_COPY = label("STORE-COPY", "STORE-NEW-ONLY", parent="PARENT-ANCHOR", tokens="STORE-TOKENS-HASH")
+
+
+@dataclass(slots=True)
+class _Reuse:
+    """The LRU head whose physical block an allocation takes (out of the queue already)."""
+
+    cid: int
+
+
+@dataclass(slots=True)
+class _Caching:
+    """A physical block a request now holds full, to be cached as a copy of ``seq``."""
+
+    cid: int
+    seq: int
+
+
+def _rejected(rule: RuleName, why: str) -> Any:
+    def effect(m: object, op: Operation) -> Step:
+        raise InvalidOperation(rid(rule), why)
+
+    return effect
+
+
+# ---------------------------------------------------------------- the tables
+#: a leading full block with a cached copy: its first copy gains an owner (pinned before any eviction)
+PREFIX_HIT: tuple[Transition[Any, Any], ...] = (Transition("VLLM-PREFIX-HIT", int, always, "_pin_hit"),)
+#: a Use whose fresh blocks do not fit changes nothing
+REFUSE: tuple[Transition[Any, Any], ...] = (Transition("USE-CAPACITY", Use, always, "_refuse_whole"),)
+#: an allocation with no free block takes the LRU head's: reported gone when it was its hash's last
+#: copy, or (variant remove_copies, the spec) as one copy while another stays; else nothing visible
+REUSE: tuple[Transition[Any, Any], ...] = (
+    Transition("VLLM-LAZY-REMOVE", _Reuse, "_copy_stays_reported", "_reuse", publishes=_REUSED_COPY, copy=True),
+    Transition("VLLM-LAZY-REMOVE", _Reuse, "_copy_stays", "_reuse"),
+    Transition("VLLM-LAZY-REMOVE", _Reuse, always, "_reuse", publishes=_REUSED),
+)
+#: a fresh block cached under its hash: the first copy, one more announced copy (store_copies, the
+#: spec), or one more copy not announced
+NEW_FULL: tuple[Transition[Any, Any], ...] = (
+    Transition("USE-NEW", _Caching, "_resident_announced", "_cache_owned", publishes=_STORED_COPY, copy=True),
+    Transition("USE-NEW", _Caching, "_resident", "_cache_owned"),
+    Transition("USE-NEW", _Caching, always, "_cache_owned", publishes=_STORED),
+)
+NEW_PARTIAL: tuple[Transition[Any, Any], ...] = (Transition("USE-PARTIAL", tuple, always, "_hold_partial"),)
+#: the Removed of the reused slots goes before the Use's Stored
+REUSED_OUT: tuple[Transition[Any, Any], ...] = (Transition("EVENT-ORDER", list, always, "_publish_reused"),)
+PROMOTE: tuple[Transition[Any, Any], ...] = (
+    Transition("PROMOTE-NEW", _Caching, "_resident_announced", "_cache_owned", publishes=_STORED_COPY, copy=True),
+    Transition("PROMOTE-NEW", _Caching, "_resident", "_cache_owned"),
+    Transition("PROMOTE-NEW", _Caching, always, "_cache_owned", publishes=_STORED),
+)
+#: one block of a validated Deref: (ref, the copies held under a uuid)
+DEREF: tuple[Transition[Any, Any], ...] = (
+    Transition("DEREF-OWNER", tuple, "_names_hash", "_release_hash"),
+    Transition("DEREF-PARTIAL", tuple, always, "_release_uuid"),
+)
+#: a copy that loses its last owner joins the free queue at its tail
+FREE_QUEUE: tuple[Transition[Any, Any], ...] = (Transition("VLLM-FREE-ORDER", int, always, "_queue_free"),)
+RESET: tuple[Transition[Any, Any], ...] = (
+    Transition("CLEAR-ALL", Reset, "_anything_held", "_refuse_reset"),
+    Transition("CLEAR-ALL", Reset, always, "_clear_all", publishes=_CLEARED),
+)
+#: the host tier's write-through: its victims' Removed, then one Stored per run of missing blocks
+#: (the runs are the write-through's own, not a rule of their own: only their label is the table's)
+HOST_EVICTION: tuple[Transition[Any, Any], ...] = (
+    Transition("G2-EVICT", list, always, "_host_removed", publishes=_HOST_EVICTED),
+)
+HOST_STORE: Transition[Any, Any] = Transition("G2-STORE-ON-COMPLETE", list, always, always, publishes=_HOST_STORED)
+
+
+def removed_label(evicted: Sequence[int], copies: set[int]) -> EventLabel:
+    """The label of a device Removed of the blocks whose slots were reused, in the free queue's
+    order (``copies``: those evicted while another copy stays): the REUSE transitions' that decide
+    such victims (for a checker labelling an event the model did not publish)."""
+    if not evicted:
+        return replace(_REUSED_COPY if copies else _REUSED, copies=frozenset(copies))
+    lab = merged_label([(REUSE[0] if h in copies else REUSE[2], h) for h in evicted])
+    return replace(lab, copies=frozenset(copies))
+
+
+#: every operation: an unexpected device Removed breaks VLLM-LAZY-REMOVE (a cached block is
+#: reported gone only when its slot is reused)
+_LAZY: tuple[tuple[str, str, RuleName], ...] = (("device", "removed", "VLLM-LAZY-REMOVE"),)
+OPERATIONS: tuple[BlockOperation, ...] = (
+    BlockOperation(Use, lambda m, op: m._use(op), "USE-CAPACITY", silent=_LAZY),
+    BlockOperation(Promote, lambda m, op: m._promote(op), "PROMOTE-NEW", silent=_LAZY),
+    BlockOperation(Deref, lambda m, op: m._deref(op), "DEREF-OWNER", silent=_LAZY),
+    BlockOperation(Reset, lambda m, op: m._reset(), "CLEAR-ALL", silent=_LAZY),
+    BlockOperation(
+        Destroy,
+        _rejected("DESTROY-ACTIVE", "Destroy is an operation of the legacy profile only"),
+        "DESTROY-ACTIVE",
+        silent=_LAZY,
+    ),
+    BlockOperation((Tick, SwapIn), lambda m, op: m._not_vllm(op), "USE-VALIDATE", silent=_LAZY),
+    BlockOperation(object, lambda m, op: m._unknown(op), "USE-VALIDATE", silent=_LAZY),
+)
+
+
+class VllmPoolModel(BlockModel):
     """Reference model of the ``vllm`` profile (one manager, one dp_rank)."""
+
+    OPERATIONS: ClassVar[Sequence[BlockOperation]] = OPERATIONS
+    TABLES: ClassVar[Sequence[Sequence[Transition[Any, Any]]]] = (
+        PREFIX_HIT,
+        REFUSE,
+        REUSE,
+        NEW_FULL,
+        NEW_PARTIAL,
+        REUSED_OUT,
+        PROMOTE,
+        DEREF,
+        FREE_QUEUE,
+        RESET,
+        HOST_EVICTION,
+    )
 
     def __init__(
         self, config: ManagerConfig, *, host_blocks: int | None = None, variant: PoolVariant = SPEC_VARIANT
@@ -258,8 +392,7 @@ class VllmPoolModel:
         self.next_cid = 0
         self.next_event_id = variant.first_event_id
         self.host: HostTier | None = HostTier(host_blocks, variant.host_order) if host_blocks else None
-        #: the rules behind the current step (``reference.labels``)
-        self.trace = Trace()
+        self.begin_step()
         #: event id -> the rules behind every event published so far (the
         #: request driver publishes host events outside ``apply``); ``copies``
         #: names the hashes an event names as one copy among several (a
@@ -355,68 +488,77 @@ class VllmPoolModel:
         return self.apply(op)
 
     def apply(self, op: Operation, *, prefer: Collection[int] = ()) -> Step:
-        self.trace.start()
-        self.trace.silent("device", "removed", "VLLM-LAZY-REMOVE")
-        step = self._dispatch(op)
-        step.labels = labels = self.trace.labels(step.events)
+        self.begin_step()
+        step: Step = self.run_operation(op)
+        step.labels = labels = self.step_labels(step.events)
         self.event_labels.update(zip((e.event_id for e in step.events), labels.events, strict=True))
         return step
 
-    def _label(self, ev: KvEvent, lab: EventLabel) -> KvEvent:
-        self.event_labels[ev.event_id] = lab
-        return self.trace.event(ev, lab)
+    def publish(self, ev: KvEvent, by: Transition[Any, Any]) -> KvEvent:
+        super().publish(ev, by)
+        self.event_labels[ev.event_id] = self._published[ev.event_id]
+        return ev
 
-    def _dispatch(self, op: Operation) -> Step:
-        if isinstance(op, Use):
-            return self._use(op)
-        if isinstance(op, Promote):
-            return self._promote(op)
-        if isinstance(op, Deref):
-            return self._deref(op)
-        if isinstance(op, Reset):
-            return self._reset()
-        if isinstance(op, Destroy):
-            raise InvalidOperation(rid("DESTROY-ACTIVE"), "Destroy is an operation of the legacy profile only")
-        if isinstance(op, Tick | SwapIn):
-            raise InvalidOperation(rid("USE-VALIDATE"), f"the vllm profile has no {op.op} operation")
+    def publish_blocks(self, ev: KvEvent, decided: Sequence[tuple[Transition[Any, Any], int]]) -> KvEvent:
+        super().publish_blocks(ev, decided)
+        self.event_labels[ev.event_id] = self._published[ev.event_id]
+        return ev
+
+    def _not_vllm(self, op: Tick | SwapIn) -> Step:
+        raise InvalidOperation(rid("USE-VALIDATE"), f"the vllm profile has no {op.op} operation")
+
+    def _unknown(self, op: Operation) -> Step:
         raise InvalidOperation(rid("USE-VALIDATE"), f"unknown operation {type(op).__name__}")
 
     # ------------------------------------------------------------ slot taking
-    def _new_copy(self, copy_victims: set[int]) -> tuple[int, int | None]:
-        """Take a physical block: a free one, else evict the LRU head.
-        Returns (copy id, evicted hash to report or None); a reported victim
-        that leaves another copy behind goes into ``copy_victims``.
-        Capacity was checked."""
+    def _new_copy(self, reused: list[tuple[Transition[Any, Any], int]]) -> int:
+        """Take a physical block: a free one, else the LRU head's (REUSE; a reported victim, with
+        the transition that decided it, goes into ``reused``). Returns its copy id. Capacity was
+        checked."""
         if self.free:
             self.free -= 1
-            victim = None
         else:
-            self.trace.did("VLLM-LAZY-REMOVE")
             old, _ = self.inactive.popitem(last=False)
-            c = self.copies.pop(old)
-            assert c.seq is not None
-            ids = self.by_hash[c.seq]
-            ids.remove(old)
-            victim = c.seq
-            if not ids:
-                del self.by_hash[c.seq]
-            elif not self.variant.remove_copies:
-                victim = None  # another copy stays resident: nothing visible changed
-            else:
-                copy_victims.add(c.seq)
+            t, seq = self.taken(REUSE, _Reuse(old))
+            if t.publishes is not None:
+                reused.append((t, seq))
         cid = self.next_cid
         self.next_cid += 1
         self.copies[cid] = Copy(cid, None)
-        return cid, victim
+        return cid
 
-    def _cache(self, cid: int, seq: int) -> tuple[bool, bool]:
-        """Give physical block ``cid`` the hash ``seq``. Returns (announce it,
-        it is a copy beside another resident one): every copy is announced
-        in the spec, only the first resident one without ``store_copies``."""
-        first = seq not in self.by_hash
+    def _copy_stays(self, r: _Reuse) -> bool:
+        seq = self.copies[r.cid].seq
+        assert seq is not None
+        return len(self.by_hash[seq]) > 1
+
+    def _copy_stays_reported(self, r: _Reuse) -> bool:
+        return self.variant.remove_copies and self._copy_stays(r)
+
+    def _reuse(self, r: _Reuse) -> int:
+        c = self.copies.pop(r.cid)
+        assert c.seq is not None
+        ids = self.by_hash[c.seq]
+        ids.remove(r.cid)
+        if not ids:
+            del self.by_hash[c.seq]
+        return c.seq
+
+    def _cache(self, cid: int, seq: int) -> None:
+        """Give physical block ``cid`` the hash ``seq`` (one more copy if it is resident)."""
         self.copies[cid].seq = seq
         self.by_hash.setdefault(seq, []).append(cid)
-        return first or self.variant.store_copies, not first
+
+    def _resident(self, c: _Caching) -> bool:
+        return c.seq in self.by_hash
+
+    def _resident_announced(self, c: _Caching) -> bool:
+        """Every copy is announced in the spec, only the first resident one without ``store_copies``."""
+        return self.variant.store_copies and c.seq in self.by_hash
+
+    def _cache_owned(self, c: _Caching) -> None:
+        self.copies[c.cid].owners = 1
+        self._cache(c.cid, c.seq)
 
     # ------------------------------------------------------------------- Use
     def _validate_use(self, op: Use) -> None:
@@ -441,38 +583,25 @@ class VllmPoolModel:
         fresh = len(fulls) - hits + len(partials)
         pinned_inactive = len({cid for cid in hit_cids if cid in self.inactive})
         if fresh > self.free + len(self.inactive) - pinned_inactive:
-            self.trace.did("USE-CAPACITY")
-            return Step(OpResult(value=0, status="capacity"), [])
+            refused: Step = self.take(REFUSE, op)
+            return refused
         for cid in hit_cids:  # pin the prefix before any eviction
-            self.trace.did("VLLM-PREFIX-HIT")
-            self.inactive.pop(cid, None)
-            self.copies[cid].owners += 1
-        evicted: list[int] = []
-        copy_victims: set[int] = set()
+            self.take(PREFIX_HIT, cid)
+        reused: list[tuple[Transition[Any, Any], int]] = []
         new_blocks: list[tuple[int, int]] = []
-        new_copies: set[int] = set()
+        decided: list[tuple[Transition[Any, Any], int]] = []
         for i in range(hits, len(fulls)):
-            cid, victim = self._new_copy(copy_victims)
-            if victim is not None:
-                evicted.append(victim)
-            self.trace.did("USE-NEW")
-            self.copies[cid].owners = 1
-            announce, is_copy = self._cache(cid, fulls[i])
-            if announce:
-                local = op.local_hashes[i] if op.local_hashes else 0
-                new_blocks.append((fulls[i], local))
-                if is_copy:
-                    new_copies.add(fulls[i])
+            cid = self._new_copy(reused)
+            t, _ = self.taken(NEW_FULL, _Caching(cid, fulls[i]))
+            if t.publishes is not None:
+                new_blocks.append((fulls[i], op.local_hashes[i] if op.local_hashes else 0))
+                decided.append((t, fulls[i]))
         for uuid in partials:
-            cid, victim = self._new_copy(copy_victims)
-            if victim is not None:
-                evicted.append(victim)
-            self.trace.did("USE-PARTIAL")
-            self.held[uuid] = cid
+            cid = self._new_copy(reused)
+            self.take(NEW_PARTIAL, (uuid, cid))
         events: list[KvEvent] = []
-        if evicted:
-            self.trace.did("EVENT-ORDER")  # the Removed of the slots it reused before the Use's Stored
-            events.append(self._label(self._removed(evicted), removed_label(evicted, copy_victims)))
+        if reused:
+            events.append(self.take(REUSED_OUT, reused))
         if new_blocks:
             if hits:
                 parent: int | None = fulls[hits - 1]
@@ -481,8 +610,21 @@ class VllmPoolModel:
             first_new = fulls.index(new_blocks[0][0], hits)
             if first_new > hits:  # without store_copies: anchored to the block before the first announced one
                 parent = fulls[first_new - 1]
-            events.append(self._label(self._stored(new_blocks, parent), _stored_label(new_blocks, new_copies)))
+            events.append(self.publish_blocks(self._stored(new_blocks, parent), decided))
         return Step(OpResult(value=hits, status="ok"), events)
+
+    def _refuse_whole(self, op: Use) -> Step:
+        return Step(OpResult(value=0, status="capacity"), [])
+
+    def _pin_hit(self, cid: int) -> None:
+        self.inactive.pop(cid, None)
+        self.copies[cid].owners += 1
+
+    def _hold_partial(self, held: tuple[str, int]) -> None:
+        self.held[held[0]] = held[1]
+
+    def _publish_reused(self, reused: list[tuple[Transition[Any, Any], int]]) -> KvEvent:
+        return self.publish_blocks(self._removed([h for _t, h in reused]), reused)
 
     # --------------------------------------------------------------- Promote
     def _promote(self, op: Promote) -> Step:
@@ -496,14 +638,11 @@ class VllmPoolModel:
                 rid("USE-VALIDATE"),
                 f"Promote token_ids has {len(op.token_ids)} tokens; a full block has {self.block_size}",
             )
-        self.copies[cid].owners = 1
         events: list[KvEvent] = []
-        announce, is_copy = self._cache(cid, op.seq_hash)
-        self.trace.did("PROMOTE-NEW")
-        if announce:
-            new = [(op.seq_hash, op.local_hash)]
-            copies = {op.seq_hash} if is_copy else set()
-            events.append(self._label(self._stored(new, op.parent_hash), _stored_label(new, copies)))
+        t, _ = self.taken(PROMOTE, _Caching(cid, op.seq_hash))
+        if t.publishes is not None:
+            ev = self._stored([(op.seq_hash, op.local_hash)], op.parent_hash)
+            events.append(self.publish_blocks(ev, [(t, op.seq_hash)]))
         return Step(OpResult(value=None), events)
 
     # ----------------------------------------------------------------- Deref
@@ -527,20 +666,26 @@ class VllmPoolModel:
                     )
                 seen.add(ref.partial)
         for ref in op.blocks:
-            if isinstance(ref, FullBlock):
-                self.trace.did("DEREF-OWNER")
-                cid = next(c for c in self.by_hash[ref.full] if self._hash_owners(c, held) > 0)
-                self._release(cid)
-            else:
-                self.trace.did("DEREF-PARTIAL")
-                cid = self.held.pop(ref.partial)
-                held.discard(cid)
-                if self.copies[cid].seq is None:  # straight back to free
-                    del self.copies[cid]
-                    self.free += 1
-                else:
-                    self._release(cid)
+            self.take(DEREF, (ref, held))
         return Step(OpResult(value=None), [])
+
+    def _names_hash(self, item: tuple[FullBlock | PartialBlock, set[int]]) -> bool:
+        return isinstance(item[0], FullBlock)
+
+    def _release_hash(self, item: tuple[FullBlock, set[int]]) -> None:
+        ref, held = item
+        cid = next(c for c in self.by_hash[ref.full] if self._hash_owners(c, held) > 0)
+        self._release(cid)
+
+    def _release_uuid(self, item: tuple[PartialBlock, set[int]]) -> None:
+        ref, held = item
+        cid = self.held.pop(ref.partial)
+        held.discard(cid)
+        if self.copies[cid].seq is None:  # straight back to free
+            del self.copies[cid]
+            self.free += 1
+        else:
+            self._release(cid)
 
     def _hash_owners(self, cid: int, held: Collection[int]) -> int:
         """The owners of copy ``cid`` that a Deref may drop by naming its hash.
@@ -557,19 +702,28 @@ class VllmPoolModel:
         c = self.copies[cid]
         c.owners -= 1
         if c.owners == 0:
-            self.trace.did("VLLM-FREE-ORDER")
-            self.inactive[cid] = None  # newest at the tail
+            self.take(FREE_QUEUE, cid)
+
+    def _queue_free(self, cid: int) -> None:
+        self.inactive[cid] = None  # newest at the tail
 
     # ----------------------------------------------------------------- Reset
     def _reset(self) -> Step:
-        self.trace.did("CLEAR-ALL")
-        if self.held or any(c.owners for c in self.copies.values()):
-            return Step(OpResult(value=False), [])
+        step: Step = self.take(RESET, Reset())
+        return step
+
+    def _anything_held(self, op: Reset) -> bool:
+        return bool(self.held) or any(c.owners for c in self.copies.values())
+
+    def _refuse_reset(self, op: Reset) -> Step:
+        return Step(OpResult(value=False), [])
+
+    def _clear_all(self, op: Reset) -> Step:
         self.free += len(self.copies)
         self.copies.clear()
         self.by_hash.clear()
         self.inactive.clear()
-        return Step(OpResult(value=True), [self._label(make_cleared(self._next_id(), dp_rank=self.dp_rank), _CLEARED)])
+        return Step(OpResult(value=True), [self.publish(make_cleared(self._next_id(), dp_rank=self.dp_rank), RESET[1])])
 
     # ------------------------------------------------------------- host tier
     def host_write_through(self, blocks: Sequence[HostBlock], hits: int = 0) -> list[KvEvent]:
@@ -581,42 +735,14 @@ class VllmPoolModel:
         victims, runs = self.host.write_through(blocks, 0 if self.variant.host_writes_hits else hits)
         events: list[KvEvent] = []
         if victims:
-            self.trace.did("G2-EVICT")
-            events.append(self._label(self._removed(victims, "host_pinned"), _HOST_EVICTED))
+            events.append(self.take(HOST_EVICTION, victims))
         by_pos = {b.position: b for b in blocks}
         for run in runs:
             first = run[0].position
             parent = by_pos[first - 1].seq if first > 0 and first - 1 in by_pos else None
             ev = self._stored([(b.seq, b.local) for b in run], parent, tier="host_pinned", start_position=first)
-            events.append(self._label(ev, _HOST_STORED))
+            events.append(self.publish(ev, HOST_STORE))
         return events
 
-
-_CLEARED = label("CLEAR-ALL")
-#: the host tier's Removed of a write-through's victims, in the host tier's order
-_HOST_EVICTED = label("G2-EVICT", choice="G2-EVICT")
-#: a write-through run's host Stored, anchored to the prompt block before it
-_HOST_STORED = label("G2-STORE-ON-COMPLETE", parent="PARENT-ANCHOR", tokens="STORE-TOKENS-HASH")
-
-
-def removed_label(evicted: Sequence[int], copies: set[int]) -> EventLabel:
-    """A device Removed of the blocks whose slots were reused, in the free
-    queue's order; ``copies``: those evicted while another copy stays."""
-    return label(
-        "REMOVE-COPY" if copies and set(evicted) <= copies else "VLLM-LAZY-REMOVE",
-        "VLLM-FREE-ORDER",
-        choice="VLLM-FREE-ORDER",
-        copies=frozenset(copies),
-    )
-
-
-def _stored_label(blocks: Sequence[tuple[int, int]], copies: set[int]) -> EventLabel:
-    """A device Stored of newly cached blocks; ``copies``: those cached as another physical copy."""
-    every_copy = bool(copies) and all(h in copies for h, _ in blocks)
-    return label(
-        "STORE-COPY" if every_copy else "STORE-NEW-ONLY",
-        "STORE-NEW-ONLY",
-        parent="PARENT-ANCHOR",
-        tokens="STORE-TOKENS-HASH",
-        copies=frozenset(copies),
-    )
+    def _host_removed(self, victims: list[int]) -> KvEvent:
+        return self.publish(self._removed(victims, "host_pinned"), HOST_EVICTION[0])

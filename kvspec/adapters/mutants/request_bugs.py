@@ -33,7 +33,7 @@ from kvspec.api import (
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.errors import ConfigError
 from kvspec.spec.rules import RuleId
-from kvspec.spec.wire import Deref, FullBlock, OpResult, Use, make_cleared
+from kvspec.spec.wire import Deref, FullBlock, OpResult, Reset, Use, make_cleared
 
 R = RuleId
 
@@ -125,10 +125,7 @@ class ResetWhileHeld(VllmPoolModel):
     cached blocks nobody holds, reports success and publishes a Cleared,
     though the held blocks stay cached (the router forgets them too)."""
 
-    def _reset(self) -> Step:
-        if not (self.held or any(c.owners for c in self.copies.values())):
-            return super()._reset()
-        self.trace.did("CLEAR-ALL")
+    def _refuse_reset(self, op: Reset) -> Step:
         for cid in list(self.inactive):
             c = self.copies.pop(cid)
             self.inactive.pop(cid)
@@ -145,10 +142,7 @@ class ResetKeepsCache(VllmPoolModel):
     """The reset reports success and publishes a Cleared but forgets nothing:
     the next request hits blocks the router was told are gone."""
 
-    def _reset(self) -> Step:
-        if self.held or any(c.owners for c in self.copies.values()):
-            return super()._reset()
-        self.trace.did("CLEAR-ALL")
+    def _clear_all(self, op: Reset) -> Step:
         return Step(OpResult(value=True), [make_cleared(self._next_id(), dp_rank=self.dp_rank)])
 
 
