@@ -24,6 +24,7 @@ from kvspec.conformance.block.diff import counters_divergence, event_divergence,
 from kvspec.conformance.requests import check as request_check
 from kvspec.reference import G1Model, LegacyModel, make_model
 from kvspec.reference.labels import StepLabels
+from kvspec.reference.lower_tiers import LowerTiers
 from kvspec.reference.paged import PagedModel
 from kvspec.reference.radix import RadixModel
 from kvspec.reference.session import SessionModel
@@ -204,6 +205,17 @@ def test_the_vllm_tables_name_catalogue_rules_and_their_methods() -> None:
     assert set(VllmPoolModel.rules()) <= {r.value for r in RuleId}
     copies = {t.rule for table in VllmPoolModel.TABLES for t in table if t.copy}
     assert copies == {"VLLM-LAZY-REMOVE", "USE-NEW", "PROMOTE-NEW"}
+
+
+def test_the_lower_tier_tables_name_their_rules_and_methods() -> None:
+    """The lower tiers (G3/G4) are tables too: every transition names a TIER-* rule and a method the
+    tiers have, and together they name every TIER-* rule of the catalogue."""
+    names = {r for table in LowerTiers.TABLES for t in table for r in t.rules}
+    assert names == {r.value for r in RuleId if r.value.startswith("TIER-")}
+    for table in LowerTiers.TABLES:
+        for t in table:
+            for f in (t.guard, t.effect):
+                assert not isinstance(f, str) or hasattr(LowerTiers, f), f
 
 
 def test_a_block_table_naming_a_missing_method_is_refused() -> None:

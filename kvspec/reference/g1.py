@@ -40,7 +40,7 @@ from typing import Any, ClassVar
 
 from kvspec.reference.g2_tier import G2Entry, G2Tier
 from kvspec.reference.labels import label
-from kvspec.reference.lower_tiers import LowerTiers
+from kvspec.reference.lower_tiers import TIER_EVENTS, LowerTiers
 from kvspec.reference.offload_link import SharedLink
 from kvspec.reference.outcome import Step
 from kvspec.reference.policies import Frequency, LineagePolicy, Policy, make_policy
@@ -87,8 +87,6 @@ _G2_EVICTED = label("G2-EVICT")
 _STAGED_EVICTED = label("TIER-ONBOARD", choice="G2-EVICT")
 _G2_STORED = label("G2-STORE-ON-COMPLETE", parent="G2-STORE-ON-COMPLETE", tokens="G2-STORE-ON-COMPLETE")
 _ONBOARDED = label("SWAPIN-SKIP-PRESENT", parent="SWAPIN-ANCHOR", tokens="STORE-TOKENS-HASH")
-#: a lower tier's Stored or Removed (lower_tier_events = "owner")
-_TIER_EVENT = label("TIER-EVENTS", parent="TIER-EVENTS", tokens="TIER-EVENTS")
 _NO_VALUE = OpResult(value=None)
 
 
@@ -285,9 +283,6 @@ ONBOARD: tuple[Transition[Any, Any], ...] = (
     Transition("SWAPIN-SKIP-PRESENT", _Landing, "_present", "_skip_present"),
     SWAPIN_ANCHOR,
 )
-#: the lower tiers' events this worker publishes: the tiers decided their blocks (and name
-#: TIER-EVENTS when they did, ``reference.lower_tiers``); never taken here, only the label
-TIER_EVENTS: Transition[Any, Any] = Transition("TIER-EVENTS", tuple, always, always, publishes=_TIER_EVENT)
 
 
 def _rejected(rule: RuleName, why: str) -> Any:

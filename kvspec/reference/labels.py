@@ -3,31 +3,29 @@ effect and each event.
 
 A checker that finds a difference between an implementation and the model
 should not have to guess which rule it breaks from the shape of the
-difference: the model knows which rule it applied. So the models name their
-rules as they apply them, through a ``Trace``:
+difference: the model knows which rule it applied. The block models (G1:
+kvbm, atomic; legacy; vllm; the lower tiers) are written as transition
+tables (``reference.transitions.BlockModel``: per block of an operation the
+first transition whose guard holds), and a step's labels (``StepLabels``)
+are what its transitions say:
 
-- ``trace.did("USE-NEW")`` where an effect is applied. The step's ``rules``
-  are these, in order; a counter that differs is attributed to the first
-  applied rule that moves it (``MOVES``), COUNTERS when none does.
-- ``trace.event(ev, label(...))`` where an event is made: per aspect of the
-  event, the rule that decides it (that it is published at all, which blocks
-  it names, which victims among those the policy allowed, its parent, its
+- ``rules``: the rules of the transitions taken, in order; a counter that
+  differs is attributed to the first applied rule that moves it (``MOVES``),
+  COUNTERS when none does.
+- ``events``: per event, the label (``EventLabel``) of the transition that
+  decided its blocks (``Transition.publishes``): per aspect of the event,
+  the rule that decides it (that it is published at all, which blocks it
+  names, which victims among those the policy allowed, its parent, its
   tokens hashes, which of its blocks are extra physical copies).
-- ``trace.result("OFFLOAD-BLOCKS-USE")``: the rule behind the result, when
-  it is not the operation's own rule.
-- ``trace.silent(tier, kind, "DEVICE-REMOVE-IMMEDIATE")``: the rule an
-  operation breaks by publishing an event of that kind that it was not due
-  to publish (default: ``default_label(...).published``).
+- ``result``: the rule behind the result, when a transition decides it
+  (``Transition.result``) rather than the operation's own rule.
+- ``silent``: per (tier, kind), the rule an operation breaks by publishing an
+  event of that kind that it was not due to publish
+  (``BlockOperation.silent``; default: ``default_label(...).published``).
 
 The models of the small-operation profiles (paged, session, radix) are
-written the way new models are (``reference.transitions``): a table of
-transitions, per operation rule -> guard -> effect, so the rules of every
-step are the transition it took; their checkers attribute a difference by
-what differs. The block models (G1: kvbm, atomic; legacy; vllm) are block
-models of that module (``BlockModel``): per block the first transition whose
-guard holds, and an event's label is the ``publishes`` of the transition(s)
-that decided its blocks, so they build the ``StepLabels`` below without a
-``Trace``.
+transition tables per operation (``TransitionModel``); their checkers
+attribute a difference by what differs.
 
 Rules are written as text (``RuleName``): ``grep RULE-ID kvspec/reference``
 finds the place, and mypy checks the spelling. ``tests/test_rule_map.py``
@@ -41,8 +39,6 @@ from dataclasses import dataclass, field
 
 from kvspec.spec.rules import RuleId, RuleName, rid
 from kvspec.spec.wire import KvEvent
-
-_BY_NAME: dict[str, RuleId] = {r.value: r for r in RuleId}
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,49 +153,3 @@ class StepLabels:
         rule that ties them together."""
         found = (r for r in map(self.counter, names) if r is not None)
         return next(found, rid("COUNTERS"))
-
-
-class Trace:
-    """Collects a step's labels while the model applies it."""
-
-    __slots__ = ("_events", "_result", "_rules", "_silent")
-
-    def __init__(self) -> None:
-        self._rules: list[RuleId] = []
-        self._events: dict[int, EventLabel] = {}
-        self._result: RuleId | None = None
-        self._silent: dict[tuple[str, str], RuleId] = {}
-
-    def start(self) -> None:
-        """Forget the previous step."""
-        self._rules = []
-        self._events = {}
-        self._result = None
-        self._silent = {}
-
-    def did(self, name: RuleName) -> None:
-        """The rule ``name`` was applied (an effect on the state)."""
-        self._rules.append(_BY_NAME[name])  # a dict lookup: RuleId(name) costs ten times more
-
-    def result(self, name: RuleName) -> None:
-        """The rule ``name`` decided the step's result."""
-        self._result = RuleId(name)
-
-    def silent(self, tier: str, kind: str, name: RuleName) -> None:
-        """Under ``name`` this step publishes no other event of ``kind`` in ``tier``."""
-        self._silent[(tier, kind)] = RuleId(name)
-
-    def event(self, ev: KvEvent, lab: EventLabel) -> KvEvent:
-        """Label ``ev`` (returned as it is)."""
-        self._events[ev.event_id] = lab
-        return ev
-
-    def labels(self, events: list[KvEvent]) -> StepLabels:
-        """The labels of a step that published ``events``."""
-        got = self._events
-        return StepLabels(
-            list(self._rules),
-            [got.get(e.event_id) or default_label(e.storage_tier, e.kind) for e in events],
-            self._result,
-            dict(self._silent),
-        )

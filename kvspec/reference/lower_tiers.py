@@ -33,6 +33,11 @@ state, as a port observes it:
   put an external Stored, by the worker that started it; a G3 victim's
   disk Removed is published by the worker that put it there.
 
+The rules are transitions (``reference.transitions``): the tables below,
+each decision the first transition whose guard holds; the rules of the
+transitions taken go to the step of the worker being served (``did``, which
+the worker sets around each of its steps).
+
 Pure: no clock of its own, time enters through ``advance``.
 """
 
@@ -43,7 +48,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from kvspec.reference.g2_tier import G2Entry, G2Tier
+from kvspec.reference.labels import label
 from kvspec.reference.offload_link import SharedLink
+from kvspec.reference.transitions import Tables, Transition, always
 from kvspec.spec.config import OffloadConfig
 from kvspec.spec.wire import StorageTier
 
@@ -91,7 +98,55 @@ class _Stage:
 
 
 @dataclass(slots=True)
-class LowerTiers:
+class _Arrival:
+    """A block of a completed G2->G3 / G2->G4 copy that the tier registers."""
+
+    put: _Put
+    entry: G2Entry
+
+
+@dataclass(slots=True)
+class _Enqueue:
+    """Blocks that just reached ``worker``'s G2, for one tier."""
+
+    worker: int
+    tier: str
+    entries: list[G2Entry]
+
+
+def _events_owned(m: Any, item: object) -> bool:
+    return bool(m.config.lower_tier_events == "owner")
+
+
+#: with lower_tier_events = "owner", a block registered in G3/G4 is announced by the worker that
+#: put it there (``G1Model.drain_outbox`` publishes the lower tiers' events with this label)
+TIER_EVENTS: Transition[Any, Any] = Transition(
+    "TIER-EVENTS",
+    _Arrival,
+    always,
+    "_announce_stored",
+    publishes=label("TIER-EVENTS", parent="TIER-EVENTS", tokens="TIER-EVENTS"),
+)
+ANNOUNCE: tuple[Transition[Any, Any], ...] = (TIER_EVENTS,)
+#: blocks that reached a worker's G2 are enqueued for a lower tier
+CASCADE: tuple[Transition[Any, Any], ...] = (Transition("TIER-CASCADE", _Enqueue, always, "_enqueue_entries"),)
+#: a block the tier holds or that is on its way there is not sent (and G3 rejects a duplicate)
+DEDUP: tuple[Transition[Any, Any], ...] = (Transition("TIER-DEDUP", G2Entry, always, "_not_sent"),)
+#: a G2->G3 job is admitted at enqueue against G3's room
+ADMIT: tuple[Transition[Any, Any], ...] = (Transition("TIER-ADMIT", list, always, "_admit_g3"),)
+#: G3's victim leaves it; with owner events its owner publishes a disk Removed
+G3_EVICTION: tuple[Transition[Any, Any], ...] = (
+    Transition("TIER-EVICT", int, _events_owned, "_g3_drop_announced", also=("TIER-EVENTS",)),
+    Transition("TIER-EVICT", int, always, "_g3_drop"),
+)
+#: a swap-in's run past the G2 prefix is copied from G3/G4 into the worker's G2 first
+STAGE: tuple[Transition[Any, Any], ...] = (Transition("TIER-ONBOARD", _Stage, always, "_start_stage"),)
+#: a completed transfer takes effect when the worker that started it ticks
+OWNER: tuple[Transition[Any, Any], ...] = (Transition("TIER-OWNER", tuple, always, "_take_effect"),)
+
+
+@dataclass(slots=True)
+class LowerTiers(Tables):
     """G3 and G4 of one process, their links, and the copies in flight."""
 
     config: OffloadConfig
@@ -114,8 +169,10 @@ class LowerTiers:
     workers: dict[int, TierWorker] = field(default_factory=dict)
     clock: float = 0.0
     _next: int = 0
-    #: set by the model around each step: the rules applied (labels)
+    #: set by the model around each step: where the rules of the transitions taken go
     did: Callable[[str], None] = lambda _name: None
+
+    TABLES = (ANNOUNCE, CASCADE, DEDUP, ADMIT, G3_EVICTION, STAGE, OWNER)
 
     def __post_init__(self) -> None:
         off = self.config
@@ -175,20 +232,32 @@ class LowerTiers:
             if self.on(tier) and entries:
                 self._enqueue(worker, tier, list(entries))
 
+    def _apply_rules(self, t: Transition[Any, Any]) -> None:
+        for r in t.rules:
+            self.did(r)
+
     def _enqueue(self, worker: int, tier: str, entries: list[G2Entry]) -> None:
-        self.did("TIER-CASCADE")
+        self.take(CASCADE, _Enqueue(worker, tier, entries))
+
+    def _not_sent(self, e: G2Entry) -> None:
+        """A duplicate: nothing to do."""
+
+    def _admit_g3(self, kept: list[G2Entry]) -> list[G2Entry]:
+        assert self.g3 is not None
+        return kept[: self.g3.admit(len(kept))]
+
+    def _enqueue_entries(self, q: _Enqueue) -> None:
+        worker, tier = q.worker, q.tier
         kept: list[G2Entry] = []
         seen: set[PlhId] = set()
-        for e in entries:
+        for e in q.entries:
             if self.holds(tier, e) or (tier, e.pid) in self.pending or e.pid in seen:
-                self.did("TIER-DEDUP")
+                self.take(DEDUP, e)
                 continue
             seen.add(e.pid)
             kept.append(e)
         if tier == "g3" and kept:
-            assert self.g3 is not None
-            self.did("TIER-ADMIT")
-            kept = kept[: self.g3.admit(len(kept))]
+            kept = self.take(ADMIT, kept)
         if not kept:
             return
         for e in kept:
@@ -240,11 +309,13 @@ class LowerTiers:
         self.links[link].start(self.clock, ident, blocks * (self.config.block_size_bytes or 0))
 
     def _g3_evicted(self, seq: int) -> None:
-        self.did("TIER-EVICT")
-        owner = self.g3_owner.pop(seq)
-        if self.config.lower_tier_events == "owner":
-            self.did("TIER-EVENTS")
-            self.workers[owner].tier_event("disk", "removed", seq, None)
+        self.take(G3_EVICTION, seq)
+
+    def _g3_drop(self, seq: int) -> int:
+        return self.g3_owner.pop(seq)
+
+    def _g3_drop_announced(self, seq: int) -> None:
+        self.workers[self._g3_drop(seq)].tier_event("disk", "removed", seq, None)
 
     def _settle(self, tier: str, e: G2Entry) -> None:
         key = (tier, e.pid)
@@ -258,8 +329,10 @@ class LowerTiers:
     def stage(self, worker: int, tier: str, entries: list[G2Entry], job: Any) -> None:
         """TIER-ONBOARD: copy ``entries`` from ``tier`` into ``worker``'s G2
         for swap-in ``job`` (one transfer on the tier's get link)."""
-        self.did("TIER-ONBOARD")
-        self._start((tier, "get"), _Stage(worker, tier, entries, job), len(entries))
+        self.take(STAGE, _Stage(worker, tier, entries, job))
+
+    def _start_stage(self, stage: _Stage) -> None:
+        self._start((stage.tier, "get"), stage, len(stage.entries))
 
     # ------------------------------------------------------------------ time
     def advance(self, now: float) -> None:
@@ -276,18 +349,21 @@ class LowerTiers:
     def deliver(self, worker: int) -> None:
         """TIER-OWNER: apply ``worker``'s completed transfers, in order."""
         for _t, _i, payload in self.done.pop(worker, []):
-            self.did("TIER-OWNER")
-            if isinstance(payload, _Stage):
-                self.workers[worker].tier_staged(payload.job, payload.entries)
-                continue
-            w = self.workers[worker]
-            for e in payload.entries:
-                self._arrive(payload, e)
-            w.tier_unpin(payload.pinned)
-            self.running[(worker, payload.tier)] -= 1
-            if not self.running[(worker, payload.tier)]:
-                del self.running[(worker, payload.tier)]
-            self._start_waiting(worker, payload.tier)
+            self.take(OWNER, (worker, payload))
+
+    def _take_effect(self, done: tuple[int, _Put | _Stage]) -> None:
+        worker, payload = done
+        if isinstance(payload, _Stage):
+            self.workers[worker].tier_staged(payload.job, payload.entries)
+            return
+        w = self.workers[worker]
+        for e in payload.entries:
+            self._arrive(payload, e)
+        w.tier_unpin(payload.pinned)
+        self.running[(worker, payload.tier)] -= 1
+        if not self.running[(worker, payload.tier)]:
+            del self.running[(worker, payload.tier)]
+        self._start_waiting(worker, payload.tier)
 
     def _arrive(self, put: _Put, e: G2Entry) -> None:
         self._settle(put.tier, e)
@@ -296,18 +372,20 @@ class LowerTiers:
             self.g3.reserved -= 1
             self.g3.admitted -= 1
             if e.seq in self.g3:  # duplicates are rejected
-                self.did("TIER-DEDUP")
+                self.take(DEDUP, e)
                 return
             self.g3.register(e)
             self.g3_owner[e.seq] = put.worker
         else:
             if e.pid in self.g4:
-                self.did("TIER-DEDUP")
+                self.take(DEDUP, e)
                 return
             self.g4[e.pid] = (e, put.worker)
         if self.config.lower_tier_events == "owner":
-            self.did("TIER-EVENTS")
-            self.workers[put.worker].tier_event(EVENT_TIER[put.tier], "stored", e.seq, e)
+            self.take(ANNOUNCE, _Arrival(put, e))
+
+    def _announce_stored(self, a: _Arrival) -> None:
+        self.workers[a.put.worker].tier_event(EVENT_TIER[a.put.tier], "stored", a.entry.seq, a.entry)
 
 
 def _key(p: _Put | _Stage) -> Any:

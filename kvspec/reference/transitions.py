@@ -58,8 +58,8 @@ that takes a table (``_hit``, ``_evict``) or an effect, and keeps the tables.
 The G1 model of the ``kvbm`` and ``atomic`` profiles (``reference.g1``), the
 ``legacy`` model (``reference.legacy``) and the ``vllm`` pool
 (``reference.vllm_pool``) are block models. The lower tiers
-(``reference.lower_tiers``) still name their rules inline (``did``) until
-they move to tables too.
+(``reference.lower_tiers``), shared by the workers of a process, are
+``Tables`` whose rules go to the step of the worker they serve.
 """
 
 from __future__ import annotations
