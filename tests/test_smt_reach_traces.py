@@ -2,8 +2,10 @@
 
 The recorded traces reach every case of each recorded profile; a guard
 narrowed after the recording (legacy's ``use(full)`` refusing every new
-block, planted by monkeypatching the encoding) makes ``kvspec prove
---profile legacy`` fail, naming the transition and the case."""
+block; atomic's ``use(place full)`` that never evicts, planted by
+monkeypatching the encoding) makes ``kvspec prove --profile legacy`` (and
+``atomic``) fail, naming the transition and the case. atomic's two goals
+listed as impossible are refuted by z3 over any state of the instance."""
 
 from __future__ import annotations
 
@@ -11,8 +13,10 @@ import pytest
 import z3
 
 from kvspec.reference.smt import reach_recordings
-from kvspec.reference.smt.blocks import legacy
+from kvspec.reference.smt.blocks import atomic, atomic_reach, legacy
+from kvspec.reference.smt.blocks.catalogue import block_encoding
 from kvspec.reference.smt.blocks.encoding import BState, BStep
+from kvspec.reference.smt.blocks.reach import system
 from kvspec.reference.smt.cli import prove as prove_cli
 
 
@@ -23,7 +27,14 @@ def _no_new(S: BState, i: dict[str, z3.ExprRef], tw: frozenset[str]) -> BStep:
     return step
 
 
-@pytest.mark.parametrize("key", ["kvbm-step", "legacy-step"])
+def _never_evicts(S: BState, i: dict[str, z3.ExprRef], tw: frozenset[str]) -> BStep:
+    """atomic's use(place full), narrowed: a new block needs a free slot (no eviction)."""
+    step = atomic.place_full(S, i, tw)
+    step.requires = [*step.requires, z3.Or(S.a["reg"][i["h"]], S.v["free"] >= 1)]
+    return step
+
+
+@pytest.mark.parametrize("key", ["kvbm-step", "legacy-step", "atomic-step"])
 def test_the_recorded_traces_reach_every_case(key: str) -> None:
     assert reach_recordings.recorded_for(key), reach_recordings.not_checked(key)
     chk = reach_recordings.check(key)
@@ -46,3 +57,33 @@ def test_a_narrowed_guard_fails_prove(monkeypatch: pytest.MonkeyPatch, capsys: p
     row = next(line for line in out.splitlines() if line.startswith("REACHABLE"))
     assert "FAILED" in row
     assert any("use(full)" in line and "rule USE-NEW" in line for line in out.splitlines() if "not reached" in line)
+
+
+def test_a_narrowed_atomic_guard_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(atomic.PROFILE.transitions, "use(place full)", _never_evicts)
+    chk = reach_recordings.check("atomic-step")
+    named = [p for p in chk.problems if p.startswith("atomic step: use(place full):")]
+    assert named and "rule EVICT-POLICY" in named[0]
+
+
+@pytest.mark.slow
+def test_a_narrowed_atomic_guard_fails_prove(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(atomic.PROFILE.transitions, "use(place full)", _never_evicts)
+    assert prove_cli.main(["--profile", "atomic"]) == 1
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("REACHABLE"))
+    assert "FAILED" in row
+    lines = [line for line in out.splitlines() if "not reached" in line and "use(place full)" in line]
+    assert any("rule EVICT-POLICY" in line for line in lines)
+
+
+def test_the_impossible_atomic_goals_are_refuted_in_every_state() -> None:
+    assert atomic_reach.never_reached(system(block_encoding("atomic"))) == []
+
+
+def test_a_reachable_goal_listed_as_impossible_is_stale(monkeypatch: pytest.MonkeyPatch) -> None:
+    wrong = ("use(place full)", "with use(place partial) enabled")
+    monkeypatch.setitem(atomic_reach.NEVER, wrong, "not so")
+    assert atomic_reach.never_reached(system(block_encoding("atomic"))) == [wrong]

@@ -78,6 +78,56 @@ def equal(x: BState, y: BState) -> z3.BoolRef:
     return z3.And(out)
 
 
+#: every index a quantifier over the instance can tell apart: the indices of its arrays (-1..H-1;
+#: uuids -1..U-1 within them), and one below and one above them, where every array reads its default
+_INTS = [z3.IntVal(x) for x in range(NONE - 1, max(H, U) + 1)]
+
+
+def _ground(e: z3.ExprRef, memo: dict[int, tuple[z3.ExprRef, z3.ExprRef]]) -> z3.ExprRef:
+    """``e`` with no quantifier left: a ForAll (Exists) over indices is the conjunction
+    (disjunction) of its instances at ``_INTS``, a lambda (the bulk updates of
+    ``use(close)`` and of a Stored group) the array of its values there, the value one
+    above them elsewhere. In the finite instance every array is its default outside
+    -1..H-1, so these instances decide each quantifier. Left to z3, the quantifiers
+    (atomic's "every block of the batch placed", its lambdas) make it answer "unknown
+    (incomplete quantifiers)" on long pinned traces."""
+    key = e.get_id()
+    if key in memo:
+        return memo[key][1]
+    out: z3.ExprRef
+    if z3.is_quantifier(e):
+        assert e.num_vars() == 1 and e.var_sort(0) == z3.IntSort(), "one Int variable per quantifier"
+        inst = [_ground(z3.substitute_vars(e.body(), c), memo) for c in _INTS]
+        if e.is_lambda():
+            arr = z3.K(z3.IntSort(), inst[-1])
+            for c, x in zip(_INTS[:-1], inst[:-1], strict=True):
+                arr = z3.Store(arr, c, x)
+            out = arr
+        else:
+            out = z3.And(inst) if e.is_forall() else z3.Or(inst)
+    elif z3.is_app(e) and e.num_args() > 0:
+        out = e.decl()(*[_ground(c, memo) for c in e.children()])
+    else:
+        out = e
+    memo[key] = (e, out)  # ``e`` kept alive: z3 gives a freed term's id to the next one
+    return out
+
+
+def _ground_state(S: BState, memo: dict[int, tuple[z3.ExprRef, z3.ExprRef]]) -> BState:
+    return BState(
+        {k: _ground(x, memo) for k, x in S.a.items()},
+        {k: _ground(x, memo) for k, x in S.v.items()},
+        {k: _ground(x, memo) for k, x in S.c.items()},
+    )
+
+
+def _never(profile: str) -> dict[tuple[str, str], str]:
+    """The goals ``profile``'s steps can never reach, with the reason (atomic: ``atomic_reach.NEVER``)."""
+    from kvspec.reference.smt.blocks.atomic_reach import NEVER
+
+    return dict(NEVER) if profile == ATOMIC_NAME else {}
+
+
 def phases(prof: ProfileEncoding) -> dict[str, frozenset[int]]:
     """Idle steps run between operations; atomic declares before its check; the rest place blocks."""
     out = {}
@@ -103,13 +153,20 @@ def system(
         cap = z3.Int("reach_cap")
         return ReachStart(prof.initial(cap), [cap >= 1, cap <= CAP], fresh, {"capacity": cap})
 
+    last: list[tuple[BState, dict[int, tuple[z3.ExprRef, z3.ExprRef]]]] = []
+
     def move(t: str, pre: BState, prefix: str) -> Move:
         i = inputs(prefix)
         st = prof.transitions[t](pre, i, tw)
         dom = [z3.And(i[k] >= 0, i[k] < (H if k in ("h", "v") else U)) for k in ("h", "v", "u", "w")]
         dom.append(z3.And(i["p"] >= NONE, i["p"] < H))
-        cases = {f"rule {r}": g for r, g in st.rules.items()}
-        return Move(st.post, z3.And(*st.requires, *dom), cases, dict(i), st)
+        # one memo for the moves from one pre-state (they are built in a row): its terms are walked once
+        if not last or last[0][0] is not pre:
+            last[:] = [(pre, {})]
+        memo = last[0][1]
+        cases = {f"rule {r}": z3.simplify(_ground(g, memo)) for r, g in st.rules.items()}
+        enabled = z3.simplify(_ground(z3.And(*st.requires, *dom), memo))
+        return Move(_ground_state(st.post, memo), enabled, cases, dict(i), st)
 
     sys = System(
         prof.name,
@@ -120,7 +177,7 @@ def system(
         equal,
         move,
         depth,
-        never=dict(never or {}),
+        never=dict(never if never is not None else _never(prof.name)),
         phase=lambda S: S.v["phase"],
         phases=phases(prof),
         unreachable=prof.unreachable,
