@@ -15,7 +15,7 @@ import z3
 from kvspec.reference.smt import reach_recordings
 from kvspec.reference.smt.blocks import atomic, atomic_reach, legacy
 from kvspec.reference.smt.blocks.catalogue import block_encoding
-from kvspec.reference.smt.blocks.encoding import BState, BStep
+from kvspec.reference.smt.blocks.encoding import BState, BStep, ProfileEncoding, Transition
 from kvspec.reference.smt.blocks.reach import system
 from kvspec.reference.smt.cli import prove as prove_cli
 
@@ -42,41 +42,39 @@ def test_the_recorded_traces_reach_every_case(key: str) -> None:
     assert chk.reached == chk.goals > 0
 
 
-def test_a_narrowed_guard_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(legacy.PROFILE.transitions, "use(full)", _no_new)
-    chk = reach_recordings.check("legacy-step")
-    named = [p for p in chk.problems if p.startswith("legacy step: use(full):")]
-    assert named and "rule USE-NEW" in named[0]
+#: (profile encoding, transition narrowed, its narrowed step, the case the narrowing removes)
+NARROWED = [
+    pytest.param(legacy.PROFILE, "use(full)", _no_new, "rule USE-NEW", id="legacy"),
+    pytest.param(atomic.PROFILE, "use(place full)", _never_evicts, "rule EVICT-POLICY", id="atomic"),
+]
 
 
-@pytest.mark.slow
-def test_a_narrowed_guard_fails_prove(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setitem(legacy.PROFILE.transitions, "use(full)", _no_new)
-    assert prove_cli.main(["--profile", "legacy"]) == 1
-    out = capsys.readouterr().out
-    row = next(line for line in out.splitlines() if line.startswith("REACHABLE"))
-    assert "FAILED" in row
-    assert any("use(full)" in line and "rule USE-NEW" in line for line in out.splitlines() if "not reached" in line)
-
-
-def test_a_narrowed_atomic_guard_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(atomic.PROFILE.transitions, "use(place full)", _never_evicts)
-    chk = reach_recordings.check("atomic-step")
-    named = [p for p in chk.problems if p.startswith("atomic step: use(place full):")]
-    assert named and "rule EVICT-POLICY" in named[0]
-
-
-@pytest.mark.slow
-def test_a_narrowed_atomic_guard_fails_prove(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(("prof", "t", "narrowed", "case"), NARROWED)
+def test_a_narrowed_guard_is_named(
+    monkeypatch: pytest.MonkeyPatch, prof: ProfileEncoding, t: str, narrowed: Transition, case: str
 ) -> None:
-    monkeypatch.setitem(atomic.PROFILE.transitions, "use(place full)", _never_evicts)
-    assert prove_cli.main(["--profile", "atomic"]) == 1
+    monkeypatch.setitem(prof.transitions, t, narrowed)
+    chk = reach_recordings.check(f"{prof.name}-step")
+    named = [p for p in chk.problems if p.startswith(f"{prof.name} step: {t}:")]
+    assert named and case in named[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("prof", "t", "narrowed", "case"), NARROWED)
+def test_a_narrowed_guard_fails_prove(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    prof: ProfileEncoding,
+    t: str,
+    narrowed: Transition,
+    case: str,
+) -> None:
+    monkeypatch.setitem(prof.transitions, t, narrowed)
+    assert prove_cli.main(["--profile", prof.name]) == 1
     out = capsys.readouterr().out
     row = next(line for line in out.splitlines() if line.startswith("REACHABLE"))
     assert "FAILED" in row
-    lines = [line for line in out.splitlines() if "not reached" in line and "use(place full)" in line]
-    assert any("rule EVICT-POLICY" in line for line in lines)
+    assert any(f" {t}:" in line and case in line for line in out.splitlines() if "not reached" in line)
 
 
 def test_the_impossible_atomic_goals_are_refuted_in_every_state() -> None:
