@@ -44,6 +44,34 @@ def run_operation_rows(args: argparse.Namespace, emit: Callable[[list[str]], Non
     )
     if not args.no_sanity:
         problems += reach_row(emit)
+        problems += mutant_rows(emit)
+    return problems
+
+
+def mutant_rows(emit: Callable[[list[str]], None]) -> list[str]:
+    """One ``refutes`` row per operation-level mutant (``offload/op_mutants.py``: its own row
+    broken), and ``operation: MUTANTS-COVER``: every operation row is broken by one of them."""
+    from kvspec.reference.smt.offload.invariants import ALL_PROPERTIES
+    from kvspec.reference.smt.offload.op_mutants import OP_MUTANT_BATCH, OP_MUTANT_BOUND, OP_MUTANTS, broken_rows
+    from kvspec.reference.smt.offload.operations_prove import OP_DISJOINT, OP_IDLE
+
+    t0 = time.perf_counter()
+    problems: list[str] = []
+    hit: set[str] = set()
+    where = f"{OP_MUTANT_BOUND}, batches <= {OP_MUTANT_BATCH}"
+    for m in OP_MUTANTS:
+        t1 = time.perf_counter()
+        rows = broken_rows(m)
+        hit.update(rows)
+        ok = m.expect in rows
+        emit([f"  refutes {m.name}", "refuted" if ok else "NOT REFUTED", f"{m.expect} at {where}",
+              f"{time.perf_counter() - t1:.2f}s"])  # fmt: skip
+        if not ok:
+            problems.append(f"the operation mutant {m.name} does not break {m.expect}")
+    lone = [r for r in [*(str(p.id) for p in ALL_PROPERTIES), OP_IDLE, OP_DISJOINT] if r not in hit]
+    scope = "every operation row broken by a mutant" if not lone else "no mutant breaks " + ", ".join(lone)
+    emit(["operation: MUTANTS-COVER", "ok" if not lone else "FAILED", scope, f"{time.perf_counter() - t0:.2f}s"])
+    problems += [f"operation {r}: no seeded bug (mutant) breaks it, so nothing shows the row can fail" for r in lone]
     return problems
 
 

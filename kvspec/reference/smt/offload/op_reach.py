@@ -77,7 +77,7 @@ def system(bound: Bound = REACH_BOUND, n: int = REACH_BATCH, depth: int = REACH_
         name, shape = table[t]
         inp = _Named(prefix)
         if name == "tick":
-            out = TICK_UNITS[shape](pre, inp)
+            out = TICK_UNITS[shape](pre, inp, None)
         else:
             op = make_use(inp, bound, shape) if name == "use" else OPERATIONS[name](inp, bound, shape)
             out = apply_op(pre, op, Chooser("unordered", free_victims=True, prefix=f"{prefix}ch"))

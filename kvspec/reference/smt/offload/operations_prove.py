@@ -70,6 +70,10 @@ DEFAULT_OP_BOUND = Bound(3, 5)
 DEFAULT_BATCH = 3
 
 OP_IDLE = "OP-IDLE"
+#: a change to every step an operation takes (an operation-level mutant, ``op_mutants.py``)
+Mutate = Callable[[EncodedStep], EncodedStep]
+#: a change to a whole operation's outcome, given the pre-state and the operation (None: a Tick unit)
+Reshape = Callable[[State, Op | None, OpOutcome], OpOutcome]
 OP_DISJOINT = "OP-STORE-REMOVE-DISJOINT"
 
 
@@ -151,17 +155,17 @@ def make_tick(inp: OpInputs, bound: Bound, shape: str) -> Op:
     return TickOp(inp.bool("op_forward"))
 
 
-def complete_offload(S: State, inp: OpInputs) -> OpOutcome:
+def complete_offload(S: State, inp: OpInputs, mutate: Mutate | None = None) -> OpOutcome:
     """One unit of a forward Tick: the offload out of any pending slot
     completes (any completion order; any G2 victim)."""
-    run = _Run(S, concrete=False)
+    run = _Run(S, concrete=False, mutate=mutate)
     s = inp.int("op_slot", 0, S.bound.slots)
     w = inp.int("op_g2_victim", 0, S.bound.hashes)
     run.take(lambda St: offload_complete(St, s, w=w))
     return _unit("tick", run, S, [])
 
 
-def complete_swap_in(S: State, inp: OpInputs) -> OpOutcome:
+def complete_swap_in(S: State, inp: OpInputs, mutate: Mutate | None = None) -> OpOutcome:
     """One unit of a forward Tick: every slot of a pending swap-in job
     registers (or is skipped as present), in the job's order, with nothing
     else in between, as the model completes a job within one Tick."""
@@ -197,7 +201,7 @@ def _unit(kind: str, run: _Run, S: State, anchor_ok: list[z3.BoolRef]) -> OpOutc
 #: the units of a forward Tick: a Tick completes its due transfers one after
 #: the other, each unit from the state the previous one left, so a Tick keeps
 #: what every unit keeps (a backward Tick changes nothing: TIME-MONOTONIC)
-TICK_UNITS: dict[str, Callable[[State, OpInputs], OpOutcome]] = {
+TICK_UNITS: dict[str, Callable[[State, OpInputs, Mutate | None], OpOutcome]] = {
     "offload": complete_offload,
     "swap_in job": complete_swap_in,
 }
@@ -283,21 +287,32 @@ class BuiltOp:
 
 
 def build_op(
-    name: str, bound: Bound, shape: str, assume: list[Property] | None = None, *, use_validate: bool = True
+    name: str,
+    bound: Bound,
+    shape: str,
+    assume: list[Property] | None = None,
+    *,
+    use_validate: bool = True,
+    mutate: Mutate | None = None,
+    reshape: Reshape | None = None,
 ) -> BuiltOp:
     """The symbolic operation ``name`` from a symbolic pre-state, with its
     hypothesis (``base``): invariants, lemmas, OP-IDLE, domains, the rules'
-    choices and the caller contracts."""
+    choices and the caller contracts. ``mutate`` and ``reshape``: an
+    operation-level mutant in force (``op_mutants.py``)."""
     rigid = Rigid.fresh(bound)
     pre = State.fresh(bound, rigid, "pre_")
     inp = OpInputs()
+    op: Op | None = None
     if name == "tick":
-        out = TICK_UNITS[shape](pre, inp)
+        out = TICK_UNITS[shape](pre, inp, mutate)
     else:
         op = (
             make_use(inp, bound, shape, validate=use_validate) if name == "use" else OPERATIONS[name](inp, bound, shape)
         )
-        out = apply_op(pre, op, Chooser("unordered", free_victims=True, prefix="op"))
+        out = apply_op(pre, op, Chooser("unordered", free_victims=True, prefix="op", mutate=mutate))
+    if reshape is not None:
+        out = reshape(pre, op, out)
     victims = [z3.And(0 <= v, v < bound.slots) for _w, v in out.victims]
     base = [
         *rigid.domain(),
@@ -337,12 +352,14 @@ def prove_operations(
     on_result: Callable[[OffloadOpProof], None] | None = None,
     assume: list[Property] | None = None,
     use_validate: bool = True,
+    mutate: Mutate | None = None,
+    reshape: Reshape | None = None,
 ) -> list[OffloadOpProof]:
     """Prove every property kept by every whole operation; one result per
-    (operation, property)."""
+    (operation, property). ``mutate``, ``reshape``: an operation-level mutant in force."""
     results: list[OffloadOpProof] = []
     for name, shape in variants(n, operations):
-        b = build_op(name, bound, shape, assume, use_validate=use_validate)
+        b = build_op(name, bound, shape, assume, use_validate=use_validate, mutate=mutate, reshape=reshape)
         s = z3.Solver()
         if timeout_ms:
             s.set("timeout", timeout_ms)

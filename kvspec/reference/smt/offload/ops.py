@@ -146,8 +146,17 @@ class Chooser:
     (and the default pick of "unordered"); with ``free_victims`` the solver
     may pick any victim the policy allows (ties under "unordered")."""
 
-    def __init__(self, policy: Policy = "lru", *, free_victims: bool = False, prefix: str = "ch") -> None:
+    def __init__(
+        self,
+        policy: Policy = "lru",
+        *,
+        free_victims: bool = False,
+        prefix: str = "ch",
+        mutate: Callable[[EncodedStep], EncodedStep] | None = None,
+    ) -> None:
         self.policy = policy
+        #: an operation-level mutant's change to every step the operation takes (``op_mutants.py``)
+        self.mutate = mutate
         self.free_victims = free_victims
         self.prefix = prefix
         self.n = 0
@@ -190,9 +199,10 @@ class _Run:
     after each step so conditions of a concrete state become literals and
     untaken branches are not built at all."""
 
-    def __init__(self, S: State, concrete: bool) -> None:
+    def __init__(self, S: State, concrete: bool, mutate: Callable[[EncodedStep], EncodedStep] | None = None) -> None:
         self.state = S
         self.concrete = concrete
+        self.mutate = mutate
         self.constraints: list[z3.BoolRef] = []
         self.frags: list[tuple[z3.BoolRef, Frag]] = []
         self.victims: list[tuple[z3.BoolRef, Term]] = []
@@ -220,6 +230,8 @@ class _Run:
         if c is False:
             return None
         step = make(self.state)
+        if self.mutate is not None:
+            step = self.mutate(step)
         guard = z3.BoolVal(True) if c is True else c
         self.constraints.append(z3.Implies(guard, step.enabled("valid", "choice")))
         for cid, cond in step.contracts().items():
@@ -260,7 +272,7 @@ def apply_use(S: State, op: UseOp, ch: Chooser, concrete: bool = False) -> OpOut
     no slot; a stop that started an offload evicts as many more victims as the
     rest of the batch would need (OFFLOAD-BLOCKS-USE). One Stored for the new
     blocks, parent the last reused block (or the caller's); then one Removed."""
-    run = _Run(S, concrete)
+    run = _Run(S, concrete, ch.mutate)
     stopped: z3.BoolRef | bool = False
     status: Term = z3.IntVal(STATUS_OK)
     placed: Term = z3.IntVal(0)
@@ -359,7 +371,7 @@ def apply_deref(S: State, op: DerefOp, ch: Chooser, concrete: bool = False) -> O
     """A Deref: each block in order loses one owner (DEREF-OWNER) or, partial,
     frees its slot (DEREF-PARTIAL). If any block is not held (DEREF-UNKNOWN)
     the whole operation is rejected and nothing changes."""
-    run = _Run(S, concrete)
+    run = _Run(S, concrete, ch.mutate)
     valid: list[z3.BoolRef] = []
     for b in op.blocks:
         is_full = run.lit(b.full)
@@ -399,7 +411,7 @@ def apply_deref(S: State, op: DerefOp, ch: Chooser, concrete: bool = False) -> O
 
 
 def apply_promote(S: State, op: PromoteOp, ch: Chooser, concrete: bool = False) -> OpOutcome:
-    run = _Run(S, concrete)
+    run = _Run(S, concrete, ch.mutate)
     ok = S.held_partial(op.u)
     step = run.take(
         lambda St: promote(St, op.u, op.h, op.p, s=run.pick(partial_slot(St, op.u)), t=run.pick(holder(St, op.h))), ok
@@ -426,7 +438,7 @@ def apply_tick(S: State, op: TickOp, ch: Chooser, concrete: bool = False) -> OpO
     in queue order: an offload frees its slot and stores its block in G2
     (QUARANTINE-RELEASE, G2-EVICT, G2-STORE-ON-COMPLETE); a swap-in job
     registers its slots in order (SWAPIN-SKIP-PRESENT, SWAPIN-ANCHOR)."""
-    run = _Run(S, concrete)
+    run = _Run(S, concrete, ch.mutate)
     n = S.bound.slots
     done: Term = z3.IntVal(0)
     anchor_ok: list[z3.BoolRef] = []
@@ -486,7 +498,7 @@ def apply_swap_in(S: State, op: SwapInOp, ch: Chooser, concrete: bool = False) -
     reserved G1 slot each, if there are enough free slots (one job, queued);
     otherwise, if there are inactive blocks, the swap-in is blocked on a G1
     offload and evicts as many victims as it lacks slots; otherwise no hits."""
-    run = _Run(S, concrete)
+    run = _Run(S, concrete, ch.mutate)
     in_prefix: list[z3.BoolRef] = []
     acc: z3.BoolRef = z3.BoolVal(True)
     for h in op.blocks:
