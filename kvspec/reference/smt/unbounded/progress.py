@@ -217,7 +217,10 @@ def _some_move(S: UState, prefix: str, r: Ranking, tw: Tweaks) -> z3.BoolRef:
 @dataclass
 class PResult:
     property_id: str
-    verdict: str  # "proven", "refuted", "unknown"
+    #: "proven", "not proven" (z3 found a state where none of the moves *as named* lowers the rank:
+    #: the property may still hold by another move; ``refute_finite`` is what shows a real failure)
+    #: or "unknown"
+    verdict: str
     seconds: float
     detail: str = ""
 
@@ -234,7 +237,8 @@ def prove(r: Ranking, tw: Tweaks = frozenset(), timeout_ms: int = 60_000) -> PRe
     if a.unsat:
         return PResult(r.id, "proven", time.perf_counter() - t0)
     if a.model is not None:
-        return PResult(r.id, "refuted", time.perf_counter() - t0, "a state where no move lowers the rank")
+        detail = "a state satisfying the hypothesis where none of the moves, as named, lowers the rank"
+        return PResult(r.id, "not proven", time.perf_counter() - t0, detail)
     return PResult(r.id, "unknown", time.perf_counter() - t0, a.verdict)
 
 
