@@ -3,7 +3,8 @@
 The searches from the initial state (vllm's operation level,
 ``vllm/reach.py``: the greedy search of ``reach.cover`` to 3 steps, then the
 scenarios of ``OP_GUIDE`` pinned, ``recorded.attribute``; kvbm-offload's
-operation level, ``offload/op_reach.py``: ``reach.cover``; the block
+operation level, ``offload/op_reach.py``: ``reach.cover`` to 2 steps, then the guide's sequences;
+radix's operations, ``radix/op_reach.py``: ``reach.cover``, which reaches every goal; the block
 profiles' step level, ``blocks/reach.py``: the greedy search to 7 steps,
 then the Python model's guide) cost too much for
 every ``kvspec prove``; their traces are kept beside the encodings (``RECORDINGS`` below)

@@ -40,7 +40,10 @@ ALLOWED: dict[str, tuple[int, str]] = {
         1,
         "ManagerConfig's default profile, in the C ABI host that runs standard library only (python -S)",
     ),
-    "reference/smt/reach_recordings.py": (1, "the smt/vllm/ package folder in a path, not the vllm profile"),
+    "reference/smt/reach_recordings.py": (
+        2,
+        "the smt/vllm/ and smt/radix/ package folders in paths, not the vllm and radix profiles",
+    ),
     "spec/manager_wire.py": (2, _LITERAL + " (PagedConfig.kind, SessionConfig.kind)"),
     "spec/radix_wire.py": (1, _LITERAL + " (RadixConfig.kind)"),
     "spec/manifest.py": (2, "the radix family in the AdapterFamily Literal, and the [start] radix key (a field name)"),

@@ -4,7 +4,9 @@ One entry per system too slow to search on every ``kvspec prove``: how to
 build it (as the encoding is now), the file and key of its recording, and
 the offline search whose traces are kept (``scripts/gen_reach_traces.py``).
 The block profiles' step level (kvbm, legacy, atomic: ``blocks/reach.py``)
-are entries like the others, their traces in ``blocks/reach_traces.json``.
+are entries like the others, their traces in ``blocks/reach_traces.json``;
+radix's operations (``radix/op_reach.py``) too: the greedy search reaches
+every goal there in seconds, but checking its traces pinned costs less.
 A system with no recording prints why (``not_checked``) instead of a row.
 """
 
@@ -66,6 +68,19 @@ def _offload_op_search() -> Coverage:
     return cov
 
 
+def _radix_op() -> System[Any]:
+    from kvspec.reference.smt.radix.op_reach import system
+
+    return system()
+
+
+def _radix_op_search() -> Coverage:
+    """The greedy search from the empty cache (``radix/op_reach.search``): it reaches every goal."""
+    from kvspec.reference.smt.radix.op_reach import search
+
+    return search()
+
+
 def _block(profile: str) -> System[Any]:
     from kvspec.reference.smt.blocks.catalogue import block_encoding
     from kvspec.reference.smt.blocks.reach import system
@@ -103,6 +118,7 @@ RECORDINGS: dict[str, Recording] = {
     "kvbm-offload-operation": Recording(
         _offload_op, _HERE / "offload" / "reach_traces.json", "operation", _offload_op_search
     ),
+    "radix-operation": Recording(_radix_op, _HERE / "radix" / "reach_traces.json", "operation", _radix_op_search),
 }
 
 

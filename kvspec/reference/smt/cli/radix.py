@@ -156,7 +156,17 @@ def run_radix(
             continue
         broken.append(f"{MUTANTS[name].step} ({row})")
     problems += cover_row([*INVARIANTS, LEMMA_ID], broken, "MUTANTS-COVER", _row)
-    problems += op_rows(_row, cover=lambda rows, broken: cover_row(rows, broken, "op MUTANTS-COVER", _row))
+
+    def op_counterexample(name: str) -> None:
+        if counterexamples is not None and name not in MUTANTS:  # a step mutant's file is written above
+            write_counterexample(counterexamples, name)
+
+    problems += op_rows(
+        _row,
+        cover=lambda rows, broken: cover_row(rows, broken, "op MUTANTS-COVER", _row),
+        reach=op_reach_row,
+        refuted=op_counterexample,
+    )
     from kvspec.reference.smt.cli.profiles import order_rows
     from kvspec.reference.smt.order.encoding import RADIX_ORDER
 
@@ -181,6 +191,23 @@ def _reach_row(tw: frozenset[str]) -> list[str]:
     found = cov.problems()
     print(_row(["REACHABLE", "ok" if not found else "FAILED", cov.summary(), f"{time.perf_counter() - t1:.2f}s"]))
     return found
+
+
+def op_reach_row() -> list[str]:
+    """op REACHABLE: every operation, each of its named cases, and every pair of operations
+    enabled together on a trace from the empty cache (``radix/op_reach.py``), from the recorded
+    traces checked again pinned (``smt/recorded.py``); the problems name the operation and case."""
+    from kvspec.reference.smt import reach_recordings
+
+    key = "radix-operation"
+    if not reach_recordings.recorded_for(key):
+        print(reach_recordings.not_checked(key))
+        return [f"radix operation: no recorded traces ({reach_recordings.HOW} {key})"]
+    t1 = time.process_time()
+    chk = reach_recordings.check(key)
+    ok = "ok" if not chk.problems else "FAILED"
+    print(_row(["op REACHABLE", ok, chk.summary(), f"{time.process_time() - t1:.2f}s"]))
+    return chk.problems
 
 
 def run_op_mutant(mutant: str, bound: OpBound | None = None) -> int:
@@ -218,24 +245,38 @@ def run_op_mutant(mutant: str, bound: OpBound | None = None) -> int:
 
 
 def write_counterexample(folder: Path, mutant: str | None) -> None:
-    """``--counterexamples``: a trace of the step encoding (``radix/reach.py``, the mutant in force)
-    from the empty tree to a step that breaks the invariant the row names (the rules as written: any
-    INV-RADIX-*), as a text file ``folder/radix-MUTANT.txt`` (``counterexamples.NOT_WIRE``: no replay
-    file); an operation-only mutant has no step to search, and its file says so."""
+    """``--counterexamples``: a trace from the empty tree to a step that breaks the row the mutant
+    names (the rules as written: any INV-RADIX-*), as a text file ``folder/radix-MUTANT.txt``
+    (``counterexamples.NOT_WIRE``: no replay file). A step mutant (or the rules) is searched over
+    the step encoding (``radix/reach.py``), an operation-only mutant over the operations
+    (``radix/op_reach.py``), each with the mutant in force."""
     import z3
 
     from kvspec.reference.smt import counterexamples as cx
+    from kvspec.reference.smt.radix import op_reach
+    from kvspec.reference.smt.radix.ops import obligations
     from kvspec.reference.smt.radix.reach import REACH_BOUND, system
 
     name = f"radix-{mutant or 'rules'}"
     if mutant is not None and mutant not in MUTANTS:
         om = OP_MUTANTS[mutant]
-        text = (
-            f"{name}: {om.description} (breaks {om.rule})\nunknown (not searched): an operation-level mutant;"
-            " the search from the initial state (radix/reach.py) is over the step encoding, which it does not change"
-        )
-        path = cx.not_reachable(folder, name, text)
-        print(f"counterexample of radix {mutant} ({om.rule}):\n{text.splitlines()[1]}\n  (written to {path})")
+
+        def op_bad(_t: str, mv: Any) -> z3.BoolRef:
+            return z3.Not(obligations(mv.step)[om.breaks])
+
+        print(f"counterexample of radix {mutant} ({om.rule}):")
+        for line in cx.search_statement(
+            folder,
+            RADIX,
+            name,
+            op_reach.system(frozenset({mutant})),
+            op_bad,
+            rule=om.rule,
+            what=om.description,
+            bound=f"operations, {op_reach.REACH_BOUND}",
+            row=om.breaks,
+        ):
+            print(line)
         return
     m = MUTANTS[mutant] if mutant else None
     rows = {m.breaks: INVARIANTS[m.breaks]} if m else dict(INVARIANTS)

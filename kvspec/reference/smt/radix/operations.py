@@ -206,6 +206,8 @@ def op_match(S: RState, b: OpBound, tw: frozenset[str]) -> OpTransition:
     }
     op.cases = {
         "nothing cached": w.got == 0,
+        "a miss in a tree with pages": z3.And(w.got == 0, w.length > 0, z3.Or(S.live)),
+        "a hit of part of the key": z3.And(w.got > 0, w.got < w.length),
         "the key matched in full": z3.And(w.got == w.length, w.length == b.key),
         "the walk stops early": w.got < w.length,
         "ends at a node's last page": z3.And(w.got > 0, z3.Not(w.split)),
@@ -373,6 +375,7 @@ def op_evict(S: RState, b: OpBound, tw: frozenset[str]) -> OpTransition:
         "its parent still locked by another path": z3.And(
             parent_of(S, v[0][0]) != ROOT, sel_i(S.lock, parent_of(S, v[0][0]), 0) > 0
         ),
+        "from a full cache": S.free == 0,
     }
     return op
 

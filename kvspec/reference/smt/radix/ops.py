@@ -239,11 +239,15 @@ def op_rows(
     row: Callable[[list[str]], str],
     bound: OpBound = DEFAULT_OP_BOUND,
     cover: Callable[[list[str], list[str]], list[str]] | None = None,
+    reach: Callable[[], list[str]] | None = None,
+    refuted: Callable[[str], None] | None = None,
 ) -> list[str]:
     """``kvspec prove --profile radix``'s operation rows: one per operation
-    (its invariant, steps and events rows), the sanity check, one per
-    operation mutant, then ``cover(rows, "op (row)" broken)`` (MUTANTS-COVER);
-    prints them through ``row`` and returns the problems."""
+    (its invariant, steps and events rows), the sanity check, ``reach()``
+    (the op REACHABLE row, ``cli/radix.py``), one per operation mutant, then
+    ``cover(rows, "op (row)" broken)`` (MUTANTS-COVER); prints them through
+    ``row`` and returns the problems. ``refuted(name)`` is called for each
+    operation mutant refuted (``--counterexamples``: its trace)."""
     problems: list[str] = []
     print(f"operations (whole match, insert, lock, unlock, batched evict, reset), every state of {bound}:")
     for name in OPERATIONS:
@@ -275,6 +279,8 @@ def op_rows(
         )
     )
     problems += found
+    if reach is not None:
+        problems += reach()
     broken: list[str] = []
     for name, m in OP_MUTANTS.items():
         t0 = time.process_time()
@@ -293,6 +299,8 @@ def op_rows(
             problems.append(f"the radix operation mutant {name} was not refuted")
         else:
             broken.append(f"{m.op} ({m.breaks})")
+            if refuted is not None:
+                refuted(name)
     if cover is not None:
         problems += cover(cover_rows(), broken + also_broken(bound))
     return problems
