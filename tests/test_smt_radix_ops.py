@@ -122,6 +122,10 @@ def test_cli_runs_an_operation_mutant_and_prints_its_counterexample(
     assert re.search(r"^INV-RADIX-TREE +proven +evict", out, re.M)
     assert re.search(r"^SANITY-RADIX-OPS +ok", out, re.M)
     assert "INV-RADIX-LOCKS fails after the operation evict:" in out and "before:" in out and "after:" in out
+    # and from the empty cache: an insert, a lock that splits its node, the eviction of both nodes
+    reach = "reachable: from the initial state (4 pages, 2 locks, keys of 2 pages, evictions of 2 nodes of 2 pages)"
+    assert f"{reach}, 3 operations, the last breaks INV-RADIX-LOCKS:" in out
+    assert re.search(r"^  3\. evict\(.*x_nodes=2", out, re.M)
 
 
 def test_cli_exits_0_when_the_operation_mutant_is_not_caught(

@@ -11,7 +11,8 @@ and its counterexample. Exit 1 on any failure (with ``--mutant``: when the
 counterexample is found, as ``kvspec prove --mutant`` does). An operation
 mutant (``profile_radix_ops.OP_MUTANTS``) runs at operation level: the rows of
 the operation it breaks, the operations' sanity check and its counterexample,
-all with the mutant in force; one that is also a step mutant runs both levels.
+all with the mutant in force, then the trace from the empty cache that breaks
+the same row (``op_reachability``); one that is also a step mutant runs both levels.
 """
 
 from __future__ import annotations
@@ -239,9 +240,50 @@ def run_op_mutant(mutant: str, bound: OpBound | None = None) -> int:
     cx = refute_op(mutant, b)
     print()
     print(cx if cx is not None else f"no counterexample to {m.breaks} at {m.op} in {b}")
+    if cx is not None:
+        for line in op_reachability(mutant, b):
+            print(line)
     for p in found:
         print(f"sanity check failed: {p}")
     return 1 if bad or found or cx is not None else 0
+
+
+def _op_bad(row: str) -> Any:
+    """``bad`` for ``reach.violation`` over the operations: the operation breaks ``row`` (an
+    INV-RADIX-* of the state after it, OP-EVENTS of its events, OP-STEPS-ENABLED of its steps)."""
+    import z3
+
+    from kvspec.reference.smt.radix.ops import obligations
+
+    def bad(_t: str, mv: Any) -> z3.BoolRef:
+        return z3.Not(obligations(mv.step)[row])
+
+    return bad
+
+
+def op_reachability(mutant: str, bound: OpBound) -> list[str]:
+    """Whether an operation mutant's violation happens on a trace from the empty cache of ``bound``
+    (``radix/op_reach.py``, the mutant in force): the trace, else "induction only" (or "unknown")."""
+    from kvspec.reference.smt.radix import op_reach
+    from kvspec.reference.smt.reach import violation
+
+    row = OP_MUTANTS[mutant].breaks
+    sysm = op_reach.system(frozenset({mutant}), bound)
+    why: list[str] = []
+    trace, _ = violation(sysm, _op_bad(row), timeout_ms=30_000, why=why)
+    if trace is not None:
+        return [
+            f"reachable: from the initial state ({bound}), {len(trace)} operations, the last breaks {row}:",
+            trace.render("  "),
+        ]
+    if why:
+        return [
+            f"unknown ({why[0]}): the search from the empty cache ({bound}) gave up; the pre-state may be unreachable"
+        ]
+    return [
+        f"induction only: no trace of up to {sysm.depth} operations from the empty cache ({bound}) breaks {row};"
+        " the pre-state above may be unreachable"
+    ]
 
 
 def write_counterexample(folder: Path, mutant: str | None) -> None:
@@ -254,23 +296,18 @@ def write_counterexample(folder: Path, mutant: str | None) -> None:
 
     from kvspec.reference.smt import counterexamples as cx
     from kvspec.reference.smt.radix import op_reach
-    from kvspec.reference.smt.radix.ops import obligations
     from kvspec.reference.smt.radix.reach import REACH_BOUND, system
 
     name = f"radix-{mutant or 'rules'}"
     if mutant is not None and mutant not in MUTANTS:
         om = OP_MUTANTS[mutant]
-
-        def op_bad(_t: str, mv: Any) -> z3.BoolRef:
-            return z3.Not(obligations(mv.step)[om.breaks])
-
         print(f"counterexample of radix {mutant} ({om.rule}):")
         for line in cx.search_statement(
             folder,
             RADIX,
             name,
             op_reach.system(frozenset({mutant})),
-            op_bad,
+            _op_bad(om.breaks),
             rule=om.rule,
             what=om.description,
             bound=f"operations, {op_reach.REACH_BOUND}",
