@@ -6,7 +6,10 @@ proven" table lists each profile's INV-* and LEMMA-* properties. ``problems``
 splits one run of plain ``kvspec prove`` (every profile at its default level)
 by profile and checks each claim against its rows: a "yes" needs the row,
 passing; a "no" needs it absent; every property listed is a row of that
-profile and every INV-* row printed is listed. Used by the tests (the suite
+profile and every INV-* row printed is listed. The "Progress" table lists,
+per profile, the PROGRESS-* ids proven as ranking arguments: each one claimed
+for plain ``kvspec prove --profile P`` is a held row ``ID (ranking)`` of P,
+and every such row printed is claimed. Used by the tests (the suite
 runs plain ``kvspec prove`` once, in ``tests/test_smt_prove.py``), so that the
 tables cannot drift from the command.
 """
@@ -20,6 +23,9 @@ from kvspec.spec.registry import KVBM_OFFLOAD, PAGED, RADIX, SESSION
 
 DOC = Path(__file__).resolve().parents[3] / "spec" / "INVARIANTS.md"
 ID = re.compile(r"\b(?:INV|LEMMA)-[A-Z0-9]+(?:-[A-Z0-9]+)*")
+PROGRESS_ID = re.compile(r"\bPROGRESS-[A-Z0-9]+(?:-[A-Z0-9]+)*")
+RANKING = " (ranking)"
+HELD = ("unbounded proven", "proven")
 
 #: (profile, level) -> the label of its REACHABLE / MUTANTS-COVER row, where not the level's default
 REACH_LABEL = {
@@ -85,6 +91,22 @@ def proven_claims(text: str) -> dict[str, set[str]]:
     return out
 
 
+def progress_claims(text: str) -> dict[str, set[str]]:
+    """Profile -> the PROGRESS-* ids the "Progress" table claims as ranking arguments of plain
+    ``kvspec prove --profile P`` (rows of ``--unbounded`` or of another command are not run by it)."""
+    out: dict[str, set[str]] = {}
+    for cells in _table(text, "| profile | property | form"):
+        if len(cells) < 5:  # a profile with none: "| `paged` | none | | | |"
+            continue
+        cmd = re.findall(r"`kvspec prove --profile ([\w-]+)`", cells[4])
+        if not cells[2].startswith("ranking") or not cmd:
+            continue
+        ids = {m.group(0) for m in PROGRESS_ID.finditer(cells[1])}
+        for p in re.findall(r"`([\w-]+)`", cells[0]):
+            out.setdefault(p, set()).update(ids)
+    return out
+
+
 def sections(out: str) -> dict[str, dict[str, str]]:
     """Profile -> its rows (label -> verdict), from ``kvspec prove``'s output."""
     res: dict[str, dict[str, str]] = {}
@@ -128,4 +150,15 @@ def problems(text: str, out: str) -> list[str]:
                 bad.append(f"{p}: the row {i} is printed, the table does not list it")
             if i.startswith("LEMMA-") and i not in ids and "LEMMA-*" not in ids:
                 bad.append(f"{p}: the row {i} is printed, the table does not list it")
+    ranked_claims = progress_claims(text)
+    for p in sorted(set(ranked_claims) | set(secs)):
+        rows = secs.get(p, {})
+        ranked = {lb.removesuffix(RANKING) for lb in rows if lb.endswith(RANKING)}
+        for i in sorted(ranked_claims.get(p, set())):
+            if rows.get(i + RANKING) not in HELD:
+                bad.append(
+                    f"{p}: the progress table claims {i}, the row '{i}{RANKING}' is {rows.get(i + RANKING, 'absent')}"
+                )
+        for i in sorted(ranked - ranked_claims.get(p, set())):
+            bad.append(f"{p}: the row '{i}{RANKING}' is printed, the progress table does not claim it")
     return bad

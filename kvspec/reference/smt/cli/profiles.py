@@ -93,10 +93,18 @@ def run_vllm(mutant: str | None = None, timeout_s: float | None = None, countere
         if any(p.verdict == "refuted" for p in proofs):
             _vllm_statement(counterexamples, None)
     problems += _vllm_ops(timeout_ms, counterexamples)
+    problems += _vllm_progress(timeout_ms)
     problems += order_rows(("vllm-free",))
     for p in problems:
         print(f"sanity check failed: {p}")
     return 1 if problems else 0
+
+
+def _vllm_progress(timeout_ms: int) -> list[str]:
+    """PROGRESS-USE-FITS and PROGRESS-NO-DEADLOCK as ranking arguments (``vllm/progress_rows.py``)."""
+    from kvspec.reference.smt.vllm.progress_rows import progress_rows
+
+    return progress_rows(_row, timeout_ms)
 
 
 def order_rows(policies: tuple[str, ...]) -> list[str]:
