@@ -201,6 +201,43 @@ def test_a_vllm_trace_reads_back_as_operations() -> None:
     assert isinstance(use2, Use) and use2.blocks == [FullBlock(full=0)] and use2.parent == FullBlock(full=0)
 
 
+def test_a_vllm_use_cut_at_its_check_is_read_with_its_fresh_blocks() -> None:
+    """A trace that ends at a Use's capacity check gets the Use's fresh blocks as ``F`` says:
+    the full block the check names, then partial blocks of fresh uuids."""
+    from kvspec.reference.smt.vllm.counterexample import operations
+
+    steps = [
+        ReachStep("use(begin)", {"p": -1, "F": 1}),
+        ReachStep("use(check)", {"h": -1}),
+        ReachStep("use(partial)", {"b": 0}),
+        ReachStep("use(close)", {}),
+        ReachStep("use(begin)", {"p": -1, "F": 3}),
+        ReachStep("use(hit)", {"h": 0, "b": 1}),
+        ReachStep("use(check)", {"h": 1}),
+    ]
+    _first, cut = operations(ReachTrace(steps))
+    assert isinstance(cut, Use)
+    assert cut.blocks == [FullBlock(full=0), FullBlock(full=1), PartialBlock(partial="u1"), PartialBlock(partial="u2")]
+
+
+@pytest.mark.slow  # about 6 s of CPU: the guided search over every scenario
+def test_check_before_pins_is_reached_from_the_empty_pool() -> None:
+    """The mutant breaks USE-CAPACITY only at a check after a hit pins the last unowned copy, so
+    no whole scenario of ``OP_GUIDE`` shows it (the Use cannot close); ``cx_guide`` ends there. The
+    operations are a run of the rules as written; the mutated encoding departs at the last Use,
+    which the model refuses for capacity."""
+    from kvspec.reference.smt.vllm.counterexample import divergence, guided, operations
+
+    tw = frozenset({"check-before-pins"})
+    trace = guided(tw)
+    assert trace is not None and trace.steps[-1].transition == "use(check)"
+    assert [s.transition for s in trace.steps].count("use(hit)") >= 1
+    ops = operations(trace)
+    assert divergence(ops, frozenset()) is None
+    found = divergence(ops, tw)
+    assert found is not None and found[0] == len(ops) - 1 and "refused" in found[1], found
+
+
 def test_a_vllm_replay_file_passes_on_the_reference_and_names_where_the_mutant_departs(tmp_path: Path) -> None:
     """An encoding mutant has no twin in the model: the file replays the operations on the
     reference (they are a run of the rules as written) and the lines name the operation at

@@ -11,7 +11,16 @@ fresh blocks (full blocks first, then the partial ones, each partial block
 a uuid of its own), closed where the trace closes it, or where the trace
 ends; a Deref names the released block's hash (a cached copy) or its uuid
 (a held or promoted block); a Promote names the held block's uuid; a Reset
-is a Reset.
+is a Reset. A Use the trace cuts before all its fresh blocks are placed (a
+row broken at its capacity check) gets the rest as the Use's ``F`` says: the
+first full block after the hits that the check names, then partial blocks
+(fresh uuids), so that the model is asked for the whole Use.
+
+The guide (``guided``) is the scenarios of ``reach.OP_GUIDE`` plus
+``cx_guide()``, written for violations a whole scenario cannot show: the
+guide's scenarios are whole operations, and a row broken at a Use's capacity
+check leaves the Use unable to close (``check-before-pins``: a hit pins the
+last unowned copy, the check still counts it, and a fresh block has no room).
 
 What such a file replays. The mutant is a bug of the *encoding*, not of the
 Python model: no variant of ``adapters/mutants`` has it (``TWINS`` is where
@@ -30,6 +39,8 @@ breaks the contract instead: the model is not bound there.
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,6 +59,17 @@ TIMEOUT_MS = 30_000
 GREEDY_DEPTH = 6
 #: (encoding mutant) -> the variant of adapters/mutants with the same bug in the model (none yet)
 TWINS: dict[str, str] = {}
+
+
+def cx_guide() -> list[ReachTrace]:
+    """The counterexample search's own scenarios (see the module doc), after those of
+    ``reach.OP_GUIDE``: they end inside a Use (transitions fixed, inputs free, as there)."""
+    from kvspec.reference.smt.vllm.reach import _new, _s, _use
+
+    return [
+        # a copy cached and released (unowned), then a Use that pins it by a hit and is checked
+        ReachTrace([*_use(1, _new(0, 0)), _s("deref(full)", b=0), _s("use(begin)"), _s("use(hit)"), _s("use(check)")]),
+    ]
 
 
 def broken(_t: str, mv: Move) -> z3.BoolRef:
@@ -71,7 +93,8 @@ def guided(tw: frozenset[str], timeout_ms: int = TIMEOUT_MS) -> ReachTrace | Non
     """The shortest trace found along the scenarios of ``reach.OP_GUIDE`` whose last step breaks a row.
 
     The greedy search gives up before the deepest cases (an eviction needs a
-    full pool, an unowned copy and a second Use: 9 steps). Each scenario
+    full pool, an unowned copy and a second Use: 9 steps). The scenarios are
+    those of ``OP_GUIDE`` and ``cx_guide()``. Each scenario
     fixes only the sequence of transitions; its inputs (hashes, blocks, the
     caller's parent, the fresh count) are left to z3, so a scenario that
     evicts an unowned copy also stands for one that evicts an owned copy,
@@ -83,7 +106,7 @@ def guided(tw: frozenset[str], timeout_ms: int = TIMEOUT_MS) -> ReachTrace | Non
 
     sysm = op_system(tw, depth=1)
     best: ReachTrace | None = None
-    for scenario in sorted(OP_GUIDE, key=len):
+    for scenario in sorted([*OP_GUIDE, *cx_guide()], key=len):
         if best is not None and len(best) <= len(scenario):
             continue  # a shorter trace is found already
         s = z3.Solver()
@@ -105,8 +128,21 @@ def guided(tw: frozenset[str], timeout_ms: int = TIMEOUT_MS) -> ReachTrace | Non
 @dataclass
 class _VllmUseSoFar:
     parent: int
+    #: fresh blocks still to place (``use(begin)``'s F, less each new or partial block)
+    fresh: int = 0
+    #: the first full block after the hits, as the capacity check names it (NONE: none)
+    nxt: int = vops.NONE
     fulls: list[int] = field(default_factory=list)
     partials: list[str] = field(default_factory=list)
+
+    def finish(self, uuid_of: Callable[[], str]) -> None:
+        """A Use cut before its fresh blocks are placed: the check's next block, then partial blocks."""
+        if self.fresh >= 1 and self.nxt != vops.NONE:
+            self.fulls.append(self.nxt)
+            self.fresh -= 1
+        while self.fresh >= 1:
+            self.partials.append(uuid_of())
+            self.fresh -= 1
 
     def op(self) -> Use:
         refs: list[FullBlock | PartialBlock] = [FullBlock(full=h) for h in self.fulls]
@@ -123,21 +159,26 @@ def operations(trace: ReachTrace) -> list[Operation]:
     hsh: dict[int, int] = {}  # physical block -> the hash it caches
     uuid: dict[int, str] = {}  # physical block -> the uuid of the partial block placed there
     made = 0
+    extra = itertools.count(len([s for s in trace.steps if s.transition == "use(partial)"]))
     for st in trace.steps:
         t, i = st.transition, st.inputs
         b = int(i.get("b", 0))
         if t == "use(begin)":
-            use = _VllmUseSoFar(int(i["p"]))
+            use = _VllmUseSoFar(int(i["p"]), fresh=int(i.get("F", 0)))
         elif t == "use(hit)" and use is not None:
             use.fulls.append(int(i["h"]))
+        elif t == "use(check)" and use is not None:
+            use.nxt = int(i.get("h", vops.NONE))
         elif t == "use(new)" and use is not None:
             use.fulls.append(int(i["h"]))
+            use.fresh -= 1
             hsh[b] = int(i["h"])
             uuid.pop(b, None)
         elif t == "use(partial)" and use is not None:
             uuid[b] = f"u{made}"
             made += 1
             use.partials.append(uuid[b])
+            use.fresh -= 1
         elif t == "use(close)" and use is not None:
             out.append(use.op())
             use = None
@@ -160,6 +201,7 @@ def operations(trace: ReachTrace) -> list[Operation]:
         elif t == "reset":
             out.append(Reset())
     if use is not None:
+        use.finish(lambda: f"u{next(extra)}")
         out.append(use.op())
     return out
 
@@ -208,7 +250,8 @@ def emit(folder: Path, mutant: str, rule: str, what: str, depth: int | None = No
         kind = f"unknown ({why[0]})" if why else "induction only"
         greedy = f"the search gave up at some depth <= {depth}" if why else f"no trace of <= {depth} steps breaks a row"
         if guide:
-            greedy += f"; along the {len(OP_GUIDE)} scenarios of vllm/reach.py (transitions fixed, inputs free) none"
+            n = len(OP_GUIDE) + len(cx_guide())
+            greedy += f"; along the {n} scenarios of vllm/reach.py and cx_guide (transitions fixed, inputs free) none"
         statement = (
             f"{name}: {kind}: from the empty pool ({bound}) {greedy}; the induction counterexample's pre-state"
             " is not shown reachable within that bound"
