@@ -168,6 +168,9 @@ def run_radix(
         reach=op_reach_row,
         refuted=op_counterexample,
     )
+    from kvspec.reference.smt.radix.progress_rows import progress_rows
+
+    problems += progress_rows(_row, bound)
     from kvspec.reference.smt.cli.profiles import order_rows
     from kvspec.reference.smt.order.encoding import RADIX_ORDER
 
