@@ -138,7 +138,9 @@ NOT_WIRE: dict[str, str] = {
     KVBM_OFFLOAD: (
         "the trace is of the step encoding (offload/reach.py: one step per slot move, G2 write"
         " and swap-in job step, over a hash forest z3 chooses); no reader turns those steps back"
-        " into wire operations (Use, Deref, Promote, SwapIn, Tick), so there is no replay file"
+        " into wire operations (Use, Deref, Promote, SwapIn, Tick). A mutant that acts through"
+        " whole operations is searched at operation level instead and written as a replay file"
+        " (offload/counterexample.py)"
     ),
     PAGED: (
         "paged is an allocator-level profile (spec/manager_wire.py): its operations are not the"
@@ -172,10 +174,12 @@ def trace_statement(
     trace: ReachTrace | None,
     why: list[str] | None = None,
     row: str | None = None,
+    reason: str | None = None,
 ) -> list[str]:
     """The text file of a refuted row of a profile whose traces are not replay files: the trace
-    from the initial state when the bounded search found one (and why it is not a replay file),
-    else "induction only" (no trace within the bound) or "unknown (REASON)"; the lines to print."""
+    from the initial state when the bounded search found one (and why it is not a replay file:
+    ``reason``, else the profile's ``NOT_WIRE``), else "induction only" (no trace within the
+    bound) or "unknown (REASON)"; the lines to print."""
     head = f"{name}: {what} (breaks {rule})"
     row = row or rule
     if trace is not None:
@@ -183,7 +187,7 @@ def trace_statement(
             head,
             f"reachable: from the initial state ({bound}), {len(trace)} steps, the last breaks {row}:",
             trace.render("  "),
-            f"not a replay file: {NOT_WIRE[profile]}",
+            f"not a replay file: {reason or NOT_WIRE[profile]}",
         ]
     elif depth is None:
         text = [
@@ -218,6 +222,7 @@ def search_statement(
     bound: str,
     timeout_ms: int = 30_000,
     row: str | None = None,
+    reason: str | None = None,
 ) -> list[str]:
     """Search ``system`` from its initial state for a step that is ``bad`` (``reach.violation``,
     ``timeout_ms`` per solver call) and write what was found (``trace_statement``)."""
@@ -226,7 +231,17 @@ def search_statement(
     why: list[str] = []
     trace, _ = violation(system, bad, timeout_ms=timeout_ms, why=why)
     return trace_statement(
-        folder, profile, name, rule=rule, what=what, bound=bound, depth=system.depth, trace=trace, why=why, row=row
+        folder,
+        profile,
+        name,
+        rule=rule,
+        what=what,
+        bound=bound,
+        depth=system.depth,
+        trace=trace,
+        why=why,
+        row=row,
+        reason=reason,
     )
 
 

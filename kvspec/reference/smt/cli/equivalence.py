@@ -48,10 +48,6 @@ def _none() -> list[str]:
     return []
 
 
-def _not_refuted(mutant: str) -> str | None:
-    return None
-
-
 def _vllm(mutant: str | None, model_bug: str | None) -> Any:
     from kvspec.reference.smt.vllm.equivalence import VllmSubject
 
@@ -106,8 +102,20 @@ def _offload(mutant: str | None, model_bug: str | None) -> Any:
 
 def _offload_mutants() -> list[str]:
     from kvspec.reference.smt.offload.agreement.encoding_mutants import ENCODING_MUTANTS, EQUIVALENCE_MUTANTS
+    from kvspec.reference.smt.offload.op_mutants import OP_MUTANTS
 
-    return [m.name for m in [*ENCODING_MUTANTS, *EQUIVALENCE_MUTANTS]]
+    return [m.name for m in [*ENCODING_MUTANTS, *EQUIVALENCE_MUTANTS]] + [m.name for m in OP_MUTANTS]
+
+
+def _offload_refutes(mutant: str) -> str | None:
+    """Where ``kvspec prove --profile kvbm-offload`` refutes an operation mutant (``op:NAME``: its
+    operation row, in the ``refutes`` rows at 3 slots, 4 hashes, batches <= 2); None otherwise."""
+    from kvspec.reference.smt.offload.op_mutants import OP_MUTANTS, broken_rows
+
+    m = next((o for o in OP_MUTANTS if o.name == mutant), None)
+    if m is None or m.expect not in broken_rows(m):
+        return None
+    return f"operation row {m.expect}"
 
 
 def _radix(mutant: str | None, model_bug: str | None) -> Any:
@@ -206,7 +214,7 @@ BOUNDS: dict[str, ExhaustiveBound] = {
     b.profile: b
     for b in (
         ExhaustiveBound(KVBM_OFFLOAD, 3, "2 slots, hashes 0->1 and 2, G2 of 1, uuid u0, LRU", _offload,
-                        _offload_mutants, _none, _not_refuted),
+                        _offload_mutants, _none, _offload_refutes),
         ExhaustiveBound(VLLM_NAME, 6, "2 blocks, hashes 0-1, uuid u0", _vllm, _vllm_mutants, _none, _vllm_refutes),
         *(_blocks_bound(p) for p in BLOCK_ENCODINGS),
         ExhaustiveBound(RADIX, 4, "page 1, capacity 3, keys 1, 12, 13, 2, lock a; recency order", _radix,

@@ -129,17 +129,34 @@ def trace_lines(m: OffloadMutant, prop: Property) -> list[str]:
 
 
 def write_counterexample(folder: Path, m: OffloadMutant | None, prop: Property) -> None:
-    """``--counterexamples``: the trace of the step encoding (the mutant in force) from the initial
-    state to a step that breaks ``prop`` (``offload/reach.py``), or why there is none, as a text file
-    ``folder/kvbm-offload-MUTANT.txt`` (``counterexamples.NOT_WIRE``: not read back as operations)."""
+    """``--counterexamples``. A step mutant with an operation version (``op_mutants.op_twin``),
+    for the row it stands for: that version searched from the empty cache at operation level and
+    written as a replay file, ``folder/kvbm-offload-MUTANT.jsonl`` (``offload/counterexample.py``).
+    Otherwise (the rules as written, a step-only mutant, another row): the trace of the step
+    encoding from the initial state to a step that breaks ``prop`` (``offload/reach.py``), or why
+    there is none, as a text file ``folder/kvbm-offload-MUTANT.txt`` that says why it is no
+    replay file (``counterexamples.NOT_WIRE``, or the step-only mutant's reason)."""
     from kvspec.reference.smt import counterexamples as cx
+    from kvspec.reference.smt.offload.op_mutants import op_twin, step_only_reason
     from kvspec.reference.smt.offload.reach import REACH_BOUND, broken, system
 
     name = f"kvbm-offload-{m.name if m else 'rules'}"
-    if m is None or str(prop.id) != str(m.expect):  # a row other than the one the mutant stands for
+    own_row = m is not None and str(prop.id) == str(m.expect)
+    twin = op_twin(m) if m is not None and own_row else None
+    if m is not None and twin is not None:
+        from kvspec.reference.smt.offload.counterexample import emit
+
+        print(f"counterexample of kvbm-offload {m.name} ({prop.id}), as its operation version {twin.name}:")
+        for line in emit(folder, twin, name=name):
+            print(line)
+        return
+    if not own_row:  # a row other than the one the mutant stands for
         name += f"-{prop.id}"
     rule = m.rule if m else str(prop.id)
     what = m.description if m else f"{prop.id} is broken"
+    reason = None
+    if m is not None and own_row:
+        reason = f"{cx.NOT_WIRE[KVBM_OFFLOAD]}; {m.name} is a step-only mutant: {step_only_reason(m)}"
     print(f"counterexample of kvbm-offload {m.name if m else 'rules as written'} ({prop.id}):")
     sysm = system(m.applier if m else default_applier)
     for line in cx.search_statement(
@@ -152,6 +169,7 @@ def write_counterexample(folder: Path, m: OffloadMutant | None, prop: Property) 
         what=what,
         bound=f"{REACH_BOUND}, any G2 capacity",
         row=str(prop.id),
+        reason=reason,
     ):
         print(line)
 
@@ -161,6 +179,12 @@ def run_offload(args: argparse.Namespace) -> int:
         from kvspec.reference.smt.cli.unbounded import run_unbounded
 
         return run_unbounded(args)
+    if args.mutant and args.mutant.startswith("op:"):
+        from kvspec.reference.smt.cli.operations import op_mutant, run_op_mutant
+
+        om = op_mutant(args.mutant)
+        assert om is not None  # prove._choose accepts only the catalogue's names
+        return run_op_mutant(args, om)
     _defaults(args)
     bound = Bound(args.slots, args.hashes)
     props = [by_id(i) for i in args.invariant] if args.invariant else list(ALL_PROPERTIES)

@@ -18,7 +18,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kvspec.reference.smt.cli import summary
-from kvspec.reference.smt.cli.flags import COUNTEREXAMPLE_PROFILES, PROFILES, misapplied, profile_specific
+from kvspec.reference.smt.cli.flags import (
+    APPLIES,
+    COUNTEREXAMPLE_PROFILES,
+    PROFILES,
+    given,
+    misapplied,
+    profile_specific,
+)
 from kvspec.spec.registry import KVBM_OFFLOAD, PAGED, RADIX, SESSION, VLLM_NAME
 
 __all__ = ["NOT_ENCODED", "PROFILES", "add_arguments", "main", "mutants_by_profile", "run"]
@@ -34,12 +41,13 @@ def mutants_by_profile() -> dict[str, list[str]]:
     from kvspec.reference.smt.cli.managers import PAGED_MUTANTS, SESSION_MUTANTS
     from kvspec.reference.smt.cli.radix import ALL_MUTANTS as RADIX_MUTANTS
     from kvspec.reference.smt.offload.mutants import MUTANTS
+    from kvspec.reference.smt.offload.op_mutants import OP_MUTANTS
     from kvspec.reference.smt.vllm.copies import MUTANTS as VLLM_MUTANTS
     from kvspec.reference.smt.vllm.ops import MUTANTS as VLLM_OP_MUTANTS
 
     blocks: dict[str, ProfileEncoding] = {p: block_encoding(p) for p in COUNTEREXAMPLE_PROFILES}
     return {
-        KVBM_OFFLOAD: [m.name for m in MUTANTS],
+        KVBM_OFFLOAD: [m.name for m in MUTANTS] + [m.name for m in OP_MUTANTS],
         PAGED: list(PAGED_MUTANTS),
         SESSION: list(SESSION_MUTANTS),
         VLLM_NAME: list(dict.fromkeys([*VLLM_MUTANTS, *VLLM_OP_MUTANTS])),
@@ -121,8 +129,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="for each refuted row (an invariant, or a mutant with --mutant or in the refutes rows), search a"
         " trace from the initial state that breaks it and write it to DIR: a replay file of operations"
-        " (`kvspec replay FILE`; kvbm, legacy, atomic), else a text file with the trace and why it is not a"
-        " replay file (kvbm-offload, vllm, paged, session, radix; not with --unbounded), or saying it"
+        " (`kvspec replay FILE`; kvbm, legacy, atomic, and the operation-level mutants of kvbm-offload and"
+        " vllm), else a text file with the trace and why it is not a replay file (the step-only mutants and"
+        " invariants of kvbm-offload and vllm; paged, session, radix; not with --unbounded), or saying it"
         " is induction only or unknown",
     )
     add_operation_arguments(p)
@@ -149,6 +158,16 @@ def _choose(args: argparse.Namespace) -> tuple[list[str], str | None]:
         return [], bad
     if args.mutant and args.mutant not in mutants[profile]:
         return [], f"the {profile} profile has no mutant {args.mutant!r}; its mutants: {', '.join(mutants[profile])}"
+    if profile == KVBM_OFFLOAD and args.mutant and args.mutant.startswith("op:"):
+        # an operation mutant runs the operation-level proofs only: the step level's options do nothing there
+        step_only = ("--unbounded", "--slots", "--hashes", "--invariant", "--no-lemmas", "--no-symmetry", "--contracts",
+                     "--no-operations", "--no-sanity")  # fmt: skip
+        for option in step_only:
+            if given(args, APPLIES[option][0]):
+                return [], (
+                    f"{option} does not apply to an operation mutant ({args.mutant}: the operation-level proofs;"
+                    " their options are --op-slots, --op-hashes, --batch, --timeout, --counterexamples)"
+                )
     if profile == KVBM_OFFLOAD and args.unbounded and args.mutant:
         from kvspec.reference.smt.offload.mutants import BOUNDED_ONLY
 

@@ -180,3 +180,18 @@ def broken_rows(m: OffloadOpMutant, bound: Bound = OP_MUTANT_BOUND, n: int = OP_
     """The operation rows the mutant breaks (a counterexample at ``bound``, batches of up to ``n``)."""
     rs = prove_operations(bound, n, mutate=m.mutate, reshape=m.reshape)
     return list(dict.fromkeys(r.property_id for r in rs if not r.proven and not r.unknown))
+
+
+def op_twin(m: OffloadMutant) -> OffloadOpMutant | None:
+    """The operation version of the step mutant ``m`` (``op:NAME``), or None for a step-only one."""
+    return next((o for o in OP_MUTANTS if o.name == f"op:{m.name}"), None)
+
+
+def step_only_reason(m: OffloadMutant) -> str:
+    """Why the step mutant ``m`` has no operation version, so no trace of whole operations stands for it."""
+    if m.name in STEP_ONLY:
+        return f"its bug is only in {STEP_ONLY[m.name]}, which the operation rows do not restate"
+    return (
+        "it swaps a broken part into a transition's own arguments, and the operations call the transitions"
+        " directly (offload/op_mutants.py), so no operation carries it"
+    )

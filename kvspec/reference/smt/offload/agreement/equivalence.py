@@ -140,6 +140,12 @@ class OffloadSubject:
         ls = _copy(n)
         if self.mutant is None:
             problems = ls.step(op)
+        elif self.mutant.startswith("op:"):  # an operation-level mutant (offload/op_mutants.py)
+            from kvspec.reference.smt.offload.op_mutants import OP_MUTANTS
+
+            om = next(m for m in OP_MUTANTS if m.name == self.mutant)
+            ls.mutate, ls.reshape = om.mutate, om.reshape
+            problems = ls.step(op)
         else:
             with encoding_mutant(self.mutant).installed():
                 problems = ls.step(op)

@@ -39,6 +39,7 @@ from kvspec.reference.g1 import G1Model
 from kvspec.reference.router_view import RouterView
 from kvspec.reference.smt.concrete import ConcreteState
 from kvspec.reference.smt.offload.events import assemble, concrete_eval
+from kvspec.reference.smt.offload.operations_prove import Mutate, Reshape
 from kvspec.reference.smt.offload.ops import (
     STATUS_NAMES,
     BlockArg,
@@ -325,6 +326,10 @@ class EncodingLockstep:
 
     #: (operation index, contract id) for every caller contract an operation broke
     contract_breaks: list[tuple[int, str]] = field(default_factory=list)
+    #: an operation-level mutant in force on the encoding's side (``op_mutants.py``): its change
+    #: to every step an operation takes, and to a whole operation's outcome
+    mutate: Mutate | None = None
+    reshape: Reshape | None = None
 
     def _chooser(self, victims: list[int]) -> Chooser:
         """LRU and unordered: the encoding's own LRU victim (the model's pick
@@ -371,7 +376,11 @@ class EncodingLockstep:
             model_error = e
         finally:
             del self.model._pick_victim
-        out = apply_op(self.state, enc_op, self._chooser(victims), concrete=True)
+        ch = self._chooser(victims)
+        ch.mutate = self.mutate
+        out = apply_op(self.state, enc_op, ch, concrete=True)
+        if self.reshape is not None:
+            out = self.reshape(self.state, enc_op, out)
         valid = concrete_eval(out.valid)
         if model_error is not None:
             diff("rejected (rule id)", str(model_error.rule), out.error if not valid else "(accepted)")
