@@ -137,7 +137,7 @@ def test_the_campaign_kills_an_operation_mutant() -> None:
     from kvspec.spec.registry import KVBM_OFFLOAD
 
     b = BOUNDS[KVBM_OFFLOAD]
-    assert {m.name for m in OP_MUTANTS} <= set(b.mutants())
+    assert {m.name for m in OP_MUTANTS if not m.name.startswith("op:contract:")} <= set(b.mutants())
     rep = explore(b.build("op:use-removes-stored", None), 1)
     assert rep.differences, "the exhaustive walk must see a Use whose Removed names its stored blocks"
     [d] = rep.differences
@@ -158,3 +158,21 @@ def test_a_step_only_mutant_keeps_its_step_trace_and_says_why(tmp_path: Path) ->
     assert "reachable: from the initial state (3 slots, 4 hashes" in text and "breaks INV-CONSERVE" in text
     assert "evict(" in text and "not a replay file" in text
     assert "evict-active is a step-only mutant: it swaps a broken part into a transition's own arguments" in text
+
+
+@pytest.mark.slow  # two mutants' operation proofs and one search: about 4 s of CPU, 28 s wall at load 10
+def test_the_operation_refutes_rows_write_a_whole_operation_bugs_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The ``refutes`` row of a bug of whole operations (no step version) writes its replay file;
+    a step mutant's operation version is left to the step rows (not written twice)."""
+    from kvspec.reference.smt.cli.operations import mutant_rows
+    from kvspec.reference.smt.offload import op_mutants
+
+    one = [_op("op:use-parent-own-block"), _op("op:free-counter-stuck")]
+    monkeypatch.setattr(op_mutants, "OP_MUTANTS", one)
+    rows: list[list[str]] = []
+    mutant_rows(rows.append, tmp_path)
+    assert [r[1] for r in rows[:2]] == ["refuted", "refuted"]
+    assert [p.name for p in tmp_path.iterdir()] == ["kvbm-offload-op-use-parent-own-block.jsonl"]
+    assert "against the reference model: passes" in capsys.readouterr().out

@@ -10,7 +10,9 @@ seeded bug (one ``refutes`` row per mutant at a small bound, and
 MUTANTS-COVER: no row that no mutant breaks). Then the operation level.
 With ``--unbounded``: ``cli/unbounded.py``. With ``--mutant``: the same proofs
 and sanity rows with the mutant in force, its counterexample, and whether a
-trace from the initial state reaches it (else: induction only).
+trace from the initial state reaches it (else: induction only). With
+``--mutant op:NAME`` (an operation mutant, ``offload/op_mutants.py``): the
+operation-level proofs with it in force (``cli/operations.run_op_mutant``).
 """
 
 from __future__ import annotations
