@@ -176,3 +176,24 @@ def test_the_operation_refutes_rows_write_a_whole_operation_bugs_file(
     assert [r[1] for r in rows[:2]] == ["refuted", "refuted"]
     assert [p.name for p in tmp_path.iterdir()] == ["kvbm-offload-op-use-parent-own-block.jsonl"]
     assert "against the reference model: passes" in capsys.readouterr().out
+
+
+@pytest.mark.slow  # one mutant's operation proofs at 3 slots, 4 hashes: 5-10 s of CPU
+def test_the_campaign_asks_prove_first_for_an_operation_mutant(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bug the depth-3 walk cannot reach (it needs an offload completed: 5 operations) is killed by
+    its operation row, asked before the walk, and counted in the kill rate."""
+    import dataclasses
+
+    from kvspec.reference.smt.cli import equivalence as eq
+    from kvspec.spec.registry import KVBM_OFFLOAD
+
+    b = eq.BOUNDS[KVBM_OFFLOAD]
+    assert b.prove_first("op:g2-keeps-victim") and not b.prove_first("promote-parent-none")
+    one = dataclasses.replace(b, mutants=lambda: ["op:g2-keeps-victim"])
+    monkeypatch.setitem(eq.BOUNDS, KVBM_OFFLOAD, one)
+    assert eq.campaign([KVBM_OFFLOAD], None) == 0
+    out = capsys.readouterr().out
+    assert "op:g2-keeps-victim" in out and "killed    prove (refuted at operation row LEMMA-G2-CAPACITY)" in out
+    assert "kill rate: 1/1 (100%)" in out
