@@ -20,6 +20,52 @@ R = RuleId
 
 
 @dataclass(frozen=True, slots=True)
+class BlockSemantics:
+    """What the block-level profiles without an offload tier (kvbm, atomic, legacy) do differently, one
+    field per difference, each with the SPEC.md rule it comes from. The z3 encodings of these profiles
+    (``reference/smt/blocks/``) and their checks against the models test these traits, never a
+    profile's name (issue 28): a new profile of the same shape declares its traits and is encoded, compared
+    and sampled by them. Five of them restate a field of ``Profile`` in the encodings' terms (what a Use's
+    steps and the compared state carry); ``Profile.__post_init__`` refuses a declaration where the two
+    disagree."""
+
+    #: STORE-NO-DUP (kvbm's known break), INV-KVBM-ANNOUNCED: each registered block carries an
+    #: ``announced`` mark (the encoding's ``ann``); a block evicted and registered again in one batch is
+    #: left unannounced, and its hits and its next eviction publish nothing
+    announced_mark: bool
+    #: STORE-NEW-ONLY, REMOVE-EXACT (legacy's known breaks), INV-LEGACY-ANNOUNCED: the blocks a Use that
+    #: ran out of slots placed are kept but never Stored (the encoding's ``unann`` set)
+    unannounced_set: bool
+    #: USE-PARTIAL, DEREF-OWNER, DESTROY-ACTIVE: a partial block is a cache entry with an owner count (the
+    #: encoding's ``pown``), active or inactive like a full block; without it a partial block is held
+    #: once and its Deref frees its slot (DEREF-PARTIAL)
+    partial_owners: bool
+    #: COUNTERS: the model keeps a free-slot counter (the encoding's ``free``); without it the room left
+    #: is the capacity less the entries
+    free_counter: bool
+    #: PARENT-ANCHOR, USE-VALIDATE: a Use may name the caller's parent block, which anchors its first Stored
+    #: (``Profile.use_shape == "lineage"``); the hash cache's Use names none
+    use_parent: bool
+    #: DESTROY-ACTIVE: the profile takes Destroy (``"destroy" in Profile.operations``)
+    destroy: bool
+    #: USE-VALIDATE: a Use that names a partial block already held is refused before anything moves (the
+    #: encoding's ``use(validate partial)`` steps)
+    validates_held_partials: bool
+    #: USE-CAPACITY, INV-ATOMIC-NO-HALF: a Use declares its whole batch and checks the room before it places
+    #: any block (the encoding's DECLARE phase and ``use(check)``; ``Profile.use_all_or_nothing``)
+    declares_batch: bool
+    #: EVENT-ORDER, REMOVE-EXACT: a Use's evictions are published as one Removed after its Stored, so the
+    #: hashes of a Use's Removed are compared with the model's (``Profile.removed_timing ==
+    #: "after_stored"``); without it each eviction publishes its Removed at once
+    removed_per_use: bool
+    #: PARENT-ANCHOR, INV-ATOMIC-ANCHOR: a Use's Stored splits at each reused block into groups, each
+    #: anchored to the block before it (``Profile.stored_grouping == "split_at_reuse"``), so the encoding
+    #: carries the parent of every Stored it publishes (the caller's parent for a Use's first group, a
+    #: Promote's parent) and the parents of a Use's Stored events, in order, are compared with the model's
+    stored_parents: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Profile:
     name: str
     title: str
@@ -48,6 +94,22 @@ class Profile:
     invalid_uses: frozenset[str] = frozenset()
     #: of those, the ones only an adapter declaring ``strict_validation`` is sent (its source accepts them)
     strict_only_uses: frozenset[str] = frozenset()
+    #: the traits the block encodings (``reference/smt/blocks/``) test, for a profile they encode
+    blocks: BlockSemantics | None = None
+
+    def __post_init__(self) -> None:
+        if self.blocks is None:
+            return
+        said = {
+            "use_parent": self.use_shape == "lineage",
+            "destroy": "destroy" in self.operations,
+            "declares_batch": self.use_all_or_nothing,
+            "removed_per_use": self.removed_timing == "after_stored",
+            "stored_parents": self.stored_grouping == "split_at_reuse",
+        }
+        wrong = sorted(k for k, v in said.items() if getattr(self.blocks, k) != v)
+        if wrong:
+            raise ValueError(f"profile {self.name!r}: its BlockSemantics contradict its rule table on {wrong}")
 
     def applies(self, rule: RuleId | str) -> bool:
         return RuleId(rule) not in self.not_applicable
@@ -94,6 +156,18 @@ KVBM = Profile(
     own_invariants=frozenset({R.INV_QUARANTINE, R.INV_KVBM_ANNOUNCED}),
     announced=R.INV_KVBM_ANNOUNCED,
     offload_tier=True,
+    blocks=BlockSemantics(
+        announced_mark=True,
+        unannounced_set=False,
+        partial_owners=False,
+        free_counter=True,
+        use_parent=True,
+        destroy=False,
+        validates_held_partials=False,
+        declares_batch=False,
+        removed_per_use=True,
+        stored_parents=False,
+    ),
     invalid_uses=frozenset({"short_token_lists", "extra_local_hash", "missing_plh", "partial_parent"}),
     known_breaks={
         R.PARENT_ANCHOR: _INTERLEAVE
@@ -130,6 +204,18 @@ ATOMIC = Profile(
     operations=("use", "deref", "promote"),
     not_applicable=_VLLM_ONLY | {R.DESTROY_ACTIVE},
     own_invariants=frozenset({R.INV_ATOMIC_NO_HALF, R.INV_ATOMIC_ANCHOR}),
+    blocks=BlockSemantics(
+        announced_mark=False,
+        unannounced_set=False,
+        partial_owners=False,
+        free_counter=True,
+        use_parent=True,
+        destroy=False,
+        validates_held_partials=False,
+        declares_batch=True,
+        removed_per_use=True,
+        stored_parents=True,
+    ),
     invalid_uses=frozenset(
         {
             "short_token_lists",
@@ -158,6 +244,18 @@ LEGACY = Profile(
     own_invariants=frozenset({R.INV_LEGACY_ANNOUNCED}),
     announced=R.INV_LEGACY_ANNOUNCED,
     use_shape="hash_cache",
+    blocks=BlockSemantics(
+        announced_mark=False,
+        unannounced_set=True,
+        partial_owners=True,
+        free_counter=False,
+        use_parent=False,
+        destroy=True,
+        validates_held_partials=True,
+        declares_batch=False,
+        removed_per_use=False,
+        stored_parents=False,
+    ),
     invalid_uses=frozenset({"short_token_lists", "extra_local_hash", "partial_parent"}),
     strict_only_uses=frozenset({"short_token_lists", "extra_local_hash"}),
     known_breaks={
@@ -203,3 +301,12 @@ def profile(name: str) -> Profile:
         return PROFILES[name]
     except KeyError:
         raise KeyError(f"unknown profile {name!r}; known: {sorted(PROFILES)}") from None
+
+
+def block_semantics(name: str) -> BlockSemantics:
+    """The traits of ``name`` the block encodings test (a profile they do not encode: KeyError)."""
+    blocks = profile(name).blocks
+    if blocks is None:
+        encoded = sorted(p.name for p in PROFILES.values() if p.blocks is not None)
+        raise KeyError(f"profile {name!r} declares no BlockSemantics (the block encodings cover {encoded})")
+    return blocks

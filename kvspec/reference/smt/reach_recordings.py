@@ -20,6 +20,7 @@ from typing import Any
 
 from kvspec.reference.smt import recorded
 from kvspec.reference.smt.reach import Coverage, System, cover
+from kvspec.spec.profiles import block_semantics
 from kvspec.spec.registry import ATOMIC_NAME, KVBM_NAME, LEGACY_NAME
 
 _HERE = Path(__file__).parent
@@ -91,11 +92,12 @@ def _block(profile: str) -> System[Any]:
 def _block_search(profile: str, timeout_ms: int = 20_000) -> Coverage:
     """The greedy search of ``blocks/reach.py`` to its depth, then the model-guided
     stage (``blocks/reach.model_guided``) for the goals it left, even where the greedy
-    search gave up (the guide pins whole traces: each question is cheap). atomic's
-    greedy search gives up too early for that: a scenario run on its model instead
+    search gave up (the guide pins whole traces: each question is cheap). The greedy
+    search of a profile that declares its batch (atomic: a Use is five steps at least)
+    gives up too early for that: a scenario run on its model instead
     (``blocks/atomic_reach.py``)."""
     sysm = _block(profile)
-    if profile == ATOMIC_NAME:
+    if block_semantics(profile).declares_batch:
         from kvspec.reference.smt.blocks import atomic_reach
 
         return atomic_reach.search(sysm)

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import z3
 
 from kvspec.reference import make_model
+from kvspec.reference.legacy import LegacyModel
 from kvspec.reference.outcome import Step
 from kvspec.reference.smt import solving
 from kvspec.reference.smt.blocks.catalogue import block_encoding
@@ -36,15 +37,25 @@ from kvspec.reference.smt.blocks.encoding import CENSUS, IDLE, NONE, BState, Pro
 from kvspec.reference.smt.blocks.encoding_mutants import patched, profile_encoding_mutants
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.errors import InvalidOperation
-from kvspec.spec.registry import ATOMIC_NAME, KVBM_NAME, LEGACY_NAME
+from kvspec.spec.profiles import block_semantics
+from kvspec.spec.profiles import profile as profile_rules
 from kvspec.spec.wire import Deref, Destroy, FullBlock, KvEvent, Operation, PartialBlock, Plh, Promote, Stored, Use
 
 HASHES, UUIDS = 6, 3
-POLICIES: dict[str, tuple[str, ...]] = {
-    KVBM_NAME: ("lineage", "lru", "multi_lru", "unordered"),
-    ATOMIC_NAME: ("lineage", "lru", "multi_lru", "unordered"),
-    LEGACY_NAME: ("lru",),
-}
+
+
+def policies(profile: str) -> tuple[str, ...]:
+    """The eviction policies the sampled agreement runs ``profile``'s model under: every one it has
+    (``spec.profiles.Profile.policies``; EVICT-POLICY)."""
+    return profile_rules(profile).policies
+
+
+def pool_policy(profile: str) -> str:
+    """The policy to build ``profile``'s model with where the order of its pool is not what is checked
+    (the exhaustive check tries every order; a counterexample's replay lets any victim go):
+    ``unordered`` where the profile has it, else its first policy (legacy's only one, lru)."""
+    have = policies(profile)
+    return "unordered" if "unordered" in have else have[0]
 
 
 def _plh(h: int) -> Plh:
@@ -63,21 +74,23 @@ def random_op(rng: random.Random, profile: str, pre: Abstract, cap: int, model: 
     registered = {h for h in range(HASHES) if pre.reg[h]}
     held: list[FullBlock | PartialBlock] = [FullBlock(full=h) for h in range(HASHES) if pre.own[h] >= 1]
     held += [PartialBlock(partial=f"u{u}") for u in range(UUIDS) if pre.preg[u] and pre.pown[u] >= 1]
+    traits = block_semantics(profile)
     aimed = _aimed(rng, profile, pre, cap, model)
     if aimed is not None:
         return aimed
     k = rng.random()
     if k < 0.15:
-        return _pressure(rng, pre, cap, model if profile != LEGACY_NAME else None)
-    if k < 0.2 and profile == ATOMIC_NAME and registered:
+        # evicted and named again in one batch matters where the batch's Removed comes after its Stored
+        return _pressure(rng, profile, pre, cap, model if traits.removed_per_use else None)
+    if k < 0.2 and traits.stored_parents and registered:
         # a reused block between two new ones: the Stored group splits there
         fresh = [h for h in range(HASHES) if not pre.reg[h]]
         if len(fresh) >= 2:
             a, b = rng.sample(fresh, 2)
             return _use([FullBlock(full=x) for x in (a, rng.choice(sorted(registered)), b)])
-    if k < 0.25 and held and profile != LEGACY_NAME:
+    if k < 0.25 and held and traits.removed_per_use:
         # drop one owner of everything held: inactive blocks for the next pressure Use to evict
-        # (legacy reaches its states without it)
+        # (a profile that publishes each Removed at once, legacy, reaches its states without it)
         return Deref(blocks=held)
     if k < 0.5:
         refs: list[FullBlock | PartialBlock] = []
@@ -89,7 +102,7 @@ def random_op(rng: random.Random, profile: str, pre: Abstract, cap: int, model: 
             else:
                 refs.append(PartialBlock(partial=f"u{rng.randrange(UUIDS)}"))
         parent = None
-        if profile != LEGACY_NAME and registered and rng.random() < 0.5:
+        if traits.use_parent and registered and rng.random() < 0.5:
             parent = FullBlock(full=rng.choice(sorted(registered)))
         return _use(refs, parent)
     if k < 0.85:
@@ -98,7 +111,7 @@ def random_op(rng: random.Random, profile: str, pre: Abstract, cap: int, model: 
             refs = rng.sample(held, min(n, len(held)))
         else:
             refs = [FullBlock(full=rng.randrange(HASHES)) for _ in range(n)]
-        if profile == LEGACY_NAME and rng.random() < 0.3:
+        if traits.destroy and rng.random() < 0.3:
             return Destroy(blocks=refs)
         return Deref(blocks=refs)
     h = rng.randrange(HASHES)
@@ -128,7 +141,7 @@ def _aimed(rng: random.Random, profile: str, pre: Abstract, cap: int, model: obj
         return Promote(
             uuid=f"u{rng.choice(held_partials)}", seq_hash=h, parent_hash=None, local_hash=h + 100, plh=_plh(h)
         )
-    if profile != KVBM_NAME or model is None:
+    if not block_semantics(profile).announced_mark or model is None:
         return None
     unann = [h for h in registered if not pre.ann[h]]
     unann_held = [h for h in unann if pre.own[h] >= 1]
@@ -166,7 +179,7 @@ def _use(refs: list[FullBlock | PartialBlock], parent: FullBlock | None = None) 
     return Use(blocks=refs, plhs=[_plh(h) for h in fulls], local_hashes=[h + 100 for h in fulls], parent=parent)
 
 
-def _pressure(rng: random.Random, pre: Abstract, cap: int, model: object | None = None) -> Use:
+def _pressure(rng: random.Random, profile: str, pre: Abstract, cap: int, model: object | None = None) -> Use:
     """A Use at the edge of the capacity, the states uniform sampling rarely
     reaches: unregistered blocks first (as many as the cache has room for,
     and one more), then the inactive blocks. The new blocks evict inactive
@@ -185,7 +198,7 @@ def _pressure(rng: random.Random, pre: Abstract, cap: int, model: object | None 
         trial = copy.deepcopy(model)
         with contextlib.suppress(InvalidOperation):
             trial.apply(_use([FullBlock(full=fresh[0])]))  # type: ignore[attr-defined]
-        gone = [h for h in inactive if h not in abstract(trial, KVBM_NAME, set(), cap).reg]
+        gone = [h for h in inactive if h not in abstract(trial, profile, set(), cap).reg]
         if gone:
             return _use([FullBlock(full=h) for h in [fresh[0], gone[0], *(h for h in inactive if h != gone[0])]])
     fulls = fresh[: min(len(fresh), room + rng.randint(1, 2))] + inactive
@@ -208,10 +221,12 @@ class Abstract:
 
 
 def abstract(model: object, profile: str, dev: set[int], cap: int) -> Abstract:
+    """``model``'s state as the encoding of ``profile`` holds it (what the model keeps depends on its
+    class: the hash cache's entries, ``LegacyModel``, or the G1 model's blocks and counters)."""
     hs, us = range(HASHES), range(UUIDS)
-    if profile == LEGACY_NAME:
-        act: dict = model.active  # type: ignore[attr-defined]
-        ina = model.inactive  # type: ignore[attr-defined]
+    if isinstance(model, LegacyModel):
+        act: dict = model.active
+        ina = model.inactive
         reg = {h: ("F", h) in act or ("F", h) in ina for h in hs}
         own = {h: act.get(("F", h), 0) for h in hs}
         preg = {u: ("P", f"u{u}") in act or ("P", f"u{u}") in ina for u in us}
@@ -222,7 +237,7 @@ def abstract(model: object, profile: str, dev: set[int], cap: int) -> Abstract:
             "pact": sum(1 for u in us if preg[u] and pown[u] >= 1),
             "pinact": sum(1 for u in us if preg[u] and pown[u] == 0),
         }
-        unann = {h: h in model.unannounced for h in hs}  # type: ignore[attr-defined]
+        unann = {h: h in model.unannounced for h in hs}
         return Abstract(reg, own, {h: False for h in hs}, unann, {h: h in dev for h in hs}, preg, pown, 0, counts)
     blocks = model.blocks  # type: ignore[attr-defined]
     reg = {h: h in blocks for h in hs}
@@ -292,7 +307,8 @@ def steps_of(profile: str, op: Operation, result_value: object) -> list[tuple[st
     if isinstance(op, Use):
         parent = op.parent.full if isinstance(op.parent, FullBlock) else NONE
         out.append(("use(begin)", {"p": parent}))
-        if profile == ATOMIC_NAME:
+        traits = block_semantics(profile)
+        if traits.declares_batch:
             for r in op.blocks:
                 out.append(
                     ("use(declare full)", {"h": r.full})
@@ -309,7 +325,7 @@ def steps_of(profile: str, op: Operation, result_value: object) -> list[tuple[st
                     else ("use(place partial)", {"u": _uid(r)})
                 )
         else:
-            if profile == LEGACY_NAME:  # USE-VALIDATE: no partial the Use names is held already
+            if traits.validates_held_partials:  # USE-VALIDATE: no partial the Use names is held already
                 parts = dict.fromkeys(_uid(r) for r in op.blocks if isinstance(r, PartialBlock))
                 out += [("use(validate partial)", {"u": u}) for u in parts]
             for r in op.blocks:
@@ -348,6 +364,7 @@ def agrees(
     atomic), the Removed the steps publish must name exactly those hashes
     (the end state alone lets a different choice of victims hide a wrong
     Removed: kvbm's evicted-and-registered-again block is back either way)."""
+    traits = block_semantics(prof.name)
     S = pre
     req: list[z3.BoolRef] = []
     emitted: list[tuple[z3.BoolRef, z3.ExprRef]] = []
@@ -380,15 +397,15 @@ def agrees(
         ]
         if post.reg[h]:
             eq.append(S.a["own"][h] == post.own[h])
-            if prof.name == KVBM_NAME:
+            if traits.announced_mark:
                 eq.append(S.a["ann"][h] == post.ann[h])
-        if prof.name == LEGACY_NAME:
+        if traits.unannounced_set:
             eq.append(S.a["unann"][h] == post.unann[h])
     for u in range(UUIDS):
         eq.append(S.a["preg"][u] == post.preg[u])
-        if prof.name == LEGACY_NAME and post.preg[u]:
+        if traits.partial_owners and post.preg[u]:
             eq.append(S.a["pown"][u] == post.pown[u])
-    if prof.name != LEGACY_NAME:
+    if traits.free_counter:
         eq.append(S.v["free"] == post.free)
     eq += [S.c[k] == val for k, val in post.counts.items()]
     if parents is not None:  # the published Stored events, in order, name the model's parents
@@ -456,9 +473,10 @@ def _agrees_on(
             dev -= set(ev.hashes())
     post = abstract(model, profile, dev, cap)
     parents = removed = None
-    if profile == ATOMIC_NAME and isinstance(op, Use):
+    traits = block_semantics(profile)
+    if traits.stored_parents and isinstance(op, Use):
         parents = [_parent(ev) for ev in step.events if ev.kind == "stored"]
-    if profile != LEGACY_NAME and isinstance(op, Use):
+    if traits.removed_per_use and isinstance(op, Use):
         removed = {h for ev in step.events if ev.kind == "removed" for h in ev.hashes()}
     steps = steps_of(profile, op, step.result.value)
     return bool(agrees(prof, encode(pre, cap), steps, post, tw, parents, removed))
@@ -479,7 +497,7 @@ def run_agreement(
     rng = random.Random(seed)
     checked = rejected = 0
     bad: list[str] = []
-    for policy in POLICIES[profile]:
+    for policy in policies(profile):
         cap = rng.randint(2, 4)
         model = make_model(ManagerConfig(profile=profile, capacity=cap, eviction=policy))  # type: ignore[arg-type]
         dev: set[int] = set()

@@ -20,10 +20,11 @@ from pathlib import Path
 import z3
 
 from kvspec.reference.smt import solving
-from kvspec.reference.smt.blocks.agreement import _plh, _use
+from kvspec.reference.smt.blocks.agreement import _plh, _use, pool_policy
 from kvspec.reference.smt.blocks.encoding import NONE, ProfileEncoding
 from kvspec.reference.smt.reach import Move, ReachTrace, violation
 from kvspec.spec.config import ManagerConfig
+from kvspec.spec.profiles import block_semantics
 from kvspec.spec.registry import ATOMIC_NAME, KVBM_NAME, LEGACY_NAME
 from kvspec.spec.wire import Deref, Destroy, FullBlock, Operation, PartialBlock, Promote
 
@@ -52,10 +53,13 @@ def _ref(t: str, inputs: dict[str, int | bool | str]) -> FullBlock | PartialBloc
 
 
 def _close(profile: str, u: _Use) -> Operation | None:
-    refs = u.declared if profile == ATOMIC_NAME else u.placed
+    # a Use that declares its batch names every block before placing any (a refused check places none);
+    # the caller's parent is in the encoding only where it anchors a Stored group
+    traits = block_semantics(profile)
+    refs = u.declared if traits.declares_batch else u.placed
     if not refs:
         return None
-    parent = FullBlock(full=u.parent) if profile == ATOMIC_NAME and u.parent != NONE else None
+    parent = FullBlock(full=u.parent) if traits.stored_parents and u.parent != NONE else None
     return _use(list(refs), parent)
 
 
@@ -80,7 +84,7 @@ def operations(profile: str, trace: ReachTrace) -> list[Operation]:
             ops.append(kind(blocks=[_ref(t, i)]))
         elif t == "promote":
             h, p = int(i["h"]), int(i["p"])
-            parent = p if profile == ATOMIC_NAME and p != NONE else None
+            parent = p if block_semantics(profile).stored_parents and p != NONE else None
             ops.append(Promote(uuid=f"u{i['u']}", seq_hash=h, parent_hash=parent, local_hash=h + 100, plh=_plh(h)))
     if use is not None and (op := _close(profile, use)) is not None:
         ops.append(op)
@@ -210,9 +214,8 @@ def emit(
         )
         path = cx.not_reachable(folder, name, statement)
         return [statement, f"  (written to {path})"]
-    policy = "lru" if prof.name == LEGACY_NAME else "unordered"
     cap = int(trace.params.get("capacity", 2))
-    config = ManagerConfig(profile=prof.name, capacity=cap, eviction=policy)  # type: ignore[arg-type]
+    config = ManagerConfig(profile=prof.name, capacity=cap, eviction=pool_policy(prof.name))  # type: ignore[arg-type]
     ops = ops if ops is not None else operations(prof.name, trace)
     twin = TWINS.get((prof.name, mutant)) if mutant else None
     w = cx.write(folder, name, config, ops, rule=rule, what=what, twin=twin)

@@ -39,14 +39,25 @@ from typing import Any
 import z3
 
 from kvspec.reference import make_model
-from kvspec.reference.smt.blocks.agreement import HASHES, UUIDS, Abstract, _plh, _use, abstract, encode, steps_of
+from kvspec.reference.legacy import LegacyModel
+from kvspec.reference.smt.blocks.agreement import (
+    HASHES,
+    UUIDS,
+    Abstract,
+    _plh,
+    _use,
+    abstract,
+    encode,
+    pool_policy,
+    steps_of,
+)
 from kvspec.reference.smt.blocks.catalogue import block_encoding
 from kvspec.reference.smt.blocks.encoding import IDLE, NONE, ProfileEncoding
 from kvspec.reference.smt.blocks.encoding_mutants import patched
 from kvspec.reference.smt.equivalence import all_values
 from kvspec.spec.config import ManagerConfig
 from kvspec.spec.errors import InvalidOperation
-from kvspec.spec.registry import ATOMIC_NAME, KVBM_NAME, LEGACY_NAME
+from kvspec.spec.profiles import BlockSemantics, block_semantics
 from kvspec.spec.wire import Deref, Destroy, FullBlock, Operation, PartialBlock, Promote, Stored
 
 
@@ -58,7 +69,7 @@ class BNode:
     dev: set[int] = field(default_factory=set)
 
 
-def _freeze(A: Abstract, profile: str) -> tuple:
+def _freeze(A: Abstract, traits: BlockSemantics) -> tuple:
     """What the encoding holds of a state, as the sampled agreement compares it."""
     hs = []
     for h in range(HASHES):
@@ -67,13 +78,13 @@ def _freeze(A: Abstract, profile: str) -> tuple:
             (
                 reg,
                 A.own[h] if reg else 0,
-                A.ann[h] if reg and profile == KVBM_NAME else False,
-                A.unann[h] if profile == LEGACY_NAME else False,
+                A.ann[h] if reg and traits.announced_mark else False,
+                A.unann[h] if traits.unannounced_set else False,
                 A.dev[h],
             )
         )
-    us = tuple((A.preg[u], A.pown[u] if profile == LEGACY_NAME and A.preg[u] else 0) for u in range(UUIDS))
-    free = A.free if profile != LEGACY_NAME else 0
+    us = tuple((A.preg[u], A.pown[u] if traits.partial_owners and A.preg[u] else 0) for u in range(UUIDS))
+    free = A.free if traits.free_counter else 0
     return tuple(hs), us, free, tuple(sorted(A.counts.items()))
 
 
@@ -109,6 +120,7 @@ class BlocksSubject:
         self._pre_key: tuple[Any, ...] | None = None
         self._pre: Any = None
         self._built: dict[tuple[Any, ...], _BuiltStep] = {}
+        self.traits = block_semantics(self.profile)
         prof = block_encoding(self.profile)
         self.tw: frozenset[str] = frozenset()
         if self.mutant in prof.mutants:
@@ -118,8 +130,7 @@ class BlocksSubject:
         self.prof: ProfileEncoding = prof
 
     def initial(self) -> list[BNode]:
-        policy = "lru" if self.profile == LEGACY_NAME else "unordered"
-        cfg = ManagerConfig(profile=self.profile, capacity=self.capacity, eviction=policy)  # type: ignore[arg-type]
+        cfg = ManagerConfig(profile=self.profile, capacity=self.capacity, eviction=pool_policy(self.profile))  # type: ignore[arg-type]
         m = self.model_class(cfg) if self.model_class is not None else make_model(cfg)
         return [BNode(m)]
 
@@ -127,7 +138,7 @@ class BlocksSubject:
         return abstract(n.model, self.profile, n.dev, self.capacity)
 
     def key(self, n: BNode) -> Hashable:
-        return _freeze(self._abstract(n), self.profile)
+        return _freeze(self._abstract(n), self.traits)
 
     def alphabet(self, n: BNode) -> Sequence[Operation]:
         A = self._abstract(n)
@@ -137,12 +148,12 @@ class BlocksSubject:
         out: list[Operation] = []
         for k in (1, 2):
             for seq in itertools.permutations(refs, k):
-                for par in [None] if self.profile == LEGACY_NAME else [None, *registered]:
+                for par in [None, *registered] if self.traits.use_parent else [None]:
                     out.append(_use(list(seq), None if par is None else FullBlock(full=par)))
         for k in (1, 2):
             for sub in itertools.combinations(refs, k):
                 out.append(Deref(blocks=list(sub)))
-                if self.profile == LEGACY_NAME:
+                if self.traits.destroy:
                     out.append(Destroy(blocks=list(sub)))
         for h in range(self.hashes):
             for par in [None, *registered]:
@@ -151,8 +162,9 @@ class BlocksSubject:
 
     # ------------------------------------------------------------------ model
     def _orders(self, m: Any) -> list[Any]:
-        """The model in every order of its pool of inactive blocks (every victim sequence)."""
-        if self.profile == LEGACY_NAME:
+        """The model in every order of its pool of inactive blocks (every victim sequence): the hash
+        cache's (``LegacyModel``) inactive entries, or the G1 model's policy order."""
+        if isinstance(m, LegacyModel):
             keys = list(m.inactive)
             out = []
             for perm in itertools.permutations(keys):
@@ -184,9 +196,9 @@ class BlocksSubject:
             nxt = BNode(m, dev)
             removed: tuple[int, ...] | None = None
             parents: tuple[int, ...] | None = None
-            if self.profile != LEGACY_NAME and op.op == "use":
+            if self.traits.removed_per_use and op.op == "use":
                 removed = tuple(sorted({h for ev in step.events if ev.kind == "removed" for h in ev.hashes()}))
-            if self.profile == ATOMIC_NAME and op.op == "use":
+            if self.traits.stored_parents and op.op == "use":
                 parents = tuple(_parent(ev.data) for ev in step.events if ev.kind == "stored")
             out.setdefault((self.key(nxt), removed, parents), nxt)
         return list(out.items())
@@ -224,9 +236,10 @@ class BlocksSubject:
         return self._pre
 
     def _families(self, op: Operation) -> list[list[tuple[str, dict[str, int | None]]]]:
-        """The step sequences the encoding may take for ``op`` (atomic: the check fails or passes)."""
-        if self.profile == ATOMIC_NAME and op.op == "use":
-            return [steps_of(ATOMIC_NAME, op, 0), steps_of(ATOMIC_NAME, op, 1)]
+        """The step sequences the encoding may take for ``op`` (a profile that declares its batch,
+        atomic: the check fails or passes)."""
+        if self.traits.declares_batch and op.op == "use":
+            return [steps_of(self.profile, op, 0), steps_of(self.profile, op, 1)]
         return [steps_of(self.profile, op, None)]
 
     def _run(self, pre: Any, steps: list[tuple[str, dict[str, int | None]]], op: Operation) -> set[Hashable]:
@@ -259,10 +272,10 @@ class BlocksSubject:
             terms += [S.a["preg"][u], S.a["pown"][u]]
         counts = sorted(S.c)
         terms += [S.v["free"], *(S.c[k] for k in counts)]
-        track_removed = self.profile != LEGACY_NAME and op.op == "use"
+        track_removed = self.traits.removed_per_use and op.op == "use"
         if track_removed:
             terms += [z3.Or([g[h] for g in gone] or [z3.BoolVal(False)]) for h in range(HASHES)]
-        track_parents = self.profile == ATOMIC_NAME and op.op == "use"
+        track_parents = self.traits.stored_parents and op.op == "use"
         if track_parents:
             for when, par in emitted:
                 terms += [when, par]
@@ -310,7 +323,7 @@ class BlocksSubject:
         """The encoding's censuses are named as the model's counts (``abstract`` names them per profile)."""
         want = set(self._abstract(BNode(self.initial()[0].model)).counts)
         return _freeze(Abstract(A.reg, A.own, A.ann, A.unann, A.dev, A.preg, A.pown, A.free,
-                                {k: v for k, v in A.counts.items() if k in want}), self.profile)  # fmt: skip
+                                {k: v for k, v in A.counts.items() if k in want}), self.traits)  # fmt: skip
 
 
 def _parent(data: Any) -> int:

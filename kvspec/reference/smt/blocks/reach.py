@@ -46,7 +46,7 @@ from kvspec.reference.smt.blocks.encoding import (
 )
 from kvspec.reference.smt.reach import Move, ReachStart, ReachStep, ReachTrace, System, _Unrolling
 from kvspec.spec.errors import InvalidOperation
-from kvspec.spec.registry import ATOMIC_NAME
+from kvspec.spec.profiles import block_semantics
 
 #: the finite instance searched: hashes 0..H-1, uuids 0..U-1, capacity 1..CAP
 H, U, CAP = 3, 2, 2
@@ -122,19 +122,22 @@ def _ground_state(S: BState, memo: dict[int, tuple[z3.ExprRef, z3.ExprRef]]) -> 
 
 
 def _never(profile: str) -> dict[tuple[str, str], str]:
-    """The goals ``profile``'s steps can never reach, with the reason (atomic: ``atomic_reach.NEVER``)."""
+    """The goals ``profile``'s steps can never reach, with the reason (a profile that declares its
+    batch, atomic: ``atomic_reach.NEVER``, its place and close steps)."""
     from kvspec.reference.smt.blocks.atomic_reach import NEVER
 
-    return dict(NEVER) if profile == ATOMIC_NAME else {}
+    return dict(NEVER) if block_semantics(profile).declares_batch else {}
 
 
 def phases(prof: ProfileEncoding) -> dict[str, frozenset[int]]:
-    """Idle steps run between operations; atomic declares before its check; the rest place blocks."""
+    """Idle steps run between operations; a profile that declares its batch (atomic) declares before
+    its check; the rest place blocks."""
+    declares = block_semantics(prof.name).declares_batch
     out = {}
     for t in prof.transitions:
         if t in _IDLE_STEPS:
             out[t] = frozenset({IDLE})
-        elif prof.name == ATOMIC_NAME and t in _DECLARE_STEPS:
+        elif declares and t in _DECLARE_STEPS:
             out[t] = frozenset({DECLARE})
         else:
             out[t] = frozenset({PLACE, STOPPED})
