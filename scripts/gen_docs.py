@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import importlib
 import io
 import json
@@ -184,6 +185,10 @@ def profile_page(p: ProfileEntry) -> str:
         out.append(f"| Removed timing | `{block.removed_timing}` |")
         out.append(f"| eviction policies | {', '.join(f'`{x}`' for x in block.policies)} |")
         out.append(f"| router view | `{block.view_mode}` counting |")
+        if block.blocks is not None:
+            held = [f.name for f in dataclasses.fields(block.blocks) if getattr(block.blocks, f.name)]
+            traits = ", ".join(f"`{x}`" for x in held) or "none"
+            out.append(f"| block encoding traits | {traits} (`spec.profiles.BlockSemantics`; the others are false) |")
     out.append("")
     adapters = _adapters_of(p.name)
     out += ["## Bundled adapters that run it", ""]
