@@ -42,6 +42,7 @@ from typing import Any
 import pytest
 
 from kvspec.adapters.reference_jsonl.server import Server
+from kvspec.reference.smt.cli.prove_output import ProveOutput
 from kvspec.spec.hashing import chain
 from kvspec.streams.check import Checker
 from kvspec.streams.check_log import add_arguments
@@ -446,6 +447,28 @@ def once_per_run(tmp_path_factory: pytest.TempPathFactory) -> OncePerRun:
     return get
 
 
+#: the folder ``once_per_run`` keeps the whole ``kvspec prove`` in
+WHOLE_PROVE = "kvspec-prove-whole"
+
+
+@pytest.fixture(scope="session")
+def whole_prove(once_per_run: OncePerRun) -> ProveOutput:
+    """``kvspec prove`` as CI runs it (every profile at its default level, about 200 s of CPU), once a
+    run, in a child process (z3's search in a worker would depend on what the worker built before):
+    the tests that check a profile's default rows read this one output instead of proving the
+    profile again. A test taking it is in the slow tier and runs after every other test
+    (``pytest_collection_modifyitems``), so under xdist it finds the run done by then."""
+
+    def make(_folder: Path) -> str:
+        proc = subprocess.run(
+            [sys.executable, "-m", "kvspec", "prove"], capture_output=True, text=True, timeout=3000, cwd=ROOT
+        )
+        return json.dumps({"code": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr})
+
+    got = json.loads(once_per_run(WHOLE_PROVE, make))
+    return ProveOutput(got["code"], got["stdout"], got["stderr"])
+
+
 @pytest.fixture(scope="session")
 def built_wheel(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """kvspec's wheel, built once a run (the first xdist worker to need it
@@ -545,7 +568,8 @@ AREA_MODULES: dict[str, tuple[str, ...]] = {
 SLOW_LIST = Path(__file__).with_name("slow_tests.txt")
 
 #: the longest tests, run before the rest of the slow tier: ``kvspec prove`` of every profile (one child
-#: process of about 200 s of CPU, a quarter of the suite's time on one worker of two)
+#: process of about 200 s of CPU, a quarter of the suite's time on one worker of two; ``whole_prove``,
+#: whose output the other tests of the default rows read)
 FIRST = frozenset({"test_smt_prove.py::test_kvspec_prove_at_the_default_bound"})
 
 #: what ``pytest_collection_modifyitems`` saw: module -> (tests collected, tests in the quick tier, tests
@@ -582,7 +606,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for area, names in AREA_MODULES.items():
             if any(module.startswith(n) for n in names):
                 item.add_marker(getattr(pytest.mark, area))
-        if module in modules or _function_id(item) in functions:
+        # a test reading the whole ``kvspec prove`` (``whole_prove``) waits for that run
+        if module in modules or _function_id(item) in functions or _reads_whole_prove(item):
             item.add_marker(pytest.mark.slow)
         engines = item.get_closest_marker("engines") is not None
         quick = not engines and item.get_closest_marker("slow") is None
@@ -591,8 +616,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     config.stash[TIER_COUNTS] = counts
     # the slow tier first (stable: each tier keeps pytest's order), and FIRST before it: under xdist
     # the long tests then start while the short ones are still there to fill the other workers,
-    # instead of one long test running alone at the end of the run
-    items.sort(key=lambda item: (_function_id(item) not in FIRST, item.get_closest_marker("slow") is None))
+    # instead of one long test running alone at the end of the run. The tests reading the whole
+    # ``kvspec prove`` (FIRST's run) go last: under xdist they find it done instead of waiting for it
+    items.sort(
+        key=lambda item: (
+            _reads_whole_prove(item) and _function_id(item) not in FIRST,
+            _function_id(item) not in FIRST,
+            item.get_closest_marker("slow") is None,
+        )
+    )
+
+
+def _reads_whole_prove(item: pytest.Item) -> bool:
+    return "whole_prove" in getattr(item, "fixturenames", ())
 
 
 @pytest.fixture(scope="session")

@@ -3,9 +3,12 @@ mutants refuted), and a clear usage error for a mutant of another profile."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from kvspec.reference.smt.cli.prove import NOT_ENCODED, main
+from kvspec.reference.smt.cli.prove_output import ProveOutput
 
 
 def test_session_profile_runs_only_its_own_rows(capsys: pytest.CaptureFixture[str]) -> None:
@@ -15,9 +18,17 @@ def test_session_profile_runs_only_its_own_rows(capsys: pytest.CaptureFixture[st
     assert "INV-PAGED-REFS" not in out and "INV-CONSERVE" not in out
 
 
-def test_vllm_profile_proves_copy_counting_and_refutes_its_mutants(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["--profile", "vllm"]) == 0
-    out = capsys.readouterr().out
+def _held(whole_prove: ProveOutput, profile: str) -> str:
+    """``profile``'s rows in the whole ``kvspec prove`` (tests/conftest.py ``whole_prove``), which
+    prints them as ``kvspec prove --profile P`` does; the run exited 0 and the profile's summary
+    says every row held (what exit 0 of ``--profile P`` says)."""
+    assert whole_prove.code == 0, whole_prove.stdout[-6000:] + whole_prove.stderr[-3000:]
+    assert re.match(rf"summary {profile}: [1-9]\d* held, 0 failed, 0 unknown", whole_prove.summary(profile))
+    return whole_prove.section(profile)
+
+
+def test_vllm_profile_proves_copy_counting_and_refutes_its_mutants(whole_prove: ProveOutput) -> None:
+    out = _held(whole_prove, "vllm")
     assert "INV-VLLM-COPIES" in out and "unbounded proven" in out
     for name in ("store-new-only", "remove-last-only", "reset-without-clear"):
         assert f"refutes {name}" in out
@@ -25,11 +36,8 @@ def test_vllm_profile_proves_copy_counting_and_refutes_its_mutants(capsys: pytes
 
 
 @pytest.mark.parametrize("profile", ["kvbm", "legacy", "atomic"])
-def test_block_profile_proves_its_invariants_and_refutes_every_mutant(
-    profile: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    assert main(["--profile", profile]) == 0
-    out = capsys.readouterr().out
+def test_block_profile_proves_its_invariants_and_refutes_every_mutant(profile: str, whole_prove: ProveOutput) -> None:
+    out = _held(whole_prove, profile)
     ids = {"kvbm": ["INV-KVBM-ANNOUNCED"], "legacy": ["INV-LEGACY-ANNOUNCED"]}.get(
         profile, ["INV-ROUTER-MATCH", "INV-ATOMIC-NO-HALF", "INV-ATOMIC-ANCHOR"]
     )

@@ -5,14 +5,13 @@ bound through ``kvspec prove`` (the CLI runs in CI this way)."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from kvspec.cli import main as kvspec_main
 from kvspec.reference.smt.cli.flags import PROFILES
+from kvspec.reference.smt.cli.prove_output import ProveOutput
 from kvspec.reference.smt.offload.invariants import ALL_PROPERTIES, INVARIANTS, by_id
 from kvspec.reference.smt.prover import check_enabled, check_rules_reachable, prove
 from kvspec.reference.smt.universe import Bound
@@ -100,15 +99,14 @@ def test_a_lone_invariant_can_fail_to_be_inductive() -> None:
     assert r.counterexample.transition in ("swapin_register", "use(full)", "promote")
 
 
-def test_kvspec_prove_at_the_default_bound() -> None:
+def test_kvspec_prove_at_the_default_bound(whole_prove: ProveOutput) -> None:
     """``kvspec prove`` as CI runs it: every profile at its default level, in a child process (z3's
-    search in this worker would depend on what the worker built before). It exits 0 only if every
-    row of every profile held (``make test`` has no separate prove gate: this is that run), and
-    the kvbm-offload rows are the ones below."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "kvspec", "prove"], capture_output=True, text=True, timeout=3000, cwd=ROOT
-    )
-    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    search in this worker would depend on what the worker built before; tests/conftest.py
+    ``whole_prove``, the one run other tests of the default rows read too). It exits 0 only if
+    every row of every profile held (``make test`` has no separate prove gate: this is that run),
+    and the kvbm-offload rows are the ones below."""
+    proc = whole_prove
+    assert proc.code == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
     for profile in PROFILES:
         assert re.search(rf"^summary {profile}: \d+ held, 0 failed, 0 unknown", proc.stdout, re.M), profile
     out = proc.stdout.split("kvspec prove --profile kvbm-offload:", 1)[1].split("\nkvspec prove --profile ", 1)[0]

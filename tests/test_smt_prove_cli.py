@@ -15,6 +15,7 @@ import z3
 from kvspec.reference.smt.cli import flags, summary
 from kvspec.reference.smt.cli import prove as cli_prove
 from kvspec.reference.smt.cli.prove import main
+from kvspec.reference.smt.cli.prove_output import ProveOutput
 from kvspec.reference.smt.managers import session
 from kvspec.reference.smt.offload import catalogue
 from kvspec.reference.smt.offload.transitions import use_full
@@ -147,9 +148,31 @@ def _vacuity_table() -> dict[str, str]:
 
 
 @pytest.mark.parametrize("profile", ["paged", "session", "vllm"])
-def test_the_vacuity_table_says_what_the_command_prints(profile: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_vacuity_table_says_what_the_command_prints(profile: str, whole_prove: ProveOutput) -> None:
+    """What ``kvspec prove --profile P`` prints, read from the whole ``kvspec prove`` (tests/conftest.py
+    ``whole_prove``: it prints each profile's rows as ``--profile P`` does), which exited 0."""
     table = _vacuity_table()
     assert set(table) == set(flags.PROFILES)
-    assert main(["--profile", profile]) == 0
-    prints = any(ln.startswith("REACHABLE ") for ln in capsys.readouterr().out.splitlines())
+    assert whole_prove.code == 0, whole_prove.stdout[-6000:] + whole_prove.stderr[-3000:]
+    prints = any(ln.startswith("REACHABLE ") for ln in whole_prove.section(profile).splitlines())
     assert table[profile].startswith("yes") == prints
+
+
+def test_the_whole_runs_output_is_read_back_per_profile() -> None:
+    """``ProveOutput`` (how the tests read the one whole ``kvspec prove`` they share): a profile's rows
+    run from its first title to the next profile's title, or to the summaries; its summary line."""
+    out = ProveOutput(
+        0,
+        "kvspec prove: every profile\n\nkvspec prove --profile paged: a\nROW-P1  proven\n"
+        "kvspec prove --profile paged: b\nROW-P2  proven\n\nkvspec prove --profile vllm: c\nROW-V  proven\n\n"
+        "summary paged: 2 held, 0 failed, 0 unknown (1.00 s)\nsummary vllm: 1 held, 0 failed, 0 unknown (1.00 s)\n",
+        "",
+    )
+    paged, vllm = out.section("paged"), out.section("vllm")
+    assert "ROW-P1" in paged and "ROW-P2" in paged and "ROW-V" not in paged
+    assert "ROW-V" in vllm and "summary" not in vllm and "ROW-P" not in vllm
+    assert out.summary("vllm") == "summary vllm: 1 held, 0 failed, 0 unknown (1.00 s)"
+    with pytest.raises(KeyError, match="no rows of radix"):
+        out.section("radix")
+    with pytest.raises(KeyError, match="no summary of radix"):
+        out.summary("radix")

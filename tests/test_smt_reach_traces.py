@@ -9,6 +9,8 @@ listed as impossible are refuted by z3 over any state of the instance."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import z3
 
@@ -18,6 +20,7 @@ from kvspec.reference.smt.blocks.catalogue import block_encoding
 from kvspec.reference.smt.blocks.encoding import BState, BStep, ProfileEncoding, Transition
 from kvspec.reference.smt.blocks.reach import system
 from kvspec.reference.smt.cli import prove as prove_cli
+from kvspec.reference.smt.cli.prove_output import ProveOutput
 
 
 def _no_new(S: BState, i: dict[str, z3.ExprRef], tw: frozenset[str]) -> BStep:
@@ -34,12 +37,18 @@ def _never_evicts(S: BState, i: dict[str, z3.ExprRef], tw: frozenset[str]) -> BS
     return step
 
 
-@pytest.mark.parametrize("key", ["kvbm-step", "legacy-step", "atomic-step"])
-def test_the_recorded_traces_reach_every_case(key: str) -> None:
-    assert reach_recordings.recorded_for(key), reach_recordings.not_checked(key)
-    chk = reach_recordings.check(key)
-    assert chk.problems == []
-    assert chk.reached == chk.goals > 0
+@pytest.mark.parametrize("profile", ["kvbm", "legacy", "atomic"])
+def test_the_recorded_traces_reach_every_case(profile: str, whole_prove: ProveOutput) -> None:
+    """The REACHABLE row of ``kvspec prove --profile P`` (read from the whole ``kvspec prove``,
+    tests/conftest.py ``whole_prove``): printed only where traces are recorded for ``P-step``, "ok"
+    only without a problem, and its scope is ``reached/goals cases reached ...``
+    (``recorded.Checked.summary``)."""
+    assert reach_recordings.recorded_for(f"{profile}-step"), reach_recordings.not_checked(f"{profile}-step")
+    rows = [ln for ln in whole_prove.section(profile).splitlines() if ln.startswith("REACHABLE ")]
+    assert len(rows) == 1, whole_prove.section(profile)
+    m = re.match(r"REACHABLE\s+ok\s+(\d+)/(\d+) cases reached in <= \d+ steps", rows[0])
+    assert m, rows[0]
+    assert int(m.group(1)) == int(m.group(2)) > 0
 
 
 #: (profile encoding, transition narrowed, its narrowed step, the case the narrowing removes)
