@@ -23,7 +23,7 @@ from kvspec.reference.smt.managers import paged, session
 from kvspec.reference.smt.managers.paged import PagedBound, prove_paged
 from kvspec.reference.smt.managers.session import prove_session
 from kvspec.reference.smt.reach import System
-from kvspec.spec.registry import PAGED
+from kvspec.spec.registry import PAGED, SESSION
 
 SESSION_SLOTS = 3
 WIDTHS = [34, 15, 44, 9]
@@ -170,6 +170,10 @@ def run_manager(
         )
         if lone:
             problems.append(f"{inv}: no seeded bug (mutant) breaks it, so nothing shows the row can fail")
+        if profile == SESSION:
+            from kvspec.reference.smt.managers.session_progress import progress_rows
+
+            problems += progress_rows(emit, SESSION_SLOTS)
     for n in failed:
         print(f"{inv}: counterexample at {n}")
     if failed:
