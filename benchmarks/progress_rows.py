@@ -1,7 +1,8 @@
-"""CPU time the progress rows add to plain ``kvspec prove``: vllm's and radix's, each in a child.
+"""CPU time the progress rows add to plain ``kvspec prove``: vllm, radix, session, each in a child.
 
-The rows (``vllm/progress_rows.py``, ``radix/progress_rows.py``: the ranking
-arguments, ``SANITY-PROGRESS`` and the refutation of each seeded progress bug)
+The rows (``vllm/progress_rows.py``, ``radix/progress_rows.py``,
+``managers/session_progress.py``: the ranking arguments, session's lemma,
+``SANITY-PROGRESS`` and the refutation of each seeded progress bug)
 run in a fresh child process per profile, so z3's state is not the one a
 previous profile left. Each figure is the CPU time (user + system, comparable
 under load) of the rows alone, imports excluded, measured in the child with
@@ -27,6 +28,9 @@ emit = lambda cols: summary.row(cols, [36, 16, 34, 9])
 if sys.argv[1] == "vllm":
     from kvspec.reference.smt.vllm.progress_rows import progress_rows
     run = lambda: progress_rows(emit)
+elif sys.argv[1] == "session":
+    from kvspec.reference.smt.managers.session_progress import progress_rows
+    run = lambda: progress_rows(emit, 3)
 else:
     from kvspec.reference.smt.radix.progress_rows import progress_rows
     from kvspec.reference.smt.radix.steps import DEFAULT_BOUND
@@ -40,7 +44,7 @@ print(json.dumps({"cpu": time.process_time() - t0, "problems": problems}))
 def main() -> int:
     total = 0.0
     bad = False
-    for profile in ("vllm", "radix"):
+    for profile in ("vllm", "radix", "session"):
         proc = subprocess.run(
             [sys.executable, "-c", _CHILD, profile], capture_output=True, text=True, timeout=1800, check=False
         )
