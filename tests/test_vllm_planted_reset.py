@@ -1,9 +1,9 @@
 """Bugs planted in the real vLLM BlockPool's prefix-cache reset are caught, under CLEAR-ALL.
 
 Each test runs the conformance reset check (``conformance/test_reset.py``)
-against the real vLLM adapter in a child pytest whose interpreters (the
-worker's too) import a ``sitecustomize`` that replaces
-``vllm.v1.core.block_pool.BlockPool.reset_prefix_cache`` with one broken
+against the real vLLM adapter in a child pytest whose vLLM worker imports,
+right after vLLM's ``block_pool`` (tests/conftest.py ``planted_vllm``), a plant
+that replaces ``vllm.v1.core.block_pool.BlockPool.reset_prefix_cache`` with one broken
 version: the reset that publishes no AllBlocksCleared (which survived the
 suite before the reset was exercised), one that publishes it but forgets
 nothing, one that clears while a request holds blocks. Skipped, naming the
