@@ -122,3 +122,31 @@ def test_an_operation_mutant_gets_a_trace_from_the_empty_cache(tmp_path: Path) -
     assert [s.split("(")[0].split(". ")[1] for s in steps] == ["insert", "insert"]
     assert "i_got=0" in steps[0] and "i_got=0" not in steps[1]
     assert text[-1].startswith("not a replay file: radix operations")
+
+
+def test_a_goal_z3_gives_up_on_is_unknown_not_unreached(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A timeout (a busy machine) on one goal makes the row unknown, counted as unknown: it does not
+    fail the row as a narrowed guard would, and it is not counted as reached."""
+    from kvspec.reference.smt import recorded, solving
+    from kvspec.reference.smt.cli import summary
+
+    real = solving.check
+    gave_up: list[int] = []
+
+    def first_goal_times_out(s: z3.Solver, *goal: z3.BoolRef, **kw: object) -> solving.Answer:
+        if goal and not gave_up:
+            gave_up.append(1)
+            return solving.Answer(z3.unknown, reason="timeout after 30 s")
+        return real(s, *goal, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(recorded.solving, "check", first_goal_times_out)
+    summary.reset()
+    tally = summary.start("radix")
+    assert cli_radix.op_reach_row() == []
+    line = capsys.readouterr().out.strip()
+    assert re.match(r"op REACHABLE +unknown \(1 goals undecided: \S+: .+ \(timeout after 30 s\)\)", line), line
+    assert "73/74 cases reached" in line
+    assert (tally.held, tally.failed, tally.unknown) == (0, 0, 1)
+    summary.reset()

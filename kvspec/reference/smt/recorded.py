@@ -18,7 +18,10 @@ false at its step: the row fails naming the transition and the case (a
 false alarm when another trace would still reach the case: record again,
 and the new search decides). A goal the encoding has now and the recording
 lacks (a new rule or case), or one the recording did not reach, fails the
-row too. ``check`` also re-checks the phase table (``System.phase_problems``,
+row too. A goal z3 gives up on (a timeout on a busy machine) is neither: it
+is *unknown*, with z3's reason, and the row says ``unknown (...)`` instead of
+``ok`` (``Checked.verdict``): a timeout never reads as a narrowed guard, and
+never as a case reached. ``check`` also re-checks the phase table (``System.phase_problems``,
 one query per transition); the goals listed as impossible by design were
 checked unreached when recording (``cover``'s stale check), not here.
 """
@@ -26,7 +29,7 @@ checked unreached when recording (``cover``'s stale check), not here.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +87,17 @@ class Checked:
     deepest: int
     problems: list[str]
     excluded: int = 0
+    #: goals z3 gave up on ("TRANSITION: GOAL (REASON)"): neither reached nor shown unreached
+    unknown: list[str] = field(default_factory=list)
+
+    @property
+    def verdict(self) -> str:
+        """The row's verdict: FAILED on any problem, else unknown while a goal is undecided, else ok."""
+        if self.problems:
+            return "FAILED"
+        if self.unknown:
+            return f"unknown ({len(self.unknown)} goals undecided: {self.unknown[0]})"
+        return "ok"
 
     def summary(self) -> str:
         left = f", {self.excluded} impossible by design" if self.excluded else ""
@@ -130,6 +144,7 @@ def check(system: System[Any], data: dict[str, Any] | None, how: str, timeout_ms
     missing: dict[str, list[str]] = {}
     seen: set[tuple[str, str]] = set()
     reached, deepest = 0, 0
+    undecided: list[str] = []
     s = z3.Solver()
     s.set("timeout", timeout_ms)
     longest = max((len(e["steps"]) for e in data["traces"]), default=1)
@@ -149,9 +164,12 @@ def check(system: System[Any], data: dict[str, Any] | None, how: str, timeout_ms
             seen.add((t, g))
             known = feasible and t in system.transitions
             known = known and (not g.startswith(("rule ", "case ")) or g in u.moves[j - 1][t].cases)
-            if known and solving.check(s, u.goal(j, t, g), timeout_ms=timeout_ms).sat:
+            answer = solving.check(s, u.goal(j, t, g), timeout_ms=timeout_ms, retry_unknown=True) if known else None
+            if answer is not None and answer.sat:
                 reached += 1
                 deepest = max(deepest, j)
+            elif answer is not None and answer.unknown:
+                undecided.append(f"{t}: {g} ({answer.reason})")
             else:
                 missing.setdefault(t, []).append(g)
         s.pop()
@@ -167,9 +185,9 @@ def check(system: System[Any], data: dict[str, Any] | None, how: str, timeout_ms
         f" (a contract or guard narrows them; if the encoding changed on purpose, record the traces again: {how})"
         for t, gs in missing.items()
     ]
-    total = reached + sum(len(gs) for gs in missing.values())
+    total = reached + len(undecided) + sum(len(gs) for gs in missing.values())
     n_excluded = sum(1 for g in goals if g in excluded)
-    return Checked(reached, total, deepest, problems, n_excluded)
+    return Checked(reached, total, deepest, problems, n_excluded, undecided)
 
 
 def attribute(

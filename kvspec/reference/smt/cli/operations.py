@@ -111,7 +111,7 @@ def reach_row(emit: Callable[[list[str]], None]) -> list[str]:
     emit(
         [
             "operation: REACHABLE",
-            "ok" if not chk.problems else "FAILED",
+            chk.verdict,
             chk.summary(),
             f"{time.perf_counter() - t0:.2f}s",
         ]

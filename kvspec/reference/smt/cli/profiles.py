@@ -213,14 +213,16 @@ def vllm_reach_row(level: str, tw: frozenset[str] = frozenset()) -> list[str]:
     if level == "step":
         cov = cover(step_system(tw))
         found, scope, label = cov.problems(), cov.summary(), "REACHABLE"
+        verdict = "ok" if not found else "FAILED"
     elif not reach_recordings.recorded_for("vllm-operation"):
         print(reach_recordings.not_checked("vllm-operation"))
         return []
     else:  # the search costs minutes: its recorded traces, checked again pinned (``smt/recorded.py``)
         chk = reach_recordings.check("vllm-operation")
         found, scope, label = chk.problems, chk.summary(), "operation: REACHABLE"
+        verdict = chk.verdict
     secs = f"{time.perf_counter() - t1:.2f}s"
-    print(_row([label, "ok" if not found else "FAILED", scope, secs]))
+    print(_row([label, verdict, scope, secs]))
     return found
 
 
@@ -388,7 +390,7 @@ def _reach_row(prof: ProfileEncoding) -> list[str]:
     t1 = time.perf_counter()
     chk = reach_recordings.check(key)
     secs = f"{time.perf_counter() - t1:.2f}s"
-    print(_row(["REACHABLE", "ok" if not chk.problems else "FAILED", chk.summary(), secs]))
+    print(_row(["REACHABLE", chk.verdict, chk.summary(), secs]))
     return chk.problems
 
 

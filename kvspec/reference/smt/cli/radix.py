@@ -209,7 +209,7 @@ def op_reach_row() -> list[str]:
         return [f"radix operation: no recorded traces ({reach_recordings.HOW} {key})"]
     t1 = time.process_time()
     chk = reach_recordings.check(key)
-    ok = "ok" if not chk.problems else "FAILED"
+    ok = chk.verdict
     print(_row(["op REACHABLE", ok, chk.summary(), f"{time.process_time() - t1:.2f}s"]))
     return chk.problems
 
