@@ -142,7 +142,7 @@ def write_counterexample(folder: Path, m: OffloadMutant | None, prop: Property) 
     from kvspec.reference.smt.offload.op_mutants import op_twin, step_only_reason
     from kvspec.reference.smt.offload.reach import REACH_BOUND, broken, system
 
-    name = f"kvbm-offload-{m.name if m else 'rules'}"
+    name = f"kvbm-offload-{(m.name if m else 'rules').replace(':', '-')}"  # a file name: no colon
     own_row = m is not None and str(prop.id) == str(m.expect)
     twin = op_twin(m) if m is not None and own_row else None
     if m is not None and twin is not None:
