@@ -123,6 +123,8 @@ class RuleId(StrEnum):
     PROGRESS_NO_DEADLOCK = "PROGRESS-NO-DEADLOCK"
     PROGRESS_USE_FITS = "PROGRESS-USE-FITS"
     PROGRESS_QUARANTINE = "PROGRESS-QUARANTINE"
+    PROGRESS_RADIX_EVICTABLE = "PROGRESS-RADIX-EVICTABLE"
+    PROGRESS_SESSION_ADMIT = "PROGRESS-SESSION-ADMIT"
     # -- the paged allocator (profile paged) --------------------------------
     PAGED_VALIDATE = "PAGED-VALIDATE"
     PAGED_CONSERVE = "PAGED-CONSERVE"
@@ -332,6 +334,8 @@ RULES: dict[RuleId, Rule] = {
         Rule(RuleId.PROGRESS_NO_DEADLOCK, _I, "progress: while work is held or pending, some operation is accepted"),
         Rule(RuleId.PROGRESS_USE_FITS, _I, "progress: a Use whose blocks fit is accepted"),
         Rule(RuleId.PROGRESS_QUARANTINE, _I, "progress: a quarantined slot is released by its deadline"),
+        Rule(RuleId.PROGRESS_RADIX_EVICTABLE, _I, "progress: an unlocked radix page is evicted by evictions"),
+        Rule(RuleId.PROGRESS_SESSION_ADMIT, _I, "progress: a session admitted with a slot not leased gets a lease"),
         Rule(RuleId.PAGED_VALIDATE, _PG, "paged: a malformed operation is rejected before any state changes"),
         Rule(RuleId.PAGED_CONSERVE, _PG, "paged: free + in-use blocks = the pool's size, per pool"),
         Rule(RuleId.PAGED_REFCOUNT, _PG, "paged: a block's reference count equals its holders"),
@@ -524,6 +528,8 @@ RuleName = Literal[
     "PROGRESS-NO-DEADLOCK",
     "PROGRESS-USE-FITS",
     "PROGRESS-QUARANTINE",
+    "PROGRESS-RADIX-EVICTABLE",
+    "PROGRESS-SESSION-ADMIT",
     "PAGED-VALIDATE",
     "PAGED-CONSERVE",
     "PAGED-REFCOUNT",

@@ -1,7 +1,7 @@
 """session progress: an admission finds a slot whenever one is not leased, as a one-step ranking.
 
-``PROGRESS-SESSION-ADMIT`` (an id of INVARIANTS.md, section "Progress"; not a
-rule of SPEC.md): at the bound of ``managers/session.py`` (3 slots), in every
+``PROGRESS-SESSION-ADMIT`` (SPEC.md; INVARIANTS.md, section "Progress"): at
+the bound of ``managers/session.py`` (3 slots), in every
 state satisfying INV-SESSION-FENCE (proven inductive there), a session ``x``
 that holds no leased slot and is admitted (warm flag ``w`` either way) while
 some slot is not leased is accepted in one operation: some ``cold lease`` or
@@ -53,8 +53,9 @@ from kvspec.reference.smt.managers.session import (
     invariant,
     warm_admit,
 )
+from kvspec.spec.rules import RuleName
 
-PROGRESS_ID = "PROGRESS-SESSION-ADMIT"
+PROGRESS_ID: RuleName = "PROGRESS-SESSION-ADMIT"
 LEMMA_ID = "LEMMA-SESSION-STAMPS"
 COUNTS = "1 while the admitted session holds no leased slot"
 #: (move, pre-state, slot, session) -> an extra requirement of that step (a seeded progress bug)

@@ -1,6 +1,6 @@
 """radix progress: an unlocked page is evictable, as a ranking argument over the page encoding.
 
-``PROGRESS-RADIX-EVICTABLE`` (an id of INVARIANTS.md, section "Progress"): a
+``PROGRESS-RADIX-EVICTABLE`` (SPEC.md; INVARIANTS.md, section "Progress"): a
 live page ``x`` whose lock count is 0 (no held lock ends at it or below it:
 INV-RADIX-LOCKS; whatever locked its path has unlocked) can be evicted
 without any client operation: in every state of the bounded universe
@@ -48,9 +48,10 @@ from kvspec.reference.smt.radix.encoding import (
     parent_of,
     sel_i,
 )
+from kvspec.spec.rules import RuleName
 
-#: the id of the property (INVARIANTS.md, "Progress"; not a rule of SPEC.md)
-PROGRESS_ID = "PROGRESS-RADIX-EVICTABLE"
+#: the id of the property (SPEC.md; INVARIANTS.md, "Progress")
+PROGRESS_ID: RuleName = "PROGRESS-RADIX-EVICTABLE"
 #: what the rank counts, for the reader
 COUNTS = "live pages in the unlocked page's subtree"
 
